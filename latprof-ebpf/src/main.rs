@@ -1,0 +1,361 @@
+//! latprof's eBPF programs: latencytop's accounting on three scheduler tracepoints.
+//!
+//! * `sched_switch`: a task leaving the CPU in S or D state starts a sleep; its kernel backtrace
+//!   is taken here, where it chose to sleep.
+//! * `sched_wakeup`: the sleep ends; it is filtered like latencytop does and accounted into the
+//!   task's own records (both modes) and, in normal mode, into the global table.
+//! * `sched_process_exit`: in lazy mode the task's records are merged into the global table;
+//!   in both modes the task's entry is freed.
+//!
+//! Settings fixed for a run are `Global`s written by the loader, so the verifier drops the
+//! branches a run does not use.
+#![no_std]
+#![no_main]
+// The bpf target has no atomic RMW in core::sync::atomic; the intrinsics lower to BPF_ATOMIC.
+#![feature(core_intrinsics)]
+#![expect(internal_features, reason = "atomic intrinsics, see above")]
+
+use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
+
+use aya_ebpf::{
+    Global,
+    bindings::BPF_NOEXIST,
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
+    },
+    macros::{map, tracepoint},
+    maps::{HashMap, PerCpuArray, StackTrace},
+    programs::{TracePointContext, tracing::StackIdContext as _},
+};
+use latprof_common::{
+    COUNTER_COUNT, Counter, GlobalRecord, LatencyRecord, MODE_LAZY, MODE_NORMAL, NO_STACK,
+    SLEEP_INTERRUPTIBLE, SLEEP_NONE, SLEEP_UNINTERRUPTIBLE, TASK_FLAG_KTHREAD, TASK_RECORDS,
+    TaskState,
+};
+
+// ---- settings, written at load time ----
+
+#[unsafe(no_mangle)]
+static MODE: Global<u32> = Global::new(MODE_LAZY);
+/// Only this process (tgid) is traced; 0 traces every process.
+#[unsafe(no_mangle)]
+static FILTER_TGID: Global<u32> = Global::new(0);
+/// latprof's own tgid, left out unless `--include-self`; 0 leaves nobody out.
+#[unsafe(no_mangle)]
+static SELF_TGID: Global<u32> = Global::new(0);
+/// 1: kernel threads stay out of the global table (latencytop's rule).
+#[unsafe(no_mangle)]
+static SKIP_KTHREADS: Global<u32> = Global::new(1);
+/// Interruptible sleeps longer than this are not counted; `u64::MAX` counts all.
+#[unsafe(no_mangle)]
+static INTER_CUTOFF_NS: Global<u64> = Global::new(5_000_000);
+/// Sleeps shorter than this are not counted (latencytop drops zero-microsecond sleeps).
+#[unsafe(no_mangle)]
+static MIN_SLEEP_NS: Global<u64> = Global::new(1_000);
+/// Offset and size (4 or 8) of `prev_state` in the sched_switch record, from tracefs.
+#[unsafe(no_mangle)]
+static SWITCH_PREV_STATE_OFF: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static SWITCH_PREV_STATE_SIZE: Global<u32> = Global::new(8);
+/// Bit that `prev_state` uses for TASK_IDLE ("I"), from tracefs; 0 if the kernel has none.
+#[unsafe(no_mangle)]
+static STATE_IDLE_BIT: Global<u64> = Global::new(0);
+/// Offset of `pid` in the sched_wakeup record, from tracefs.
+#[unsafe(no_mangle)]
+static WAKEUP_PID_OFF: Global<u32> = Global::new(0);
+/// Offsets of `flags` and `mm` in `struct task_struct`, from vmlinux BTF.
+#[unsafe(no_mangle)]
+static TASK_FLAGS_OFF: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static TASK_MM_OFF: Global<u32> = Global::new(0);
+
+const TASK_INTERRUPTIBLE: u64 = 0x1;
+const TASK_UNINTERRUPTIBLE: u64 = 0x2;
+const PF_EXITING: u32 = 0x4;
+
+// ---- maps ----
+
+/// Per-task state, keyed by tid. Only events of that task touch its entry.
+#[map]
+static TASKS: HashMap<u32, TaskState> = HashMap::with_max_entries(8192, 0);
+/// Global causes keyed by stack id: every event in normal mode, exits (and overflow) in lazy.
+#[map]
+static GLOBAL_LATENCY: HashMap<u32, GlobalRecord> = HashMap::with_max_entries(16384, 0);
+/// Kernel backtraces, deduplicated by the kernel.
+#[map]
+static STACKS: StackTrace = StackTrace::with_max_entries(8192, 0);
+/// Pipeline counters, one slot per `Counter`, per CPU so no cache line is shared.
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT, 0);
+/// Per-CPU scratch space to build a new task entry (too large for the 512-byte stack).
+#[map]
+static SCRATCH: PerCpuArray<TaskState> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+fn count(counter: Counter) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
+        // SAFETY: per-CPU slot; programs on one CPU do not run concurrently.
+        unsafe { *slot += 1 };
+    }
+}
+
+// ---- sched_switch: a sleep begins ----
+
+#[tracepoint]
+pub fn sched_switch(ctx: TracePointContext) -> u32 {
+    try_sched_switch(&ctx).unwrap_or(1)
+}
+
+fn sleep_kind(ctx: &TracePointContext) -> Result<u32, i32> {
+    let off = SWITCH_PREV_STATE_OFF.load() as usize;
+    // SAFETY: offset and size come from this kernel's tracefs format file.
+    let state: u64 = if SWITCH_PREV_STATE_SIZE.load() == 8 {
+        unsafe { ctx.read_at::<u64>(off)? }
+    } else {
+        u64::from(unsafe { ctx.read_at::<u32>(off)? })
+    };
+    Ok(if state & TASK_INTERRUPTIBLE != 0 {
+        SLEEP_INTERRUPTIBLE
+    } else if state & (TASK_UNINTERRUPTIBLE | STATE_IDLE_BIT.load()) != 0 {
+        SLEEP_UNINTERRUPTIBLE
+    } else {
+        SLEEP_NONE
+    })
+}
+
+fn try_sched_switch(ctx: &TracePointContext) -> Result<u32, i32> {
+    let kind = sleep_kind(ctx)?;
+    if kind == SLEEP_NONE {
+        return Ok(0);
+    }
+    // prev is the current task at sched_switch.
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let tgid = (pid_tgid >> 32) as u32;
+    if tid == 0 || tgid == SELF_TGID.load() {
+        return Ok(0);
+    }
+    let filter = FILTER_TGID.load();
+    if filter != 0 && tgid != filter {
+        return Ok(0);
+    }
+    let entry = match TASKS.get_ptr_mut(&tid) {
+        Some(entry) => entry,
+        None => match new_task(tid, tgid)? {
+            Some(entry) => entry,
+            None => return Ok(0),
+        },
+    };
+    let stack = match ctx.get_stackid(&STACKS, 0) {
+        Ok(id) => id as u32,
+        Err(_) => {
+            count(Counter::StackMissing);
+            NO_STACK
+        }
+    };
+    // SAFETY: the entry belongs to the current task; only its own events write it.
+    unsafe {
+        (*entry).sleep_stack = stack;
+        (*entry).sleep_kind = kind;
+        (*entry).sleep_start_ns = bpf_ktime_get_ns();
+    }
+    count(Counter::SleepsTracked);
+    Ok(0)
+}
+
+/// Creates the entry of the current task; `None` when it is exiting or the table is full.
+fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    // SAFETY: offsets come from this kernel's BTF; probe reads fail safely.
+    let flags: u32 =
+        unsafe { bpf_probe_read_kernel(task.add(TASK_FLAGS_OFF.load() as usize).cast())? };
+    if flags & PF_EXITING != 0 {
+        count(Counter::ExitingSkipped);
+        return Ok(None);
+    }
+    let mm: u64 = unsafe { bpf_probe_read_kernel(task.add(TASK_MM_OFF.load() as usize).cast())? };
+    let template = SCRATCH.get_ptr_mut(0).ok_or(1)?;
+    // SAFETY: per-CPU scratch; stale records past nr_records are never read.
+    unsafe {
+        (*template).sleep_start_ns = 0;
+        (*template).sleep_stack = NO_STACK;
+        (*template).sleep_kind = SLEEP_NONE;
+        (*template).tgid = tgid;
+        (*template).flags = if mm == 0 { TASK_FLAG_KTHREAD } else { 0 };
+        (*template).comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        (*template).nr_records = 0;
+        if TASKS.insert(&tid, &*template, u64::from(BPF_NOEXIST)).is_err() {
+            count(Counter::TaskTableFull);
+            return Ok(None);
+        }
+    }
+    Ok(TASKS.get_ptr_mut(&tid))
+}
+
+// ---- sched_wakeup: the sleep ends ----
+
+#[tracepoint]
+pub fn sched_wakeup(ctx: TracePointContext) -> u32 {
+    try_sched_wakeup(&ctx).unwrap_or(1)
+}
+
+fn try_sched_wakeup(ctx: &TracePointContext) -> Result<u32, i32> {
+    // SAFETY: offset comes from this kernel's tracefs format file.
+    let tid = unsafe { ctx.read_at::<i32>(WAKEUP_PID_OFF.load() as usize)? } as u32;
+    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+        return Ok(0);
+    };
+    // SAFETY: the wakee is not running; ttwu serializes wakeups of one task (pi_lock).
+    let entry = unsafe { &mut *entry };
+    let kind = entry.sleep_kind;
+    if kind == SLEEP_NONE {
+        return Ok(0);
+    }
+    entry.sleep_kind = SLEEP_NONE;
+    count(Counter::Wakeups);
+    let now = unsafe { bpf_ktime_get_ns() };
+    let delta = now.saturating_sub(entry.sleep_start_ns);
+    if delta < MIN_SLEEP_NS.load() {
+        count(Counter::SkippedZero);
+        return Ok(0);
+    }
+    if kind == SLEEP_INTERRUPTIBLE && delta > INTER_CUTOFF_NS.load() {
+        count(Counter::SkippedCutoff);
+        return Ok(0);
+    }
+    account(entry, delta);
+    count(Counter::Counted);
+    Ok(0)
+}
+
+fn account(entry: &mut TaskState, delta: u64) {
+    let stack = entry.sleep_stack;
+    let in_global = entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0;
+    let n = entry.nr_records as usize;
+    let mut found = false;
+    for i in 0..TASK_RECORDS {
+        if i >= n {
+            break;
+        }
+        let rec = &mut entry.records[i];
+        if rec.stack_id == stack {
+            rec.count += 1;
+            rec.total_ns += delta;
+            if delta > rec.max_ns {
+                rec.max_ns = delta;
+            }
+            found = true;
+            break;
+        }
+    }
+    if !found {
+        if n < TASK_RECORDS {
+            entry.records[n] = LatencyRecord {
+                stack_id: stack,
+                _pad: 0,
+                count: 1,
+                total_ns: delta,
+                max_ns: delta,
+            };
+            entry.nr_records = n as u32 + 1;
+        } else {
+            count(Counter::TaskRecordsFull);
+            if MODE.load() == MODE_LAZY && in_global {
+                global_add(stack, 1, delta, delta);
+            }
+        }
+    }
+    if MODE.load() == MODE_NORMAL && in_global {
+        global_add(stack, 1, delta, delta);
+    }
+}
+
+/// Adds to the global record of `stack`: the one structure every CPU shares.
+#[inline(always)]
+fn global_add(stack: u32, n: u64, total_ns: u64, max_ns: u64) {
+    let rec = match GLOBAL_LATENCY.get_ptr_mut(&stack) {
+        Some(rec) => rec,
+        None => {
+            let first = GlobalRecord {
+                count: n,
+                total_ns,
+                max_ns,
+            };
+            if GLOBAL_LATENCY
+                .insert(&stack, &first, u64::from(BPF_NOEXIST))
+                .is_ok()
+            {
+                return;
+            }
+            // Lost the race to another CPU, or the table is full.
+            match GLOBAL_LATENCY.get_ptr_mut(&stack) {
+                Some(rec) => rec,
+                None => {
+                    count(Counter::GlobalTableFull);
+                    return;
+                }
+            }
+        }
+    };
+    // SAFETY: map value pointers stay valid for the program's run; updates are atomic.
+    unsafe {
+        atomic_xadd::<u64, u64, { Relaxed }>(&raw mut (*rec).count, n);
+        atomic_xadd::<u64, u64, { Relaxed }>(&raw mut (*rec).total_ns, total_ns);
+        let max = &raw mut (*rec).max_ns;
+        // Bounded compare-and-swap: the verifier needs a bounded loop, and a loser only retries
+        // while its value is still larger.
+        for _ in 0..4 {
+            let cur = core::ptr::read_volatile(max);
+            if max_ns <= cur {
+                break;
+            }
+            let _ = atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(max, cur, max_ns);
+        }
+    }
+}
+
+// ---- sched_process_exit: lazy merge ----
+
+#[tracepoint]
+pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
+    try_sched_process_exit(&ctx).unwrap_or(1)
+}
+
+fn try_sched_process_exit(_ctx: &TracePointContext) -> Result<u32, i32> {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(entry) = TASKS.get_ptr(&tid) else {
+        return Ok(0);
+    };
+    // SAFETY: the exiting task is current; only its own events write its entry.
+    let entry = unsafe { &*entry };
+    if MODE.load() == MODE_LAZY
+        && (entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0)
+    {
+        count(Counter::MergesBegun);
+        let n = entry.nr_records as usize;
+        for i in 0..TASK_RECORDS {
+            if i >= n {
+                break;
+            }
+            let rec = &entry.records[i];
+            global_add(rec.stack_id, rec.count, rec.total_ns, rec.max_ns);
+        }
+        let _ = TASKS.remove(&tid);
+        count(Counter::ExitMerges);
+        count(Counter::MergesDone);
+    } else {
+        let _ = TASKS.remove(&tid);
+    }
+    Ok(0)
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

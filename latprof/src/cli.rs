@@ -1,0 +1,158 @@
+//! Command line (clap derive). Settings shared by every command are global flags, so
+//! `latprof --mode=lazy stats` and `latprof stats --mode=lazy` both work.
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::{
+    duration,
+    probe::{Mode, ProbeConfig},
+};
+
+#[derive(Debug, Parser)]
+#[command(name = "latprof", version, about = "Where do tasks sleep? latencytop's accounting in eBPF")]
+pub struct Cli {
+    /// lazy: per-task records, merged into the global table at exit (cheap); normal: every
+    /// event also updates the global table (latencytop's mode 1).
+    #[arg(long, global = true, value_enum, default_value_t = Mode::Lazy)]
+    pub mode: Mode,
+    /// Frames shown per backtrace.
+    #[arg(long, global = true, default_value_t = 12,
+          value_parser = clap::value_parser!(u16).range(1..=127))]
+    pub stack_depth: u16,
+    /// Interruptible sleeps longer than this are not counted (usually requested waits: poll,
+    /// select, nanosleep of seconds).
+    #[arg(long, global = true, value_parser = duration::parse, default_value = "5ms")]
+    pub inter_cutoff: Duration,
+    /// Count every sleep, however long (removes --inter-cutoff).
+    #[arg(long, global = true)]
+    pub all_sleeps: bool,
+    /// Also count latprof's own threads.
+    #[arg(long, global = true)]
+    pub include_self: bool,
+    /// Tasks tracked at once (kernel table size).
+    #[arg(long, global = true, default_value_t = 8192,
+          value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
+    pub max_tasks: u32,
+    /// Global causes kept (kernel table size).
+    #[arg(long, global = true, default_value_t = 16384,
+          value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
+    pub max_records: u32,
+    /// Distinct kernel backtraces kept (kernel table size).
+    #[arg(long, global = true, default_value_t = 8192,
+          value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub max_stacks: u32,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Collect, then print /proc/latency_stats-compatible text (or /proc/PID/latency with --pid).
+    Stats(StatsArgs),
+    /// Deterministic workloads for latprof's tests and benchmarks.
+    #[command(hide = true)]
+    Workload(WorkloadArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// How long to collect; Ctrl-C or SIGTERM stops early and still prints.
+    #[arg(long, value_parser = duration::parse, default_value = "5s")]
+    pub duration: Duration,
+    /// Only this process (all its threads).
+    #[arg(long, short = 'p')]
+    pub pid: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkloadArgs {
+    /// Wait for a line (or end of file) on stdin before starting.
+    #[arg(long)]
+    pub wait: bool,
+    #[command(subcommand)]
+    pub kind: Workload,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Workload {
+    /// `count` nanosleeps of `interval`.
+    Sleep {
+        #[arg(long, default_value_t = 200)]
+        count: u32,
+        #[arg(long, value_parser = duration::parse, default_value = "2ms")]
+        interval: Duration,
+        /// Print the kernel's /proc/self/latency at the end (kernels with CONFIG_LATENCYTOP).
+        #[arg(long)]
+        print_proc_latency: bool,
+    },
+    /// `count` times: write 4 KiB to a file in `dir` and fsync it.
+    Fsync {
+        #[arg(long, default_value_t = 50)]
+        count: u32,
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Two threads (or processes) passing a byte over pipes `count` times.
+    Pingpong {
+        #[arg(long, default_value_t = 1000)]
+        count: u32,
+        #[arg(long)]
+        processes: bool,
+    },
+}
+
+impl Cli {
+    #[must_use]
+    pub fn probe_config(&self, pid: Option<u32>) -> ProbeConfig {
+        ProbeConfig {
+            mode: self.mode,
+            pid,
+            include_self: self.include_self,
+            inter_cutoff: (!self.all_sleeps).then_some(self.inter_cutoff),
+            max_tasks: self.max_tasks,
+            max_records: self.max_records,
+            max_stacks: self.max_stacks,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("latprof").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn mode_is_global_on_either_side() {
+        let a = parse(&["--mode=normal", "stats"]).unwrap();
+        let b = parse(&["stats", "--mode=normal"]).unwrap();
+        assert_eq!(a.mode, Mode::Normal);
+        assert_eq!(b.mode, Mode::Normal);
+        assert_eq!(parse(&["stats"]).unwrap().mode, Mode::Lazy);
+    }
+
+    #[test]
+    fn stats_flags() {
+        let cli = parse(&["stats", "--duration", "2s", "--pid", "42", "--all-sleeps"]).unwrap();
+        let Command::Stats(args) = &cli.command else { panic!("not stats") };
+        assert_eq!(args.duration, Duration::from_secs(2));
+        assert_eq!(args.pid, Some(42));
+        assert_eq!(cli.probe_config(args.pid).inter_cutoff, None);
+        let cli = parse(&["stats", "--inter-cutoff", "10ms"]).unwrap();
+        assert_eq!(cli.probe_config(None).inter_cutoff, Some(Duration::from_millis(10)));
+    }
+
+    #[test]
+    fn bad_flags_are_errors() {
+        assert!(parse(&["stats", "--mode=eager"]).is_err());
+        assert!(parse(&["stats", "--stack-depth", "128"]).is_err());
+        assert!(parse(&["stats", "--stack-depth", "0"]).is_err());
+        assert!(parse(&["stats", "--duration", "soon"]).is_err());
+        assert!(parse(&["stats", "--max-tasks", "0"]).is_err());
+        assert!(parse(&["frobnicate"]).is_err());
+        assert!(parse(&[]).is_err());
+    }
+}

@@ -1,0 +1,195 @@
+//! Reads the probe's maps into a [`Snapshot`]: raw cumulative numbers, nothing derived.
+use std::collections::{BTreeMap, HashMap};
+
+use anyhow::{Context as _, Result};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap};
+use latprof_common::{COUNTER_COUNT, Counter, GlobalRecord, LatencyRecord, NO_STACK, TaskState};
+
+use crate::probe::{Mode, Probe, names};
+
+/// Pipeline counters summed over CPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters(pub [u64; COUNTER_COUNT as usize]);
+
+impl Counters {
+    #[must_use]
+    pub fn get(&self, counter: Counter) -> u64 {
+        self.0[counter as usize]
+    }
+
+    /// Human lines for every counter that means something was lost or approximated.
+    #[must_use]
+    pub fn losses(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut say = |c: Counter, what: &str| {
+            let n = self.get(c);
+            if n > 0 {
+                out.push(format!("{n} {what}"));
+            }
+        };
+        say(Counter::TaskTableFull, "sleeps not tracked: task table full (raise --max-tasks)");
+        say(Counter::GlobalTableFull, "records lost: global table full (raise --max-records)");
+        say(Counter::StackMissing, "backtraces not stored: stack table full (raise --max-stacks)");
+        say(Counter::ExitingSkipped, "sleeps of already-exiting tasks not tracked");
+        out
+    }
+}
+
+/// One live task as the kernel holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskSnapshot {
+    pub tid: u32,
+    pub tgid: u32,
+    pub comm: String,
+    pub kthread: bool,
+    pub records: Vec<LatencyRecord>,
+}
+
+/// Raw cumulative state of one moment.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub mode: Mode,
+    /// Kernel threads are kept out of the global view.
+    pub skip_kthreads: bool,
+    /// Live tasks with their own records.
+    pub tasks: Vec<TaskSnapshot>,
+    /// The kernel's global table: every event (normal mode) or exited tasks (lazy mode).
+    pub global: Vec<(u32, GlobalRecord)>,
+    pub counters: Counters,
+    /// Raw kernel backtraces (instruction pointers, innermost first) of every stack id above.
+    pub stacks: BTreeMap<u32, Vec<u64>>,
+    /// Reads that raced with an exit merge and were retried.
+    pub retries: u32,
+}
+
+impl Snapshot {
+    /// Every global cause by stack id: the kernel's table plus, in lazy mode, the live tasks'
+    /// records (those merge into the kernel table only when the task exits).
+    #[must_use]
+    pub fn global_records(&self) -> HashMap<u32, GlobalRecord> {
+        let mut out: HashMap<u32, GlobalRecord> = HashMap::new();
+        for (stack, rec) in &self.global {
+            add(out.entry(*stack).or_default(), rec.count, rec.total_ns, rec.max_ns);
+        }
+        if self.mode == Mode::Lazy {
+            for task in self.tasks.iter().filter(|t| !(t.kthread && self.skip_kthreads)) {
+                for rec in &task.records {
+                    add(out.entry(rec.stack_id).or_default(), rec.count, rec.total_ns, rec.max_ns);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Adds one record's numbers into an accumulator.
+pub fn add(acc: &mut GlobalRecord, count: u64, total_ns: u64, max_ns: u64) {
+    acc.count += count;
+    acc.total_ns += total_ns;
+    acc.max_ns = acc.max_ns.max(max_ns);
+}
+
+/// Reads snapshots; keeps the backtraces it has read (stack ids are never reused).
+#[derive(Default)]
+pub struct Collector {
+    stacks: HashMap<u32, Vec<u64>>,
+}
+
+const MAX_RETRIES: u32 = 5;
+
+impl Collector {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn snapshot(&mut self, probe: &Probe) -> Result<Snapshot> {
+        let ebpf = probe.ebpf();
+        let counters_map: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(
+            ebpf.map(names::MAP_COUNTERS).context("no COUNTERS map")?,
+        )?;
+        let tasks_map: BpfHashMap<&MapData, u32, TaskState> =
+            BpfHashMap::try_from(ebpf.map(names::MAP_TASKS).context("no TASKS map")?)?;
+        let global_map: BpfHashMap<&MapData, u32, GlobalRecord> = BpfHashMap::try_from(
+            ebpf.map(names::MAP_GLOBAL_LATENCY).context("no GLOBAL_LATENCY map")?,
+        )?;
+
+        let read_counters = || -> Result<Counters> {
+            let mut c = Counters::default();
+            for (i, slot) in c.0.iter_mut().enumerate() {
+                let values = counters_map.get(&u32::try_from(i)?, 0).context("read COUNTERS")?;
+                *slot = values.iter().sum();
+            }
+            Ok(c)
+        };
+
+        // In lazy mode an exit moves a task's records from TASKS to GLOBAL_LATENCY; a read that
+        // overlaps such a move would count it twice or not at all, so it is retried.
+        let mut retries = 0;
+        let (mut tasks, mut global, counters) = loop {
+            let before = read_counters()?;
+            let mut tasks = Vec::new();
+            for item in tasks_map.iter() {
+                let (tid, state) = item.context("read TASKS")?;
+                tasks.push(task_snapshot(tid, &state));
+            }
+            let mut global = Vec::new();
+            for item in global_map.iter() {
+                global.push(item.context("read GLOBAL_LATENCY")?);
+            }
+            let after = read_counters()?;
+            let settled = after.get(Counter::MergesBegun) == before.get(Counter::MergesDone);
+            if probe.config().mode == Mode::Normal || settled || retries >= MAX_RETRIES {
+                break (tasks, global, after);
+            }
+            retries += 1;
+        };
+
+        let stack_map = StackTraceMap::try_from(
+            ebpf.map(names::MAP_STACKS).context("no STACKS map")?,
+        )?;
+        let mut stacks = BTreeMap::new();
+        let ids = global
+            .iter()
+            .map(|(id, _)| *id)
+            .chain(tasks.iter().flat_map(|t| t.records.iter().map(|r| r.stack_id)));
+        for id in ids {
+            if id == NO_STACK || stacks.contains_key(&id) {
+                continue;
+            }
+            let frames = match self.stacks.get(&id) {
+                Some(frames) => frames.clone(),
+                None => {
+                    let trace = stack_map.get(&id, 0).context("read STACKS")?;
+                    let frames: Vec<u64> = trace.frames().iter().map(|f| f.ip).collect();
+                    self.stacks.insert(id, frames.clone());
+                    frames
+                }
+            };
+            stacks.insert(id, frames);
+        }
+        tasks.sort_by_key(|t| t.tid);
+        global.sort_by_key(|(id, _)| *id);
+        Ok(Snapshot {
+            mode: probe.config().mode,
+            skip_kthreads: probe.config().pid.is_none(),
+            tasks,
+            global,
+            counters,
+            stacks,
+            retries,
+        })
+    }
+}
+
+fn task_snapshot(tid: u32, state: &TaskState) -> TaskSnapshot {
+    let n = (state.nr_records as usize).min(state.records.len());
+    let comm_len = state.comm.iter().position(|&b| b == 0).unwrap_or(state.comm.len());
+    TaskSnapshot {
+        tid,
+        tgid: state.tgid,
+        comm: String::from_utf8_lossy(&state.comm[..comm_len]).into_owned(),
+        kthread: state.flags & latprof_common::TASK_FLAG_KTHREAD != 0,
+        records: state.records[..n].to_vec(),
+    }
+}

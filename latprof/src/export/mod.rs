@@ -1,0 +1,2 @@
+//! Output formats.
+pub mod text;

@@ -1,0 +1,47 @@
+//! The /proc/latency_stats and /proc/PID/latency text format, byte for byte:
+//! `Latency Top version : v0.1`, then `count total max frame frame ...` per cause.
+use std::fmt::Write as _;
+
+use crate::model::Cause;
+
+pub const HEADER: &str = "Latency Top version : v0.1\n";
+
+/// Renders causes; times in microseconds (latprof's are true microseconds, ns / 1000).
+#[must_use]
+pub fn latency_stats(causes: &[Cause]) -> String {
+    let mut out = String::from(HEADER);
+    for c in causes {
+        let _ = write!(out, "{} {} {}", c.count, c.total_ns / 1000, c.max_ns / 1000);
+        for f in &c.frames {
+            out.push(' ');
+            out.push_str(f);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_the_kernel_format() {
+        let causes = [
+            Cause {
+                frames: vec!["hrtimer_nanosleep".into(), "common_nsleep".into()],
+                count: 200,
+                total_ns: 412_345_999,
+                max_ns: 2_100_999,
+            },
+            Cause { frames: vec!["ext4_sync_file [ext4]".into()], count: 1, total_ns: 999, max_ns: 999 },
+        ];
+        assert_eq!(
+            latency_stats(&causes),
+            "Latency Top version : v0.1\n\
+             200 412345 2100 hrtimer_nanosleep common_nsleep\n\
+             1 0 0 ext4_sync_file [ext4]\n"
+        );
+        assert_eq!(latency_stats(&[]), HEADER);
+    }
+}

@@ -1,0 +1,22 @@
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use latprof::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Stats(args) => latprof::stats::run(&cli, args),
+        Command::Workload(args) => latprof::workload::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("latprof: error: {err:#}");
+            match err.downcast_ref::<latprof::Error>() {
+                Some(latprof::Error::Privileges) => ExitCode::from(2),
+                None => ExitCode::FAILURE,
+            }
+        }
+    }
+}

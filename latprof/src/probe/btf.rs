@@ -1,0 +1,198 @@
+//! Just enough of a BTF reader to find struct member offsets in the running kernel's
+//! /sys/kernel/btf/vmlinux (aya's Btf does not expose member lookup).
+use anyhow::{Context as _, Result, anyhow, bail};
+
+const BTF_MAGIC: u16 = 0xeb9f;
+const KIND_INT: u32 = 1;
+const KIND_ARRAY: u32 = 3;
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_VAR: u32 = 14;
+const KIND_DATASEC: u32 = 15;
+const KIND_DECL_TAG: u32 = 17;
+const KIND_ENUM64: u32 = 19;
+
+struct Type {
+    name_off: u32,
+    kind: u32,
+    kind_flag: bool,
+    /// Byte offset of the member array (struct/union only).
+    members_at: usize,
+    vlen: usize,
+}
+
+pub struct Btf {
+    data: Vec<u8>,
+    strings: usize,
+    strings_len: usize,
+    types: Vec<Type>,
+}
+
+fn u32_at(data: &[u8], at: usize) -> Result<u32> {
+    let bytes = data.get(at..at + 4).ok_or_else(|| anyhow!("BTF truncated at {at}"))?;
+    Ok(u32::from_le_bytes(bytes.try_into()?))
+}
+
+impl Btf {
+    pub fn from_sys_fs() -> Result<Self> {
+        let data = std::fs::read("/sys/kernel/btf/vmlinux")
+            .context("reading /sys/kernel/btf/vmlinux (latprof needs a kernel with BTF)")?;
+        Self::parse(data)
+    }
+
+    pub fn parse(data: Vec<u8>) -> Result<Self> {
+        if data.len() < 24 || u16::from_le_bytes([data[0], data[1]]) != BTF_MAGIC {
+            bail!("not little-endian BTF");
+        }
+        let hdr_len = u32_at(&data, 4)? as usize;
+        let type_off = u32_at(&data, 8)? as usize;
+        let type_len = u32_at(&data, 12)? as usize;
+        let str_off = u32_at(&data, 16)? as usize;
+        let str_len = u32_at(&data, 20)? as usize;
+        let mut types = vec![Type {
+            name_off: 0,
+            kind: 0,
+            kind_flag: false,
+            members_at: 0,
+            vlen: 0,
+        }];
+        let mut at = hdr_len + type_off;
+        let end = at + type_len;
+        while at < end {
+            let name_off = u32_at(&data, at)?;
+            let info = u32_at(&data, at + 4)?;
+            let kind = (info >> 24) & 0x1f;
+            let vlen = (info & 0xffff) as usize;
+            at += 12;
+            let extra = match kind {
+                KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+                KIND_ARRAY => 12,
+                KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => 12 * vlen,
+                KIND_ENUM | KIND_FUNC_PROTO => 8 * vlen,
+                _ => 0,
+            };
+            types.push(Type {
+                name_off,
+                kind,
+                kind_flag: info >> 31 == 1,
+                members_at: at,
+                vlen,
+            });
+            at += extra;
+        }
+        Ok(Self {
+            data,
+            strings: hdr_len + str_off,
+            strings_len: str_len,
+            types,
+        })
+    }
+
+    fn name(&self, off: u32) -> &str {
+        let start = self.strings + off as usize;
+        let limit = (self.strings + self.strings_len).min(self.data.len());
+        let Some(bytes) = self.data.get(start..limit) else {
+            return "";
+        };
+        let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        std::str::from_utf8(&bytes[..len]).unwrap_or("")
+    }
+
+    /// Byte offset of `member` in `struct name`, looking through anonymous structs and unions.
+    pub fn member_offset(&self, name: &str, member: &str) -> Result<u32> {
+        let id = self
+            .types
+            .iter()
+            .position(|t| t.kind == KIND_STRUCT && t.vlen > 0 && self.name(t.name_off) == name)
+            .ok_or_else(|| anyhow!("BTF has no struct {name}"))?;
+        self.find_member(id, member, 0)?
+            .ok_or_else(|| anyhow!("BTF: struct {name} has no member {member}"))
+    }
+
+    fn find_member(&self, id: usize, member: &str, base_bits: u32) -> Result<Option<u32>> {
+        let t = &self.types[id];
+        for i in 0..t.vlen {
+            let at = t.members_at + 12 * i;
+            let m_name = u32_at(&self.data, at)?;
+            let m_type = u32_at(&self.data, at + 4)? as usize;
+            let raw = u32_at(&self.data, at + 8)?;
+            let bits = base_bits + if t.kind_flag { raw & 0x00ff_ffff } else { raw };
+            let m_name = self.name(m_name);
+            if m_name == member {
+                return Ok(Some(bits / 8));
+            }
+            if m_name.is_empty() {
+                let inner = self.resolve(m_type);
+                if matches!(self.types.get(inner).map(|t| t.kind), Some(KIND_STRUCT | KIND_UNION))
+                    && let Some(found) = self.find_member(inner, member, bits)?
+                {
+                    return Ok(Some(found));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Follows typedefs and qualifiers (kinds 8-11, 18) to the underlying type.
+    fn resolve(&self, mut id: usize) -> usize {
+        for _ in 0..16 {
+            let Some(t) = self.types.get(id) else { return id };
+            if !matches!(t.kind, 8..=11 | 18) {
+                return id;
+            }
+            let at = t.members_at - 4;
+            id = u32_at(&self.data, at).map_or(id, |v| v as usize);
+        }
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds BTF with `struct s { int a; union { long b; }; }` by hand.
+    fn sample() -> Vec<u8> {
+        let strings = b"\0s\0a\0b\0int\0long\0";
+        let mut types = Vec::new();
+        let mut push = |words: &[u32]| {
+            for w in words {
+                types.extend_from_slice(&w.to_le_bytes());
+            }
+        };
+        // 1: int
+        push(&[7, KIND_INT << 24, 4, 32]);
+        // 2: long
+        push(&[11, KIND_INT << 24, 8, 64]);
+        // 3: anonymous union { long b; }
+        push(&[0, (KIND_UNION << 24) | 1, 8, 5, 2, 0]);
+        // 4: struct s { int a; <anon> at 64 bits; }
+        push(&[1, (KIND_STRUCT << 24) | 2, 16, 3, 1, 0, 0, 3, 64]);
+        let mut data = Vec::new();
+        data.extend_from_slice(&BTF_MAGIC.to_le_bytes());
+        data.extend_from_slice(&[1, 0]);
+        for w in [24u32, 0, types.len() as u32, types.len() as u32, strings.len() as u32] {
+            data.extend_from_slice(&w.to_le_bytes());
+        }
+        data.extend_from_slice(&types);
+        data.extend_from_slice(strings);
+        data
+    }
+
+    #[test]
+    fn finds_direct_and_anonymous_members() {
+        let btf = Btf::parse(sample()).unwrap();
+        assert_eq!(btf.member_offset("s", "a").unwrap(), 0);
+        assert_eq!(btf.member_offset("s", "b").unwrap(), 8);
+        assert!(btf.member_offset("s", "c").is_err());
+        assert!(btf.member_offset("t", "a").is_err());
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(Btf::parse(vec![0; 10]).is_err());
+        assert!(Btf::parse(vec![0xff; 64]).is_err());
+    }
+}

@@ -1,0 +1,164 @@
+//! Loads latprof's eBPF object, configures it for one run, attaches it and owns it: dropping the
+//! [`Probe`] detaches every program and frees every map.
+pub mod btf;
+pub mod names;
+pub mod tracefs;
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use aya::{Ebpf, EbpfLoader, programs::TracePoint};
+use latprof_common::{MODE_LAZY, MODE_NORMAL};
+
+/// The eBPF object built by build.rs.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latprof"));
+
+/// How accounted sleeps reach the global table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Per-task records only; merged into the global table when the task exits.
+    #[default]
+    Lazy,
+    /// Every accounted sleep also updates the global table (latencytop's mode 1).
+    Normal,
+}
+
+impl Mode {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Lazy => "lazy",
+            Self::Normal => "normal",
+        }
+    }
+}
+
+/// Everything fixed for one run.
+#[derive(Clone, Debug)]
+pub struct ProbeConfig {
+    pub mode: Mode,
+    /// Only this process (tgid); `None` traces all.
+    pub pid: Option<u32>,
+    pub include_self: bool,
+    /// Interruptible sleeps longer than this are not counted; `None` counts all.
+    pub inter_cutoff: Option<Duration>,
+    pub max_tasks: u32,
+    pub max_records: u32,
+    pub max_stacks: u32,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Lazy,
+            pid: None,
+            include_self: false,
+            inter_cutoff: Some(Duration::from_millis(5)),
+            max_tasks: 8192,
+            max_records: 16384,
+            max_stacks: 8192,
+        }
+    }
+}
+
+/// Capability bits from linux/capability.h.
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// Fails with one line naming what is missing when this process may not load latprof.
+pub fn check_privileges() -> Result<(), crate::Error> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |cap: u32| caps & (1 << cap) != 0;
+    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+        return Ok(());
+    }
+    Err(crate::Error::Privileges)
+}
+
+/// A loaded and attached latprof session.
+pub struct Probe {
+    ebpf: Ebpf,
+    config: ProbeConfig,
+}
+
+impl Probe {
+    /// Checks privileges and kernel support, loads, configures and attaches all programs.
+    pub fn attach(config: ProbeConfig) -> Result<Self> {
+        check_privileges()?;
+        let switch = tracefs::Format::read("sched", "sched_switch")?;
+        let wakeup = tracefs::Format::read("sched", "sched_wakeup")?;
+        tracefs::Format::read("sched", "sched_process_exit")?;
+        let prev_state = switch.field("prev_state")?;
+        if prev_state.size != 4 && prev_state.size != 8 {
+            bail!("sched_switch prev_state has an unexpected size {}", prev_state.size);
+        }
+        let idle_bit = switch.state_flag_bit("I").unwrap_or(0);
+        let wakeup_pid = wakeup.field("pid")?;
+        let btf = btf::Btf::from_sys_fs()?;
+        let flags_off = btf.member_offset("task_struct", "flags")?;
+        let mm_off = btf.member_offset("task_struct", "mm")?;
+
+        let mode = match config.mode {
+            Mode::Lazy => MODE_LAZY,
+            Mode::Normal => MODE_NORMAL,
+        };
+        let filter = config.pid.unwrap_or(0);
+        let self_tgid = if config.include_self { 0 } else { std::process::id() };
+        // With a pid filter the user asked for that process, kernel thread or not.
+        let skip_kthreads = u32::from(config.pid.is_none());
+        let cutoff = config
+            .inter_cutoff
+            .map_or(u64::MAX, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let min_sleep: u64 = 1_000;
+        let mut loader = EbpfLoader::new();
+        loader
+            .override_global(names::GLOBAL_MODE, &mode, true)
+            .override_global(names::GLOBAL_FILTER_TGID, &filter, true)
+            .override_global(names::GLOBAL_SELF_TGID, &self_tgid, true)
+            .override_global(names::GLOBAL_SKIP_KTHREADS, &skip_kthreads, true)
+            .override_global(names::GLOBAL_INTER_CUTOFF_NS, &cutoff, true)
+            .override_global(names::GLOBAL_MIN_SLEEP_NS, &min_sleep, true)
+            .override_global(names::GLOBAL_SWITCH_PREV_STATE_OFF, &prev_state.offset, true)
+            .override_global(names::GLOBAL_SWITCH_PREV_STATE_SIZE, &prev_state.size, true)
+            .override_global(names::GLOBAL_STATE_IDLE_BIT, &idle_bit, true)
+            .override_global(names::GLOBAL_WAKEUP_PID_OFF, &wakeup_pid.offset, true)
+            .override_global(names::GLOBAL_TASK_FLAGS_OFF, &flags_off, true)
+            .override_global(names::GLOBAL_TASK_MM_OFF, &mm_off, true)
+            .map_max_entries(names::MAP_TASKS, config.max_tasks)
+            .map_max_entries(names::MAP_GLOBAL_LATENCY, config.max_records)
+            .map_max_entries(names::MAP_STACKS, config.max_stacks);
+        let mut ebpf = loader
+            .load(EBPF_OBJECT)
+            .context("loading latprof's eBPF object")?;
+        for (prog, category, tracepoint) in names::PROGRAMS {
+            let program: &mut TracePoint = ebpf
+                .program_mut(prog)
+                .with_context(|| format!("eBPF object has no program {prog}"))?
+                .try_into()
+                .with_context(|| format!("{prog} is not a tracepoint program"))?;
+            program
+                .load()
+                .with_context(|| format!("verifier rejected {prog}"))?;
+            program
+                .attach(category, tracepoint)
+                .with_context(|| format!("attach {category}:{tracepoint}"))?;
+        }
+        Ok(Self { ebpf, config })
+    }
+
+    #[must_use]
+    pub fn config(&self) -> &ProbeConfig {
+        &self.config
+    }
+
+    #[must_use]
+    pub fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+}

@@ -1,0 +1,72 @@
+//! `latprof stats`: collect for a while, print /proc/latency_stats-compatible text.
+use std::{
+    io::Write as _,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use latprof_common::Counter;
+
+use crate::{
+    cli::{Cli, StatsArgs},
+    collect::Collector,
+    duration, export, model,
+    probe::{self, Probe},
+    symbols::Kallsyms,
+};
+
+/// Set by SIGINT and SIGTERM.
+pub fn stop_flag() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).context("install signal handler")?;
+    }
+    Ok(stop)
+}
+
+pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
+    probe::check_privileges()?;
+    if let Some(pid) = args.pid
+        && std::fs::metadata(format!("/proc/{pid}")).is_err()
+    {
+        bail!("no process with pid {pid}");
+    }
+    let stop = stop_flag()?;
+    let syms = Kallsyms::load()?;
+    let probe = Probe::attach(cli.probe_config(args.pid))?;
+    eprintln!(
+        "latprof: attached ({} mode); collecting for {}, Ctrl-C to stop early",
+        cli.mode.as_str(),
+        duration::format(args.duration)
+    );
+    let deadline = Instant::now() + args.duration;
+    while !stop.load(Ordering::Relaxed) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+    let snap = Collector::new().snapshot(&probe)?;
+    drop(probe);
+    let causes = model::global_causes(&snap, &syms, usize::from(cli.stack_depth));
+    let mut out = std::io::stdout().lock();
+    out.write_all(export::text::latency_stats(&causes).as_bytes())
+        .and_then(|()| out.flush())
+        .context("writing to stdout")?;
+    let c = &snap.counters;
+    eprintln!(
+        "latprof: {} sleeps counted ({} interruptible over the cutoff and {} under 1us not counted)",
+        c.get(Counter::Counted),
+        c.get(Counter::SkippedCutoff),
+        c.get(Counter::SkippedZero),
+    );
+    for loss in c.losses() {
+        eprintln!("latprof: warning: {loss}");
+    }
+    Ok(())
+}

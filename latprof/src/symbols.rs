@@ -1,0 +1,148 @@
+//! Kernel symbolization from /proc/kallsyms, and latencytop's rule for which frames name a
+//! cause.
+use std::ops::Range;
+
+use anyhow::{Context as _, Result, bail};
+
+/// Kernel symbols sorted by address.
+#[derive(Clone, Debug, Default)]
+pub struct Kallsyms {
+    /// (address, name as the kernel's `%ps` prints it: `sym` or `sym [module]`).
+    syms: Vec<(u64, String)>,
+    /// Scheduler text (`__sched` functions: schedule, io_schedule, do_nanosleep, ...).
+    sched_text: Range<u64>,
+    /// Lock text (spin_lock and friends), which the kernel's stack saving skips as well.
+    lock_text: Range<u64>,
+}
+
+impl Kallsyms {
+    pub fn load() -> Result<Self> {
+        let text = std::fs::read_to_string("/proc/kallsyms").context("reading /proc/kallsyms")?;
+        let syms = Self::parse(&text)?;
+        if syms.syms.iter().all(|(addr, _)| *addr == 0) {
+            bail!("/proc/kallsyms shows no addresses: latprof needs root (or CAP_SYSLOG) to name kernel frames");
+        }
+        Ok(syms)
+    }
+
+    pub fn parse(text: &str) -> Result<Self> {
+        let mut syms = Vec::new();
+        let mut marks = [0u64; 4];
+        for line in text.lines() {
+            let mut parts = line.split_whitespace();
+            let (Some(addr), Some(kind), Some(name)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let Ok(addr) = u64::from_str_radix(addr, 16) else { continue };
+            let names = ["__sched_text_start", "__sched_text_end", "__lock_text_start", "__lock_text_end"];
+            if let Some(i) = names.iter().position(|n| *n == name) {
+                marks[i] = addr;
+            }
+            // Data symbols never appear in backtraces.
+            if !matches!(kind, "t" | "T" | "w" | "W") {
+                continue;
+            }
+            let name = match parts.next() {
+                Some(module) => format!("{name} {module}"),
+                None => name.to_owned(),
+            };
+            syms.push((addr, name));
+        }
+        if syms.is_empty() {
+            bail!("/proc/kallsyms has no text symbols");
+        }
+        syms.sort_by_key(|(addr, _)| *addr);
+        Ok(Self {
+            syms,
+            sched_text: marks[0]..marks[1],
+            lock_text: marks[2]..marks[3],
+        })
+    }
+
+    /// The function containing `addr`.
+    #[must_use]
+    pub fn name(&self, addr: u64) -> Option<&str> {
+        let i = self.syms.partition_point(|(a, _)| *a <= addr);
+        i.checked_sub(1).map(|i| self.syms[i].1.as_str())
+    }
+
+    fn skipped(&self, addr: u64) -> bool {
+        self.sched_text.contains(&addr) || self.lock_text.contains(&addr)
+    }
+
+    /// The frames that name a cause, as latencytop takes them: the tracing and BPF frames above
+    /// the scheduler are dropped, then every frame in scheduler or lock text, so the first frame
+    /// is the function that chose to sleep. At most `depth` frames.
+    #[must_use]
+    pub fn cause_frames(&self, raw: &[u64], depth: usize) -> Vec<String> {
+        let first_sched = raw.iter().position(|&a| self.skipped(a)).unwrap_or(0);
+        raw[first_sched..]
+            .iter()
+            .filter(|&&a| a != 0 && !self.skipped(a))
+            .take(depth)
+            .map(|&a| self.name(a).map_or_else(|| format!("0x{a:x}"), str::to_owned))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KALLSYMS: &str = "\
+ffffffff81000000 T _stext
+ffffffff81100000 T bpf_trace_run4
+ffffffff81100100 t __traceiter_sched_switch
+ffffffff81200000 T hrtimer_nanosleep
+ffffffff81200200 T common_nsleep
+ffffffff81200400 T __x64_sys_clock_nanosleep
+ffffffff81300000 T do_syscall_64
+ffffffff81400000 T __sched_text_start
+ffffffff81400010 t __schedule
+ffffffff81400400 T schedule
+ffffffff81400800 T do_nanosleep
+ffffffff81401000 T __sched_text_end
+ffffffff81401000 T __lock_text_start
+ffffffff81401010 T _raw_spin_lock_irqsave
+ffffffff81402000 T __lock_text_end
+ffffffff81500000 D some_data
+ffffffffc0000000 t ext4_sync_file\t[ext4]
+";
+
+    #[test]
+    fn names_addresses_inside_functions() {
+        let k = Kallsyms::parse(KALLSYMS).unwrap();
+        assert_eq!(k.name(0xffff_ffff_8120_0010), Some("hrtimer_nanosleep"));
+        assert_eq!(k.name(0xffff_ffff_8120_0200), Some("common_nsleep"));
+        assert_eq!(k.name(0xffff_ffff_c000_0042), Some("ext4_sync_file [ext4]"));
+        assert_eq!(k.name(0x10), None);
+        // Data symbols are not functions: an address after some_data is still in the last text.
+        assert_eq!(k.name(0xffff_ffff_8150_0010), Some("__lock_text_end"));
+    }
+
+    #[test]
+    fn cause_frames_start_where_the_task_chose_to_sleep() {
+        let k = Kallsyms::parse(KALLSYMS).unwrap();
+        let raw = [
+            0xffff_ffff_8110_0010, // bpf_trace_run4 (tracing)
+            0xffff_ffff_8110_0110, // __traceiter_sched_switch (tracing)
+            0xffff_ffff_8140_0020, // __schedule
+            0xffff_ffff_8140_0410, // schedule
+            0xffff_ffff_8140_0810, // do_nanosleep
+            0xffff_ffff_8120_0010, // hrtimer_nanosleep
+            0xffff_ffff_8140_1020, // _raw_spin_lock_irqsave (lock text, skipped)
+            0xffff_ffff_8120_0210, // common_nsleep
+            0xffff_ffff_8120_0410, // __x64_sys_clock_nanosleep
+            0xffff_ffff_8130_0010, // do_syscall_64
+        ];
+        assert_eq!(
+            k.cause_frames(&raw, 12),
+            ["hrtimer_nanosleep", "common_nsleep", "__x64_sys_clock_nanosleep", "do_syscall_64"]
+        );
+        assert_eq!(k.cause_frames(&raw, 2), ["hrtimer_nanosleep", "common_nsleep"]);
+        // Without any scheduler frame nothing is dropped from the top.
+        assert_eq!(k.cause_frames(&raw[5..6], 12), ["hrtimer_nanosleep"]);
+        assert!(k.cause_frames(&[], 12).is_empty());
+    }
+}

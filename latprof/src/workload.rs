@@ -1,0 +1,121 @@
+//! Deterministic workloads that latprof's tests and benchmarks spawn (`latprof workload ...`).
+use std::{
+    fs::OpenOptions,
+    io::{Read as _, Write as _},
+    os::fd::{FromRawFd as _, OwnedFd},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::cli::{Workload, WorkloadArgs};
+
+pub fn run(args: &WorkloadArgs) -> Result<()> {
+    if args.wait {
+        // Block until the caller is ready (a line or end of file).
+        let mut byte = [0u8; 1];
+        let _ = std::io::stdin().read(&mut byte);
+    }
+    match &args.kind {
+        Workload::Sleep {
+            count,
+            interval,
+            print_proc_latency,
+        } => {
+            for _ in 0..*count {
+                nanosleep(*interval);
+            }
+            if *print_proc_latency {
+                let text = std::fs::read_to_string("/proc/self/latency")
+                    .context("reading /proc/self/latency (kernel without CONFIG_LATENCYTOP?)")?;
+                print!("{text}");
+            }
+            Ok(())
+        }
+        Workload::Fsync { count, dir } => {
+            let path = dir.join(format!("latprof-fsync-{}", std::process::id()));
+            let mut file = OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("create {}", path.display()))?;
+            let block = [0x5a_u8; 4096];
+            let result = (|| -> Result<()> {
+                for _ in 0..*count {
+                    file.write_all(&block)?;
+                    file.sync_all()?;
+                }
+                Ok(())
+            })();
+            let _ = std::fs::remove_file(&path);
+            result
+        }
+        Workload::Pingpong { count, processes } => pingpong(*count, *processes),
+    }
+}
+
+fn nanosleep(d: Duration) {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(d.subsec_nanos()),
+    };
+    // SAFETY: valid timespec; an interrupted sleep simply ends early.
+    unsafe { libc::nanosleep(&raw const ts, std::ptr::null_mut()) };
+}
+
+fn pipe() -> Result<(std::fs::File, std::fs::File)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("pipe");
+    }
+    // SAFETY: both fds were just created and are owned here.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok((r.into(), w.into()))
+}
+
+/// One side: `first` writes then reads; the other reads then writes.
+fn bounce(count: u32, mut rx: std::fs::File, mut tx: std::fs::File, first: bool) -> Result<()> {
+    let mut byte = [0u8; 1];
+    for _ in 0..count {
+        if first {
+            tx.write_all(&byte)?;
+            rx.read_exact(&mut byte)?;
+        } else {
+            rx.read_exact(&mut byte)?;
+            tx.write_all(&byte)?;
+        }
+    }
+    Ok(())
+}
+
+fn pingpong(count: u32, processes: bool) -> Result<()> {
+    let (a_rx, b_tx) = pipe()?;
+    let (b_rx, a_tx) = pipe()?;
+    if processes {
+        // SAFETY: single-threaded here; the child only does pipe I/O and _exit.
+        match unsafe { libc::fork() } {
+            -1 => return Err(std::io::Error::last_os_error()).context("fork"),
+            0 => {
+                let code = i32::from(bounce(count, b_rx, b_tx, false).is_err());
+                // SAFETY: leave the child without running the parent's destructors.
+                unsafe { libc::_exit(code) };
+            }
+            child => {
+                bounce(count, a_rx, a_tx, true)?;
+                let mut status = 0;
+                // SAFETY: waiting for our own child.
+                unsafe { libc::waitpid(child, &raw mut status, 0) };
+                if status != 0 {
+                    bail!("ping-pong child failed: status {status}");
+                }
+                Ok(())
+            }
+        }
+    } else {
+        let other = std::thread::spawn(move || bounce(count, b_rx, b_tx, false));
+        bounce(count, a_rx, a_tx, true)?;
+        other.join().map_err(|_| anyhow::anyhow!("ping-pong thread panicked"))?
+    }
+}
