@@ -29,6 +29,45 @@ pub const SLEEP_UNINTERRUPTIBLE: u32 = 2;
 /// those out of the global table; so does latprof.
 pub const TASK_FLAG_KTHREAD: u32 = 1;
 
+/// What happens to a finished sleep. One definition for the eBPF programs and the tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SleepVerdict {
+    Count,
+    /// Shorter than the minimum (latencytop drops zero-microsecond sleeps).
+    TooShort,
+    /// An interruptible sleep longer than the cutoff (usually a wait the program asked for).
+    OverCutoff,
+}
+
+/// latencytop's filter: drop sleeps under `min_ns`, and interruptible sleeps over `cutoff_ns`.
+#[inline(always)]
+#[must_use]
+pub fn sleep_verdict(kind: u32, delta_ns: u64, min_ns: u64, cutoff_ns: u64) -> SleepVerdict {
+    if delta_ns < min_ns {
+        SleepVerdict::TooShort
+    } else if kind == SLEEP_INTERRUPTIBLE && delta_ns > cutoff_ns {
+        SleepVerdict::OverCutoff
+    } else {
+        SleepVerdict::Count
+    }
+}
+
+/// The kind of sleep a sched_switch `prev_state` starts: S, D (or I, the idle state, which the
+/// kernel accounts like D), or none (still runnable, preempted, stopped, dead).
+#[inline(always)]
+#[must_use]
+pub fn sleep_kind(prev_state: u64, idle_bit: u64) -> u32 {
+    const TASK_INTERRUPTIBLE: u64 = 0x1;
+    const TASK_UNINTERRUPTIBLE: u64 = 0x2;
+    if prev_state & TASK_INTERRUPTIBLE != 0 {
+        SLEEP_INTERRUPTIBLE
+    } else if prev_state & (TASK_UNINTERRUPTIBLE | idle_bit) != 0 {
+        SLEEP_UNINTERRUPTIBLE
+    } else {
+        SLEEP_NONE
+    }
+}
+
 /// One cause: a backtrace with count, total and maximum.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -110,4 +149,38 @@ mod pod {
     unsafe impl aya::Pod for super::LatencyRecord {}
     unsafe impl aya::Pod for super::GlobalRecord {}
     unsafe impl aya::Pod for super::TaskState {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn filter_is_latencytops() {
+        let v = |kind, delta| sleep_verdict(kind, delta, 1_000, 5 * MS);
+        assert_eq!(v(SLEEP_INTERRUPTIBLE, 2 * MS), SleepVerdict::Count);
+        assert_eq!(v(SLEEP_INTERRUPTIBLE, 5 * MS), SleepVerdict::Count);
+        assert_eq!(v(SLEEP_INTERRUPTIBLE, 5 * MS + 1), SleepVerdict::OverCutoff);
+        // Uninterruptible sleeps have no cutoff.
+        assert_eq!(v(SLEEP_UNINTERRUPTIBLE, 900 * MS), SleepVerdict::Count);
+        assert_eq!(v(SLEEP_UNINTERRUPTIBLE, 999), SleepVerdict::TooShort);
+        assert_eq!(v(SLEEP_INTERRUPTIBLE, 0), SleepVerdict::TooShort);
+        // --all-sleeps passes u64::MAX as the cutoff.
+        assert_eq!(sleep_verdict(SLEEP_INTERRUPTIBLE, 60_000 * MS, 1_000, u64::MAX), SleepVerdict::Count);
+    }
+
+    #[test]
+    fn states_map_like_the_kernel() {
+        assert_eq!(sleep_kind(0x1, 0x80), SLEEP_INTERRUPTIBLE);
+        assert_eq!(sleep_kind(0x2, 0x80), SLEEP_UNINTERRUPTIBLE);
+        assert_eq!(sleep_kind(0x80, 0x80), SLEEP_UNINTERRUPTIBLE);
+        // Runnable, preempted ("R+", TASK_REPORT_MAX), stopped, traced, dead, zombie, parked.
+        for state in [0x0, 0x100, 0x4, 0x8, 0x10, 0x20, 0x40] {
+            assert_eq!(sleep_kind(state, 0x80), SLEEP_NONE, "state {state:#x}");
+        }
+        // A kernel without an idle state bit.
+        assert_eq!(sleep_kind(0x80, 0), SLEEP_NONE);
+    }
 }

@@ -30,8 +30,8 @@ use aya_ebpf::{
 };
 use latprof_common::{
     COUNTER_COUNT, Counter, GlobalRecord, LatencyRecord, MODE_LAZY, MODE_NORMAL, NO_STACK,
-    SLEEP_INTERRUPTIBLE, SLEEP_NONE, SLEEP_UNINTERRUPTIBLE, TASK_FLAG_KTHREAD, TASK_RECORDS,
-    TaskState,
+    SLEEP_NONE, SleepVerdict, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState, sleep_kind,
+    sleep_verdict,
 };
 
 // ---- settings, written at load time ----
@@ -70,8 +70,6 @@ static TASK_FLAGS_OFF: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static TASK_MM_OFF: Global<u32> = Global::new(0);
 
-const TASK_INTERRUPTIBLE: u64 = 0x1;
-const TASK_UNINTERRUPTIBLE: u64 = 0x2;
 const PF_EXITING: u32 = 0x4;
 
 // ---- maps ----
@@ -107,25 +105,18 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
     try_sched_switch(&ctx).unwrap_or(1)
 }
 
-fn sleep_kind(ctx: &TracePointContext) -> Result<u32, i32> {
+fn prev_state(ctx: &TracePointContext) -> Result<u64, i32> {
     let off = SWITCH_PREV_STATE_OFF.load() as usize;
     // SAFETY: offset and size come from this kernel's tracefs format file.
-    let state: u64 = if SWITCH_PREV_STATE_SIZE.load() == 8 {
+    Ok(if SWITCH_PREV_STATE_SIZE.load() == 8 {
         unsafe { ctx.read_at::<u64>(off)? }
     } else {
         u64::from(unsafe { ctx.read_at::<u32>(off)? })
-    };
-    Ok(if state & TASK_INTERRUPTIBLE != 0 {
-        SLEEP_INTERRUPTIBLE
-    } else if state & (TASK_UNINTERRUPTIBLE | STATE_IDLE_BIT.load()) != 0 {
-        SLEEP_UNINTERRUPTIBLE
-    } else {
-        SLEEP_NONE
     })
 }
 
 fn try_sched_switch(ctx: &TracePointContext) -> Result<u32, i32> {
-    let kind = sleep_kind(ctx)?;
+    let kind = sleep_kind(prev_state(ctx)?, STATE_IDLE_BIT.load());
     if kind == SLEEP_NONE {
         return Ok(0);
     }
@@ -216,16 +207,14 @@ fn try_sched_wakeup(ctx: &TracePointContext) -> Result<u32, i32> {
     count(Counter::Wakeups);
     let now = unsafe { bpf_ktime_get_ns() };
     let delta = now.saturating_sub(entry.sleep_start_ns);
-    if delta < MIN_SLEEP_NS.load() {
-        count(Counter::SkippedZero);
-        return Ok(0);
+    match sleep_verdict(kind, delta, MIN_SLEEP_NS.load(), INTER_CUTOFF_NS.load()) {
+        SleepVerdict::TooShort => count(Counter::SkippedZero),
+        SleepVerdict::OverCutoff => count(Counter::SkippedCutoff),
+        SleepVerdict::Count => {
+            account(entry, delta);
+            count(Counter::Counted);
+        }
     }
-    if kind == SLEEP_INTERRUPTIBLE && delta > INTER_CUTOFF_NS.load() {
-        count(Counter::SkippedCutoff);
-        return Ok(0);
-    }
-    account(entry, delta);
-    count(Counter::Counted);
     Ok(0)
 }
 

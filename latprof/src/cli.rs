@@ -70,6 +70,9 @@ pub struct WorkloadArgs {
     /// Wait for a line (or end of file) on stdin before starting.
     #[arg(long)]
     pub wait: bool,
+    /// After the work, stay alive until end of file on stdin.
+    #[arg(long)]
+    pub hold: bool,
     #[command(subcommand)]
     pub kind: Workload,
 }

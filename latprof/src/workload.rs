@@ -16,6 +16,16 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
         let mut byte = [0u8; 1];
         let _ = std::io::stdin().read(&mut byte);
     }
+    let finish = || {
+        if args.hold {
+            // Tells the caller every sleep of the work has ended (and so has been accounted),
+            // then stays alive, threads included, until stdin closes.
+            println!("done");
+            let _ = std::io::stdout().flush();
+            let mut rest = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut rest);
+        }
+    };
     match &args.kind {
         Workload::Sleep {
             count,
@@ -30,6 +40,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
                     .context("reading /proc/self/latency (kernel without CONFIG_LATENCYTOP?)")?;
                 print!("{text}");
             }
+            finish();
             Ok(())
         }
         Workload::Fsync { count, dir } => {
@@ -49,9 +60,10 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
                 Ok(())
             })();
             let _ = std::fs::remove_file(&path);
+            finish();
             result
         }
-        Workload::Pingpong { count, processes } => pingpong(*count, *processes),
+        Workload::Pingpong { count, processes } => pingpong(*count, *processes, finish),
     }
 }
 
@@ -75,8 +87,9 @@ fn pipe() -> Result<(std::fs::File, std::fs::File)> {
     Ok((r.into(), w.into()))
 }
 
-/// One side: `first` writes then reads; the other reads then writes.
-fn bounce(count: u32, mut rx: std::fs::File, mut tx: std::fs::File, first: bool) -> Result<()> {
+/// One side: `first` writes then reads; the other reads then writes, and afterwards waits for
+/// the first side to close its end (so both stay alive until the caller lets go).
+fn bounce(count: u32, rx: &mut std::fs::File, tx: &mut std::fs::File, first: bool) -> Result<()> {
     let mut byte = [0u8; 1];
     for _ in 0..count {
         if first {
@@ -87,26 +100,35 @@ fn bounce(count: u32, mut rx: std::fs::File, mut tx: std::fs::File, first: bool)
             tx.write_all(&byte)?;
         }
     }
+    if !first {
+        let mut rest = Vec::new();
+        rx.read_to_end(&mut rest)?;
+    }
     Ok(())
 }
 
-fn pingpong(count: u32, processes: bool) -> Result<()> {
-    let (a_rx, b_tx) = pipe()?;
-    let (b_rx, a_tx) = pipe()?;
+fn pingpong(count: u32, processes: bool, finish: impl FnOnce()) -> Result<()> {
+    let (mut a_rx, mut b_tx) = pipe()?;
+    let (mut b_rx, mut a_tx) = pipe()?;
     if processes {
         // SAFETY: single-threaded here; the child only does pipe I/O and _exit.
         match unsafe { libc::fork() } {
-            -1 => return Err(std::io::Error::last_os_error()).context("fork"),
+            -1 => Err(std::io::Error::last_os_error()).context("fork"),
             0 => {
-                let code = i32::from(bounce(count, b_rx, b_tx, false).is_err());
+                drop((a_rx, a_tx));
+                let code = i32::from(bounce(count, &mut b_rx, &mut b_tx, false).is_err());
                 // SAFETY: leave the child without running the parent's destructors.
                 unsafe { libc::_exit(code) };
             }
             child => {
-                bounce(count, a_rx, a_tx, true)?;
+                drop((b_rx, b_tx));
+                let result = bounce(count, &mut a_rx, &mut a_tx, true);
+                finish();
+                drop(a_tx);
                 let mut status = 0;
                 // SAFETY: waiting for our own child.
                 unsafe { libc::waitpid(child, &raw mut status, 0) };
+                result?;
                 if status != 0 {
                     bail!("ping-pong child failed: status {status}");
                 }
@@ -114,8 +136,11 @@ fn pingpong(count: u32, processes: bool) -> Result<()> {
             }
         }
     } else {
-        let other = std::thread::spawn(move || bounce(count, b_rx, b_tx, false));
-        bounce(count, a_rx, a_tx, true)?;
-        other.join().map_err(|_| anyhow::anyhow!("ping-pong thread panicked"))?
+        let other = std::thread::spawn(move || bounce(count, &mut b_rx, &mut b_tx, false));
+        let result = bounce(count, &mut a_rx, &mut a_tx, true);
+        finish();
+        drop(a_tx);
+        let other = other.join().map_err(|_| anyhow::anyhow!("ping-pong thread panicked"))?;
+        result.and(other)
     }
 }

@@ -1,0 +1,390 @@
+//! Privileged tests: they load latprof's real eBPF object into the running kernel, run a
+//! workload they spawn themselves, and check what the kernel side counted for it.
+//!
+//! They need root (or CAP_BPF + CAP_PERFMON), so they are `#[ignore]`d for a plain
+//! `cargo test`; `cargo xtask test` (and CI, as root) runs them with `--include-ignored`.
+//! Without privileges they fail, never pass silently.
+use std::{
+    collections::HashSet,
+    io::{BufRead as _, BufReader, Write as _},
+    process::{Child, Command, Stdio},
+    sync::{Mutex, MutexGuard},
+    time::{Duration, Instant},
+};
+
+use latprof::{
+    collect::{Collector, Snapshot},
+    model::{self, Cause},
+    probe::{Mode, Probe, ProbeConfig, names},
+    symbols::Kallsyms,
+};
+use latprof_common::Counter;
+
+const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
+const MS: u64 = 1_000_000;
+
+/// One test at a time owns the kernel side, so program-id checks see only their own programs.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let guard = LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    latprof::probe::check_privileges()
+        .expect("privileged tests need root or CAP_BPF+CAP_PERFMON: run `cargo xtask test`");
+    guard
+}
+
+/// A workload that waits for `go` and, after its work, stays alive until `release`.
+struct Workload {
+    child: Child,
+}
+
+impl Workload {
+    fn spawn(args: &[&str]) -> Self {
+        let child = Command::new(LATPROF)
+            .args(["workload", "--wait", "--hold"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn workload");
+        Self { child }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn go(&mut self) {
+        let stdin = self.child.stdin.as_mut().expect("workload stdin");
+        stdin.write_all(b"go\n").expect("start workload");
+        stdin.flush().expect("start workload");
+    }
+
+    /// Blocks until the workload finished its work: every sleep of it has been accounted.
+    fn wait_done(&mut self) {
+        let mut line = String::new();
+        BufReader::new(self.child.stdout.as_mut().expect("workload stdout"))
+            .read_line(&mut line)
+            .expect("read workload stdout");
+        assert_eq!(line, "done\n", "workload did not finish its work");
+    }
+
+    /// Lets the workload exit and checks that it succeeded.
+    fn release(mut self) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().expect("wait for workload");
+        assert!(status.success(), "workload failed: {status}");
+    }
+}
+
+fn attach(mode: Mode, pid: Option<u32>) -> Probe {
+    Probe::attach(ProbeConfig {
+        mode,
+        pid,
+        ..ProbeConfig::default()
+    })
+    .expect("attach latprof")
+}
+
+fn frames_with<'a>(causes: &'a [Cause], needle: &str) -> Vec<&'a Cause> {
+    causes
+        .iter()
+        .filter(|c| c.frames.iter().any(|f| f.contains(needle)))
+        .collect()
+}
+
+/// Runs 200 x nanosleep(2 ms) in a child and returns the nanosleep cause seen while the child
+/// lives (global and per-process view) and after it exited (global view).
+fn nanosleep_causes(mode: Mode) -> (Cause, Cause, Cause, Snapshot) {
+    let syms = Kallsyms::load().expect("kallsyms");
+    let mut work = Workload::spawn(&["sleep", "--count", "200", "--interval", "2ms"]);
+    // Every sleep counts: a delayed wakeup on this shared machine must not drop one of the 200.
+    let probe = Probe::attach(ProbeConfig {
+        mode,
+        pid: Some(work.pid()),
+        inter_cutoff: None,
+        ..ProbeConfig::default()
+    })
+    .expect("attach latprof");
+    work.go();
+    work.wait_done();
+    let pid = work.pid();
+    let live = Collector::new().snapshot(&probe).expect("snapshot");
+    let live_global = model::global_causes(&live, &syms, 12);
+    let live_process = model::process_causes(&live, pid, &syms, 12);
+    work.release();
+    // The exit tracepoint runs before the parent's wait() returns.
+    let after = Collector::new().snapshot(&probe).expect("snapshot");
+    assert!(after.tasks.iter().all(|t| t.tgid != pid), "exited task still tracked");
+    let after_global = model::global_causes(&after, &syms, 12);
+    let one = |causes: &[Cause], what: &str| -> Cause {
+        let found = frames_with(causes, "nanosleep");
+        assert_eq!(found.len(), 1, "{what}: one nanosleep cause expected in {causes:#?}");
+        found[0].clone()
+    };
+    (
+        one(&live_global, "global while alive"),
+        one(&live_process, "process while alive"),
+        one(&after_global, "global after exit"),
+        after,
+    )
+}
+
+fn check_nanosleep(cause: &Cause) {
+    assert_eq!(cause.count, 200, "{cause:?}");
+    assert_eq!(cause.frames[0], "hrtimer_nanosleep", "{cause:?}");
+    assert!(
+        (400 * MS..=600 * MS).contains(&cause.total_ns),
+        "total {} ns not within 200 x 2..3 ms",
+        cause.total_ns
+    );
+    assert!(cause.max_ns < 10 * MS, "max {} ns", cause.max_ns);
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn lazy_counts_nanosleep_while_alive_and_after_exit() {
+    let _guard = serial();
+    let (live_global, live_process, after, snap) = nanosleep_causes(Mode::Lazy);
+    check_nanosleep(&live_global);
+    check_nanosleep(&live_process);
+    check_nanosleep(&after);
+    assert_eq!(live_global, after, "lazy merge at exit changed the numbers");
+    assert!(snap.counters.get(Counter::ExitMerges) >= 1, "no exit merge counted");
+    assert!(snap.counters.losses().is_empty(), "{:?}", snap.counters.losses());
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn normal_and_lazy_agree() {
+    let _guard = serial();
+    let (normal_live, normal_process, normal_after, snap) = nanosleep_causes(Mode::Normal);
+    check_nanosleep(&normal_live);
+    check_nanosleep(&normal_process);
+    check_nanosleep(&normal_after);
+    assert_eq!(snap.counters.get(Counter::ExitMerges), 0, "normal mode merged at exit");
+    let (lazy_live, lazy_process, lazy_after, _) = nanosleep_causes(Mode::Lazy);
+    check_nanosleep(&lazy_live);
+    check_nanosleep(&lazy_process);
+    check_nanosleep(&lazy_after);
+    assert_eq!(normal_live.count, lazy_live.count);
+    assert_eq!(normal_after.count, lazy_after.count);
+    assert_eq!(normal_after.frames, lazy_after.frames);
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn fsync_shows_as_uninterruptible_writeback() {
+    let _guard = serial();
+    let syms = Kallsyms::load().expect("kallsyms");
+    // A directory on a real disk (not tmpfs): the target directory of this build.
+    let dir = std::env::var("LATPROF_FSYNC_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned());
+    let mut work = Workload::spawn(&["fsync", "--count", "40", "--dir", &dir]);
+    let probe = attach(Mode::Lazy, Some(work.pid()));
+    work.go();
+    work.wait_done();
+    let pid = work.pid();
+    let snap = Collector::new().snapshot(&probe).expect("snapshot");
+    work.release();
+    let causes = model::process_causes(&snap, pid, &syms, 12);
+    let fsync = frames_with(&causes, "fsync");
+    let count: u64 = fsync.iter().map(|c| c.count).sum();
+    assert!(count >= 40, "fsync causes {fsync:#?} in {causes:#?}");
+    // fsync waits are uninterruptible: no cutoff applies, so a long one still counts.
+    assert!(fsync.iter().all(|c| c.frames.iter().any(|f| f.contains("fsync"))));
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn pipe_pingpong_counts_both_sides() {
+    let _guard = serial();
+    let syms = Kallsyms::load().expect("kallsyms");
+    let mut work = Workload::spawn(&["pingpong", "--count", "2000"]);
+    let probe = attach(Mode::Lazy, Some(work.pid()));
+    work.go();
+    work.wait_done();
+    let pid = work.pid();
+    let pipe_counts = |s: &Snapshot| -> Vec<(u32, u64)> {
+        s.tasks
+            .iter()
+            .filter(|t| t.tgid == pid)
+            .map(|t| {
+                let count = t
+                    .records
+                    .iter()
+                    .filter(|r| {
+                        s.stacks
+                            .get(&r.stack_id)
+                            // anon_pipe_read since 6.16, pipe_read before.
+                            .is_some_and(|raw| syms.cause_frames(raw, 12).first().is_some_and(|f| f.ends_with("pipe_read")))
+                    })
+                    .map(|r| r.count)
+                    .sum();
+                (t.tid, count)
+            })
+            .collect()
+    };
+    let snap = Collector::new().snapshot(&probe).expect("snapshot");
+    work.release();
+    let counts = pipe_counts(&snap);
+    let sides: Vec<_> = counts.iter().filter(|(_, n)| *n > 0).collect();
+    assert_eq!(sides.len(), 2, "pipe_read counts per thread: {counts:?}");
+    // Each side sleeps at most once per round trip (plus the helper's final wait for the end).
+    assert!(sides.iter().all(|(_, n)| *n <= 2001), "{counts:?}");
+    let global = model::global_causes(&snap, &syms, 12);
+    let pipe = frames_with(&global, "pipe_read");
+    assert_eq!(pipe.len(), 1, "{global:#?}");
+    assert_eq!(pipe[0].count, sides.iter().map(|(_, n)| n).sum::<u64>());
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn inter_cutoff_and_all_sleeps() {
+    let _guard = serial();
+    let syms = Kallsyms::load().expect("kallsyms");
+    for (cutoff, expected) in [(Some(Duration::from_millis(5)), 0), (None, 20)] {
+        let mut work = Workload::spawn(&["sleep", "--count", "20", "--interval", "12ms"]);
+        let probe = Probe::attach(ProbeConfig {
+            pid: Some(work.pid()),
+            inter_cutoff: cutoff,
+            ..ProbeConfig::default()
+        })
+        .expect("attach");
+        work.go();
+        work.wait_done();
+        let snap = Collector::new().snapshot(&probe).expect("snapshot");
+        work.release();
+        let causes = model::global_causes(&snap, &syms, 12);
+        let count = frames_with(&causes, "nanosleep").iter().map(|c| c.count).sum::<u64>();
+        assert_eq!(count, expected, "cutoff {cutoff:?}: {causes:#?}");
+        if cutoff.is_some() {
+            assert!(snap.counters.get(Counter::SkippedCutoff) >= 20);
+        }
+    }
+}
+
+/// Ids of loaded programs that carry latprof's program names.
+fn latprof_program_ids() -> HashSet<u32> {
+    let ours: Vec<&str> = names::PROGRAMS.iter().map(|(p, _, _)| *p).collect();
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| {
+            // The kernel keeps 15 characters of a program name.
+            p.name_as_str().is_some_and(|n| !n.is_empty() && ours.iter().any(|o| o.starts_with(n)))
+        })
+        .map(|p| p.id())
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn dropping_the_probe_unloads_everything() {
+    let _guard = serial();
+    let before = latprof_program_ids();
+    let probe = attach(Mode::Lazy, None);
+    let during: HashSet<u32> = latprof_program_ids().difference(&before).copied().collect();
+    assert_eq!(during.len(), names::PROGRAMS.len(), "attached programs: {during:?}");
+    drop(probe);
+    let left: Vec<_> = latprof_program_ids().intersection(&during).copied().collect();
+    assert!(left.is_empty(), "programs still loaded after drop: {left:?}");
+}
+
+/// Runs `latprof stats` as a user would, stops it with `signal`, and checks its output and that
+/// none of its programs stay loaded.
+fn stats_cli_stops_cleanly_on(signal: i32) {
+    let _guard = serial();
+    let mut work = Workload::spawn(&["sleep", "--count", "50", "--interval", "2ms"]);
+    let before = latprof_program_ids();
+    let mut stats = Command::new(LATPROF)
+        .args(["stats", "--all-sleeps", "--duration", "60s", "--pid", &work.pid().to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn latprof stats");
+    let mut stderr = BufReader::new(stats.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("read stderr");
+    assert!(line.contains("attached"), "first stderr line: {line}");
+    let during: HashSet<u32> = latprof_program_ids().difference(&before).copied().collect();
+    assert_eq!(during.len(), names::PROGRAMS.len(), "programs of latprof stats: {during:?}");
+    work.go();
+    work.release();
+    let pid = i32::try_from(stats.id()).expect("pid");
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    let out = stats.wait_with_output().expect("wait for latprof stats");
+    assert!(out.status.success(), "latprof stats exit: {}", out.status);
+    let text = String::from_utf8(out.stdout).expect("utf-8 output");
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("Latency Top version : v0.1"));
+    let nanosleep: Vec<&str> = text.lines().filter(|l| l.contains(" hrtimer_nanosleep ")).collect();
+    assert_eq!(nanosleep.len(), 1, "{text}");
+    let fields: Vec<&str> = nanosleep[0].split(' ').collect();
+    assert_eq!(fields[0], "50", "{text}");
+    let total_us: u64 = fields[1].parse().expect("total");
+    assert!((100_000..=150_000).contains(&total_us), "{text}");
+    let left: Vec<_> = latprof_program_ids().intersection(&during).copied().collect();
+    assert!(left.is_empty(), "programs still loaded after latprof exited: {left:?}");
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn stats_cli_sigint() {
+    stats_cli_stops_cleanly_on(libc::SIGINT);
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn stats_cli_sigterm() {
+    stats_cli_stops_cleanly_on(libc::SIGTERM);
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn stats_cli_kill9_leaves_nothing_loaded() {
+    let _guard = serial();
+    let before = latprof_program_ids();
+    let mut stats = Command::new(LATPROF)
+        .args(["stats", "--duration", "60s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn latprof stats");
+    let mut line = String::new();
+    BufReader::new(stats.stderr.take().expect("stderr"))
+        .read_line(&mut line)
+        .expect("read stderr");
+    assert!(line.contains("attached"), "{line}");
+    let during: HashSet<u32> = latprof_program_ids().difference(&before).copied().collect();
+    assert_eq!(during.len(), names::PROGRAMS.len());
+    stats.kill().expect("kill -9");
+    stats.wait().expect("wait");
+    // The kernel frees programs once their last file descriptor is gone; that can lag a little.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<_> = latprof_program_ids().intersection(&during).copied().collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "programs left after kill -9: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn unprivileged_run_says_what_is_missing() {
+    let _guard = serial();
+    use std::os::unix::process::CommandExt as _;
+    let out = Command::new(LATPROF)
+        .args(["stats", "--duration", "1s"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run latprof as nobody");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line expected: {stderr}");
+    assert!(stderr.contains("root") && stderr.contains("CAP_BPF"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
