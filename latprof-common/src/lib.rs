@@ -168,7 +168,10 @@ mod tests {
         assert_eq!(v(SLEEP_UNINTERRUPTIBLE, 999), SleepVerdict::TooShort);
         assert_eq!(v(SLEEP_INTERRUPTIBLE, 0), SleepVerdict::TooShort);
         // --all-sleeps passes u64::MAX as the cutoff.
-        assert_eq!(sleep_verdict(SLEEP_INTERRUPTIBLE, 60_000 * MS, 1_000, u64::MAX), SleepVerdict::Count);
+        assert_eq!(
+            sleep_verdict(SLEEP_INTERRUPTIBLE, 60_000 * MS, 1_000, u64::MAX),
+            SleepVerdict::Count
+        );
     }
 
     #[test]

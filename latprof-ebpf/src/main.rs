@@ -176,7 +176,10 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
         (*template).flags = if mm == 0 { TASK_FLAG_KTHREAD } else { 0 };
         (*template).comm = bpf_get_current_comm().unwrap_or([0; 16]);
         (*template).nr_records = 0;
-        if TASKS.insert(&tid, &*template, u64::from(BPF_NOEXIST)).is_err() {
+        if TASKS
+            .insert(&tid, &*template, u64::from(BPF_NOEXIST))
+            .is_err()
+        {
             count(Counter::TaskTableFull);
             return Ok(None);
         }

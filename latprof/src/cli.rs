@@ -10,7 +10,11 @@ use crate::{
 };
 
 #[derive(Debug, Parser)]
-#[command(name = "latprof", version, about = "Where do tasks sleep? latencytop's accounting in eBPF")]
+#[command(
+    name = "latprof",
+    version,
+    about = "Where do tasks sleep? latencytop's accounting in eBPF"
+)]
 pub struct Cli {
     /// lazy: per-task records, merged into the global table at exit (cheap); normal: every
     /// event also updates the global table (latencytop's mode 1).
@@ -140,12 +144,17 @@ mod tests {
     #[test]
     fn stats_flags() {
         let cli = parse(&["stats", "--duration", "2s", "--pid", "42", "--all-sleeps"]).unwrap();
-        let Command::Stats(args) = &cli.command else { panic!("not stats") };
+        let Command::Stats(args) = &cli.command else {
+            panic!("not stats")
+        };
         assert_eq!(args.duration, Duration::from_secs(2));
         assert_eq!(args.pid, Some(42));
         assert_eq!(cli.probe_config(args.pid).inter_cutoff, None);
         let cli = parse(&["stats", "--inter-cutoff", "10ms"]).unwrap();
-        assert_eq!(cli.probe_config(None).inter_cutoff, Some(Duration::from_millis(10)));
+        assert_eq!(
+            cli.probe_config(None).inter_cutoff,
+            Some(Duration::from_millis(10))
+        );
     }
 
     #[test]

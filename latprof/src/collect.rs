@@ -27,10 +27,22 @@ impl Counters {
                 out.push(format!("{n} {what}"));
             }
         };
-        say(Counter::TaskTableFull, "sleeps not tracked: task table full (raise --max-tasks)");
-        say(Counter::GlobalTableFull, "records lost: global table full (raise --max-records)");
-        say(Counter::StackMissing, "backtraces not stored: stack table full (raise --max-stacks)");
-        say(Counter::ExitingSkipped, "sleeps of already-exiting tasks not tracked");
+        say(
+            Counter::TaskTableFull,
+            "sleeps not tracked: task table full (raise --max-tasks)",
+        );
+        say(
+            Counter::GlobalTableFull,
+            "records lost: global table full (raise --max-records)",
+        );
+        say(
+            Counter::StackMissing,
+            "backtraces not stored: stack table full (raise --max-stacks)",
+        );
+        say(
+            Counter::ExitingSkipped,
+            "sleeps of already-exiting tasks not tracked",
+        );
         out
     }
 }
@@ -69,12 +81,26 @@ impl Snapshot {
     pub fn global_records(&self) -> HashMap<u32, GlobalRecord> {
         let mut out: HashMap<u32, GlobalRecord> = HashMap::new();
         for (stack, rec) in &self.global {
-            add(out.entry(*stack).or_default(), rec.count, rec.total_ns, rec.max_ns);
+            add(
+                out.entry(*stack).or_default(),
+                rec.count,
+                rec.total_ns,
+                rec.max_ns,
+            );
         }
         if self.mode == Mode::Lazy {
-            for task in self.tasks.iter().filter(|t| !(t.kthread && self.skip_kthreads)) {
+            for task in self
+                .tasks
+                .iter()
+                .filter(|t| !(t.kthread && self.skip_kthreads))
+            {
                 for rec in &task.records {
-                    add(out.entry(rec.stack_id).or_default(), rec.count, rec.total_ns, rec.max_ns);
+                    add(
+                        out.entry(rec.stack_id).or_default(),
+                        rec.count,
+                        rec.total_ns,
+                        rec.max_ns,
+                    );
                 }
             }
         }
@@ -105,19 +131,21 @@ impl Collector {
 
     pub fn snapshot(&mut self, probe: &Probe) -> Result<Snapshot> {
         let ebpf = probe.ebpf();
-        let counters_map: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(
-            ebpf.map(names::MAP_COUNTERS).context("no COUNTERS map")?,
-        )?;
+        let counters_map: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(ebpf.map(names::MAP_COUNTERS).context("no COUNTERS map")?)?;
         let tasks_map: BpfHashMap<&MapData, u32, TaskState> =
             BpfHashMap::try_from(ebpf.map(names::MAP_TASKS).context("no TASKS map")?)?;
         let global_map: BpfHashMap<&MapData, u32, GlobalRecord> = BpfHashMap::try_from(
-            ebpf.map(names::MAP_GLOBAL_LATENCY).context("no GLOBAL_LATENCY map")?,
+            ebpf.map(names::MAP_GLOBAL_LATENCY)
+                .context("no GLOBAL_LATENCY map")?,
         )?;
 
         let read_counters = || -> Result<Counters> {
             let mut c = Counters::default();
             for (i, slot) in c.0.iter_mut().enumerate() {
-                let values = counters_map.get(&u32::try_from(i)?, 0).context("read COUNTERS")?;
+                let values = counters_map
+                    .get(&u32::try_from(i)?, 0)
+                    .context("read COUNTERS")?;
                 *slot = values.iter().sum();
             }
             Ok(c)
@@ -145,14 +173,14 @@ impl Collector {
             retries += 1;
         };
 
-        let stack_map = StackTraceMap::try_from(
-            ebpf.map(names::MAP_STACKS).context("no STACKS map")?,
-        )?;
+        let stack_map =
+            StackTraceMap::try_from(ebpf.map(names::MAP_STACKS).context("no STACKS map")?)?;
         let mut stacks = BTreeMap::new();
-        let ids = global
-            .iter()
-            .map(|(id, _)| *id)
-            .chain(tasks.iter().flat_map(|t| t.records.iter().map(|r| r.stack_id)));
+        let ids = global.iter().map(|(id, _)| *id).chain(
+            tasks
+                .iter()
+                .flat_map(|t| t.records.iter().map(|r| r.stack_id)),
+        );
         for id in ids {
             if id == NO_STACK || stacks.contains_key(&id) {
                 continue;
@@ -184,7 +212,11 @@ impl Collector {
 
 fn task_snapshot(tid: u32, state: &TaskState) -> TaskSnapshot {
     let n = (state.nr_records as usize).min(state.records.len());
-    let comm_len = state.comm.iter().position(|&b| b == 0).unwrap_or(state.comm.len());
+    let comm_len = state
+        .comm
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(state.comm.len());
     TaskSnapshot {
         tid,
         tgid: state.tgid,

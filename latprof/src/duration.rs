@@ -18,7 +18,11 @@ pub fn parse(text: &str) -> Result<Duration, String> {
         "ns" => 1e-9,
         "m" | "min" => 60.0,
         "h" => 3600.0,
-        _ => return Err(format!("'{text}' has an unknown unit '{unit}' (use ns, us, ms, s, m or h)")),
+        _ => {
+            return Err(format!(
+                "'{text}' has an unknown unit '{unit}' (use ns, us, ms, s, m or h)"
+            ));
+        }
     };
     let secs = value * scale;
     if !secs.is_finite() || secs > 1e9 {

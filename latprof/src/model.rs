@@ -37,9 +37,18 @@ pub fn causes(
         } else {
             let raw = snap.stacks.get(&stack).map_or(&[][..], Vec::as_slice);
             let frames = syms.cause_frames(raw, depth);
-            if frames.is_empty() { vec![UNAVAILABLE.to_owned()] } else { frames }
+            if frames.is_empty() {
+                vec![UNAVAILABLE.to_owned()]
+            } else {
+                frames
+            }
         };
-        add(merged.entry(frames).or_default(), rec.count, rec.total_ns, rec.max_ns);
+        add(
+            merged.entry(frames).or_default(),
+            rec.count,
+            rec.total_ns,
+            rec.max_ns,
+        );
     }
     let mut out: Vec<Cause> = merged
         .into_iter()
@@ -50,7 +59,11 @@ pub fn causes(
             max_ns: r.max_ns,
         })
         .collect();
-    out.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.frames.cmp(&b.frames)));
+    out.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.frames.cmp(&b.frames))
+    });
     out
 }
 
@@ -100,22 +113,59 @@ ffffffff81401000 T __sched_text_end
 ";
 
     fn rec(stack_id: u32, count: u64, total_ns: u64, max_ns: u64) -> LatencyRecord {
-        LatencyRecord { stack_id, _pad: 0, count, total_ns, max_ns }
+        LatencyRecord {
+            stack_id,
+            _pad: 0,
+            count,
+            total_ns,
+            max_ns,
+        }
     }
 
     fn task(tid: u32, tgid: u32, kthread: bool, records: Vec<LatencyRecord>) -> TaskSnapshot {
-        TaskSnapshot { tid, tgid, comm: "t".into(), kthread, records }
+        TaskSnapshot {
+            tid,
+            tgid,
+            comm: "t".into(),
+            kthread,
+            records,
+        }
     }
 
     fn snapshot(mode: Mode) -> Snapshot {
-        let mut snap = Snapshot { mode, skip_kthreads: true, ..Snapshot::default() };
+        let mut snap = Snapshot {
+            mode,
+            skip_kthreads: true,
+            ..Snapshot::default()
+        };
         // Stacks 1 and 2 differ only in the tracing frame above the scheduler: one cause.
-        snap.stacks.insert(1, vec![0xffff_ffff_8110_0000, 0xffff_ffff_8140_0020, 0xffff_ffff_8120_0010]);
-        snap.stacks.insert(2, vec![0xffff_ffff_8140_0020, 0xffff_ffff_8120_0010]);
-        snap.stacks.insert(3, vec![0xffff_ffff_8140_0020, 0xffff_ffff_8130_0010]);
-        snap.global = vec![(1, GlobalRecord { count: 2, total_ns: 4_000, max_ns: 3_000 })];
+        snap.stacks.insert(
+            1,
+            vec![
+                0xffff_ffff_8110_0000,
+                0xffff_ffff_8140_0020,
+                0xffff_ffff_8120_0010,
+            ],
+        );
+        snap.stacks
+            .insert(2, vec![0xffff_ffff_8140_0020, 0xffff_ffff_8120_0010]);
+        snap.stacks
+            .insert(3, vec![0xffff_ffff_8140_0020, 0xffff_ffff_8130_0010]);
+        snap.global = vec![(
+            1,
+            GlobalRecord {
+                count: 2,
+                total_ns: 4_000,
+                max_ns: 3_000,
+            },
+        )];
         snap.tasks = vec![
-            task(10, 10, false, vec![rec(2, 1, 5_000, 5_000), rec(3, 4, 400, 100)]),
+            task(
+                10,
+                10,
+                false,
+                vec![rec(2, 1, 5_000, 5_000), rec(3, 4, 400, 100)],
+            ),
             task(11, 10, false, vec![rec(3, 1, 100, 100)]),
             task(2, 2, true, vec![rec(3, 100, 100_000, 1_000)]),
         ];
@@ -129,8 +179,18 @@ ffffffff81401000 T __sched_text_end
         assert_eq!(
             causes,
             vec![
-                Cause { frames: vec!["hrtimer_nanosleep".into()], count: 3, total_ns: 9_000, max_ns: 5_000 },
-                Cause { frames: vec!["pipe_read".into()], count: 5, total_ns: 500, max_ns: 100 },
+                Cause {
+                    frames: vec!["hrtimer_nanosleep".into()],
+                    count: 3,
+                    total_ns: 9_000,
+                    max_ns: 5_000
+                },
+                Cause {
+                    frames: vec!["pipe_read".into()],
+                    count: 5,
+                    total_ns: 500,
+                    max_ns: 100
+                },
             ]
         );
     }
@@ -166,7 +226,14 @@ ffffffff81401000 T __sched_text_end
     fn missing_stacks_stay_visible() {
         let syms = Kallsyms::parse(KALLSYMS).unwrap();
         let mut snap = snapshot(Mode::Normal);
-        snap.global = vec![(NO_STACK, GlobalRecord { count: 1, total_ns: 7, max_ns: 7 })];
+        snap.global = vec![(
+            NO_STACK,
+            GlobalRecord {
+                count: 1,
+                total_ns: 7,
+                max_ns: 7,
+            },
+        )];
         assert_eq!(global_causes(&snap, &syms, 12)[0].frames, [UNAVAILABLE]);
     }
 }

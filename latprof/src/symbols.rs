@@ -20,7 +20,9 @@ impl Kallsyms {
         let text = std::fs::read_to_string("/proc/kallsyms").context("reading /proc/kallsyms")?;
         let syms = Self::parse(&text)?;
         if syms.syms.iter().all(|(addr, _)| *addr == 0) {
-            bail!("/proc/kallsyms shows no addresses: latprof needs root (or CAP_SYSLOG) to name kernel frames");
+            bail!(
+                "/proc/kallsyms shows no addresses: latprof needs root (or CAP_SYSLOG) to name kernel frames"
+            );
         }
         Ok(syms)
     }
@@ -34,8 +36,15 @@ impl Kallsyms {
             else {
                 continue;
             };
-            let Ok(addr) = u64::from_str_radix(addr, 16) else { continue };
-            let names = ["__sched_text_start", "__sched_text_end", "__lock_text_start", "__lock_text_end"];
+            let Ok(addr) = u64::from_str_radix(addr, 16) else {
+                continue;
+            };
+            let names = [
+                "__sched_text_start",
+                "__sched_text_end",
+                "__lock_text_start",
+                "__lock_text_end",
+            ];
             if let Some(i) = names.iter().position(|n| *n == name) {
                 marks[i] = addr;
             }
@@ -81,7 +90,10 @@ impl Kallsyms {
             .iter()
             .filter(|&&a| a != 0 && !self.skipped(a))
             .take(depth)
-            .map(|&a| self.name(a).map_or_else(|| format!("0x{a:x}"), str::to_owned))
+            .map(|&a| {
+                self.name(a)
+                    .map_or_else(|| format!("0x{a:x}"), str::to_owned)
+            })
             .collect()
     }
 }
@@ -138,9 +150,17 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
         ];
         assert_eq!(
             k.cause_frames(&raw, 12),
-            ["hrtimer_nanosleep", "common_nsleep", "__x64_sys_clock_nanosleep", "do_syscall_64"]
+            [
+                "hrtimer_nanosleep",
+                "common_nsleep",
+                "__x64_sys_clock_nanosleep",
+                "do_syscall_64"
+            ]
         );
-        assert_eq!(k.cause_frames(&raw, 2), ["hrtimer_nanosleep", "common_nsleep"]);
+        assert_eq!(
+            k.cause_frames(&raw, 2),
+            ["hrtimer_nanosleep", "common_nsleep"]
+        );
         // Without any scheduler frame nothing is dropped from the top.
         assert_eq!(k.cause_frames(&raw[5..6], 12), ["hrtimer_nanosleep"]);
         assert!(k.cause_frames(&[], 12).is_empty());

@@ -140,7 +140,9 @@ fn pingpong(count: u32, processes: bool, finish: impl FnOnce()) -> Result<()> {
         let result = bounce(count, &mut a_rx, &mut a_tx, true);
         finish();
         drop(a_tx);
-        let other = other.join().map_err(|_| anyhow::anyhow!("ping-pong thread panicked"))?;
+        let other = other
+            .join()
+            .map_err(|_| anyhow::anyhow!("ping-pong thread panicked"))?;
         result.and(other)
     }
 }

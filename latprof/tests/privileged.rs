@@ -26,7 +26,9 @@ const MS: u64 = 1_000_000;
 /// One test at a time owns the kernel side, so program-id checks see only their own programs.
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
-    let guard = LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let guard = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     latprof::probe::check_privileges()
         .expect("privileged tests need root or CAP_BPF+CAP_PERFMON: run `cargo xtask test`");
     guard
@@ -114,11 +116,18 @@ fn nanosleep_causes(mode: Mode) -> (Cause, Cause, Cause, Snapshot) {
     work.release();
     // The exit tracepoint runs before the parent's wait() returns.
     let after = Collector::new().snapshot(&probe).expect("snapshot");
-    assert!(after.tasks.iter().all(|t| t.tgid != pid), "exited task still tracked");
+    assert!(
+        after.tasks.iter().all(|t| t.tgid != pid),
+        "exited task still tracked"
+    );
     let after_global = model::global_causes(&after, &syms, 12);
     let one = |causes: &[Cause], what: &str| -> Cause {
         let found = frames_with(causes, "nanosleep");
-        assert_eq!(found.len(), 1, "{what}: one nanosleep cause expected in {causes:#?}");
+        assert_eq!(
+            found.len(),
+            1,
+            "{what}: one nanosleep cause expected in {causes:#?}"
+        );
         found[0].clone()
     };
     (
@@ -149,8 +158,15 @@ fn lazy_counts_nanosleep_while_alive_and_after_exit() {
     check_nanosleep(&live_process);
     check_nanosleep(&after);
     assert_eq!(live_global, after, "lazy merge at exit changed the numbers");
-    assert!(snap.counters.get(Counter::ExitMerges) >= 1, "no exit merge counted");
-    assert!(snap.counters.losses().is_empty(), "{:?}", snap.counters.losses());
+    assert!(
+        snap.counters.get(Counter::ExitMerges) >= 1,
+        "no exit merge counted"
+    );
+    assert!(
+        snap.counters.losses().is_empty(),
+        "{:?}",
+        snap.counters.losses()
+    );
 }
 
 #[test]
@@ -161,7 +177,11 @@ fn normal_and_lazy_agree() {
     check_nanosleep(&normal_live);
     check_nanosleep(&normal_process);
     check_nanosleep(&normal_after);
-    assert_eq!(snap.counters.get(Counter::ExitMerges), 0, "normal mode merged at exit");
+    assert_eq!(
+        snap.counters.get(Counter::ExitMerges),
+        0,
+        "normal mode merged at exit"
+    );
     let (lazy_live, lazy_process, lazy_after, _) = nanosleep_causes(Mode::Lazy);
     check_nanosleep(&lazy_live);
     check_nanosleep(&lazy_process);
@@ -191,7 +211,11 @@ fn fsync_shows_as_uninterruptible_writeback() {
     let count: u64 = fsync.iter().map(|c| c.count).sum();
     assert!(count >= 40, "fsync causes {fsync:#?} in {causes:#?}");
     // fsync waits are uninterruptible: no cutoff applies, so a long one still counts.
-    assert!(fsync.iter().all(|c| c.frames.iter().any(|f| f.contains("fsync"))));
+    assert!(
+        fsync
+            .iter()
+            .all(|c| c.frames.iter().any(|f| f.contains("fsync")))
+    );
 }
 
 #[test]
@@ -216,7 +240,11 @@ fn pipe_pingpong_counts_both_sides() {
                         s.stacks
                             .get(&r.stack_id)
                             // anon_pipe_read since 6.16, pipe_read before.
-                            .is_some_and(|raw| syms.cause_frames(raw, 12).first().is_some_and(|f| f.ends_with("pipe_read")))
+                            .is_some_and(|raw| {
+                                syms.cause_frames(raw, 12)
+                                    .first()
+                                    .is_some_and(|f| f.ends_with("pipe_read"))
+                            })
                     })
                     .map(|r| r.count)
                     .sum();
@@ -255,7 +283,10 @@ fn inter_cutoff_and_all_sleeps() {
         let snap = Collector::new().snapshot(&probe).expect("snapshot");
         work.release();
         let causes = model::global_causes(&snap, &syms, 12);
-        let count = frames_with(&causes, "nanosleep").iter().map(|c| c.count).sum::<u64>();
+        let count = frames_with(&causes, "nanosleep")
+            .iter()
+            .map(|c| c.count)
+            .sum::<u64>();
         assert_eq!(count, expected, "cutoff {cutoff:?}: {causes:#?}");
         if cutoff.is_some() {
             assert!(snap.counters.get(Counter::SkippedCutoff) >= 20);
@@ -270,7 +301,8 @@ fn latprof_program_ids() -> HashSet<u32> {
         .filter_map(Result::ok)
         .filter(|p| {
             // The kernel keeps 15 characters of a program name.
-            p.name_as_str().is_some_and(|n| !n.is_empty() && ours.iter().any(|o| o.starts_with(n)))
+            p.name_as_str()
+                .is_some_and(|n| !n.is_empty() && ours.iter().any(|o| o.starts_with(n)))
         })
         .map(|p| p.id())
         .collect()
@@ -283,10 +315,20 @@ fn dropping_the_probe_unloads_everything() {
     let before = latprof_program_ids();
     let probe = attach(Mode::Lazy, None);
     let during: HashSet<u32> = latprof_program_ids().difference(&before).copied().collect();
-    assert_eq!(during.len(), names::PROGRAMS.len(), "attached programs: {during:?}");
+    assert_eq!(
+        during.len(),
+        names::PROGRAMS.len(),
+        "attached programs: {during:?}"
+    );
     drop(probe);
-    let left: Vec<_> = latprof_program_ids().intersection(&during).copied().collect();
-    assert!(left.is_empty(), "programs still loaded after drop: {left:?}");
+    let left: Vec<_> = latprof_program_ids()
+        .intersection(&during)
+        .copied()
+        .collect();
+    assert!(
+        left.is_empty(),
+        "programs still loaded after drop: {left:?}"
+    );
 }
 
 /// Runs `latprof stats` as a user would, stops it with `signal`, and checks its output and that
@@ -296,7 +338,14 @@ fn stats_cli_stops_cleanly_on(signal: i32) {
     let mut work = Workload::spawn(&["sleep", "--count", "50", "--interval", "2ms"]);
     let before = latprof_program_ids();
     let mut stats = Command::new(LATPROF)
-        .args(["stats", "--all-sleeps", "--duration", "60s", "--pid", &work.pid().to_string()])
+        .args([
+            "stats",
+            "--all-sleeps",
+            "--duration",
+            "60s",
+            "--pid",
+            &work.pid().to_string(),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -306,7 +355,11 @@ fn stats_cli_stops_cleanly_on(signal: i32) {
     stderr.read_line(&mut line).expect("read stderr");
     assert!(line.contains("attached"), "first stderr line: {line}");
     let during: HashSet<u32> = latprof_program_ids().difference(&before).copied().collect();
-    assert_eq!(during.len(), names::PROGRAMS.len(), "programs of latprof stats: {during:?}");
+    assert_eq!(
+        during.len(),
+        names::PROGRAMS.len(),
+        "programs of latprof stats: {during:?}"
+    );
     work.go();
     work.release();
     let pid = i32::try_from(stats.id()).expect("pid");
@@ -317,14 +370,23 @@ fn stats_cli_stops_cleanly_on(signal: i32) {
     let text = String::from_utf8(out.stdout).expect("utf-8 output");
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("Latency Top version : v0.1"));
-    let nanosleep: Vec<&str> = text.lines().filter(|l| l.contains(" hrtimer_nanosleep ")).collect();
+    let nanosleep: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" hrtimer_nanosleep "))
+        .collect();
     assert_eq!(nanosleep.len(), 1, "{text}");
     let fields: Vec<&str> = nanosleep[0].split(' ').collect();
     assert_eq!(fields[0], "50", "{text}");
     let total_us: u64 = fields[1].parse().expect("total");
     assert!((100_000..=150_000).contains(&total_us), "{text}");
-    let left: Vec<_> = latprof_program_ids().intersection(&during).copied().collect();
-    assert!(left.is_empty(), "programs still loaded after latprof exited: {left:?}");
+    let left: Vec<_> = latprof_program_ids()
+        .intersection(&during)
+        .copied()
+        .collect();
+    assert!(
+        left.is_empty(),
+        "programs still loaded after latprof exited: {left:?}"
+    );
 }
 
 #[test]
@@ -362,11 +424,17 @@ fn stats_cli_kill9_leaves_nothing_loaded() {
     // The kernel frees programs once their last file descriptor is gone; that can lag a little.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let left: Vec<_> = latprof_program_ids().intersection(&during).copied().collect();
+        let left: Vec<_> = latprof_program_ids()
+            .intersection(&during)
+            .copied()
+            .collect();
         if left.is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "programs left after kill -9: {left:?}");
+        assert!(
+            Instant::now() < deadline,
+            "programs left after kill -9: {left:?}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -385,6 +453,9 @@ fn unprivileged_run_says_what_is_missing() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "one line expected: {stderr}");
-    assert!(stderr.contains("root") && stderr.contains("CAP_BPF"), "{stderr}");
+    assert!(
+        stderr.contains("root") && stderr.contains("CAP_BPF"),
+        "{stderr}"
+    );
     assert!(out.stdout.is_empty());
 }

@@ -29,8 +29,16 @@ type Table = BTreeMap<String, Numbers>;
 fn parse_section(output: &str, start: &str) -> Table {
     let mut table = Table::new();
     let mut lines = output.lines().skip_while(|l| *l != start);
-    assert_eq!(lines.next(), Some(start), "no {start} section in VM output:\n{output}");
-    assert_eq!(lines.next(), Some("Latency Top version : v0.1"), "{start}:\n{output}");
+    assert_eq!(
+        lines.next(),
+        Some(start),
+        "no {start} section in VM output:\n{output}"
+    );
+    assert_eq!(
+        lines.next(),
+        Some("Latency Top version : v0.1"),
+        "{start}:\n{output}"
+    );
     for line in lines.take_while(|l| !l.starts_with("===")) {
         let mut parts = line.splitn(4, ' ');
         let mut num = || -> u64 {
@@ -69,8 +77,11 @@ fn run_vm(mode: &str, delay: &str) -> Option<(Table, Table, String)> {
     );
     let dir = tempdir();
     let script = dir.join("script.sh");
-    std::fs::write(&script, format!("#!/bin/sh\nsh /work/truth.sh {mode} {delay}\n"))
-        .expect("write VM script");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nsh /work/truth.sh {mode} {delay}\n"),
+    )
+    .expect("write VM script");
     // The emulated boot very rarely oopses before the script starts; one retry covers that.
     for attempt in 1..=2 {
         let out = Command::new("bash")
@@ -85,7 +96,11 @@ fn run_vm(mode: &str, delay: &str) -> Option<(Table, Table, String)> {
             eprintln!("VM did not finish (attempt {attempt}), retrying:\n{stderr}");
             continue;
         }
-        assert!(out.status.success(), "VM run failed: {}\n{stdout}\n{stderr}", out.status);
+        assert!(
+            out.status.success(),
+            "VM run failed: {}\n{stdout}\n{stderr}",
+            out.status
+        );
         let _ = std::fs::remove_dir_all(&dir);
         return Some((
             parse_section(&stdout, "=== kernel"),
@@ -114,7 +129,9 @@ fn check_coverage(kernel: &Table, output: &str) {
 }
 
 fn exact(mode: &str) {
-    let Some((kernel, latprof, output)) = run_vm(mode, "off") else { return };
+    let Some((kernel, latprof, output)) = run_vm(mode, "off") else {
+        return;
+    };
     check_coverage(&kernel, &output);
     for (frames, k) in &kernel {
         let l = latprof
@@ -127,7 +144,10 @@ fn exact(mode: &str) {
             // microseconds apart under emulation, so only long sleeps compare closely.
             let kernel_us = k.total as f64 * 1.024;
             let ratio = l.total as f64 / kernel_us;
-            assert!((0.7..=1.3).contains(&ratio), "total of {frames:?}: ratio {ratio}\n{output}");
+            assert!(
+                (0.7..=1.3).contains(&ratio),
+                "total of {frames:?}: ratio {ratio}\n{output}"
+            );
         }
     }
 }
@@ -147,12 +167,17 @@ fn latencytop_truth_normal() {
 #[test]
 #[ignore = "needs root and ../shared/vm: run `cargo xtask test`"]
 fn latencytop_truth_with_delay_dequeue() {
-    let Some((kernel, latprof, output)) = run_vm("lazy", "on") else { return };
+    let Some((kernel, latprof, output)) = run_vm("lazy", "on") else {
+        return;
+    };
     check_coverage(&kernel, &output);
     for (frames, k) in &kernel {
         let l = latprof
             .get(frames)
             .unwrap_or_else(|| panic!("latprof lacks the kernel's cause {frames:?}\n{output}"));
-        assert!(l.count >= k.count, "latprof counted fewer for {frames:?}\n{output}");
+        assert!(
+            l.count >= k.count,
+            "latprof counted fewer for {frames:?}\n{output}"
+        );
     }
 }

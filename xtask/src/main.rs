@@ -1,1 +1,312 @@
-fn main(){}
+//! `cargo xtask setup | run [-- ARGS] | test`: latprof's developer commands.
+//!
+//! Builds with the default stable toolchain (no dependency on aya), so it can install the pinned
+//! toolchains that latprof itself needs before anything else is compiled.
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+/// Nightly for the eBPF build; its LLVM (22) must match bpf-linker's. Keep in sync with
+/// latprof/build.rs.
+const NIGHTLY: &str = "nightly-2026-07-10";
+/// Stable for latprof itself (aya 0.16 needs >= 1.98).
+const STABLE: &str = "1.99.1";
+const BPF_LINKER: &str = "0.13.0";
+const DEBIAN_PACKAGES: [&str; 4] = [
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "libzstd-dev",
+    "zlib1g-dev",
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("setup") => setup(),
+        Some("run") => run(&args[1..]),
+        Some("test") => test(&args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS]");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn succeeds(cmd: &mut Command) -> bool {
+    cmd.output().is_ok_and(|o| o.status.success())
+}
+
+fn output(cmd: &mut Command) -> String {
+    cmd.output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+fn run_cmd(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: {cmd:?}");
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn toolchain_has(toolchain: &str, components: &[&str]) -> bool {
+    if !succeeds(Command::new("rustup").args(["run", toolchain, "rustc", "--version"])) {
+        return false;
+    }
+    let installed = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        toolchain,
+    ]));
+    components
+        .iter()
+        .all(|c| installed.lines().any(|l| l.starts_with(c)))
+}
+
+fn missing_packages() -> Vec<&'static str> {
+    DEBIAN_PACKAGES
+        .into_iter()
+        .filter(|p| {
+            !output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
+                .contains("install ok installed")
+        })
+        .collect()
+}
+
+fn has_bpf_linker() -> bool {
+    output(Command::new("bpf-linker").arg("--version")).contains(BPF_LINKER)
+}
+
+/// What is missing, as the commands that install it.
+fn missing_steps() -> Vec<(String, Command)> {
+    let mut steps = Vec::new();
+    let packages = missing_packages();
+    if !packages.is_empty() {
+        let mut update = Command::new("apt-get");
+        update.args(["update", "-q"]);
+        steps.push(("apt-get update".to_owned(), update));
+        let mut install = Command::new("apt-get");
+        install
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&packages)
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        steps.push((
+            format!("apt-get install -y {}", packages.join(" ")),
+            install,
+        ));
+    }
+    if !toolchain_has(NIGHTLY, &["rust-src"]) {
+        let mut cmd = Command::new("rustup");
+        cmd.args([
+            "toolchain",
+            "install",
+            NIGHTLY,
+            "--profile",
+            "minimal",
+            "--component",
+            "rust-src",
+        ]);
+        steps.push((
+            format!("rustup toolchain install {NIGHTLY} --profile minimal --component rust-src"),
+            cmd,
+        ));
+    }
+    if !toolchain_has(STABLE, &["clippy", "rustfmt"]) {
+        let mut cmd = Command::new("rustup");
+        cmd.args([
+            "toolchain",
+            "install",
+            STABLE,
+            "--profile",
+            "minimal",
+            "--component",
+            "clippy,rustfmt",
+        ]);
+        steps.push((
+            format!(
+                "rustup toolchain install {STABLE} --profile minimal --component clippy,rustfmt"
+            ),
+            cmd,
+        ));
+    }
+    if !has_bpf_linker() {
+        let mut cmd = Command::new("cargo");
+        cmd.args([
+            &format!("+{STABLE}"),
+            "install",
+            "bpf-linker",
+            "--version",
+            BPF_LINKER,
+            "--locked",
+            "--no-default-features",
+            "--features",
+            "llvm-22",
+        ])
+        .env("LLVM_PREFIX", "/usr/lib/llvm-22");
+        steps.push((
+            format!(
+                "LLVM_PREFIX=/usr/lib/llvm-22 cargo +{STABLE} install bpf-linker --version {BPF_LINKER} --locked --no-default-features --features llvm-22"
+            ),
+            cmd,
+        ));
+    }
+    steps
+}
+
+/// Installs whatever is missing; idempotent. Without root (for apt) or off Debian it prints the
+/// exact commands instead and fails.
+fn setup() -> Result<()> {
+    let steps = missing_steps();
+    if steps.is_empty() {
+        eprintln!("xtask: setup: everything is installed");
+        return Ok(());
+    }
+    let needs_apt = steps.iter().any(|(text, _)| text.starts_with("apt-get"));
+    let debian = Path::new("/etc/debian_version").exists();
+    if needs_apt && (!is_root() || !debian) {
+        eprintln!(
+            "xtask: setup needs {} to install packages. Run these, then try again:",
+            if debian { "root" } else { "Debian" }
+        );
+        for (text, _) in &steps {
+            let sudo = if text.starts_with("apt-get") {
+                "sudo "
+            } else {
+                ""
+            };
+            eprintln!("    {sudo}{text}");
+        }
+        bail!("prerequisites missing");
+    }
+    for (_, mut cmd) in steps {
+        run_cmd(&mut cmd)?;
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new("cargo");
+    cmd.arg(format!("+{STABLE}")).current_dir(root_dir());
+    cmd
+}
+
+/// `cargo xtask run -- ARGS`: build latprof (release) and run it, with sudo when not root.
+fn run(args: &[String]) -> Result<()> {
+    setup()?;
+    run_cmd(cargo().args(["build", "--release", "--package", "latprof"]))?;
+    let bin = root_dir().join("target/release/latprof");
+    let args = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
+    let mut cmd = if is_root() {
+        Command::new(&bin)
+    } else {
+        let mut sudo = Command::new("sudo");
+        sudo.arg(&bin);
+        sudo
+    };
+    let status = cmd.args(args).status().context("running latprof")?;
+    if !status.success() {
+        bail!("latprof exited with {status}");
+    }
+    Ok(())
+}
+
+/// `cargo xtask test`: formatting, then every test, the privileged ones included (as root, with
+/// sudo when not root), then the latencytop truth check in ../shared/vm.
+fn test(args: &[String]) -> Result<()> {
+    setup()?;
+    let extra = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
+    run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
+    let vm =
+        env::var_os("LATPROF_SHARED").map_or_else(|| root_dir().join("../shared"), PathBuf::from);
+    let vm_missing = !vm.join("vm/run.sh").exists();
+    if vm_missing {
+        if env::var_os("CI").is_some() {
+            bail!(
+                "{} not found: CI must run the latencytop truth check",
+                vm.join("vm/run.sh").display()
+            );
+        }
+        eprintln!("xtask: ################################################################");
+        eprintln!(
+            "xtask: WARNING: {} not found:",
+            vm.join("vm/run.sh").display()
+        );
+        eprintln!("xtask: the latencytop truth check will NOT RUN (LATPROF_SKIP_VM=1).");
+        eprintln!("xtask: ################################################################");
+    }
+    if is_root() {
+        let mut cmd = cargo();
+        cmd.args(["test", "--workspace", "--", "--include-ignored"])
+            .args(extra);
+        if vm_missing {
+            cmd.env("LATPROF_SKIP_VM", "1");
+        }
+        run_cmd(&mut cmd)?;
+    } else {
+        // Build as this user, run the test binaries as root.
+        let json = cargo()
+            .args(["test", "--workspace", "--no-run", "--message-format=json"])
+            .output()
+            .context("building the tests")?;
+        if !json.status.success() {
+            run_cmd(cargo().args(["test", "--workspace", "--no-run"]))?;
+        }
+        for exe in executables(&String::from_utf8_lossy(&json.stdout)) {
+            let mut cmd = Command::new("sudo");
+            if vm_missing {
+                cmd.arg("LATPROF_SKIP_VM=1");
+            }
+            cmd.arg(exe).arg("--include-ignored").args(extra);
+            run_cmd(&mut cmd)?;
+        }
+    }
+    if vm_missing {
+        eprintln!(
+            "xtask: WARNING: the latencytop truth check did NOT RUN ({} missing)",
+            vm.display()
+        );
+    }
+    Ok(())
+}
+
+/// Test executables named in cargo's JSON messages.
+fn executables(json: &str) -> Vec<String> {
+    const KEY: &str = "\"executable\":\"";
+    json.lines()
+        .filter(|l| l.contains("\"profile\":{") && l.contains("\"test\":true"))
+        .filter_map(|l| {
+            let start = l.find(KEY)? + KEY.len();
+            let end = l[start..].find('"')?;
+            Some(l[start..start + end].to_owned())
+        })
+        .collect()
+}

@@ -34,7 +34,12 @@ mod tests {
                 total_ns: 412_345_999,
                 max_ns: 2_100_999,
             },
-            Cause { frames: vec!["ext4_sync_file [ext4]".into()], count: 1, total_ns: 999, max_ns: 999 },
+            Cause {
+                frames: vec!["ext4_sync_file [ext4]".into()],
+                count: 1,
+                total_ns: 999,
+                max_ns: 999,
+            },
         ];
         assert_eq!(
             latency_stats(&causes),

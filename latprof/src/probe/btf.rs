@@ -31,7 +31,9 @@ pub struct Btf {
 }
 
 fn u32_at(data: &[u8], at: usize) -> Result<u32> {
-    let bytes = data.get(at..at + 4).ok_or_else(|| anyhow!("BTF truncated at {at}"))?;
+    let bytes = data
+        .get(at..at + 4)
+        .ok_or_else(|| anyhow!("BTF truncated at {at}"))?;
     Ok(u32::from_le_bytes(bytes.try_into()?))
 }
 
@@ -125,8 +127,10 @@ impl Btf {
             }
             if m_name.is_empty() {
                 let inner = self.resolve(m_type);
-                if matches!(self.types.get(inner).map(|t| t.kind), Some(KIND_STRUCT | KIND_UNION))
-                    && let Some(found) = self.find_member(inner, member, bits)?
+                if matches!(
+                    self.types.get(inner).map(|t| t.kind),
+                    Some(KIND_STRUCT | KIND_UNION)
+                ) && let Some(found) = self.find_member(inner, member, bits)?
                 {
                     return Ok(Some(found));
                 }
@@ -138,7 +142,9 @@ impl Btf {
     /// Follows typedefs and qualifiers (kinds 8-11, 18) to the underlying type.
     fn resolve(&self, mut id: usize) -> usize {
         for _ in 0..16 {
-            let Some(t) = self.types.get(id) else { return id };
+            let Some(t) = self.types.get(id) else {
+                return id;
+            };
             if !matches!(t.kind, 8..=11 | 18) {
                 return id;
             }
@@ -173,7 +179,13 @@ mod tests {
         let mut data = Vec::new();
         data.extend_from_slice(&BTF_MAGIC.to_le_bytes());
         data.extend_from_slice(&[1, 0]);
-        for w in [24u32, 0, types.len() as u32, types.len() as u32, strings.len() as u32] {
+        for w in [
+            24u32,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strings.len() as u32,
+        ] {
             data.extend_from_slice(&w.to_le_bytes());
         }
         data.extend_from_slice(&types);

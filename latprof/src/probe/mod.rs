@@ -96,7 +96,10 @@ impl Probe {
         tracefs::Format::read("sched", "sched_process_exit")?;
         let prev_state = switch.field("prev_state")?;
         if prev_state.size != 4 && prev_state.size != 8 {
-            bail!("sched_switch prev_state has an unexpected size {}", prev_state.size);
+            bail!(
+                "sched_switch prev_state has an unexpected size {}",
+                prev_state.size
+            );
         }
         let idle_bit = switch.state_flag_bit("I").unwrap_or(0);
         let wakeup_pid = wakeup.field("pid")?;
@@ -109,12 +112,16 @@ impl Probe {
             Mode::Normal => MODE_NORMAL,
         };
         let filter = config.pid.unwrap_or(0);
-        let self_tgid = if config.include_self { 0 } else { std::process::id() };
+        let self_tgid = if config.include_self {
+            0
+        } else {
+            std::process::id()
+        };
         // With a pid filter the user asked for that process, kernel thread or not.
         let skip_kthreads = u32::from(config.pid.is_none());
-        let cutoff = config
-            .inter_cutoff
-            .map_or(u64::MAX, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let cutoff = config.inter_cutoff.map_or(u64::MAX, |d| {
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+        });
         let min_sleep: u64 = 1_000;
         let mut loader = EbpfLoader::new();
         loader
@@ -124,7 +131,11 @@ impl Probe {
             .override_global(names::GLOBAL_SKIP_KTHREADS, &skip_kthreads, true)
             .override_global(names::GLOBAL_INTER_CUTOFF_NS, &cutoff, true)
             .override_global(names::GLOBAL_MIN_SLEEP_NS, &min_sleep, true)
-            .override_global(names::GLOBAL_SWITCH_PREV_STATE_OFF, &prev_state.offset, true)
+            .override_global(
+                names::GLOBAL_SWITCH_PREV_STATE_OFF,
+                &prev_state.offset,
+                true,
+            )
             .override_global(names::GLOBAL_SWITCH_PREV_STATE_SIZE, &prev_state.size, true)
             .override_global(names::GLOBAL_STATE_IDLE_BIT, &idle_bit, true)
             .override_global(names::GLOBAL_WAKEUP_PID_OFF, &wakeup_pid.offset, true)

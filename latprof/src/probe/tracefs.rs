@@ -46,9 +46,17 @@ pub struct Format {
 
 impl Format {
     pub fn read(category: &str, name: &str) -> Result<Self> {
-        let path = root()?.join("events").join(category).join(name).join("format");
-        let text = fs::read_to_string(&path)
-            .with_context(|| format!("tracepoint {category}:{name} not found ({})", path.display()))?;
+        let path = root()?
+            .join("events")
+            .join(category)
+            .join(name)
+            .join("format");
+        let text = fs::read_to_string(&path).with_context(|| {
+            format!(
+                "tracepoint {category}:{name} not found ({})",
+                path.display()
+            )
+        })?;
         Ok(Self::parse(&format!("{category}:{name}"), text))
     }
 
@@ -67,7 +75,9 @@ impl Format {
                 continue;
             };
             let mut parts = decl.split(';').map(str::trim);
-            let Some(declared) = parts.next() else { continue };
+            let Some(declared) = parts.next() else {
+                continue;
+            };
             let ident = declared
                 .rsplit(|c: char| c.is_whitespace() || c == '*')
                 .next()
@@ -90,7 +100,10 @@ impl Format {
                 _ => bail!("{}: malformed format line for {name}: {line}", self.event),
             };
         }
-        Err(anyhow!("{}: this kernel's record has no field {name}", self.event))
+        Err(anyhow!(
+            "{}: this kernel's record has no field {name}",
+            self.event
+        ))
     }
 
     /// The state bit printed as `flag` (like "I" for TASK_IDLE) in the print fmt, if any.
@@ -119,9 +132,27 @@ mod tests {
     #[test]
     fn finds_fields_by_exact_name() {
         let f = Format::parse("sched:sched_switch", SWITCH.to_owned());
-        assert_eq!(f.field("prev_state").unwrap(), Field { offset: 32, size: 8 });
-        assert_eq!(f.field("prev_pid").unwrap(), Field { offset: 24, size: 4 });
-        assert_eq!(f.field("prev_comm").unwrap(), Field { offset: 8, size: 16 });
+        assert_eq!(
+            f.field("prev_state").unwrap(),
+            Field {
+                offset: 32,
+                size: 8
+            }
+        );
+        assert_eq!(
+            f.field("prev_pid").unwrap(),
+            Field {
+                offset: 24,
+                size: 4
+            }
+        );
+        assert_eq!(
+            f.field("prev_comm").unwrap(),
+            Field {
+                offset: 8,
+                size: 16
+            }
+        );
         assert_eq!(f.field("next_pid").unwrap().offset, 56);
         assert!(f.field("pid").is_err());
     }
