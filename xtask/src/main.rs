@@ -265,7 +265,7 @@ fn test(args: &[String]) -> Result<()> {
     }
     if is_root() {
         let mut cmd = cargo();
-        cmd.args(["test", "--workspace", "--", "--include-ignored"])
+        cmd.args(["test", "--", "--include-ignored"])
             .args(extra);
         if vm_missing {
             cmd.env("LATPROF_SKIP_VM", "1");
@@ -274,11 +274,11 @@ fn test(args: &[String]) -> Result<()> {
     } else {
         // Build as this user, run the test binaries as root.
         let json = cargo()
-            .args(["test", "--workspace", "--no-run", "--message-format=json"])
+            .args(["test", "--no-run", "--message-format=json"])
             .output()
             .context("building the tests")?;
         if !json.status.success() {
-            run_cmd(cargo().args(["test", "--workspace", "--no-run"]))?;
+            run_cmd(cargo().args(["test", "--no-run"]))?;
         }
         for exe in executables(&String::from_utf8_lossy(&json.stdout)) {
             let mut cmd = Command::new("sudo");
