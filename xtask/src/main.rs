@@ -265,8 +265,7 @@ fn test(args: &[String]) -> Result<()> {
     }
     if is_root() {
         let mut cmd = cargo();
-        cmd.args(["test", "--", "--include-ignored"])
-            .args(extra);
+        cmd.args(["test", "--", "--include-ignored"]).args(extra);
         if vm_missing {
             cmd.env("LATPROF_SKIP_VM", "1");
         }
