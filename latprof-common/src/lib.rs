@@ -10,8 +10,31 @@ use core::mem::size_of;
 /// the overflow straight to the global table (counted in [`Counter::TaskRecordsFull`]).
 pub const TASK_RECORDS: usize = 32;
 
-/// Stack id used when the kernel could not store a backtrace (stack map full or a collision).
-pub const NO_STACK: u32 = u32::MAX;
+/// Frames kept per raw kernel backtrace (the kernel's PERF_MAX_STACK_DEPTH).
+pub const STACK_FRAMES: usize = 127;
+
+/// A raw kernel backtrace: instruction pointers, innermost first, zero-filled after the last.
+pub type RawStack = [u64; STACK_FRAMES];
+
+/// Stack id used when latprof could not store a backtrace (stack table full).
+pub const NO_STACK: u64 = u64::MAX;
+
+/// The stack id of a backtrace: a 64-bit hash of its frames. The kernel's own stack-id map keeps
+/// one stack per hash bucket and refuses a second one that falls in the same bucket, which would
+/// lose backtraces at random; a 64-bit key makes a collision practically impossible.
+#[inline(always)]
+#[must_use]
+pub fn stack_hash(frames: &RawStack, len: usize) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (i, ip) in frames.iter().enumerate() {
+        if i >= len {
+            break;
+        }
+        h = (h.rotate_left(5) ^ *ip).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    h ^= h >> 33;
+    if h == NO_STACK { 0 } else { h }
+}
 
 /// `Global` value of `MODE`: per-task state only, merged into the global table at exit.
 pub const MODE_LAZY: u32 = 0;
@@ -72,15 +95,14 @@ pub fn sleep_kind(prev_state: u64, idle_bit: u64) -> u32 {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LatencyRecord {
-    pub stack_id: u32,
-    pub _pad: u32,
+    pub stack_id: u64,
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
 }
 const _: () = assert!(size_of::<LatencyRecord>() == 32);
 
-/// Value of the global table, keyed by stack id.
+/// Value of the global table, keyed by stack id (u64).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GlobalRecord {
@@ -95,13 +117,12 @@ const _: () = assert!(size_of::<GlobalRecord>() == 24);
 #[derive(Clone, Copy, Debug)]
 pub struct TaskState {
     pub sleep_start_ns: u64,
-    pub sleep_stack: u32,
+    pub sleep_stack: u64,
     pub sleep_kind: u32,
     pub tgid: u32,
     pub flags: u32,
-    pub comm: [u8; 16],
     pub nr_records: u32,
-    pub _pad: u32,
+    pub comm: [u8; 16],
     pub records: [LatencyRecord; TASK_RECORDS],
 }
 const _: () = assert!(size_of::<TaskState>() == 48 + 32 * TASK_RECORDS);
@@ -120,8 +141,8 @@ pub enum Counter {
     SkippedCutoff,
     /// Sleeps shorter than one microsecond (not counted, like latencytop).
     SkippedZero,
-    /// Backtraces the kernel could not store (stack map full or hash collision); the sleep is
-    /// counted under "stack unavailable".
+    /// Backtraces not stored (the stack table was full, or the kernel could not walk the
+    /// stack); the sleep is counted under "stack unavailable".
     StackMissing,
     /// Sleeps not tracked because the task table was full (lost: raise `--max-tasks`).
     TaskTableFull,
@@ -156,6 +177,21 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn stack_hash_covers_exactly_the_frames() {
+        let mut a = [0u64; STACK_FRAMES];
+        a[0] = 0xffff_ffff_8100_0010;
+        a[1] = 0xffff_ffff_8100_0020;
+        let mut b = a;
+        b[1] = 0xffff_ffff_8100_0021;
+        assert_ne!(stack_hash(&a, 2), stack_hash(&b, 2));
+        assert_eq!(stack_hash(&a, 1), stack_hash(&b, 1));
+        let mut swapped = a;
+        swapped.swap(0, 1);
+        assert_ne!(stack_hash(&a, 2), stack_hash(&swapped, 2));
+        assert_ne!(stack_hash(&a, 2), NO_STACK);
+    }
 
     #[test]
     fn filter_is_latencytops() {

@@ -17,21 +17,22 @@
 
 use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 
+use aya_ebpf::EbpfContext as _;
 use aya_ebpf::{
     Global,
     bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
-        bpf_probe_read_kernel,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack,
+        bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     macros::{map, tracepoint},
-    maps::{HashMap, PerCpuArray, StackTrace},
-    programs::{TracePointContext, tracing::StackIdContext as _},
+    maps::{HashMap, PerCpuArray},
+    programs::TracePointContext,
 };
 use latprof_common::{
     COUNTER_COUNT, Counter, GlobalRecord, LatencyRecord, MODE_LAZY, MODE_NORMAL, NO_STACK,
-    SLEEP_NONE, SleepVerdict, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState, sleep_kind,
-    sleep_verdict,
+    RawStack, SLEEP_NONE, STACK_FRAMES, SleepVerdict, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState,
+    sleep_kind, sleep_verdict, stack_hash,
 };
 
 // ---- settings, written at load time ----
@@ -79,10 +80,13 @@ const PF_EXITING: u32 = 0x4;
 static TASKS: HashMap<u32, TaskState> = HashMap::with_max_entries(8192, 0);
 /// Global causes keyed by stack id: every event in normal mode, exits (and overflow) in lazy.
 #[map]
-static GLOBAL_LATENCY: HashMap<u32, GlobalRecord> = HashMap::with_max_entries(16384, 0);
-/// Kernel backtraces, deduplicated by the kernel.
+static GLOBAL_LATENCY: HashMap<u64, GlobalRecord> = HashMap::with_max_entries(16384, 0);
+/// Kernel backtraces keyed by the hash of their frames.
 #[map]
-static STACKS: StackTrace = StackTrace::with_max_entries(8192, 0);
+static STACKS: HashMap<u64, RawStack> = HashMap::with_max_entries(8192, 0);
+/// Per-CPU buffer the stack is walked into.
+#[map]
+static STACK_BUF: PerCpuArray<RawStack> = PerCpuArray::with_max_entries(1, 0);
 /// Pipeline counters, one slot per `Counter`, per CPU so no cache line is shared.
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT, 0);
@@ -138,13 +142,10 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<u32, i32> {
             None => return Ok(0),
         },
     };
-    let stack = match ctx.get_stackid(&STACKS, 0) {
-        Ok(id) => id as u32,
-        Err(_) => {
-            count(Counter::StackMissing);
-            NO_STACK
-        }
-    };
+    let stack = take_stack(ctx);
+    if stack == NO_STACK {
+        count(Counter::StackMissing);
+    }
     // SAFETY: the entry belongs to the current task; only its own events write it.
     unsafe {
         (*entry).sleep_stack = stack;
@@ -153,6 +154,32 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<u32, i32> {
     }
     count(Counter::SleepsTracked);
     Ok(0)
+}
+
+/// Walks the current kernel stack and stores it; returns its id, or `NO_STACK`.
+fn take_stack(ctx: &TracePointContext) -> u64 {
+    let Some(buf) = STACK_BUF.get_ptr_mut(0) else {
+        return NO_STACK;
+    };
+    let size = core::mem::size_of::<RawStack>() as u32;
+    // SAFETY: buf is a per-CPU map value of exactly `size` bytes; the kernel zero-fills the
+    // part past the frames it wrote.
+    let len = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), size, 0) };
+    if len <= 0 {
+        return NO_STACK;
+    }
+    let frames = (len as usize / 8).min(STACK_FRAMES);
+    // SAFETY: per-CPU buffer, filled just above.
+    let id = stack_hash(unsafe { &*buf }, frames);
+    if STACKS.get_ptr(&id).is_some() {
+        return id;
+    }
+    // SAFETY: as above.
+    match STACKS.insert(&id, unsafe { &*buf }, u64::from(BPF_NOEXIST)) {
+        // -EEXIST: another CPU stored the same stack first.
+        Ok(()) | Err(-17) => id,
+        Err(_) => NO_STACK,
+    }
 }
 
 /// Creates the entry of the current task; `None` when it is exiting or the table is full.
@@ -245,7 +272,6 @@ fn account(entry: &mut TaskState, delta: u64) {
         if n < TASK_RECORDS {
             entry.records[n] = LatencyRecord {
                 stack_id: stack,
-                _pad: 0,
                 count: 1,
                 total_ns: delta,
                 max_ns: delta,
@@ -265,7 +291,7 @@ fn account(entry: &mut TaskState, delta: u64) {
 
 /// Adds to the global record of `stack`: the one structure every CPU shares.
 #[inline(always)]
-fn global_add(stack: u32, n: u64, total_ns: u64, max_ns: u64) {
+fn global_add(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
     let rec = match GLOBAL_LATENCY.get_ptr_mut(&stack) {
         Some(rec) => rec,
         None => {

@@ -2,8 +2,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{Context as _, Result};
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap};
-use latprof_common::{COUNTER_COUNT, Counter, GlobalRecord, LatencyRecord, NO_STACK, TaskState};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
+use latprof_common::{
+    COUNTER_COUNT, Counter, GlobalRecord, LatencyRecord, NO_STACK, RawStack, TaskState,
+};
 
 use crate::probe::{Mode, Probe, names};
 
@@ -66,10 +68,10 @@ pub struct Snapshot {
     /// Live tasks with their own records.
     pub tasks: Vec<TaskSnapshot>,
     /// The kernel's global table: every event (normal mode) or exited tasks (lazy mode).
-    pub global: Vec<(u32, GlobalRecord)>,
+    pub global: Vec<(u64, GlobalRecord)>,
     pub counters: Counters,
     /// Raw kernel backtraces (instruction pointers, innermost first) of every stack id above.
-    pub stacks: BTreeMap<u32, Vec<u64>>,
+    pub stacks: BTreeMap<u64, Vec<u64>>,
     /// Reads that raced with an exit merge and were retried.
     pub retries: u32,
 }
@@ -78,8 +80,8 @@ impl Snapshot {
     /// Every global cause by stack id: the kernel's table plus, in lazy mode, the live tasks'
     /// records (those merge into the kernel table only when the task exits).
     #[must_use]
-    pub fn global_records(&self) -> HashMap<u32, GlobalRecord> {
-        let mut out: HashMap<u32, GlobalRecord> = HashMap::new();
+    pub fn global_records(&self) -> HashMap<u64, GlobalRecord> {
+        let mut out: HashMap<u64, GlobalRecord> = HashMap::new();
         for (stack, rec) in &self.global {
             add(
                 out.entry(*stack).or_default(),
@@ -118,7 +120,7 @@ pub fn add(acc: &mut GlobalRecord, count: u64, total_ns: u64, max_ns: u64) {
 /// Reads snapshots; keeps the backtraces it has read (stack ids are never reused).
 #[derive(Default)]
 pub struct Collector {
-    stacks: HashMap<u32, Vec<u64>>,
+    stacks: HashMap<u64, Vec<u64>>,
 }
 
 const MAX_RETRIES: u32 = 5;
@@ -135,7 +137,7 @@ impl Collector {
             PerCpuArray::try_from(ebpf.map(names::MAP_COUNTERS).context("no COUNTERS map")?)?;
         let tasks_map: BpfHashMap<&MapData, u32, TaskState> =
             BpfHashMap::try_from(ebpf.map(names::MAP_TASKS).context("no TASKS map")?)?;
-        let global_map: BpfHashMap<&MapData, u32, GlobalRecord> = BpfHashMap::try_from(
+        let global_map: BpfHashMap<&MapData, u64, GlobalRecord> = BpfHashMap::try_from(
             ebpf.map(names::MAP_GLOBAL_LATENCY)
                 .context("no GLOBAL_LATENCY map")?,
         )?;
@@ -173,8 +175,8 @@ impl Collector {
             retries += 1;
         };
 
-        let stack_map =
-            StackTraceMap::try_from(ebpf.map(names::MAP_STACKS).context("no STACKS map")?)?;
+        let stack_map: BpfHashMap<&MapData, u64, RawStack> =
+            BpfHashMap::try_from(ebpf.map(names::MAP_STACKS).context("no STACKS map")?)?;
         let mut stacks = BTreeMap::new();
         let ids = global.iter().map(|(id, _)| *id).chain(
             tasks
@@ -188,8 +190,8 @@ impl Collector {
             let frames = match self.stacks.get(&id) {
                 Some(frames) => frames.clone(),
                 None => {
-                    let trace = stack_map.get(&id, 0).context("read STACKS")?;
-                    let frames: Vec<u64> = trace.frames().iter().map(|f| f.ip).collect();
+                    let raw = stack_map.get(&id, 0).context("read STACKS")?;
+                    let frames: Vec<u64> = raw.iter().copied().take_while(|&ip| ip != 0).collect();
                     self.stacks.insert(id, frames.clone());
                     frames
                 }

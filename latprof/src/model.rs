@@ -25,7 +25,7 @@ pub struct Cause {
 /// that differ only in the dropped frames are one cause). Sorted by total, largest first.
 #[must_use]
 pub fn causes(
-    records: impl IntoIterator<Item = (u32, GlobalRecord)>,
+    records: impl IntoIterator<Item = (u64, GlobalRecord)>,
     snap: &Snapshot,
     syms: &Kallsyms,
     depth: usize,
@@ -112,10 +112,9 @@ ffffffff81400010 T schedule
 ffffffff81401000 T __sched_text_end
 ";
 
-    fn rec(stack_id: u32, count: u64, total_ns: u64, max_ns: u64) -> LatencyRecord {
+    fn rec(stack_id: u64, count: u64, total_ns: u64, max_ns: u64) -> LatencyRecord {
         LatencyRecord {
             stack_id,
-            _pad: 0,
             count,
             total_ns,
             max_ns,

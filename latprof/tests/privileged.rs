@@ -459,3 +459,127 @@ fn unprivileged_run_says_what_is_missing() {
     );
     assert!(out.stdout.is_empty());
 }
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn full_tables_are_counted_not_silent() {
+    let _guard = serial();
+    let syms = Kallsyms::load().expect("kallsyms");
+    // One task slot for two ping-pong threads, one stack slot for many backtraces.
+    let mut work = Workload::spawn(&["pingpong", "--count", "500"]);
+    let probe = Probe::attach(ProbeConfig {
+        pid: Some(work.pid()),
+        max_tasks: 1,
+        max_stacks: 1,
+        ..ProbeConfig::default()
+    })
+    .expect("attach");
+    work.go();
+    work.wait_done();
+    let snap = Collector::new().snapshot(&probe).expect("snapshot");
+    work.release();
+    let c = &snap.counters;
+    assert!(c.get(Counter::TaskTableFull) > 0, "{c:?}");
+    let losses = c.losses();
+    assert!(
+        losses.iter().any(|l| l.contains("--max-tasks")),
+        "{losses:?}"
+    );
+    // With one stack slot, all but one backtrace are unavailable, yet still counted.
+    let causes = model::global_causes(&snap, &syms, 12);
+    let total: u64 = causes.iter().map(|c| c.count).sum();
+    assert_eq!(total, c.get(Counter::Counted), "{causes:#?}");
+    if c.get(Counter::StackMissing) > 0 {
+        assert!(
+            causes.iter().any(|c| c.frames == [model::UNAVAILABLE]),
+            "{causes:#?}"
+        );
+        assert!(
+            losses.iter().any(|l| l.contains("--max-stacks")),
+            "{losses:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn kernel_threads_stay_out_of_the_global_table() {
+    let _guard = serial();
+    let probe = attach(Mode::Normal, None);
+    let mut work = Workload::spawn(&[
+        "fsync",
+        "--count",
+        "20",
+        "--dir",
+        env!("CARGO_TARGET_TMPDIR"),
+    ]);
+    work.go();
+    work.wait_done();
+    let snap = Collector::new().snapshot(&probe).expect("snapshot");
+    work.release();
+    let kthreads: Vec<_> = snap.tasks.iter().filter(|t| t.kthread).collect();
+    assert!(
+        kthreads.iter().any(|t| t.comm.starts_with("kworker")),
+        "no kworker seen among {:?}",
+        snap.tasks
+            .iter()
+            .map(|t| (&t.comm, t.kthread))
+            .collect::<Vec<_>>()
+    );
+    let workload = snap
+        .tasks
+        .iter()
+        .find(|t| t.tgid == work_pid(&snap, "latprof"));
+    assert!(
+        workload.is_some_and(|t| !t.kthread),
+        "the workload is not a kernel thread"
+    );
+    let user_stacks: HashSet<u64> = snap
+        .tasks
+        .iter()
+        .filter(|t| !t.kthread)
+        .flat_map(|t| t.records.iter().map(|r| r.stack_id))
+        .collect();
+    let kthread_only: HashSet<u64> = kthreads
+        .iter()
+        .flat_map(|t| t.records.iter().map(|r| r.stack_id))
+        .filter(|s| !user_stacks.contains(s))
+        .collect();
+    assert!(!kthread_only.is_empty(), "kernel threads recorded nothing");
+    let leaked: Vec<_> = snap
+        .global
+        .iter()
+        .filter(|(s, _)| kthread_only.contains(s))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "kernel-thread causes in the global table: {leaked:?}"
+    );
+}
+
+fn work_pid(snap: &Snapshot, comm: &str) -> u32 {
+    snap.tasks
+        .iter()
+        .find(|t| t.comm == comm && t.tgid != std::process::id())
+        .map_or(0, |t| t.tgid)
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn own_threads_only_with_include_self() {
+    let _guard = serial();
+    let me = std::process::id();
+    for include_self in [false, true] {
+        let probe = Probe::attach(ProbeConfig {
+            include_self,
+            ..ProbeConfig::default()
+        })
+        .expect("attach");
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let snap = Collector::new().snapshot(&probe).expect("snapshot");
+        let mine = snap.tasks.iter().any(|t| t.tgid == me);
+        assert_eq!(mine, include_self, "own threads tracked = {mine}");
+    }
+}

@@ -5,12 +5,14 @@ pub const MAP_GLOBAL_LATENCY: &str = "GLOBAL_LATENCY";
 pub const MAP_STACKS: &str = "STACKS";
 pub const MAP_COUNTERS: &str = "COUNTERS";
 pub const MAP_SCRATCH: &str = "SCRATCH";
-pub const MAPS: [&str; 5] = [
+pub const MAP_STACK_BUF: &str = "STACK_BUF";
+pub const MAPS: [&str; 6] = [
     MAP_TASKS,
     MAP_GLOBAL_LATENCY,
     MAP_STACKS,
     MAP_COUNTERS,
     MAP_SCRATCH,
+    MAP_STACK_BUF,
 ];
 
 /// Programs with the tracepoint (category, name) each attaches to.
