@@ -75,16 +75,20 @@ pub fn sleep_verdict(kind: u32, delta_ns: u64, min_ns: u64, cutoff_ns: u64) -> S
     }
 }
 
-/// The kind of sleep a sched_switch `prev_state` starts: S, D (or I, the idle state, which the
-/// kernel accounts like D), or none (still runnable, preempted, stopped, dead).
+/// The kind of sleep a switch-out starts, from the raw task state the scheduler saw, as
+/// latencytop decides at dequeue: TASK_INTERRUPTIBLE is a sleep (S), TASK_UNINTERRUPTIBLE a block
+/// (D; TASK_IDLE and TASK_KILLABLE include it). A preempted task does not sleep, whatever its
+/// state.
 #[inline(always)]
 #[must_use]
-pub fn sleep_kind(prev_state: u64, idle_bit: u64) -> u32 {
+pub fn sleep_kind(preempt: bool, state: u64) -> u32 {
     const TASK_INTERRUPTIBLE: u64 = 0x1;
     const TASK_UNINTERRUPTIBLE: u64 = 0x2;
-    if prev_state & TASK_INTERRUPTIBLE != 0 {
+    if preempt {
+        SLEEP_NONE
+    } else if state & TASK_INTERRUPTIBLE != 0 {
         SLEEP_INTERRUPTIBLE
-    } else if prev_state & (TASK_UNINTERRUPTIBLE | idle_bit) != 0 {
+    } else if state & TASK_UNINTERRUPTIBLE != 0 {
         SLEEP_UNINTERRUPTIBLE
     } else {
         SLEEP_NONE
@@ -158,10 +162,13 @@ pub enum Counter {
     MergesBegun,
     /// Exit merges finished.
     MergesDone,
+    /// Tracked sleeps still open when their task went to sleep again: the kernel never ran
+    /// latprof's programs for their wakeup (nor for the task's return to a CPU). Not counted.
+    SleepLost,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::MergesDone as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::SleepLost as u32 + 1;
 
 #[cfg(feature = "user")]
 mod pod {
@@ -212,14 +219,19 @@ mod tests {
 
     #[test]
     fn states_map_like_the_kernel() {
-        assert_eq!(sleep_kind(0x1, 0x80), SLEEP_INTERRUPTIBLE);
-        assert_eq!(sleep_kind(0x2, 0x80), SLEEP_UNINTERRUPTIBLE);
-        assert_eq!(sleep_kind(0x80, 0x80), SLEEP_UNINTERRUPTIBLE);
-        // Runnable, preempted ("R+", TASK_REPORT_MAX), stopped, traced, dead, zombie, parked.
-        for state in [0x0, 0x100, 0x4, 0x8, 0x10, 0x20, 0x40] {
-            assert_eq!(sleep_kind(state, 0x80), SLEEP_NONE, "state {state:#x}");
+        assert_eq!(sleep_kind(false, 0x1), SLEEP_INTERRUPTIBLE);
+        // TASK_INTERRUPTIBLE | TASK_FREEZABLE (nanosleep).
+        assert_eq!(sleep_kind(false, 0x2001), SLEEP_INTERRUPTIBLE);
+        assert_eq!(sleep_kind(false, 0x2), SLEEP_UNINTERRUPTIBLE);
+        // TASK_IDLE = TASK_UNINTERRUPTIBLE | TASK_NOLOAD; TASK_KILLABLE = .. | TASK_WAKEKILL.
+        assert_eq!(sleep_kind(false, 0x402), SLEEP_UNINTERRUPTIBLE);
+        assert_eq!(sleep_kind(false, 0x102), SLEEP_UNINTERRUPTIBLE);
+        // Running, stopped, traced, dead.
+        for state in [0x0, 0x4, 0x8, 0x80] {
+            assert_eq!(sleep_kind(false, state), SLEEP_NONE, "state {state:#x}");
         }
-        // A kernel without an idle state bit.
-        assert_eq!(sleep_kind(0x80, 0), SLEEP_NONE);
+        // Preempted on its way to sleep: still runnable.
+        assert_eq!(sleep_kind(true, 0x1), SLEEP_NONE);
+        assert_eq!(sleep_kind(true, 0x2), SLEEP_NONE);
     }
 }

@@ -1,4 +1,8 @@
-//! latprof's eBPF programs: latencytop's accounting on three scheduler tracepoints.
+//! latprof's eBPF programs: latencytop's accounting on three scheduler tracepoints, attached
+//! as raw tracepoints (no perf buffer in between: perf's tracepoint path drops an event now and
+//! then when it finds its per-context recursion slot taken, which lost one wakeup in a few
+//! hundred; a raw tracepoint program sees every event, and a skipped run would show in the
+//! kernel's recursion_misses).
 //!
 //! * `sched_switch`: a task leaving the CPU in S or D state starts a sleep; its kernel backtrace
 //!   is taken here, where it chose to sleep.
@@ -25,9 +29,9 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack,
         bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
-    macros::{map, tracepoint},
+    macros::{map, raw_tracepoint},
     maps::{HashMap, PerCpuArray},
-    programs::TracePointContext,
+    programs::RawTracePointContext,
 };
 use latprof_common::{
     COUNTER_COUNT, Counter, GlobalRecord, LatencyRecord, MODE_LAZY, MODE_NORMAL, NO_STACK,
@@ -54,17 +58,15 @@ static INTER_CUTOFF_NS: Global<u64> = Global::new(5_000_000);
 /// Sleeps shorter than this are not counted (latencytop drops zero-microsecond sleeps).
 #[unsafe(no_mangle)]
 static MIN_SLEEP_NS: Global<u64> = Global::new(1_000);
-/// Offset and size (4 or 8) of `prev_state` in the sched_switch record, from tracefs.
+/// 1 when the sched_switch tracepoint passes `prev_state` (Linux 5.18 and later); otherwise it
+/// is read from the task at `TASK_STATE_OFF`.
 #[unsafe(no_mangle)]
-static SWITCH_PREV_STATE_OFF: Global<u32> = Global::new(0);
+static SWITCH_HAS_PREV_STATE: Global<u32> = Global::new(1);
+/// Offsets of `__state` (or `state`) and `pid` in `struct task_struct`, from vmlinux BTF.
 #[unsafe(no_mangle)]
-static SWITCH_PREV_STATE_SIZE: Global<u32> = Global::new(8);
-/// Bit that `prev_state` uses for TASK_IDLE ("I"), from tracefs; 0 if the kernel has none.
+static TASK_STATE_OFF: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
-static STATE_IDLE_BIT: Global<u64> = Global::new(0);
-/// Offset of `pid` in the sched_wakeup record, from tracefs.
-#[unsafe(no_mangle)]
-static WAKEUP_PID_OFF: Global<u32> = Global::new(0);
+static TASK_PID_OFF: Global<u32> = Global::new(0);
 /// Offsets of `flags` and `mm` in `struct task_struct`, from vmlinux BTF.
 #[unsafe(no_mangle)]
 static TASK_FLAGS_OFF: Global<u32> = Global::new(0);
@@ -104,23 +106,30 @@ fn count(counter: Counter) {
 
 // ---- sched_switch: a sleep begins ----
 
-#[tracepoint]
-pub fn sched_switch(ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
     try_sched_switch(&ctx).unwrap_or(1)
 }
 
-fn prev_state(ctx: &TracePointContext) -> Result<u64, i32> {
-    let off = SWITCH_PREV_STATE_OFF.load() as usize;
-    // SAFETY: offset and size come from this kernel's tracefs format file.
-    Ok(if SWITCH_PREV_STATE_SIZE.load() == 8 {
-        unsafe { ctx.read_at::<u64>(off)? }
-    } else {
-        u64::from(unsafe { ctx.read_at::<u32>(off)? })
-    })
+/// Reads a field of a kernel object at an offset taken from BTF.
+#[inline(always)]
+fn read_field<T>(object: *const u8, offset: u32) -> Result<T, i32> {
+    // SAFETY: a probe read fails safely on a bad address.
+    unsafe { bpf_probe_read_kernel(object.add(offset as usize).cast()) }
 }
 
-fn try_sched_switch(ctx: &TracePointContext) -> Result<u32, i32> {
-    let kind = sleep_kind(prev_state(ctx)?, STATE_IDLE_BIT.load());
+fn try_sched_switch(ctx: &RawTracePointContext) -> Result<i32, i32> {
+    // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next
+    //          [, unsigned int prev_state])
+    let preempt: u64 = ctx.arg(0);
+    let state: u64 = if SWITCH_HAS_PREV_STATE.load() == 1 {
+        ctx.arg::<u64>(3) & 0xffff_ffff
+    } else {
+        let prev: *const u8 = ctx.arg(1);
+        u64::from(read_field::<u32>(prev, TASK_STATE_OFF.load())?)
+    };
+    let kind = sleep_kind(preempt & 1 != 0, state);
+
     if kind == SLEEP_NONE {
         return Ok(0);
     }
@@ -148,6 +157,10 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<u32, i32> {
     }
     // SAFETY: the entry belongs to the current task; only its own events write it.
     unsafe {
+        if (*entry).sleep_kind != SLEEP_NONE {
+            // The previous sleep never saw its wakeup.
+            count(Counter::SleepLost);
+        }
         (*entry).sleep_stack = stack;
         (*entry).sleep_kind = kind;
         (*entry).sleep_start_ns = bpf_ktime_get_ns();
@@ -157,7 +170,7 @@ fn try_sched_switch(ctx: &TracePointContext) -> Result<u32, i32> {
 }
 
 /// Walks the current kernel stack and stores it; returns its id, or `NO_STACK`.
-fn take_stack(ctx: &TracePointContext) -> u64 {
+fn take_stack(ctx: &RawTracePointContext) -> u64 {
     let Some(buf) = STACK_BUF.get_ptr_mut(0) else {
         return NO_STACK;
     };
@@ -185,14 +198,12 @@ fn take_stack(ctx: &TracePointContext) -> u64 {
 /// Creates the entry of the current task; `None` when it is exiting or the table is full.
 fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
     let task = unsafe { bpf_get_current_task() } as *const u8;
-    // SAFETY: offsets come from this kernel's BTF; probe reads fail safely.
-    let flags: u32 =
-        unsafe { bpf_probe_read_kernel(task.add(TASK_FLAGS_OFF.load() as usize).cast())? };
+    let flags: u32 = read_field(task, TASK_FLAGS_OFF.load())?;
     if flags & PF_EXITING != 0 {
         count(Counter::ExitingSkipped);
         return Ok(None);
     }
-    let mm: u64 = unsafe { bpf_probe_read_kernel(task.add(TASK_MM_OFF.load() as usize).cast())? };
+    let mm: u64 = read_field(task, TASK_MM_OFF.load())?;
     let template = SCRATCH.get_ptr_mut(0).ok_or(1)?;
     // SAFETY: per-CPU scratch; stale records past nr_records are never read.
     unsafe {
@@ -216,25 +227,31 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
 
 // ---- sched_wakeup: the sleep ends ----
 
-#[tracepoint]
-pub fn sched_wakeup(ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_wakeup")]
+pub fn sched_wakeup(ctx: RawTracePointContext) -> i32 {
     try_sched_wakeup(&ctx).unwrap_or(1)
 }
 
-fn try_sched_wakeup(ctx: &TracePointContext) -> Result<u32, i32> {
-    // SAFETY: offset comes from this kernel's tracefs format file.
-    let tid = unsafe { ctx.read_at::<i32>(WAKEUP_PID_OFF.load() as usize)? } as u32;
+fn try_sched_wakeup(ctx: &RawTracePointContext) -> Result<i32, i32> {
+    // TP_PROTO(struct task_struct *p)
+    let wakee: *const u8 = ctx.arg(0);
+    let tid = read_field::<i32>(wakee, TASK_PID_OFF.load())? as u32;
     let Some(entry) = TASKS.get_ptr_mut(&tid) else {
         return Ok(0);
     };
     // SAFETY: the wakee is not running; ttwu serializes wakeups of one task (pi_lock).
     let entry = unsafe { &mut *entry };
-    let kind = entry.sleep_kind;
-    if kind == SLEEP_NONE {
-        return Ok(0);
+    if entry.sleep_kind != SLEEP_NONE {
+        count(Counter::Wakeups);
+        end_sleep(entry);
     }
+    Ok(0)
+}
+
+/// Ends the open sleep of `entry` now: filters it like latencytop and accounts it.
+fn end_sleep(entry: &mut TaskState) {
+    let kind = entry.sleep_kind;
     entry.sleep_kind = SLEEP_NONE;
-    count(Counter::Wakeups);
     let now = unsafe { bpf_ktime_get_ns() };
     let delta = now.saturating_sub(entry.sleep_start_ns);
     match sleep_verdict(kind, delta, MIN_SLEEP_NS.load(), INTER_CUTOFF_NS.load()) {
@@ -245,7 +262,6 @@ fn try_sched_wakeup(ctx: &TracePointContext) -> Result<u32, i32> {
             count(Counter::Counted);
         }
     }
-    Ok(0)
 }
 
 fn account(entry: &mut TaskState, delta: u64) {
@@ -335,18 +351,23 @@ fn global_add(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
 
 // ---- sched_process_exit: lazy merge ----
 
-#[tracepoint]
-pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
     try_sched_process_exit(&ctx).unwrap_or(1)
 }
 
-fn try_sched_process_exit(_ctx: &TracePointContext) -> Result<u32, i32> {
+/// Runs in the exiting task: `current` is the task whose records are merged.
+fn try_sched_process_exit(_ctx: &RawTracePointContext) -> Result<i32, i32> {
     let tid = bpf_get_current_pid_tgid() as u32;
     let Some(entry) = TASKS.get_ptr(&tid) else {
         return Ok(0);
     };
     // SAFETY: the exiting task is current; only its own events write its entry.
     let entry = unsafe { &*entry };
+    if entry.sleep_kind != SLEEP_NONE {
+        // A running task is not asleep: that sleep's wakeup never reached latprof.
+        count(Counter::SleepLost);
+    }
     if MODE.load() == MODE_LAZY
         && (entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0)
     {

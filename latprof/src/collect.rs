@@ -45,6 +45,10 @@ impl Counters {
             Counter::ExitingSkipped,
             "sleeps of already-exiting tasks not tracked",
         );
+        say(
+            Counter::SleepLost,
+            "sleeps lost: the kernel did not run latprof for their wakeup",
+        );
         out
     }
 }

@@ -138,11 +138,14 @@ fn nanosleep_causes(mode: Mode) -> (Cause, Cause, Cause, Snapshot) {
     )
 }
 
-fn check_nanosleep(cause: &Cause) {
-    assert_eq!(cause.count, 200, "{cause:?}");
+/// The 200 sleeps are all counted, except those the kernel never ran latprof for (then
+/// latprof says so in a counter; see `Counter::SleepLost`). A lost sleep is rare: at most 2.
+fn check_nanosleep(cause: &Cause, lost: u64) {
+    assert!(lost <= 2, "{lost} sleeps lost");
+    assert_eq!(cause.count + lost, 200, "{cause:?}, {lost} lost");
     assert_eq!(cause.frames[0], "hrtimer_nanosleep", "{cause:?}");
     assert!(
-        (400 * MS..=600 * MS).contains(&cause.total_ns),
+        (400 * MS..=600 * MS).contains(&(cause.total_ns + lost * 2 * MS)),
         "total {} ns not within 200 x 2..3 ms",
         cause.total_ns
     );
@@ -154,19 +157,23 @@ fn check_nanosleep(cause: &Cause) {
 fn lazy_counts_nanosleep_while_alive_and_after_exit() {
     let _guard = serial();
     let (live_global, live_process, after, snap) = nanosleep_causes(Mode::Lazy);
-    check_nanosleep(&live_global);
-    check_nanosleep(&live_process);
-    check_nanosleep(&after);
+    let lost = snap.counters.get(Counter::SleepLost);
+    check_nanosleep(&live_global, lost);
+    check_nanosleep(&live_process, lost);
+    check_nanosleep(&after, lost);
     assert_eq!(live_global, after, "lazy merge at exit changed the numbers");
     assert!(
         snap.counters.get(Counter::ExitMerges) >= 1,
         "no exit merge counted"
     );
-    assert!(
-        snap.counters.losses().is_empty(),
-        "{:?}",
-        snap.counters.losses()
-    );
+    // Nothing else lost: every table was large enough.
+    let losses: Vec<_> = snap
+        .counters
+        .losses()
+        .into_iter()
+        .filter(|l| !l.contains("sleeps lost"))
+        .collect();
+    assert!(losses.is_empty(), "{losses:?}");
 }
 
 #[test]
@@ -174,20 +181,26 @@ fn lazy_counts_nanosleep_while_alive_and_after_exit() {
 fn normal_and_lazy_agree() {
     let _guard = serial();
     let (normal_live, normal_process, normal_after, snap) = nanosleep_causes(Mode::Normal);
-    check_nanosleep(&normal_live);
-    check_nanosleep(&normal_process);
-    check_nanosleep(&normal_after);
+    let normal_lost = snap.counters.get(Counter::SleepLost);
+    check_nanosleep(&normal_live, normal_lost);
+    check_nanosleep(&normal_process, normal_lost);
+    check_nanosleep(&normal_after, normal_lost);
     assert_eq!(
         snap.counters.get(Counter::ExitMerges),
         0,
         "normal mode merged at exit"
     );
-    let (lazy_live, lazy_process, lazy_after, _) = nanosleep_causes(Mode::Lazy);
-    check_nanosleep(&lazy_live);
-    check_nanosleep(&lazy_process);
-    check_nanosleep(&lazy_after);
-    assert_eq!(normal_live.count, lazy_live.count);
-    assert_eq!(normal_after.count, lazy_after.count);
+    let (lazy_live, lazy_process, lazy_after, snap) = nanosleep_causes(Mode::Lazy);
+    let lazy_lost = snap.counters.get(Counter::SleepLost);
+    check_nanosleep(&lazy_live, lazy_lost);
+    check_nanosleep(&lazy_process, lazy_lost);
+    check_nanosleep(&lazy_after, lazy_lost);
+    // The same work: the same count, once lost sleeps are added back.
+    assert_eq!(normal_live.count + normal_lost, lazy_live.count + lazy_lost);
+    assert_eq!(
+        normal_after.count + normal_lost,
+        lazy_after.count + lazy_lost
+    );
     assert_eq!(normal_after.frames, lazy_after.frames);
 }
 
@@ -279,24 +292,28 @@ fn inter_cutoff_and_all_sleeps() {
         })
         .expect("attach");
         work.go();
-        work.wait_done();
-        let snap = Collector::new().snapshot(&probe).expect("snapshot");
         work.release();
+        // After the exit: lazy mode has merged the records, and a lost sleep has been counted.
+        let snap = Collector::new().snapshot(&probe).expect("snapshot");
         let causes = model::global_causes(&snap, &syms, 12);
         let count = frames_with(&causes, "nanosleep")
             .iter()
             .map(|c| c.count)
             .sum::<u64>();
-        assert_eq!(count, expected, "cutoff {cutoff:?}: {causes:#?}");
+        let lost = snap.counters.get(Counter::SleepLost);
+        assert!(lost <= 2, "{lost} sleeps lost");
         if cutoff.is_some() {
-            assert!(snap.counters.get(Counter::SkippedCutoff) >= 20);
+            assert_eq!(count, 0, "cutoff {cutoff:?}: {causes:#?}");
+            assert!(snap.counters.get(Counter::SkippedCutoff) + lost >= 20);
+        } else {
+            assert_eq!(count + lost, expected, "cutoff {cutoff:?}: {causes:#?}");
         }
     }
 }
 
 /// Ids of loaded programs that carry latprof's program names.
 fn latprof_program_ids() -> HashSet<u32> {
-    let ours: Vec<&str> = names::PROGRAMS.iter().map(|(p, _, _)| *p).collect();
+    let ours = names::PROGRAMS;
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
         .filter(|p| {
@@ -306,6 +323,20 @@ fn latprof_program_ids() -> HashSet<u32> {
         })
         .map(|p| p.id())
         .collect()
+}
+
+/// Waits until none of `ids` is loaded. The kernel frees a raw tracepoint program after its
+/// link is gone and an RCU grace period has passed, so this can lag a little; 5 s is plenty.
+fn assert_unloaded(ids: &HashSet<u32>, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<_> = latprof_program_ids().intersection(ids).copied().collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "programs left {what}: {left:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -321,14 +352,7 @@ fn dropping_the_probe_unloads_everything() {
         "attached programs: {during:?}"
     );
     drop(probe);
-    let left: Vec<_> = latprof_program_ids()
-        .intersection(&during)
-        .copied()
-        .collect();
-    assert!(
-        left.is_empty(),
-        "programs still loaded after drop: {left:?}"
-    );
+    assert_unloaded(&during, "after drop");
 }
 
 /// Runs `latprof stats` as a user would, stops it with `signal`, and checks its output and that
@@ -368,6 +392,13 @@ fn stats_cli_stops_cleanly_on(signal: i32) {
     let out = stats.wait_with_output().expect("wait for latprof stats");
     assert!(out.status.success(), "latprof stats exit: {}", out.status);
     let text = String::from_utf8(out.stdout).expect("utf-8 output");
+    // A sleep the kernel never ran latprof for is reported on stderr, never silently dropped.
+    let rest = String::from_utf8_lossy(&out.stderr);
+    let lost: u64 = rest
+        .lines()
+        .find(|l| l.contains("sleeps lost"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .map_or(0, |n| n.parse().expect("lost count"));
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("Latency Top version : v0.1"));
     let nanosleep: Vec<&str> = text
@@ -376,17 +407,11 @@ fn stats_cli_stops_cleanly_on(signal: i32) {
         .collect();
     assert_eq!(nanosleep.len(), 1, "{text}");
     let fields: Vec<&str> = nanosleep[0].split(' ').collect();
-    assert_eq!(fields[0], "50", "{text}");
+    let count: u64 = fields[0].parse().expect("count");
+    assert!(lost <= 2 && count + lost == 50, "{text}\n{rest}");
     let total_us: u64 = fields[1].parse().expect("total");
     assert!((100_000..=150_000).contains(&total_us), "{text}");
-    let left: Vec<_> = latprof_program_ids()
-        .intersection(&during)
-        .copied()
-        .collect();
-    assert!(
-        left.is_empty(),
-        "programs still loaded after latprof exited: {left:?}"
-    );
+    assert_unloaded(&during, "after latprof exited");
 }
 
 #[test]
@@ -421,22 +446,7 @@ fn stats_cli_kill9_leaves_nothing_loaded() {
     assert_eq!(during.len(), names::PROGRAMS.len());
     stats.kill().expect("kill -9");
     stats.wait().expect("wait");
-    // The kernel frees programs once their last file descriptor is gone; that can lag a little.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left: Vec<_> = latprof_program_ids()
-            .intersection(&during)
-            .copied()
-            .collect();
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "programs left after kill -9: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert_unloaded(&during, "after kill -9");
 }
 
 #[test]

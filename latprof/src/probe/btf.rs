@@ -4,10 +4,12 @@ use anyhow::{Context as _, Result, anyhow, bail};
 
 const BTF_MAGIC: u16 = 0xeb9f;
 const KIND_INT: u32 = 1;
+const KIND_PTR: u32 = 2;
 const KIND_ARRAY: u32 = 3;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
 const KIND_ENUM: u32 = 6;
+const KIND_TYPEDEF: u32 = 8;
 const KIND_FUNC_PROTO: u32 = 13;
 const KIND_VAR: u32 = 14;
 const KIND_DATASEC: u32 = 15;
@@ -139,6 +141,26 @@ impl Btf {
         Ok(None)
     }
 
+    /// Number of parameters of the function pointer type `typedef_name` (the raw tracepoint
+    /// prototypes are typedefs like `btf_trace_sched_switch`, whose first parameter is the
+    /// tracepoint's private data).
+    pub fn fn_pointer_arity(&self, typedef_name: &str) -> Result<usize> {
+        let id = self
+            .types
+            .iter()
+            .position(|t| t.kind == KIND_TYPEDEF && self.name(t.name_off) == typedef_name)
+            .ok_or_else(|| anyhow!("BTF has no {typedef_name}"))?;
+        let ptr = self.resolve(id);
+        let proto = match self.types.get(ptr) {
+            Some(t) if t.kind == KIND_PTR => u32_at(&self.data, t.members_at - 4)? as usize,
+            _ => bail!("BTF: {typedef_name} is not a function pointer"),
+        };
+        match self.types.get(self.resolve(proto)) {
+            Some(t) if t.kind == KIND_FUNC_PROTO => Ok(t.vlen),
+            _ => bail!("BTF: {typedef_name} is not a function pointer"),
+        }
+    }
+
     /// Follows typedefs and qualifiers (kinds 8-11, 18) to the underlying type.
     fn resolve(&self, mut id: usize) -> usize {
         for _ in 0..16 {
@@ -159,9 +181,10 @@ impl Btf {
 mod tests {
     use super::*;
 
-    /// Builds BTF with `struct s { int a; union { long b; }; }` by hand.
+    /// Builds BTF with `struct s { int a; union { long b; }; }` and
+    /// `typedef void (*fp)(void *, int, long)` by hand.
     fn sample() -> Vec<u8> {
-        let strings = b"\0s\0a\0b\0int\0long\0";
+        let strings = b"\0s\0a\0b\0int\0long\0fp\0";
         let mut types = Vec::new();
         let mut push = |words: &[u32]| {
             for w in words {
@@ -176,6 +199,10 @@ mod tests {
         push(&[0, (KIND_UNION << 24) | 1, 8, 5, 2, 0]);
         // 4: struct s { int a; <anon> at 64 bits; }
         push(&[1, (KIND_STRUCT << 24) | 2, 16, 3, 1, 0, 0, 3, 64]);
+        // 5: func proto (void *, int, long); 6: pointer to it; 7: typedef fp
+        push(&[0, (KIND_FUNC_PROTO << 24) | 3, 0, 0, 0, 0, 1, 0, 2]);
+        push(&[0, KIND_PTR << 24, 5]);
+        push(&[16, KIND_TYPEDEF << 24, 6]);
         let mut data = Vec::new();
         data.extend_from_slice(&BTF_MAGIC.to_le_bytes());
         data.extend_from_slice(&[1, 0]);
@@ -200,6 +227,14 @@ mod tests {
         assert_eq!(btf.member_offset("s", "b").unwrap(), 8);
         assert!(btf.member_offset("s", "c").is_err());
         assert!(btf.member_offset("t", "a").is_err());
+    }
+
+    #[test]
+    fn counts_function_pointer_parameters() {
+        let btf = Btf::parse(sample()).unwrap();
+        assert_eq!(btf.fn_pointer_arity("fp").unwrap(), 3);
+        assert!(btf.fn_pointer_arity("s").is_err());
+        assert!(btf.fn_pointer_arity("nope").is_err());
     }
 
     #[test]

@@ -2,12 +2,11 @@
 //! [`Probe`] detaches every program and frees every map.
 pub mod btf;
 pub mod names;
-pub mod tracefs;
 
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail};
-use aya::{Ebpf, EbpfLoader, programs::TracePoint};
+use anyhow::{Context as _, Result};
+use aya::{Ebpf, EbpfLoader, programs::RawTracePoint};
 use latprof_common::{MODE_LAZY, MODE_NORMAL};
 
 /// The eBPF object built by build.rs.
@@ -61,6 +60,21 @@ impl Default for ProbeConfig {
     }
 }
 
+/// latencytop measures in units of 1024 ns (`ns >> 10`, which it calls usecs).
+const LATENCYTOP_UNIT_NS: u64 = 1024;
+
+/// The longest interruptible sleep that still counts, compared the way latencytop compares: it
+/// drops a sleep when `ns >> 10 > limit_in_usecs`, so `--inter-cutoff 5ms` keeps sleeps up to
+/// 5000 * 1024 + 1023 ns, exactly the sleeps the kernel's latencytop keeps. Sleeps shorter than
+/// one unit (`ns >> 10 == 0`) are dropped the same way (`MIN_SLEEP_NS`).
+#[must_use]
+pub fn latencytop_cutoff_ns(limit: Duration) -> u64 {
+    let usecs = u64::try_from(limit.as_micros()).unwrap_or(u64::MAX);
+    usecs
+        .saturating_mul(LATENCYTOP_UNIT_NS)
+        .saturating_add(LATENCYTOP_UNIT_NS - 1)
+}
+
 /// Capability bits from linux/capability.h.
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
@@ -91,19 +105,14 @@ impl Probe {
     /// Checks privileges and kernel support, loads, configures and attaches all programs.
     pub fn attach(config: ProbeConfig) -> Result<Self> {
         check_privileges()?;
-        let switch = tracefs::Format::read("sched", "sched_switch")?;
-        let wakeup = tracefs::Format::read("sched", "sched_wakeup")?;
-        tracefs::Format::read("sched", "sched_process_exit")?;
-        let prev_state = switch.field("prev_state")?;
-        if prev_state.size != 4 && prev_state.size != 8 {
-            bail!(
-                "sched_switch prev_state has an unexpected size {}",
-                prev_state.size
-            );
-        }
-        let idle_bit = switch.state_flag_bit("I").unwrap_or(0);
-        let wakeup_pid = wakeup.field("pid")?;
+        // Every offset comes from this kernel's BTF.
         let btf = btf::Btf::from_sys_fs()?;
+        // btf_trace_sched_switch(void *data, bool preempt, prev, next[, prev_state]).
+        let has_prev_state = u32::from(btf.fn_pointer_arity("btf_trace_sched_switch")? >= 5);
+        let state_off = btf
+            .member_offset("task_struct", "__state")
+            .or_else(|_| btf.member_offset("task_struct", "state"))?;
+        let pid_off = btf.member_offset("task_struct", "pid")?;
         let flags_off = btf.member_offset("task_struct", "flags")?;
         let mm_off = btf.member_offset("task_struct", "mm")?;
 
@@ -119,10 +128,8 @@ impl Probe {
         };
         // With a pid filter the user asked for that process, kernel thread or not.
         let skip_kthreads = u32::from(config.pid.is_none());
-        let cutoff = config.inter_cutoff.map_or(u64::MAX, |d| {
-            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-        });
-        let min_sleep: u64 = 1_000;
+        let cutoff = config.inter_cutoff.map_or(u64::MAX, latencytop_cutoff_ns);
+        let min_sleep = LATENCYTOP_UNIT_NS;
         let mut loader = EbpfLoader::new();
         loader
             .override_global(names::GLOBAL_MODE, &mode, true)
@@ -131,14 +138,9 @@ impl Probe {
             .override_global(names::GLOBAL_SKIP_KTHREADS, &skip_kthreads, true)
             .override_global(names::GLOBAL_INTER_CUTOFF_NS, &cutoff, true)
             .override_global(names::GLOBAL_MIN_SLEEP_NS, &min_sleep, true)
-            .override_global(
-                names::GLOBAL_SWITCH_PREV_STATE_OFF,
-                &prev_state.offset,
-                true,
-            )
-            .override_global(names::GLOBAL_SWITCH_PREV_STATE_SIZE, &prev_state.size, true)
-            .override_global(names::GLOBAL_STATE_IDLE_BIT, &idle_bit, true)
-            .override_global(names::GLOBAL_WAKEUP_PID_OFF, &wakeup_pid.offset, true)
+            .override_global(names::GLOBAL_SWITCH_HAS_PREV_STATE, &has_prev_state, true)
+            .override_global(names::GLOBAL_TASK_STATE_OFF, &state_off, true)
+            .override_global(names::GLOBAL_TASK_PID_OFF, &pid_off, true)
             .override_global(names::GLOBAL_TASK_FLAGS_OFF, &flags_off, true)
             .override_global(names::GLOBAL_TASK_MM_OFF, &mm_off, true)
             .map_max_entries(names::MAP_TASKS, config.max_tasks)
@@ -147,18 +149,18 @@ impl Probe {
         let mut ebpf = loader
             .load(EBPF_OBJECT)
             .context("loading latprof's eBPF object")?;
-        for (prog, category, tracepoint) in names::PROGRAMS {
-            let program: &mut TracePoint = ebpf
+        for prog in names::PROGRAMS {
+            let program: &mut RawTracePoint = ebpf
                 .program_mut(prog)
                 .with_context(|| format!("eBPF object has no program {prog}"))?
                 .try_into()
-                .with_context(|| format!("{prog} is not a tracepoint program"))?;
+                .with_context(|| format!("{prog} is not a raw tracepoint program"))?;
             program
                 .load()
                 .with_context(|| format!("verifier rejected {prog}"))?;
             program
-                .attach(category, tracepoint)
-                .with_context(|| format!("attach {category}:{tracepoint}"))?;
+                .attach(prog)
+                .with_context(|| format!("attach raw tracepoint {prog}"))?;
         }
         Ok(Self { ebpf, config })
     }
@@ -171,5 +173,19 @@ impl Probe {
     #[must_use]
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cutoff_matches_latencytop_units() {
+        let cutoff = latencytop_cutoff_ns(Duration::from_millis(5));
+        // latencytop: `if (inter && usecs > 5000) return;` with usecs = ns >> 10.
+        assert_eq!(cutoff >> 10, 5000);
+        assert_eq!((cutoff + 1) >> 10, 5001);
+        assert_eq!(latencytop_cutoff_ns(Duration::MAX), u64::MAX);
     }
 }

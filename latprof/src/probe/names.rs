@@ -15,12 +15,8 @@ pub const MAPS: [&str; 6] = [
     MAP_STACK_BUF,
 ];
 
-/// Programs with the tracepoint (category, name) each attaches to.
-pub const PROGRAMS: [(&str, &str, &str); 3] = [
-    ("sched_switch", "sched", "sched_switch"),
-    ("sched_wakeup", "sched", "sched_wakeup"),
-    ("sched_process_exit", "sched", "sched_process_exit"),
-];
+/// Programs, each attached to the raw tracepoint of the same name.
+pub const PROGRAMS: [&str; 3] = ["sched_switch", "sched_wakeup", "sched_process_exit"];
 
 pub const GLOBAL_MODE: &str = "MODE";
 pub const GLOBAL_FILTER_TGID: &str = "FILTER_TGID";
@@ -28,9 +24,8 @@ pub const GLOBAL_SELF_TGID: &str = "SELF_TGID";
 pub const GLOBAL_SKIP_KTHREADS: &str = "SKIP_KTHREADS";
 pub const GLOBAL_INTER_CUTOFF_NS: &str = "INTER_CUTOFF_NS";
 pub const GLOBAL_MIN_SLEEP_NS: &str = "MIN_SLEEP_NS";
-pub const GLOBAL_SWITCH_PREV_STATE_OFF: &str = "SWITCH_PREV_STATE_OFF";
-pub const GLOBAL_SWITCH_PREV_STATE_SIZE: &str = "SWITCH_PREV_STATE_SIZE";
-pub const GLOBAL_STATE_IDLE_BIT: &str = "STATE_IDLE_BIT";
-pub const GLOBAL_WAKEUP_PID_OFF: &str = "WAKEUP_PID_OFF";
+pub const GLOBAL_SWITCH_HAS_PREV_STATE: &str = "SWITCH_HAS_PREV_STATE";
+pub const GLOBAL_TASK_STATE_OFF: &str = "TASK_STATE_OFF";
+pub const GLOBAL_TASK_PID_OFF: &str = "TASK_PID_OFF";
 pub const GLOBAL_TASK_FLAGS_OFF: &str = "TASK_FLAGS_OFF";
 pub const GLOBAL_TASK_MM_OFF: &str = "TASK_MM_OFF";
