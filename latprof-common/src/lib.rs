@@ -19,6 +19,53 @@ pub type RawStack = [u64; STACK_FRAMES];
 /// Stack id used when latprof could not store a backtrace (stack table full).
 pub const NO_STACK: u64 = u64::MAX;
 
+/// Pseudo stack id of run-queue latency ("waiting for CPU": from wakeup to running), kept in
+/// the same records as the sleep causes.
+pub const RUNQ_STACK: u64 = u64::MAX - 1;
+
+/// Log2 buckets of a cause's latency histogram: bucket `i` holds latencies of `2^i` to
+/// `2^(i+1)` microseconds (bucket 0 also holds those under 1 µs).
+pub const HIST_BUCKETS: usize = 32;
+
+/// A per-CPU latency histogram of one cause.
+pub type Histogram = [u32; HIST_BUCKETS];
+
+/// The histogram bucket of a latency.
+#[inline(always)]
+#[must_use]
+pub fn hist_bucket(ns: u64) -> usize {
+    let mut v = ns / 1000;
+    let mut r = 0;
+    if v >= 1 << 32 {
+        v >>= 32;
+        r += 32;
+    }
+    if v >= 1 << 16 {
+        v >>= 16;
+        r += 16;
+    }
+    if v >= 1 << 8 {
+        v >>= 8;
+        r += 8;
+    }
+    if v >= 1 << 4 {
+        v >>= 4;
+        r += 4;
+    }
+    if v >= 1 << 2 {
+        v >>= 2;
+        r += 2;
+    }
+    if v >= 1 << 1 {
+        r += 1;
+    }
+    if r >= HIST_BUCKETS {
+        HIST_BUCKETS - 1
+    } else {
+        r
+    }
+}
+
 /// The stack id of a backtrace: a 64-bit hash of its frames. The kernel's own stack-id map keeps
 /// one stack per hash bucket and refuses a second one that falls in the same bucket, which would
 /// lose backtraces at random; a 64-bit key makes a collision practically impossible.
@@ -33,7 +80,8 @@ pub fn stack_hash(frames: &RawStack, len: usize) -> u64 {
         h = (h.rotate_left(5) ^ *ip).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
     h ^= h >> 33;
-    if h == NO_STACK { 0 } else { h }
+    // Keep clear of the reserved ids.
+    if h >= RUNQ_STACK { h - 2 } else { h }
 }
 
 /// `Global` value of `MODE`: per-task state only, merged into the global table at exit.
@@ -121,6 +169,8 @@ const _: () = assert!(size_of::<GlobalRecord>() == 24);
 #[derive(Clone, Copy, Debug)]
 pub struct TaskState {
     pub sleep_start_ns: u64,
+    /// When the task was woken (0: not waiting for a CPU).
+    pub runq_start_ns: u64,
     pub sleep_stack: u64,
     pub sleep_kind: u32,
     pub tgid: u32,
@@ -129,7 +179,7 @@ pub struct TaskState {
     pub comm: [u8; 16],
     pub records: [LatencyRecord; TASK_RECORDS],
 }
-const _: () = assert!(size_of::<TaskState>() == 48 + 32 * TASK_RECORDS);
+const _: () = assert!(size_of::<TaskState>() == 56 + 32 * TASK_RECORDS);
 
 /// Per-CPU counters of the pipeline, indexes into the `COUNTERS` array.
 #[repr(u32)]
@@ -165,10 +215,14 @@ pub enum Counter {
     /// Tracked sleeps still open when their task went to sleep again: the kernel never ran
     /// latprof's programs for their wakeup (nor for the task's return to a CPU). Not counted.
     SleepLost,
+    /// Run-queue waits (wakeup to running) accounted.
+    RunqCounted,
+    /// Histogram updates lost because the histogram table was full (raise --max-records).
+    HistTableFull,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::SleepLost as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::HistTableFull as u32 + 1;
 
 #[cfg(feature = "user")]
 mod pod {
@@ -198,6 +252,17 @@ mod tests {
         swapped.swap(0, 1);
         assert_ne!(stack_hash(&a, 2), stack_hash(&swapped, 2));
         assert_ne!(stack_hash(&a, 2), NO_STACK);
+    }
+
+    #[test]
+    fn histogram_buckets_are_log2_microseconds() {
+        assert_eq!(hist_bucket(0), 0);
+        assert_eq!(hist_bucket(1_999), 0);
+        assert_eq!(hist_bucket(2_000), 1);
+        assert_eq!(hist_bucket(3_999), 1);
+        assert_eq!(hist_bucket(4_000), 2);
+        assert_eq!(hist_bucket(2_000_000), 10); // 2 ms: 1024..2047 us
+        assert_eq!(hist_bucket(u64::MAX), HIST_BUCKETS - 1);
     }
 
     #[test]

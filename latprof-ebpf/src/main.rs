@@ -21,22 +21,21 @@
 
 use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 
-use aya_ebpf::EbpfContext as _;
 use aya_ebpf::{
-    Global,
+    EbpfContext as _, Global,
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack,
         bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     macros::{map, raw_tracepoint},
-    maps::{HashMap, PerCpuArray},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap},
     programs::RawTracePointContext,
 };
 use latprof_common::{
-    COUNTER_COUNT, Counter, GlobalRecord, LatencyRecord, MODE_LAZY, MODE_NORMAL, NO_STACK,
-    RawStack, SLEEP_NONE, STACK_FRAMES, SleepVerdict, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState,
-    sleep_kind, sleep_verdict, stack_hash,
+    COUNTER_COUNT, Counter, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, MODE_LAZY,
+    MODE_NORMAL, NO_STACK, RUNQ_STACK, RawStack, SLEEP_NONE, STACK_FRAMES, SleepVerdict,
+    TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState, hist_bucket, sleep_kind, sleep_verdict, stack_hash,
 };
 
 // ---- settings, written at load time ----
@@ -86,6 +85,9 @@ static GLOBAL_LATENCY: HashMap<u64, GlobalRecord> = HashMap::with_max_entries(16
 /// Kernel backtraces keyed by the hash of their frames.
 #[map]
 static STACKS: HashMap<u64, RawStack> = HashMap::with_max_entries(8192, 0);
+/// Latency histograms per cause (stack id), per CPU: no cache line is shared between CPUs.
+#[map]
+static HISTOGRAMS: PerCpuHashMap<u64, Histogram> = PerCpuHashMap::with_max_entries(16384, 0);
 /// Per-CPU buffer the stack is walked into.
 #[map]
 static STACK_BUF: PerCpuArray<RawStack> = PerCpuArray::with_max_entries(1, 0);
@@ -129,6 +131,24 @@ fn try_sched_switch(ctx: &RawTracePointContext) -> Result<i32, i32> {
         u64::from(read_field::<u32>(prev, TASK_STATE_OFF.load())?)
     };
     let kind = sleep_kind(preempt & 1 != 0, state);
+
+    // The task coming in stops waiting for the CPU.
+    let next: *const u8 = ctx.arg(2);
+    let next_tid = read_field::<i32>(next, TASK_PID_OFF.load())? as u32;
+    if next_tid != 0
+        && let Some(entry) = TASKS.get_ptr_mut(&next_tid)
+    {
+        // SAFETY: next is not running yet; only its own events write its entry.
+        let entry = unsafe { &mut *entry };
+        if entry.runq_start_ns != 0 {
+            let delta = unsafe { bpf_ktime_get_ns() }.saturating_sub(entry.runq_start_ns);
+            entry.runq_start_ns = 0;
+            if delta >= MIN_SLEEP_NS.load() {
+                account(entry, RUNQ_STACK, delta);
+                count(Counter::RunqCounted);
+            }
+        }
+    }
 
     if kind == SLEEP_NONE {
         return Ok(0);
@@ -208,6 +228,7 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
     // SAFETY: per-CPU scratch; stale records past nr_records are never read.
     unsafe {
         (*template).sleep_start_ns = 0;
+        (*template).runq_start_ns = 0;
         (*template).sleep_stack = NO_STACK;
         (*template).sleep_kind = SLEEP_NONE;
         (*template).tgid = tgid;
@@ -244,6 +265,8 @@ fn try_sched_wakeup(ctx: &RawTracePointContext) -> Result<i32, i32> {
     if entry.sleep_kind != SLEEP_NONE {
         count(Counter::Wakeups);
         end_sleep(entry);
+        // From now on the task waits for a CPU.
+        entry.runq_start_ns = unsafe { bpf_ktime_get_ns() };
     }
     Ok(0)
 }
@@ -258,14 +281,15 @@ fn end_sleep(entry: &mut TaskState) {
         SleepVerdict::TooShort => count(Counter::SkippedZero),
         SleepVerdict::OverCutoff => count(Counter::SkippedCutoff),
         SleepVerdict::Count => {
-            account(entry, delta);
+            account(entry, entry.sleep_stack, delta);
             count(Counter::Counted);
         }
     }
 }
 
-fn account(entry: &mut TaskState, delta: u64) {
-    let stack = entry.sleep_stack;
+/// Adds one latency to the task's record of `stack` (and, in normal mode, the global one).
+fn account(entry: &mut TaskState, stack: u64, delta: u64) {
+    histogram_add(stack, delta);
     let in_global = entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0;
     let n = entry.nr_records as usize;
     let mut found = false;
@@ -302,6 +326,30 @@ fn account(entry: &mut TaskState, delta: u64) {
     }
     if MODE.load() == MODE_NORMAL && in_global {
         global_add(stack, 1, delta, delta);
+    }
+}
+
+/// Counts `delta` in the per-CPU histogram of `stack`.
+#[inline(always)]
+fn histogram_add(stack: u64, delta: u64) {
+    let hist = match HISTOGRAMS.get_ptr_mut(&stack) {
+        Some(hist) => hist,
+        None => {
+            let zero: Histogram = [0; HIST_BUCKETS];
+            let _ = HISTOGRAMS.insert(&stack, &zero, u64::from(BPF_NOEXIST));
+            match HISTOGRAMS.get_ptr_mut(&stack) {
+                Some(hist) => hist,
+                None => {
+                    count(Counter::HistTableFull);
+                    return;
+                }
+            }
+        }
+    };
+    let bucket = hist_bucket(delta);
+    if bucket < HIST_BUCKETS {
+        // SAFETY: this CPU's copy; bucket is in range.
+        unsafe { (*hist)[bucket] += 1 };
     }
 }
 

@@ -2,9 +2,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{Context as _, Result};
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap};
 use latprof_common::{
-    COUNTER_COUNT, Counter, GlobalRecord, LatencyRecord, NO_STACK, RawStack, TaskState,
+    COUNTER_COUNT, Counter, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, NO_STACK,
+    RUNQ_STACK, RawStack, TaskState,
 };
 
 use crate::probe::{Mode, Probe, names};
@@ -49,6 +50,10 @@ impl Counters {
             Counter::SleepLost,
             "sleeps lost: the kernel did not run latprof for their wakeup",
         );
+        say(
+            Counter::HistTableFull,
+            "histogram updates lost: table full (raise --max-records)",
+        );
         out
     }
 }
@@ -78,6 +83,12 @@ pub struct Snapshot {
     pub stacks: BTreeMap<u64, Vec<u64>>,
     /// Reads that raced with an exit merge and were retried.
     pub retries: u32,
+    /// Latency histograms by stack id, summed over CPUs (empty unless asked for).
+    pub histograms: BTreeMap<u64, Histogram>,
+    /// The kernel's run-time statistics of latprof's programs: (name, run time ns, runs).
+    pub programs: Vec<(String, u64, u64)>,
+    /// CLOCK_MONOTONIC when the snapshot was taken.
+    pub taken_ns: u64,
 }
 
 impl Snapshot {
@@ -125,6 +136,7 @@ pub fn add(acc: &mut GlobalRecord, count: u64, total_ns: u64, max_ns: u64) {
 #[derive(Default)]
 pub struct Collector {
     stacks: HashMap<u64, Vec<u64>>,
+    histograms: bool,
 }
 
 const MAX_RETRIES: u32 = 5;
@@ -133,6 +145,15 @@ impl Collector {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Also read the per-cause histograms and the programs' run-time statistics (for `top`).
+    #[must_use]
+    pub fn with_details() -> Self {
+        Self {
+            histograms: true,
+            ..Self::default()
+        }
     }
 
     pub fn snapshot(&mut self, probe: &Probe) -> Result<Snapshot> {
@@ -188,7 +209,7 @@ impl Collector {
                 .flat_map(|t| t.records.iter().map(|r| r.stack_id)),
         );
         for id in ids {
-            if id == NO_STACK || stacks.contains_key(&id) {
+            if id == NO_STACK || id == RUNQ_STACK || stacks.contains_key(&id) {
                 continue;
             }
             let frames = match self.stacks.get(&id) {
@@ -204,6 +225,30 @@ impl Collector {
         }
         tasks.sort_by_key(|t| t.tid);
         global.sort_by_key(|(id, _)| *id);
+        let mut histograms = BTreeMap::new();
+        let mut programs = Vec::new();
+        if self.histograms {
+            let map: PerCpuHashMap<&MapData, u64, Histogram> = PerCpuHashMap::try_from(
+                ebpf.map(names::MAP_HISTOGRAMS)
+                    .context("no HISTOGRAMS map")?,
+            )?;
+            for item in map.iter() {
+                let (id, per_cpu) = item.context("read HISTOGRAMS")?;
+                let mut sum = [0u32; HIST_BUCKETS];
+                for cpu in per_cpu.iter() {
+                    for (acc, n) in sum.iter_mut().zip(cpu) {
+                        *acc = acc.saturating_add(*n);
+                    }
+                }
+                histograms.insert(id, sum);
+            }
+            for (name, program) in ebpf.programs() {
+                if let Ok(info) = program.info() {
+                    let ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
+                    programs.push((name.to_owned(), ns, info.run_count()));
+                }
+            }
+        }
         Ok(Snapshot {
             mode: probe.config().mode,
             skip_kthreads: probe.config().pid.is_none(),
@@ -212,8 +257,23 @@ impl Collector {
             counters,
             stacks,
             retries,
+            histograms,
+            programs,
+            taken_ns: monotonic_ns(),
         })
     }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the clock of bpf_ktime_get_ns).
+#[must_use]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
 fn task_snapshot(tid: u32, state: &TaskState) -> TaskSnapshot {

@@ -1,7 +1,7 @@
 //! Snapshot -> what a view shows: causes named by their frames, merged and sorted.
 use std::collections::HashMap;
 
-use latprof_common::{GlobalRecord, NO_STACK};
+use latprof_common::{GlobalRecord, NO_STACK, RUNQ_STACK};
 
 use crate::{
     collect::{Snapshot, add},
@@ -10,6 +10,8 @@ use crate::{
 
 /// Frame text used for sleeps whose backtrace the kernel could not store.
 pub const UNAVAILABLE: &str = "[stack unavailable]";
+/// Frame text of run-queue latency (from wakeup to running).
+pub const WAITING_FOR_CPU: &str = "[waiting for CPU]";
 
 /// One cause as a user sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +36,8 @@ pub fn causes(
     for (stack, rec) in records {
         let frames = if stack == NO_STACK {
             vec![UNAVAILABLE.to_owned()]
+        } else if stack == RUNQ_STACK {
+            vec![WAITING_FOR_CPU.to_owned()]
         } else {
             let raw = snap.stacks.get(&stack).map_or(&[][..], Vec::as_slice);
             let frames = syms.cause_frames(raw, depth);
@@ -67,10 +71,20 @@ pub fn causes(
     out
 }
 
-/// The global table (what /proc/latency_stats shows).
+/// The global table: sleep causes and run-queue latency.
 #[must_use]
 pub fn global_causes(snap: &Snapshot, syms: &Kallsyms, depth: usize) -> Vec<Cause> {
     causes(snap.global_records(), snap, syms, depth)
+}
+
+/// What /proc/latency_stats shows: sleep causes only (latencytop has no run-queue row).
+#[must_use]
+pub fn latencytop_causes(snap: &Snapshot, syms: &Kallsyms, depth: usize) -> Vec<Cause> {
+    let records = snap
+        .global_records()
+        .into_iter()
+        .filter(|(stack, _)| *stack != RUNQ_STACK);
+    causes(records, snap, syms, depth)
 }
 
 /// The causes of one live process: its threads' records summed (/proc/PID/latency).

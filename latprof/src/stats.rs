@@ -53,7 +53,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
     }
     let snap = Collector::new().snapshot(&probe)?;
     drop(probe);
-    let causes = model::global_causes(&snap, &syms, usize::from(cli.stack_depth));
+    let causes = model::latencytop_causes(&snap, &syms, usize::from(cli.stack_depth));
     let mut out = std::io::stdout().lock();
     out.write_all(export::text::latency_stats(&causes).as_bytes())
         .and_then(|()| out.flush())

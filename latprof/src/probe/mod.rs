@@ -145,6 +145,7 @@ impl Probe {
             .override_global(names::GLOBAL_TASK_MM_OFF, &mm_off, true)
             .map_max_entries(names::MAP_TASKS, config.max_tasks)
             .map_max_entries(names::MAP_GLOBAL_LATENCY, config.max_records)
+            .map_max_entries(names::MAP_HISTOGRAMS, config.max_records)
             .map_max_entries(names::MAP_STACKS, config.max_stacks);
         let mut ebpf = loader
             .load(EBPF_OBJECT)

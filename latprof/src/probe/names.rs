@@ -6,7 +6,9 @@ pub const MAP_STACKS: &str = "STACKS";
 pub const MAP_COUNTERS: &str = "COUNTERS";
 pub const MAP_SCRATCH: &str = "SCRATCH";
 pub const MAP_STACK_BUF: &str = "STACK_BUF";
-pub const MAPS: [&str; 6] = [
+pub const MAP_HISTOGRAMS: &str = "HISTOGRAMS";
+pub const MAPS: [&str; 7] = [
+    MAP_HISTOGRAMS,
     MAP_TASKS,
     MAP_GLOBAL_LATENCY,
     MAP_STACKS,
