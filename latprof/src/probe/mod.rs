@@ -150,16 +150,22 @@ impl Probe {
         let mut ebpf = loader
             .load(EBPF_OBJECT)
             .context("loading latprof's eBPF object")?;
-        for prog in names::PROGRAMS {
-            let program: &mut RawTracePoint = ebpf
-                .program_mut(prog)
+        // Verify everything first, then attach the programs that end sleeps before the one
+        // that starts them: a sleep that starts while its end is not yet watched would never
+        // be closed (verifying one program takes long enough for that to happen).
+        fn program<'a>(ebpf: &'a mut Ebpf, prog: &str) -> Result<&'a mut RawTracePoint> {
+            ebpf.program_mut(prog)
                 .with_context(|| format!("eBPF object has no program {prog}"))?
                 .try_into()
-                .with_context(|| format!("{prog} is not a raw tracepoint program"))?;
-            program
+                .with_context(|| format!("{prog} is not a raw tracepoint program"))
+        }
+        for prog in names::PROGRAMS {
+            program(&mut ebpf, prog)?
                 .load()
                 .with_context(|| format!("verifier rejected {prog}"))?;
-            program
+        }
+        for prog in names::PROGRAMS.iter().rev() {
+            program(&mut ebpf, prog)?
                 .attach(prog)
                 .with_context(|| format!("attach raw tracepoint {prog}"))?;
         }
