@@ -54,6 +54,8 @@ pub struct Cli {
 pub enum Command {
     /// Collect, then print /proc/latency_stats-compatible text (or /proc/PID/latency with --pid).
     Stats(StatsArgs),
+    /// Live view: global causes, processes, and the selected process's causes.
+    Top(TopArgs),
     /// Deterministic workloads for latprof's tests and benchmarks.
     #[command(hide = true)]
     Workload(WorkloadArgs),
@@ -67,6 +69,22 @@ pub struct StatsArgs {
     /// Only this process (all its threads).
     #[arg(long, short = 'p')]
     pub pid: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Refresh interval.
+    #[arg(long, value_parser = duration::parse, default_value = "1s")]
+    pub interval: Duration,
+    /// Start with the processes filtered to this pid.
+    #[arg(long, short = 'p')]
+    pub pid: Option<u32>,
+    /// Start with the processes filtered to commands containing this name.
+    #[arg(long)]
+    pub comm: Option<String>,
+    /// Extra reasons (latencytop.trans format: PRIORITY FUNCTION REASON), overriding built-ins.
+    #[arg(long)]
+    pub reasons: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

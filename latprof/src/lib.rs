@@ -6,8 +6,10 @@ pub mod duration;
 pub mod export;
 pub mod model;
 pub mod probe;
+pub mod reasons;
 pub mod stats;
 pub mod symbols;
+pub mod tui;
 pub mod workload;
 
 /// Failures a caller branches on (for the exit code).

@@ -7,6 +7,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Stats(args) => latprof::stats::run(&cli, args),
+        Command::Top(args) => latprof::tui::run(&cli, args),
         Command::Workload(args) => latprof::workload::run(args),
     };
     match result {

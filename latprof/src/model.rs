@@ -109,6 +109,411 @@ pub fn process_causes(snap: &Snapshot, tgid: u32, syms: &Kallsyms, depth: usize)
     causes(records, snap, syms, depth)
 }
 
+// ---- views for top (and replay): Snapshot x baseline -> rows ----
+
+/// How causes are grouped into rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Group {
+    /// One row per human reason.
+    #[default]
+    Reason,
+    /// One row per backtrace.
+    Backtrace,
+}
+
+/// Which column rows are sorted by (largest first).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortKey {
+    #[default]
+    Total,
+    Max,
+    Count,
+    Average,
+}
+
+impl SortKey {
+    #[must_use]
+    pub fn next(self) -> Self {
+        match self {
+            Self::Total => Self::Max,
+            Self::Max => Self::Count,
+            Self::Count => Self::Average,
+            Self::Average => Self::Total,
+        }
+    }
+
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Total => "total",
+            Self::Max => "max",
+            Self::Count => "count",
+            Self::Average => "average",
+        }
+    }
+
+    fn key(self, count: u64, total_ns: u64, max_ns: u64) -> u64 {
+        match self {
+            Self::Total => total_ns,
+            Self::Max => max_ns,
+            Self::Count => count,
+            Self::Average => total_ns.checked_div(count).unwrap_or(0),
+        }
+    }
+}
+
+/// One row of a causes table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Row {
+    /// What the row shows: the reason, or the backtrace.
+    pub label: String,
+    pub reason: String,
+    /// The distinct backtraces (cause frames) in this row.
+    pub backtraces: Vec<Vec<String>>,
+    /// The kernel stack ids in this row.
+    pub stacks: Vec<u64>,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+}
+
+impl Row {
+    #[must_use]
+    pub fn average_ns(&self) -> u64 {
+        self.total_ns.checked_div(self.count).unwrap_or(0)
+    }
+}
+
+/// What views are computed with.
+pub struct ViewContext<'a> {
+    pub syms: &'a Kallsyms,
+    pub reasons: &'a crate::reasons::Reasons,
+    pub depth: usize,
+    pub group: Group,
+    pub sort: SortKey,
+}
+
+fn minus(cur: GlobalRecord, base: Option<&GlobalRecord>) -> GlobalRecord {
+    match base {
+        Some(b) => GlobalRecord {
+            count: cur.count.saturating_sub(b.count),
+            total_ns: cur.total_ns.saturating_sub(b.total_ns),
+            // A maximum cannot be subtracted: it stays the maximum since latprof started.
+            max_ns: cur.max_ns,
+        },
+        None => cur,
+    }
+}
+
+/// Records of `cur` less those of `base` (the moment of the last reset), empty ones dropped.
+#[must_use]
+pub fn since(
+    cur: HashMap<u64, GlobalRecord>,
+    base: Option<&HashMap<u64, GlobalRecord>>,
+) -> Vec<(u64, GlobalRecord)> {
+    let mut out: Vec<_> = cur
+        .into_iter()
+        .map(|(stack, rec)| (stack, minus(rec, base.and_then(|b| b.get(&stack)))))
+        .filter(|(_, rec)| rec.count > 0)
+        .collect();
+    out.sort_by_key(|(stack, _)| *stack);
+    out
+}
+
+/// The records of one live task (by tid) as a map.
+#[must_use]
+pub fn task_records(snap: &Snapshot, tid: u32) -> HashMap<u64, GlobalRecord> {
+    let mut out = HashMap::new();
+    if let Some(task) = snap.tasks.iter().find(|t| t.tid == tid) {
+        for r in &task.records {
+            add(
+                out.entry(r.stack_id).or_default(),
+                r.count,
+                r.total_ns,
+                r.max_ns,
+            );
+        }
+    }
+    out
+}
+
+/// Rows from records: named, grouped, sorted.
+#[must_use]
+pub fn rows(records: &[(u64, GlobalRecord)], snap: &Snapshot, ctx: &ViewContext<'_>) -> Vec<Row> {
+    let mut by_label: HashMap<String, Row> = HashMap::new();
+    for (stack, rec) in records {
+        let cause = causes([(*stack, *rec)], snap, ctx.syms, ctx.depth);
+        let Some(cause) = cause.into_iter().next() else {
+            continue;
+        };
+        let reason = ctx.reasons.reason(&cause.frames);
+        let label = match ctx.group {
+            Group::Reason => reason.clone(),
+            Group::Backtrace => cause.frames.join(" "),
+        };
+        let row = by_label.entry(label.clone()).or_insert_with(|| Row {
+            label,
+            reason,
+            ..Row::default()
+        });
+        if !row.backtraces.contains(&cause.frames) {
+            row.backtraces.push(cause.frames);
+        }
+        row.stacks.push(*stack);
+        row.count += rec.count;
+        row.total_ns += rec.total_ns;
+        row.max_ns = row.max_ns.max(rec.max_ns);
+    }
+    let mut out: Vec<Row> = by_label.into_values().collect();
+    out.sort_by(|a, b| {
+        ctx.sort
+            .key(b.count, b.total_ns, b.max_ns)
+            .cmp(&ctx.sort.key(a.count, a.total_ns, a.max_ns))
+            .then_with(|| a.label.cmp(&b.label))
+    });
+    out
+}
+
+/// One line of the processes pane: a process, or one of its threads when expanded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcLine {
+    pub tgid: u32,
+    /// Set for a thread line.
+    pub tid: Option<u32>,
+    pub comm: String,
+    pub threads: usize,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    /// The reason with the largest total.
+    pub top: String,
+}
+
+/// Processes (threads folded in, `expanded` ones followed by their threads) matching `filter`
+/// (a pid, or part of a command name), sorted like the causes.
+#[must_use]
+pub fn processes(
+    cur: &Snapshot,
+    base: Option<&Snapshot>,
+    ctx: &ViewContext<'_>,
+    filter: &str,
+    expanded: &std::collections::BTreeSet<u32>,
+) -> Vec<ProcLine> {
+    let filter = filter.trim().to_lowercase();
+    let mut by_tgid: std::collections::BTreeMap<u32, Vec<(u32, String, Vec<(u64, GlobalRecord)>)>> =
+        std::collections::BTreeMap::new();
+    for task in &cur.tasks {
+        let base_records = base.map(|b| task_records(b, task.tid));
+        let records = since(task_records(cur, task.tid), base_records.as_ref());
+        if records.is_empty() {
+            continue;
+        }
+        by_tgid
+            .entry(task.tgid)
+            .or_default()
+            .push((task.tid, task.comm.clone(), records));
+    }
+    let line =
+        |tgid: u32, tid: Option<u32>, comm: &str, threads: usize, recs: &[(u64, GlobalRecord)]| {
+            let rows = rows(
+                recs,
+                cur,
+                &ViewContext {
+                    group: Group::Reason,
+                    sort: SortKey::Total,
+                    ..*ctx
+                },
+            );
+            ProcLine {
+                tgid,
+                tid,
+                comm: comm.to_owned(),
+                threads,
+                count: rows.iter().map(|r| r.count).sum(),
+                total_ns: rows.iter().map(|r| r.total_ns).sum(),
+                max_ns: rows.iter().map(|r| r.max_ns).max().unwrap_or(0),
+                top: rows.first().map(|r| r.reason.clone()).unwrap_or_default(),
+            }
+        };
+    let mut procs = Vec::new();
+    for (tgid, threads) in &by_tgid {
+        // The process is named after its main thread when that one is known.
+        let comm = threads
+            .iter()
+            .find(|(tid, _, _)| tid == tgid)
+            .unwrap_or(&threads[0])
+            .1
+            .clone();
+        let matches = filter.is_empty()
+            || tgid.to_string() == filter
+            || threads
+                .iter()
+                .any(|(tid, c, _)| tid.to_string() == filter || c.to_lowercase().contains(&filter));
+        if !matches {
+            continue;
+        }
+        let all: Vec<(u64, GlobalRecord)> = threads.iter().flat_map(|t| t.2.clone()).collect();
+        let mut merged: HashMap<u64, GlobalRecord> = HashMap::new();
+        for (stack, r) in all {
+            add(
+                merged.entry(stack).or_default(),
+                r.count,
+                r.total_ns,
+                r.max_ns,
+            );
+        }
+        let merged: Vec<_> = merged.into_iter().collect();
+        let mut lines = vec![line(*tgid, None, &comm, threads.len(), &merged)];
+        if expanded.contains(tgid) {
+            for (tid, c, recs) in threads {
+                lines.push(line(*tgid, Some(*tid), c, 1, recs));
+            }
+        }
+        procs.push(lines);
+    }
+    procs.sort_by(|a, b| {
+        ctx.sort
+            .key(b[0].count, b[0].total_ns, b[0].max_ns)
+            .cmp(&ctx.sort.key(a[0].count, a[0].total_ns, a[0].max_ns))
+            .then_with(|| a[0].tgid.cmp(&b[0].tgid))
+    });
+    procs.into_iter().flatten().collect()
+}
+
+/// The causes of one process (all its threads) or, with `tid`, of one thread.
+#[must_use]
+pub fn selection_rows(
+    cur: &Snapshot,
+    base: Option<&Snapshot>,
+    ctx: &ViewContext<'_>,
+    tgid: u32,
+    tid: Option<u32>,
+) -> Vec<Row> {
+    let mut merged: HashMap<u64, GlobalRecord> = HashMap::new();
+    for task in cur
+        .tasks
+        .iter()
+        .filter(|t| t.tgid == tgid && tid.is_none_or(|tid| t.tid == tid))
+    {
+        let base_records = base.map(|b| task_records(b, task.tid));
+        for (stack, r) in since(task_records(cur, task.tid), base_records.as_ref()) {
+            add(
+                merged.entry(stack).or_default(),
+                r.count,
+                r.total_ns,
+                r.max_ns,
+            );
+        }
+    }
+    let records: Vec<_> = merged.into_iter().collect();
+    rows(&records, cur, ctx)
+}
+
+/// Which live processes contribute to a row: (tgid, comm, count, total, max), largest first.
+#[must_use]
+pub fn row_processes(
+    cur: &Snapshot,
+    base: Option<&Snapshot>,
+    row: &Row,
+) -> Vec<(u32, String, GlobalRecord)> {
+    let mut by_tgid: std::collections::BTreeMap<u32, (String, GlobalRecord)> =
+        std::collections::BTreeMap::new();
+    for task in &cur.tasks {
+        let base_records = base.map(|b| task_records(b, task.tid));
+        for (stack, r) in since(task_records(cur, task.tid), base_records.as_ref()) {
+            if row.stacks.contains(&stack) {
+                let e = by_tgid
+                    .entry(task.tgid)
+                    .or_insert_with(|| (task.comm.clone(), GlobalRecord::default()));
+                if task.tid == task.tgid {
+                    e.0.clone_from(&task.comm);
+                }
+                add(&mut e.1, r.count, r.total_ns, r.max_ns);
+            }
+        }
+    }
+    let mut out: Vec<_> = by_tgid
+        .into_iter()
+        .map(|(tgid, (comm, r))| (tgid, comm, r))
+        .collect();
+    out.sort_by(|a, b| b.2.total_ns.cmp(&a.2.total_ns).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+/// The latency histogram of a row (all CPUs, since the baseline).
+#[must_use]
+pub fn row_histogram(
+    cur: &Snapshot,
+    base: Option<&Snapshot>,
+    row: &Row,
+) -> latprof_common::Histogram {
+    let mut out = [0u32; latprof_common::HIST_BUCKETS];
+    for stack in &row.stacks {
+        if let Some(h) = cur.histograms.get(stack) {
+            let b = base.and_then(|b| b.histograms.get(stack));
+            for (i, n) in h.iter().enumerate() {
+                out[i] = out[i].saturating_add(n.saturating_sub(b.map_or(0, |b| b[i])));
+            }
+        }
+    }
+    out
+}
+
+/// Header numbers: rates between two snapshots, totals since attach.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Header {
+    /// Seconds since the first snapshot.
+    pub elapsed_s: f64,
+    /// latprof's program runs per second (every scheduler event it handled).
+    pub events_per_s: f64,
+    /// Everything that did not fit or was lost (see `Counters::losses`).
+    pub drops: u64,
+    /// Kernel time per program run, from the kernel's BPF run-time statistics.
+    pub cost_ns_per_event: Option<f64>,
+    /// latprof's eBPF programs' share of one CPU.
+    pub cpu_percent: Option<f64>,
+}
+
+/// Header of `cur`, with rates over `prev` -> `cur` and elapsed time since `first`.
+#[must_use]
+pub fn header(first: &Snapshot, prev: Option<&Snapshot>, cur: &Snapshot) -> Header {
+    use latprof_common::Counter;
+    let c = &cur.counters;
+    let drops = [
+        Counter::TaskTableFull,
+        Counter::GlobalTableFull,
+        Counter::StackMissing,
+        Counter::SleepLost,
+        Counter::HistTableFull,
+    ]
+    .iter()
+    .map(|k| c.get(*k))
+    .sum();
+    let runs = |s: &Snapshot| -> (u64, u64) {
+        s.programs
+            .iter()
+            .fold((0, 0), |(t, n), (_, time, count)| (t + time, n + count))
+    };
+    let mut h = Header {
+        elapsed_s: cur.taken_ns.saturating_sub(first.taken_ns) as f64 / 1e9,
+        drops,
+        ..Header::default()
+    };
+    if let Some(prev) = prev {
+        let (t1, n1) = runs(prev);
+        let (t2, n2) = runs(cur);
+        let dt = cur.taken_ns.saturating_sub(prev.taken_ns) as f64 / 1e9;
+        if dt > 0.0 {
+            h.events_per_s = n2.saturating_sub(n1) as f64 / dt;
+            h.cpu_percent = Some(t2.saturating_sub(t1) as f64 / 1e9 / dt * 100.0);
+        }
+        if n2 > n1 {
+            h.cost_ns_per_event = Some(t2.saturating_sub(t1) as f64 / (n2 - n1) as f64);
+        }
+    }
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use latprof_common::LatencyRecord;

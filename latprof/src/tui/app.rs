@@ -1,0 +1,343 @@
+//! The state of the TUI and its key handling: no I/O, so it is tested without a terminal.
+use std::collections::BTreeSet;
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use crate::{
+    collect::Snapshot,
+    model::{self, Group, Header, ProcLine, Row, SortKey, ViewContext},
+    probe::Mode,
+    reasons::Reasons,
+    symbols::Kallsyms,
+};
+
+/// Which pane has the keyboard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Focus {
+    Global,
+    Processes,
+    Causes,
+}
+
+/// A drill-down: the row it shows and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Detail {
+    pub row: Row,
+    pub from: Focus,
+}
+
+/// Fixed for the session.
+pub struct Settings {
+    pub mode: Mode,
+    pub interval_ms: u64,
+    pub depth: usize,
+    pub syms: Kallsyms,
+    pub reasons: Reasons,
+}
+
+pub struct App {
+    pub settings: Settings,
+    /// First snapshot (elapsed time), previous (rates), current.
+    pub first: Option<Snapshot>,
+    pub prev: Option<Snapshot>,
+    pub cur: Option<Snapshot>,
+    /// Numbers are shown since this snapshot ('r' resets).
+    pub baseline: Option<Snapshot>,
+    /// While paused, the newest snapshot waits here.
+    pub pending: Option<Snapshot>,
+    pub paused: bool,
+    pub group: Group,
+    pub sort: SortKey,
+    pub filter: String,
+    /// Set while the user types a filter.
+    pub editing: Option<String>,
+    pub focus: Focus,
+    pub selected: [usize; 3],
+    pub expanded: BTreeSet<u32>,
+    pub detail: Option<Detail>,
+    pub help: bool,
+    pub quit: bool,
+    // Derived from the above by `refresh`.
+    pub header: Header,
+    pub global: Vec<Row>,
+    pub procs: Vec<ProcLine>,
+    pub causes: Vec<Row>,
+}
+
+impl App {
+    #[must_use]
+    pub fn new(settings: Settings, filter: String) -> Self {
+        Self {
+            settings,
+            first: None,
+            prev: None,
+            cur: None,
+            baseline: None,
+            pending: None,
+            paused: false,
+            group: Group::Reason,
+            sort: SortKey::Total,
+            filter,
+            editing: None,
+            focus: Focus::Global,
+            selected: [0; 3],
+            expanded: BTreeSet::new(),
+            detail: None,
+            help: false,
+            quit: false,
+            header: Header::default(),
+            global: Vec::new(),
+            procs: Vec::new(),
+            causes: Vec::new(),
+        }
+    }
+
+    /// A new snapshot from the collector (or from a recording).
+    pub fn on_snapshot(&mut self, snap: Snapshot) {
+        if self.paused {
+            self.pending = Some(snap);
+            return;
+        }
+        self.apply(snap);
+    }
+
+    fn apply(&mut self, snap: Snapshot) {
+        if self.first.is_none() {
+            self.first = Some(snap.clone());
+        }
+        self.prev = self.cur.replace(snap);
+        self.refresh();
+    }
+
+    fn ctx(&self) -> ViewContext<'_> {
+        ViewContext {
+            syms: &self.settings.syms,
+            reasons: &self.settings.reasons,
+            depth: self.settings.depth,
+            group: self.group,
+            sort: self.sort,
+        }
+    }
+
+    /// Recomputes every view from the snapshots and the settings.
+    pub fn refresh(&mut self) {
+        let (Some(cur), Some(first)) = (self.cur.as_ref(), self.first.as_ref()) else {
+            return;
+        };
+        let base = self.baseline.as_ref();
+        let ctx = self.ctx();
+        let global = model::rows(
+            &model::since(
+                cur.global_records(),
+                base.map(Snapshot::global_records).as_ref(),
+            ),
+            cur,
+            &ctx,
+        );
+        let procs = model::processes(cur, base, &ctx, &self.filter, &self.expanded);
+        let header = model::header(first, self.prev.as_ref(), cur);
+        let selected = self.selected[1].min(procs.len().saturating_sub(1));
+        let causes = match procs.get(selected) {
+            Some(p) => model::selection_rows(cur, base, &ctx, p.tgid, p.tid),
+            None => Vec::new(),
+        };
+        self.global = global;
+        self.procs = procs;
+        self.causes = causes;
+        self.header = header;
+        self.clamp();
+        if let Some(detail) = &self.detail {
+            // Follow the same row in the new numbers.
+            let list = match detail.from {
+                Focus::Global | Focus::Processes => &self.global,
+                Focus::Causes => &self.causes,
+            };
+            if let Some(row) = list.iter().find(|r| r.label == detail.row.label) {
+                self.detail = Some(Detail {
+                    row: row.clone(),
+                    from: detail.from,
+                });
+            }
+        }
+    }
+
+    fn len(&self, focus: Focus) -> usize {
+        match focus {
+            Focus::Global => self.global.len(),
+            Focus::Processes => self.procs.len(),
+            Focus::Causes => self.causes.len(),
+        }
+    }
+
+    fn clamp(&mut self) {
+        for (i, focus) in [Focus::Global, Focus::Processes, Focus::Causes]
+            .into_iter()
+            .enumerate()
+        {
+            let len = self.len(focus);
+            self.selected[i] = self.selected[i].min(len.saturating_sub(1));
+        }
+    }
+
+    /// Index of a pane in `selected`.
+    #[must_use]
+    pub fn pane(focus: Focus) -> usize {
+        match focus {
+            Focus::Global => 0,
+            Focus::Processes => 1,
+            Focus::Causes => 2,
+        }
+    }
+
+    fn move_by(&mut self, delta: isize) {
+        let i = Self::pane(self.focus);
+        let len = self.len(self.focus);
+        let cur = self.selected[i].cast_signed();
+        let max = len.saturating_sub(1).cast_signed();
+        self.selected[i] = (cur + delta).clamp(0, max.max(0)).cast_unsigned();
+        if self.focus == Focus::Processes {
+            self.selected[2] = 0;
+            self.refresh();
+        }
+    }
+
+    /// The row the cursor is on in a causes pane.
+    #[must_use]
+    pub fn selected_row(&self) -> Option<&Row> {
+        match self.focus {
+            Focus::Global => self.global.get(self.selected[0]),
+            Focus::Causes => self.causes.get(self.selected[2]),
+            Focus::Processes => None,
+        }
+    }
+
+    pub fn handle_key(&mut self, key: KeyEvent) {
+        if key.kind != KeyEventKind::Press {
+            return;
+        }
+        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+            self.quit = true;
+            return;
+        }
+        if let Some(text) = self.editing.as_mut() {
+            match key.code {
+                KeyCode::Enter => {
+                    self.filter = self.editing.take().unwrap_or_default();
+                    self.selected[1] = 0;
+                    self.refresh();
+                }
+                KeyCode::Esc => self.editing = None,
+                KeyCode::Backspace => {
+                    text.pop();
+                }
+                KeyCode::Char(c) => text.push(c),
+                _ => {}
+            }
+            return;
+        }
+        if self.help {
+            if matches!(key.code, KeyCode::Esc | KeyCode::Char('?' | 'q')) {
+                self.help = false;
+            }
+            return;
+        }
+        match key.code {
+            KeyCode::Char('q') => self.quit = true,
+            KeyCode::Char('?') => self.help = true,
+            KeyCode::Esc => {
+                if self.detail.is_some() {
+                    self.detail = None;
+                } else if !self.filter.is_empty() {
+                    self.filter.clear();
+                    self.refresh();
+                }
+            }
+            KeyCode::Char(' ') => {
+                self.paused = !self.paused;
+                if !self.paused
+                    && let Some(snap) = self.pending.take()
+                {
+                    self.apply(snap);
+                }
+            }
+            KeyCode::Char('r') => {
+                self.baseline.clone_from(&self.cur);
+                self.refresh();
+            }
+            KeyCode::Char('s') => {
+                self.sort = self.sort.next();
+                self.refresh();
+            }
+            KeyCode::Char('g') => {
+                self.group = match self.group {
+                    Group::Reason => Group::Backtrace,
+                    Group::Backtrace => Group::Reason,
+                };
+                self.detail = None;
+                self.refresh();
+            }
+            KeyCode::Char('/') => self.editing = Some(self.filter.clone()),
+            _ if self.detail.is_some() => {}
+            KeyCode::Tab => {
+                self.focus = match self.focus {
+                    Focus::Global => Focus::Processes,
+                    Focus::Processes => Focus::Causes,
+                    Focus::Causes => Focus::Global,
+                };
+            }
+            KeyCode::BackTab => {
+                self.focus = match self.focus {
+                    Focus::Global => Focus::Causes,
+                    Focus::Processes => Focus::Global,
+                    Focus::Causes => Focus::Processes,
+                };
+            }
+            KeyCode::Down | KeyCode::Char('j') => self.move_by(1),
+            KeyCode::Up | KeyCode::Char('k') => self.move_by(-1),
+            KeyCode::PageDown => self.move_by(10),
+            KeyCode::PageUp => self.move_by(-10),
+            KeyCode::Home => self.move_by(-(isize::MAX / 2)),
+            KeyCode::End => self.move_by(isize::MAX / 2),
+            KeyCode::Right | KeyCode::Char('l' | '+') => self.expand(true),
+            KeyCode::Left | KeyCode::Char('h' | '-') => self.expand(false),
+            KeyCode::Enter => {
+                if self.focus == Focus::Processes {
+                    let open = self
+                        .procs
+                        .get(self.selected[1])
+                        .is_some_and(|p| p.tid.is_none() && !self.expanded.contains(&p.tgid));
+                    self.expand(open);
+                } else if let Some(row) = self.selected_row() {
+                    self.detail = Some(Detail {
+                        row: row.clone(),
+                        from: self.focus,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn expand(&mut self, open: bool) {
+        if self.focus != Focus::Processes {
+            return;
+        }
+        if let Some(p) = self.procs.get(self.selected[1]) {
+            let tgid = p.tgid;
+            if open {
+                self.expanded.insert(tgid);
+            } else {
+                self.expanded.remove(&tgid);
+                // Keep the cursor on the process line.
+                if let Some(i) = self
+                    .procs
+                    .iter()
+                    .position(|l| l.tgid == tgid && l.tid.is_none())
+                {
+                    self.selected[1] = i;
+                }
+            }
+            self.refresh();
+        }
+    }
+}

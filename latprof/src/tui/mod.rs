@@ -1,0 +1,135 @@
+//! `latprof top`: the live TUI. A collector thread owns the probe and sends snapshots; the UI
+//! thread owns the terminal and the App.
+pub mod app;
+pub mod ui;
+
+use std::{
+    io::Stdout,
+    sync::{
+        atomic::Ordering,
+        mpsc::{self, RecvTimeoutError},
+    },
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+use ratatui::{
+    Terminal,
+    backend::CrosstermBackend,
+    crossterm::{
+        cursor,
+        event::{self, Event},
+        execute,
+        terminal::{self, EnterAlternateScreen, LeaveAlternateScreen},
+    },
+};
+
+use crate::{
+    cli::{Cli, TopArgs},
+    collect::Collector,
+    probe::{self, Probe},
+    reasons::Reasons,
+    symbols::Kallsyms,
+};
+
+/// Owns the terminal while the TUI runs; gives it back on drop, panics included.
+struct TerminalGuard {
+    terminal: Terminal<CrosstermBackend<Stdout>>,
+}
+
+fn restore_terminal() {
+    let _ = terminal::disable_raw_mode();
+    let _ = execute!(std::io::stdout(), LeaveAlternateScreen, cursor::Show);
+}
+
+impl TerminalGuard {
+    fn new() -> Result<Self> {
+        terminal::enable_raw_mode().context("the terminal cannot enter raw mode (not a tty?)")?;
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore_terminal();
+            previous(info);
+        }));
+        execute!(std::io::stdout(), EnterAlternateScreen, cursor::Hide)
+            .context("setting up the terminal")?;
+        let terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
+        Ok(Self { terminal })
+    }
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        restore_terminal();
+    }
+}
+
+pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
+    probe::check_privileges()?;
+    let reasons = match &args.reasons {
+        Some(path) => Reasons::with_file(path)?,
+        None => Reasons::builtin(),
+    };
+    let syms = Kallsyms::load()?;
+    let stop = crate::stats::stop_flag()?;
+    let probe = Probe::attach(cli.probe_config(None))?;
+    // The kernel counts the programs' run time while this fd is open; closing it (at exit, in
+    // any way) restores whatever the system had before.
+    let run_time_stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
+
+    let (snapshots, inbox) = mpsc::channel();
+    let (hangup, hung_up) = mpsc::channel::<()>();
+    let interval = args.interval;
+    let collector = std::thread::Builder::new()
+        .name("collector".into())
+        .spawn(move || {
+            let mut collector = Collector::with_details();
+            loop {
+                let result = collector.snapshot(&probe);
+                let failed = result.is_err();
+                if snapshots.send(result).is_err() || failed {
+                    break;
+                }
+                match hung_up.recv_timeout(interval) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => break,
+                }
+            }
+            drop(probe);
+        })
+        .context("starting the collector thread")?;
+
+    let filter = match (args.pid, &args.comm) {
+        (Some(pid), _) => pid.to_string(),
+        (None, Some(comm)) => comm.clone(),
+        (None, None) => String::new(),
+    };
+    let mut app = app::App::new(
+        app::Settings {
+            mode: cli.mode,
+            interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
+            depth: usize::from(cli.stack_depth),
+            syms,
+            reasons,
+        },
+        filter,
+    );
+    let result = (|| -> Result<()> {
+        let mut guard = TerminalGuard::new()?;
+        while !app.quit && !stop.load(Ordering::Relaxed) {
+            guard.terminal.draw(|f| ui::render(f, &app))?;
+            if event::poll(Duration::from_millis(100))? {
+                if let Event::Key(key) = event::read()? {
+                    app.handle_key(key);
+                }
+            }
+            while let Ok(snapshot) = inbox.try_recv() {
+                app.on_snapshot(snapshot?);
+            }
+        }
+        Ok(())
+    })();
+    drop(hangup);
+    let _ = collector.join();
+    drop(run_time_stats);
+    result
+}

@@ -1,0 +1,330 @@
+//! Rendering only: the App's state onto a frame.
+use ratatui::{
+    Frame,
+    layout::{Constraint, Direction, Layout, Rect},
+    style::{Color, Modifier, Style},
+    text::{Line, Span},
+    widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TableRow, Table, TableState, Wrap},
+};
+
+use super::app::{App, Focus};
+use crate::model::{self, Group, Row};
+
+/// A duration for a table cell: `850us`, `2.07ms`, `413ms`, `1.23s`.
+#[must_use]
+pub fn fmt_ns(ns: u64) -> String {
+    let us = ns as f64 / 1e3;
+    if us < 1000.0 {
+        format!("{us:.0}us")
+    } else if us < 10_000.0 {
+        format!("{:.2}ms", us / 1e3)
+    } else if us < 1_000_000.0 {
+        format!("{:.0}ms", us / 1e3)
+    } else {
+        format!("{:.2}s", us / 1e6)
+    }
+}
+
+fn fmt_elapsed(s: f64) -> String {
+    let s = s as u64;
+    format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+pub fn render(f: &mut Frame<'_>, app: &App) {
+    let area = f.area();
+    let chunks = Layout::default()
+        .direction(Direction::Vertical)
+        .constraints([
+            Constraint::Length(1),
+            Constraint::Min(4),
+            Constraint::Length(1),
+        ])
+        .split(area);
+    render_header(f, app, chunks[0]);
+    if let Some(detail) = &app.detail {
+        render_detail(f, app, &detail.row, chunks[1]);
+    } else {
+        let body = Layout::default()
+            .direction(Direction::Vertical)
+            .constraints([Constraint::Percentage(50), Constraint::Percentage(50)])
+            .split(chunks[1]);
+        let bottom = Layout::default()
+            .direction(Direction::Horizontal)
+            .constraints([Constraint::Percentage(45), Constraint::Percentage(55)])
+            .split(body[1]);
+        let title = match app.group {
+            Group::Reason => "Global causes",
+            Group::Backtrace => "Global causes (by backtrace)",
+        };
+        render_rows(f, app, &app.global, Focus::Global, title, body[0]);
+        render_procs(f, app, bottom[0]);
+        let sel = app.procs.get(app.selected[1]).map_or_else(
+            || "Causes".to_owned(),
+            |p| match p.tid {
+                Some(tid) => format!("Causes of thread {tid} {}", p.comm),
+                None => format!("Causes of {} {}", p.tgid, p.comm),
+            },
+        );
+        render_rows(f, app, &app.causes, Focus::Causes, &sel, bottom[1]);
+    }
+    render_footer(f, app, chunks[2]);
+    if app.help {
+        render_help(f, area);
+    }
+}
+
+fn render_header(f: &mut Frame<'_>, app: &App, area: Rect) {
+    let h = &app.header;
+    let mut spans = vec![
+        Span::styled("latprof", Style::default().add_modifier(Modifier::BOLD)),
+        Span::raw(format!(
+            "  {}  every {}ms  up {}  {:.0} events/s  ",
+            app.settings.mode.as_str(),
+            app.settings.interval_ms,
+            fmt_elapsed(h.elapsed_s),
+            h.events_per_s
+        )),
+    ];
+    let drops = format!("drops {}", h.drops);
+    spans.push(if h.drops > 0 {
+        Span::styled(drops, Style::default().fg(Color::White).bg(Color::Red))
+    } else {
+        Span::raw(drops)
+    });
+    spans.push(Span::raw(match (h.cost_ns_per_event, h.cpu_percent) {
+        (Some(ns), Some(cpu)) => format!("  cost {ns:.0} ns/event {cpu:.2}% CPU"),
+        (None, Some(cpu)) => format!("  cost {cpu:.2}% CPU"),
+        _ => "  cost n/a".to_owned(),
+    }));
+    if app.paused {
+        spans.push(Span::styled("  PAUSED", Style::default().fg(Color::Yellow)));
+    }
+    f.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+fn block(title: &str, focused: bool) -> Block<'_> {
+    let style = if focused {
+        Style::default().fg(Color::Cyan)
+    } else {
+        Style::default()
+    };
+    Block::default()
+        .borders(Borders::ALL)
+        .border_style(style)
+        .title(title.to_owned())
+}
+
+fn render_rows(f: &mut Frame<'_>, app: &App, rows: &[Row], focus: Focus, title: &str, area: Rect) {
+    let total: u64 = rows.iter().map(|r| r.total_ns).sum();
+    let header = TableRow::new(["Reason", "Count", "Total", "Average", "Max", "%"])
+        .style(Style::default().add_modifier(Modifier::BOLD));
+    let lines = rows.iter().map(|r| {
+        let pct = if total > 0 {
+            r.total_ns as f64 * 100.0 / total as f64
+        } else {
+            0.0
+        };
+        TableRow::new(vec![
+            Cell::from(r.label.clone()),
+            Cell::from(r.count.to_string()),
+            Cell::from(fmt_ns(r.total_ns)),
+            Cell::from(fmt_ns(r.average_ns())),
+            Cell::from(fmt_ns(r.max_ns)),
+            Cell::from(format!("{pct:.1}%")),
+        ])
+    });
+    let widths = [
+        Constraint::Min(16),
+        Constraint::Length(8),
+        Constraint::Length(8),
+        Constraint::Length(8),
+        Constraint::Length(8),
+        Constraint::Length(6),
+    ];
+    let focused = app.focus == focus;
+    let table = Table::new(lines, widths)
+        .header(header)
+        .block(block(title, focused))
+        .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED));
+    let mut state = TableState::default();
+    if focused && !rows.is_empty() {
+        state.select(Some(app.selected[App::pane(focus)]));
+    }
+    f.render_stateful_widget(table, area, &mut state);
+}
+
+fn render_procs(f: &mut Frame<'_>, app: &App, area: Rect) {
+    let header = TableRow::new(["PID", "Command", "Total", "Top cause"])
+        .style(Style::default().add_modifier(Modifier::BOLD));
+    let lines = app.procs.iter().map(|p| {
+        let (pid, name) = match p.tid {
+            Some(tid) => (format!("  {tid}"), format!("  {}", p.comm)),
+            None => {
+                let mark = if p.threads > 1 {
+                    if app.expanded.contains(&p.tgid) {
+                        "-"
+                    } else {
+                        "+"
+                    }
+                } else {
+                    " "
+                };
+                (format!("{mark}{}", p.tgid), p.comm.clone())
+            }
+        };
+        TableRow::new(vec![
+            Cell::from(pid),
+            Cell::from(name),
+            Cell::from(fmt_ns(p.total_ns)),
+            Cell::from(p.top.clone()),
+        ])
+    });
+    let widths = [
+        Constraint::Length(8),
+        Constraint::Length(16),
+        Constraint::Length(8),
+        Constraint::Min(10),
+    ];
+    let title = if app.filter.is_empty() {
+        "Processes".to_owned()
+    } else {
+        format!("Processes matching '{}'", app.filter)
+    };
+    let focused = app.focus == Focus::Processes;
+    let table = Table::new(lines, widths)
+        .header(header)
+        .block(block(&title, focused))
+        .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED));
+    let mut state = TableState::default();
+    if !app.procs.is_empty() {
+        state.select(Some(app.selected[1]));
+    }
+    f.render_stateful_widget(table, area, &mut state);
+}
+
+fn render_detail(f: &mut Frame<'_>, app: &App, row: &Row, area: Rect) {
+    let parts = Layout::default()
+        .direction(Direction::Horizontal)
+        .constraints([Constraint::Percentage(55), Constraint::Percentage(45)])
+        .split(area);
+    let mut text = vec![
+        Line::from(Span::styled(
+            row.reason.clone(),
+            Style::default().add_modifier(Modifier::BOLD),
+        )),
+        Line::from(format!(
+            "count {}  total {}  average {}  max {}",
+            row.count,
+            fmt_ns(row.total_ns),
+            fmt_ns(row.average_ns()),
+            fmt_ns(row.max_ns)
+        )),
+    ];
+    for (i, bt) in row.backtraces.iter().enumerate() {
+        text.push(Line::from(""));
+        text.push(Line::from(Span::styled(
+            format!("Backtrace {}", i + 1),
+            Style::default().add_modifier(Modifier::UNDERLINED),
+        )));
+        text.extend(bt.iter().map(|frame| Line::from(format!("  {frame}"))));
+    }
+    f.render_widget(
+        Paragraph::new(text)
+            .block(block("Detail (Esc: back)", true))
+            .wrap(Wrap { trim: false }),
+        parts[0],
+    );
+    let right = Layout::default()
+        .direction(Direction::Vertical)
+        .constraints([Constraint::Percentage(45), Constraint::Percentage(55)])
+        .split(parts[1]);
+    let mut lines = Vec::new();
+    if let Some(cur) = &app.cur {
+        for (tgid, comm, r) in model::row_processes(cur, app.baseline.as_ref(), row)
+            .iter()
+            .take(50)
+        {
+            lines.push(Line::from(format!(
+                "{tgid:>7} {comm:<16} {:>6} {:>8}",
+                r.count,
+                fmt_ns(r.total_ns)
+            )));
+        }
+    }
+    if lines.is_empty() {
+        lines.push(Line::from("(no live process; exited ones are merged)"));
+    }
+    f.render_widget(
+        Paragraph::new(lines).block(block("Processes", false)),
+        right[0],
+    );
+    let hist = app
+        .cur
+        .as_ref()
+        .map(|cur| model::row_histogram(cur, app.baseline.as_ref(), row));
+    let mut lines = Vec::new();
+    if let Some(hist) = hist {
+        let max = hist.iter().copied().max().unwrap_or(0).max(1);
+        let first = hist.iter().position(|&n| n > 0).unwrap_or(0);
+        let last = hist.iter().rposition(|&n| n > 0).unwrap_or(0);
+        let width = usize::from(right[1].width.saturating_sub(24)).max(1);
+        for (i, n) in hist.iter().enumerate().take(last + 1).skip(first) {
+            let lo = if i == 0 { 0 } else { 1u64 << i };
+            let bar = "#".repeat((*n as usize * width).div_ceil(max as usize).min(width));
+            lines.push(Line::from(format!(
+                "{:>7} {:>7} {bar}",
+                fmt_ns(lo * 1000),
+                n
+            )));
+        }
+    }
+    f.render_widget(
+        Paragraph::new(lines).block(block("Latency histogram (from, count)", false)),
+        right[1],
+    );
+}
+
+fn render_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
+    let text = match &app.editing {
+        Some(t) => format!("filter (pid or name): {t}_   Enter: apply  Esc: cancel"),
+        None => format!(
+            "q quit  ? help  Tab pane  Enter detail  / filter  s sort:{}  g group  space pause  r reset",
+            app.sort.name()
+        ),
+    };
+    f.render_widget(
+        Paragraph::new(text).style(Style::default().add_modifier(Modifier::DIM)),
+        area,
+    );
+}
+
+fn render_help(f: &mut Frame<'_>, area: Rect) {
+    let w = area.width.min(60);
+    let h = area.height.min(18);
+    let popup = Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    );
+    let text = [
+        "q, Ctrl-C   quit",
+        "Tab         next pane (global, processes, causes)",
+        "Up/Down j/k move",
+        "Enter       details of a cause; expand a process",
+        "Right/Left  expand/fold a process's threads",
+        "Esc         back; clear the filter",
+        "/           filter processes by pid or name",
+        "s           sort by total, max, count, average",
+        "g           group by reason or by backtrace",
+        "space       pause / resume",
+        "r           reset: count from now",
+        "?           this help",
+    ];
+    f.render_widget(Clear, popup);
+    f.render_widget(
+        Paragraph::new(text.iter().map(|l| Line::from(*l)).collect::<Vec<_>>())
+            .block(block("Help", true)),
+        popup,
+    );
+}
