@@ -118,6 +118,15 @@ pub enum Workload {
         #[arg(long)]
         dir: PathBuf,
     },
+    /// `count` threads, each sleeping `interval` in a loop for `seconds`.
+    Threads {
+        #[arg(long, default_value_t = 1000)]
+        count: u32,
+        #[arg(long, value_parser = duration::parse, default_value = "10ms")]
+        interval: Duration,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
     /// Two threads (or processes) passing a byte over pipes `count` times.
     Pingpong {
         #[arg(long, default_value_t = 1000)]

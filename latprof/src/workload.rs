@@ -64,6 +64,31 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             result
         }
         Workload::Pingpong { count, processes } => pingpong(*count, *processes, finish),
+        Workload::Threads {
+            count,
+            interval,
+            seconds,
+        } => {
+            let until = std::time::Instant::now() + Duration::from_secs(*seconds);
+            let interval = *interval;
+            let threads: Vec<_> = (0..*count)
+                .map(|_| {
+                    std::thread::Builder::new()
+                        .stack_size(64 * 1024)
+                        .spawn(move || {
+                            while std::time::Instant::now() < until {
+                                nanosleep(interval);
+                            }
+                        })
+                })
+                .collect::<Result<_, _>>()
+                .context("spawning threads")?;
+            for t in threads {
+                let _ = t.join();
+            }
+            finish();
+            Ok(())
+        }
     }
 }
 

@@ -16,11 +16,13 @@ const NIGHTLY: &str = "nightly-2026-07-10";
 /// Stable for latprof itself (aya 0.16 needs >= 1.98).
 const STABLE: &str = "1.99.1";
 const BPF_LINKER: &str = "0.13.0";
-const DEBIAN_PACKAGES: [&str; 4] = [
+/// Debian packages: LLVM 22 for bpf-linker, tmux for the terminal test of `latprof top`.
+const DEBIAN_PACKAGES: [&str; 5] = [
     "llvm-22-dev",
     "libpolly-22-dev",
     "libzstd-dev",
     "zlib1g-dev",
+    "tmux",
 ];
 
 fn main() -> ExitCode {

@@ -341,3 +341,248 @@ impl App {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use latprof_common::{GlobalRecord, LatencyRecord, RUNQ_STACK};
+    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+    use super::*;
+    use crate::collect::TaskSnapshot;
+
+    const KALLSYMS: &str = "\
+ffffffff81000000 T _stext
+ffffffff81200000 T hrtimer_nanosleep
+ffffffff81300000 T anon_pipe_read
+ffffffff81400000 T __sched_text_start
+ffffffff81400010 T schedule
+ffffffff81401000 T __sched_text_end
+";
+
+    fn rec(stack_id: u64, count: u64, total_ns: u64) -> LatencyRecord {
+        LatencyRecord {
+            stack_id,
+            count,
+            total_ns,
+            max_ns: total_ns / count.max(1),
+        }
+    }
+
+    /// pid 100 "sleeper" sleeps a lot, few times; pid 200 "piper" (two threads) often, briefly.
+    fn snapshot(scale: u64) -> Snapshot {
+        let mut snap = Snapshot {
+            mode: Mode::Lazy,
+            skip_kthreads: true,
+            taken_ns: scale * 1_000_000_000,
+            ..Snapshot::default()
+        };
+        snap.stacks
+            .insert(1, vec![0xffff_ffff_8140_0020, 0xffff_ffff_8120_0010]);
+        snap.stacks
+            .insert(2, vec![0xffff_ffff_8140_0020, 0xffff_ffff_8130_0010]);
+        snap.tasks = vec![
+            TaskSnapshot {
+                tid: 100,
+                tgid: 100,
+                comm: "sleeper".into(),
+                kthread: false,
+                records: vec![rec(1, 10 * scale, 50_000_000 * scale)],
+            },
+            TaskSnapshot {
+                tid: 200,
+                tgid: 200,
+                comm: "piper".into(),
+                kthread: false,
+                records: vec![
+                    rec(2, 500 * scale, 5_000_000 * scale),
+                    rec(RUNQ_STACK, 3, 3000),
+                ],
+            },
+            TaskSnapshot {
+                tid: 201,
+                tgid: 200,
+                comm: "piper-helper".into(),
+                kthread: false,
+                records: vec![rec(2, 400 * scale, 4_000_000 * scale)],
+            },
+        ];
+        snap.global = vec![(
+            1,
+            GlobalRecord {
+                count: 1,
+                total_ns: 1,
+                max_ns: 1,
+            },
+        )];
+        snap
+    }
+
+    fn app() -> App {
+        let mut app = App::new(
+            Settings {
+                mode: Mode::Lazy,
+                interval_ms: 1000,
+                depth: 12,
+                syms: Kallsyms::parse(KALLSYMS).unwrap(),
+                reasons: Reasons::builtin(),
+            },
+            String::new(),
+        );
+        app.on_snapshot(snapshot(1));
+        app
+    }
+
+    fn key(app: &mut App, code: KeyCode) {
+        app.handle_key(KeyEvent::new(code, KeyModifiers::NONE));
+    }
+
+    fn labels(rows: &[Row]) -> Vec<&str> {
+        rows.iter().map(|r| r.label.as_str()).collect()
+    }
+
+    #[test]
+    fn global_rows_have_reasons_sorted_by_total() {
+        let app = app();
+        assert_eq!(
+            labels(&app.global),
+            [
+                "Application requested delay",
+                "Waiting for a pipe",
+                "Waiting for CPU"
+            ]
+        );
+        assert_eq!(app.global[0].count, 11, "live tasks plus merged exits");
+        assert_eq!(app.procs[0].comm, "sleeper");
+        assert_eq!(app.procs[1].comm, "piper");
+        assert_eq!(app.procs[1].threads, 2);
+    }
+
+    #[test]
+    fn sort_cycles_through_columns() {
+        let mut app = app();
+        key(&mut app, KeyCode::Char('s'));
+        assert_eq!(app.sort, SortKey::Max);
+        assert_eq!(app.global[0].label, "Application requested delay");
+        key(&mut app, KeyCode::Char('s'));
+        assert_eq!(app.sort, SortKey::Count);
+        assert_eq!(app.global[0].label, "Waiting for a pipe");
+        key(&mut app, KeyCode::Char('s'));
+        key(&mut app, KeyCode::Char('s'));
+        assert_eq!(app.sort, SortKey::Total);
+    }
+
+    #[test]
+    fn filter_by_name_or_pid() {
+        let mut app = app();
+        key(&mut app, KeyCode::Char('/'));
+        for c in "sleep".chars() {
+            key(&mut app, KeyCode::Char(c));
+        }
+        // Typing 'q' in the filter does not quit.
+        key(&mut app, KeyCode::Char('q'));
+        key(&mut app, KeyCode::Backspace);
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(app.filter, "sleep");
+        assert_eq!(app.procs.len(), 1);
+        assert_eq!(app.procs[0].tgid, 100);
+        assert!(!app.quit);
+        key(&mut app, KeyCode::Esc);
+        assert_eq!(app.procs.len(), 2);
+        let app = App::new(app.settings, "201".into());
+        let mut app = app;
+        app.on_snapshot(snapshot(1));
+        assert_eq!(app.procs.len(), 1, "a thread's tid finds its process");
+    }
+
+    #[test]
+    fn process_selection_shows_its_causes_and_threads_expand() {
+        let mut app = app();
+        key(&mut app, KeyCode::Tab);
+        assert_eq!(app.focus, Focus::Processes);
+        assert_eq!(labels(&app.causes), ["Application requested delay"]);
+        key(&mut app, KeyCode::Down);
+        assert_eq!(
+            labels(&app.causes),
+            ["Waiting for a pipe", "Waiting for CPU"]
+        );
+        key(&mut app, KeyCode::Right);
+        assert_eq!(app.procs.len(), 4, "sleeper, piper and its two threads");
+        key(&mut app, KeyCode::Down);
+        assert_eq!(app.procs[app.selected[1]].tid, Some(200));
+        assert_eq!(app.causes[0].count, 500);
+        key(&mut app, KeyCode::Left);
+        assert_eq!(app.procs.len(), 2);
+        assert_eq!(app.procs[app.selected[1]].comm, "piper");
+        key(&mut app, KeyCode::Up);
+        assert_eq!(labels(&app.causes), ["Application requested delay"]);
+    }
+
+    #[test]
+    fn enter_drills_down_and_esc_goes_back() {
+        let mut app = app();
+        key(&mut app, KeyCode::Enter);
+        let detail = app.detail.clone().expect("detail");
+        assert_eq!(
+            detail.row.backtraces,
+            [vec!["hrtimer_nanosleep".to_owned()]]
+        );
+        // The detail follows new numbers.
+        app.on_snapshot(snapshot(2));
+        assert_eq!(app.detail.as_ref().unwrap().row.count, 21);
+        key(&mut app, KeyCode::Esc);
+        assert!(app.detail.is_none());
+    }
+
+    #[test]
+    fn pause_holds_snapshots_and_reset_counts_from_now() {
+        let mut app = app();
+        key(&mut app, KeyCode::Char(' '));
+        app.on_snapshot(snapshot(2));
+        assert_eq!(app.global[0].count, 11, "paused: old numbers");
+        key(&mut app, KeyCode::Char(' '));
+        assert_eq!(app.global[0].count, 21, "resumed: the held snapshot");
+        key(&mut app, KeyCode::Char('r'));
+        assert!(app.global.is_empty(), "{:?}", app.global);
+        app.on_snapshot(snapshot(3));
+        assert_eq!(app.global[0].count, 10, "counted since the reset");
+    }
+
+    #[test]
+    fn group_by_backtrace_and_quit_keys() {
+        let mut app = app();
+        key(&mut app, KeyCode::Char('g'));
+        assert_eq!(app.global[0].label, "hrtimer_nanosleep");
+        key(&mut app, KeyCode::Char('?'));
+        assert!(app.help);
+        key(&mut app, KeyCode::Char('q'));
+        assert!(!app.quit && !app.help, "q closes help first");
+        key(&mut app, KeyCode::Char('q'));
+        assert!(app.quit);
+        let mut app = self::app();
+        app.handle_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
+        assert!(app.quit);
+    }
+
+    #[test]
+    fn renders_in_80x24_without_panicking() {
+        use ratatui::{Terminal, backend::TestBackend};
+        let mut app = app();
+        for size in [(80, 24), (200, 60), (40, 10)] {
+            let mut terminal = Terminal::new(TestBackend::new(size.0, size.1)).unwrap();
+            terminal
+                .draw(|f| super::super::ui::render(f, &app))
+                .unwrap();
+            key(&mut app, KeyCode::Enter);
+            terminal
+                .draw(|f| super::super::ui::render(f, &app))
+                .unwrap();
+            key(&mut app, KeyCode::Esc);
+        }
+        let mut terminal = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        terminal
+            .draw(|f| super::super::ui::render(f, &app))
+            .unwrap();
+        let screen = format!("{:?}", terminal.backend().buffer());
+        assert!(screen.contains("Application requested delay"), "{screen}");
+    }
+}

@@ -78,7 +78,7 @@ fn render_header(f: &mut Frame<'_>, app: &App, area: Rect) {
     let mut spans = vec![
         Span::styled("latprof", Style::default().add_modifier(Modifier::BOLD)),
         Span::raw(format!(
-            "  {}  every {}ms  up {}  {:.0} events/s  ",
+            " {} {}ms up {} {:.0} ev/s ",
             app.settings.mode.as_str(),
             app.settings.interval_ms,
             fmt_elapsed(h.elapsed_s),
@@ -92,12 +92,12 @@ fn render_header(f: &mut Frame<'_>, app: &App, area: Rect) {
         Span::raw(drops)
     });
     spans.push(Span::raw(match (h.cost_ns_per_event, h.cpu_percent) {
-        (Some(ns), Some(cpu)) => format!("  cost {ns:.0} ns/event {cpu:.2}% CPU"),
-        (None, Some(cpu)) => format!("  cost {cpu:.2}% CPU"),
-        _ => "  cost n/a".to_owned(),
+        (Some(ns), Some(cpu)) => format!(" cost {ns:.0}ns/ev {cpu:.2}%CPU"),
+        (None, Some(cpu)) => format!(" cost {cpu:.2}%CPU"),
+        _ => " cost n/a".to_owned(),
     }));
     if app.paused {
-        spans.push(Span::styled("  PAUSED", Style::default().fg(Color::Yellow)));
+        spans.push(Span::styled(" PAUSED", Style::default().fg(Color::Yellow)));
     }
     f.render_widget(Paragraph::new(Line::from(spans)), area);
 }
@@ -116,33 +116,52 @@ fn block(title: &str, focused: bool) -> Block<'_> {
 
 fn render_rows(f: &mut Frame<'_>, app: &App, rows: &[Row], focus: Focus, title: &str, area: Rect) {
     let total: u64 = rows.iter().map(|r| r.total_ns).sum();
-    let header = TableRow::new(["Reason", "Count", "Total", "Average", "Max", "%"])
-        .style(Style::default().add_modifier(Modifier::BOLD));
+    // Narrow panes keep the reason, count, total and share; wide ones add average and max.
+    let wide = area.width >= 64;
+    let names: &[&str] = if wide {
+        &["Reason", "Count", "Total", "Average", "Max", "%"]
+    } else {
+        &["Reason", "Count", "Total", "%"]
+    };
+    let header =
+        TableRow::new(names.iter().copied()).style(Style::default().add_modifier(Modifier::BOLD));
     let lines = rows.iter().map(|r| {
         let pct = if total > 0 {
             r.total_ns as f64 * 100.0 / total as f64
         } else {
             0.0
         };
-        TableRow::new(vec![
+        let mut cells = vec![
             Cell::from(r.label.clone()),
             Cell::from(r.count.to_string()),
             Cell::from(fmt_ns(r.total_ns)),
-            Cell::from(fmt_ns(r.average_ns())),
-            Cell::from(fmt_ns(r.max_ns)),
-            Cell::from(format!("{pct:.1}%")),
-        ])
+        ];
+        if wide {
+            cells.push(Cell::from(fmt_ns(r.average_ns())));
+            cells.push(Cell::from(fmt_ns(r.max_ns)));
+        }
+        cells.push(Cell::from(format!("{pct:.1}%")));
+        TableRow::new(cells)
     });
-    let widths = [
-        Constraint::Min(16),
-        Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(6),
-    ];
+    let widths: &[Constraint] = if wide {
+        &[
+            Constraint::Min(16),
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Length(6),
+        ]
+    } else {
+        &[
+            Constraint::Min(12),
+            Constraint::Length(6),
+            Constraint::Length(7),
+            Constraint::Length(6),
+        ]
+    };
     let focused = app.focus == focus;
-    let table = Table::new(lines, widths)
+    let table = Table::new(lines, widths.iter().copied())
         .header(header)
         .block(block(title, focused))
         .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED));
@@ -288,7 +307,7 @@ fn render_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
     let text = match &app.editing {
         Some(t) => format!("filter (pid or name): {t}_   Enter: apply  Esc: cancel"),
         None => format!(
-            "q quit  ? help  Tab pane  Enter detail  / filter  s sort:{}  g group  space pause  r reset",
+            "q quit ? help Tab pane Enter detail / filter s sort:{} g group space pause r reset",
             app.sort.name()
         ),
     };

@@ -1,0 +1,169 @@
+//! `latprof top` in a real terminal: tmux runs it as root next to a known workload; the test
+//! types keys and reads the screen as a person would.
+//!
+//! Needs root and tmux; `cargo xtask test` runs it (`#[ignore]`d for a plain `cargo test`).
+use std::{
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
+
+struct Tmux {
+    session: String,
+}
+
+impl Tmux {
+    fn start(command: &str) -> Self {
+        let session = format!("latprof-test-{}", std::process::id());
+        let status = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &session,
+                "-x",
+                "100",
+                "-y",
+                "30",
+                command,
+            ])
+            .status()
+            .expect("tmux (install it, or run `cargo xtask test`)");
+        assert!(status.success(), "tmux new-session failed");
+        Self { session }
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.session])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let status = Command::new("tmux")
+            .args(["send-keys", "-t", &self.session])
+            .args(keys)
+            .status()
+            .expect("tmux send-keys");
+        assert!(status.success());
+    }
+
+    /// Waits until the screen contains all of `needles` (at most 20 s).
+    fn wait_for(&self, needles: &[&str]) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let screen = self.screen();
+            if needles.iter().all(|n| screen.contains(n)) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited for {needles:?}, screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn alternate_screen(&self) -> bool {
+        let out = Command::new("tmux")
+            .args([
+                "display-message",
+                "-p",
+                "-t",
+                &self.session,
+                "#{alternate_on}",
+            ])
+            .output()
+            .expect("tmux display-message");
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.session])
+            .status();
+    }
+}
+
+struct Workload(Child);
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs root and tmux: run `cargo xtask test`"]
+fn top_in_a_real_terminal() {
+    latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
+    let work = Workload(
+        Command::new(LATPROF)
+            .args([
+                "workload",
+                "sleep",
+                "--count",
+                "1000000",
+                "--interval",
+                "3ms",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn workload"),
+    );
+    let pid = work.0.id().to_string();
+    // The shell line reports how latprof exited, then keeps the pane open to be read.
+    let tmux = Tmux::start(&format!(
+        "{LATPROF} top --interval 300ms; echo LATPROF-EXIT=$?; sleep 60"
+    ));
+
+    // The workload's reason row, with its numbers.
+    let screen = tmux.wait_for(&["Global causes", "Application requested delay", "ev/s"]);
+    assert!(
+        tmux.alternate_screen(),
+        "top should own the alternate screen:\n{screen}"
+    );
+
+    // Filter the processes to the workload's pid.
+    tmux.keys(&["/"]);
+    tmux.keys(&[&pid, "Enter"]);
+    let screen = tmux.wait_for(&[
+        &format!("Processes matching '{pid}'"),
+        &format!("Causes of {pid}"),
+    ]);
+    assert!(
+        screen.contains(&format!(" {pid} ")),
+        "workload line missing:\n{screen}"
+    );
+
+    // Sort by max, then back to total.
+    tmux.keys(&["s"]);
+    tmux.wait_for(&["sort:max"]);
+    tmux.keys(&["s", "s", "s"]);
+    tmux.wait_for(&["sort:total"]);
+
+    // Drill into the global top cause: backtrace, processes, histogram.
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for(&["Backtrace 1", "hrtimer_nanosleep", "Latency histogram"]);
+    assert!(
+        screen.contains(&pid),
+        "per-process breakdown lacks the workload:\n{screen}"
+    );
+    tmux.keys(&["Escape"]);
+    tmux.wait_for(&["Global causes"]);
+
+    // Quit: latprof exits 0 and gives the terminal back.
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for(&["LATPROF-EXIT=0"]);
+    assert!(!tmux.alternate_screen(), "terminal not restored:\n{screen}");
+    assert!(
+        !screen.contains("Global causes"),
+        "TUI left on the screen:\n{screen}"
+    );
+}
