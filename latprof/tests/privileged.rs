@@ -475,8 +475,17 @@ fn unprivileged_run_says_what_is_missing() {
 fn full_tables_are_counted_not_silent() {
     let _guard = serial();
     let syms = Kallsyms::load().expect("kallsyms");
-    // One task slot for two ping-pong threads, one stack slot for many backtraces.
-    let mut work = Workload::spawn(&["pingpong", "--count", "500"]);
+    // One task slot for four sleeping threads (and their main thread), one stack slot for
+    // several backtraces.
+    let mut work = Workload::spawn(&[
+        "threads",
+        "--count",
+        "4",
+        "--interval",
+        "1ms",
+        "--seconds",
+        "1",
+    ]);
     let probe = Probe::attach(ProbeConfig {
         pid: Some(work.pid()),
         max_tasks: 1,
@@ -485,9 +494,9 @@ fn full_tables_are_counted_not_silent() {
     })
     .expect("attach");
     work.go();
-    work.wait_done();
-    let snap = Collector::new().snapshot(&probe).expect("snapshot");
+    // After the exit every tracked sleep has ended and been merged.
     work.release();
+    let snap = Collector::new().snapshot(&probe).expect("snapshot");
     let c = &snap.counters;
     assert!(c.get(Counter::TaskTableFull) > 0, "{c:?}");
     let losses = c.losses();
@@ -501,7 +510,7 @@ fn full_tables_are_counted_not_silent() {
     assert_eq!(
         total,
         c.get(Counter::Counted) + c.get(Counter::RunqCounted),
-        "{causes:#?}"
+        "{causes:#?} {c:?}"
     );
     if c.get(Counter::StackMissing) > 0 {
         assert!(
