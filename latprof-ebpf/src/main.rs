@@ -61,6 +61,15 @@ static MIN_SLEEP_NS: Global<u64> = Global::new(1_000);
 /// is read from the task at `TASK_STATE_OFF`.
 #[unsafe(no_mangle)]
 static SWITCH_HAS_PREV_STATE: Global<u32> = Global::new(1);
+/// 1: keep run-queue latency ("waiting for CPU"); costs a task lookup on every switch.
+#[unsafe(no_mangle)]
+static RUNQ: Global<u32> = Global::new(1);
+/// 1: keep per-cause latency histograms; costs a per-CPU map update per counted event.
+#[unsafe(no_mangle)]
+static HISTOGRAMS_ON: Global<u32> = Global::new(1);
+/// Frames walked per backtrace (the shown depth plus room for the frames dropped above it).
+#[unsafe(no_mangle)]
+static STACK_WALK_FRAMES: Global<u32> = Global::new(STACK_FRAMES as u32);
 /// Offsets of `__state` (or `state`) and `pid` in `struct task_struct`, from vmlinux BTF.
 #[unsafe(no_mangle)]
 static TASK_STATE_OFF: Global<u32> = Global::new(0);
@@ -133,6 +142,18 @@ fn try_sched_switch(ctx: &RawTracePointContext) -> Result<i32, i32> {
     let kind = sleep_kind(preempt & 1 != 0, state);
 
     // The task coming in stops waiting for the CPU.
+    if RUNQ.load() == 1 {
+        runq_end(ctx)?;
+    }
+
+    if kind == SLEEP_NONE {
+        return Ok(0);
+    }
+    switch_out(ctx, kind)
+}
+
+/// Ends the run-queue wait of the task switched in.
+fn runq_end(ctx: &RawTracePointContext) -> Result<(), i32> {
     let next: *const u8 = ctx.arg(2);
     let next_tid = read_field::<i32>(next, TASK_PID_OFF.load())? as u32;
     if next_tid != 0
@@ -149,10 +170,11 @@ fn try_sched_switch(ctx: &RawTracePointContext) -> Result<i32, i32> {
             }
         }
     }
+    Ok(())
+}
 
-    if kind == SLEEP_NONE {
-        return Ok(0);
-    }
+/// The task switched out in S or D state starts a sleep.
+fn switch_out(ctx: &RawTracePointContext, kind: u32) -> Result<i32, i32> {
     // prev is the current task at sched_switch.
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
@@ -194,9 +216,9 @@ fn take_stack(ctx: &RawTracePointContext) -> u64 {
     let Some(buf) = STACK_BUF.get_ptr_mut(0) else {
         return NO_STACK;
     };
-    let size = core::mem::size_of::<RawStack>() as u32;
-    // SAFETY: buf is a per-CPU map value of exactly `size` bytes; the kernel zero-fills the
-    // part past the frames it wrote.
+    let size = STACK_WALK_FRAMES.load().min(STACK_FRAMES as u32) * 8;
+    // SAFETY: buf is a per-CPU map value of at least `size` bytes; the kernel zero-fills the
+    // part of `size` past the frames it wrote (the rest of the buffer is never written).
     let len = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), size, 0) };
     if len <= 0 {
         return NO_STACK;
@@ -265,8 +287,10 @@ fn try_sched_wakeup(ctx: &RawTracePointContext) -> Result<i32, i32> {
     if entry.sleep_kind != SLEEP_NONE {
         count(Counter::Wakeups);
         end_sleep(entry);
-        // From now on the task waits for a CPU.
-        entry.runq_start_ns = unsafe { bpf_ktime_get_ns() };
+        if RUNQ.load() == 1 {
+            // From now on the task waits for a CPU.
+            entry.runq_start_ns = unsafe { bpf_ktime_get_ns() };
+        }
     }
     Ok(0)
 }
@@ -289,7 +313,9 @@ fn end_sleep(entry: &mut TaskState) {
 
 /// Adds one latency to the task's record of `stack` (and, in normal mode, the global one).
 fn account(entry: &mut TaskState, stack: u64, delta: u64) {
-    histogram_add(stack, delta);
+    if HISTOGRAMS_ON.load() == 1 {
+        histogram_add(stack, delta);
+    }
     let in_global = entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0;
     let n = entry.nr_records as usize;
     let mut found = false;

@@ -56,6 +56,9 @@ pub enum Command {
     Stats(StatsArgs),
     /// Live view: global causes, processes, and the selected process's causes.
     Top(TopArgs),
+    /// The overhead benchmark: latprof against no tracer and its peers (`cargo xtask bench`).
+    #[command(hide = true)]
+    Bench(crate::bench::BenchArgs),
     /// Deterministic workloads for latprof's tests and benchmarks.
     #[command(hide = true)]
     Workload(WorkloadArgs),
@@ -133,13 +136,34 @@ pub enum Workload {
         count: u32,
         #[arg(long)]
         processes: bool,
+        /// Pin both sides to this CPU (every round trip is then two switches on it).
+        #[arg(long)]
+        cpu: Option<usize>,
+    },
+    /// `count` short-lived children, each sleeping `sleep` once before it exits.
+    Forks {
+        #[arg(long, default_value_t = 1000)]
+        count: u32,
+        #[arg(long, value_parser = duration::parse, default_value = "50us")]
+        sleep: Duration,
+    },
+    /// `procs` processes sleeping `interval` in a loop, at the same kernel backtrace.
+    Sleepers {
+        #[arg(long, default_value_t = 2)]
+        procs: u32,
+        #[arg(long, value_parser = duration::parse, default_value = "100us")]
+        interval: Duration,
+        #[arg(long, value_parser = duration::parse, default_value = "2s")]
+        time: Duration,
     },
 }
 
 impl Cli {
     #[must_use]
-    pub fn probe_config(&self, pid: Option<u32>) -> ProbeConfig {
+    pub fn probe_config(&self, pid: Option<u32>, details: bool) -> ProbeConfig {
         ProbeConfig {
+            stack_depth: self.stack_depth,
+            details,
             mode: self.mode,
             pid,
             include_self: self.include_self,
@@ -176,10 +200,10 @@ mod tests {
         };
         assert_eq!(args.duration, Duration::from_secs(2));
         assert_eq!(args.pid, Some(42));
-        assert_eq!(cli.probe_config(args.pid).inter_cutoff, None);
+        assert_eq!(cli.probe_config(args.pid, false).inter_cutoff, None);
         let cli = parse(&["stats", "--inter-cutoff", "10ms"]).unwrap();
         assert_eq!(
-            cli.probe_config(None).inter_cutoff,
+            cli.probe_config(None, false).inter_cutoff,
             Some(Duration::from_millis(10))
         );
     }

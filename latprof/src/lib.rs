@@ -1,5 +1,6 @@
 //! latprof: latencytop's accounting in eBPF, with a lazy mode that keeps the global table off the
 //! scheduler's hot path.
+pub mod bench;
 pub mod cli;
 pub mod collect;
 pub mod duration;

@@ -8,6 +8,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Stats(args) => latprof::stats::run(&cli, args),
         Command::Top(args) => latprof::tui::run(&cli, args),
+        Command::Bench(args) => latprof::bench::run(args),
         Command::Workload(args) => latprof::workload::run(args),
     };
     match result {

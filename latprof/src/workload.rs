@@ -63,7 +63,65 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             finish();
             result
         }
-        Workload::Pingpong { count, processes } => pingpong(*count, *processes, finish),
+        Workload::Pingpong {
+            count,
+            processes,
+            cpu,
+        } => {
+            if let Some(cpu) = cpu {
+                pin(*cpu)?;
+            }
+            pingpong(*count, *processes, finish)
+        }
+        Workload::Forks { count, sleep } => {
+            for _ in 0..*count {
+                // SAFETY: the child only sleeps and _exits.
+                match unsafe { libc::fork() } {
+                    -1 => return Err(std::io::Error::last_os_error()).context("fork"),
+                    0 => {
+                        nanosleep(*sleep);
+                        // SAFETY: leave without running the parent's destructors.
+                        unsafe { libc::_exit(0) };
+                    }
+                    child => {
+                        let mut status = 0;
+                        // SAFETY: our own child.
+                        unsafe { libc::waitpid(child, &raw mut status, 0) };
+                    }
+                }
+            }
+            finish();
+            Ok(())
+        }
+        Workload::Sleepers {
+            procs,
+            interval,
+            time,
+        } => {
+            let until = std::time::Instant::now() + *time;
+            let mut children = Vec::new();
+            for _ in 0..*procs {
+                // SAFETY: the child only sleeps in a loop and _exits.
+                match unsafe { libc::fork() } {
+                    -1 => return Err(std::io::Error::last_os_error()).context("fork"),
+                    0 => {
+                        while std::time::Instant::now() < until {
+                            nanosleep(*interval);
+                        }
+                        // SAFETY: leave without running the parent's destructors.
+                        unsafe { libc::_exit(0) };
+                    }
+                    child => children.push(child),
+                }
+            }
+            for child in children {
+                let mut status = 0;
+                // SAFETY: our own child.
+                unsafe { libc::waitpid(child, &raw mut status, 0) };
+            }
+            finish();
+            Ok(())
+        }
         Workload::Threads {
             count,
             interval,
@@ -90,6 +148,20 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Pins this process (and the children it forks later) to one CPU.
+fn pin(cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET stays in bounds for cpu < 1024.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set) != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("pin to CPU {cpu}"));
+        }
+    }
+    Ok(())
 }
 
 fn nanosleep(d: Duration) {

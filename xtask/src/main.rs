@@ -31,8 +31,11 @@ fn main() -> ExitCode {
         Some("setup") => setup(),
         Some("run") => run(&args[1..]),
         Some("test") => test(&args[1..]),
+        Some("bench") => bench(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS]");
+            eprintln!(
+                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS]"
+            );
             return ExitCode::from(2);
         }
     };
@@ -239,6 +242,50 @@ fn run(args: &[String]) -> Result<()> {
         bail!("latprof exited with {status}");
     }
     Ok(())
+}
+
+/// Peers the benchmark compares latprof with, from Debian.
+const BENCH_PACKAGES: [&str; 4] = ["libbpf-tools", "bpftrace", "linux-perf", "rt-tests"];
+
+/// `cargo xtask bench -- ARGS`: install the peers (when root), build latprof, run its benchmark
+/// (as root, with sudo when not). The report lands in target/bench/bench.{md,json}.
+fn bench(args: &[String]) -> Result<()> {
+    setup()?;
+    let missing: Vec<&str> = BENCH_PACKAGES
+        .into_iter()
+        .filter(|p| {
+            !output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
+                .contains("install ok installed")
+        })
+        .collect();
+    if !missing.is_empty() {
+        if is_root() {
+            run_cmd(
+                Command::new("apt-get")
+                    .args(["install", "-y", "-q"])
+                    .args(&missing),
+            )?;
+        } else {
+            eprintln!(
+                "xtask: peers not installed (the report skips them): sudo apt-get install {}",
+                missing.join(" ")
+            );
+        }
+    }
+    run_cmd(cargo().args(["build", "--release", "--package", "latprof"]))?;
+    let bin = root_dir().join("target/release/latprof");
+    let args = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
+    let mut cmd = if is_root() {
+        Command::new(&bin)
+    } else {
+        let mut sudo = Command::new("sudo");
+        sudo.arg(&bin);
+        sudo
+    };
+    cmd.arg("bench")
+        .args(["--out", &root_dir().join("target/bench").to_string_lossy()])
+        .args(args);
+    run_cmd(&mut cmd)
 }
 
 /// `cargo xtask test`: formatting, then every test, the privileged ones included (as root, with

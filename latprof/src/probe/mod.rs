@@ -44,6 +44,10 @@ pub struct ProbeConfig {
     pub max_tasks: u32,
     pub max_records: u32,
     pub max_stacks: u32,
+    /// Frames shown per backtrace (the walk takes this many plus room for dropped ones).
+    pub stack_depth: u16,
+    /// Also keep run-queue latency and per-cause histograms (what `top` shows).
+    pub details: bool,
 }
 
 impl Default for ProbeConfig {
@@ -56,9 +60,15 @@ impl Default for ProbeConfig {
             max_tasks: 8192,
             max_records: 16384,
             max_stacks: 8192,
+            stack_depth: 12,
+            details: true,
         }
     }
 }
+
+/// Frames walked beyond the shown depth: the tracing frames and the scheduler's own, which
+/// are dropped before the cause frames.
+const STACK_SLACK_FRAMES: u32 = 16;
 
 /// latencytop measures in units of 1024 ns (`ns >> 10`, which it calls usecs).
 const LATENCYTOP_UNIT_NS: u64 = 1024;
@@ -130,6 +140,9 @@ impl Probe {
         let skip_kthreads = u32::from(config.pid.is_none());
         let cutoff = config.inter_cutoff.map_or(u64::MAX, latencytop_cutoff_ns);
         let min_sleep = LATENCYTOP_UNIT_NS;
+        let details = u32::from(config.details);
+        // Above the cause frames sit the tracing frames and the scheduler's (about 10).
+        let walk = (u32::from(config.stack_depth) + STACK_SLACK_FRAMES).min(127);
         let mut loader = EbpfLoader::new();
         loader
             .override_global(names::GLOBAL_MODE, &mode, true)
@@ -143,6 +156,9 @@ impl Probe {
             .override_global(names::GLOBAL_TASK_PID_OFF, &pid_off, true)
             .override_global(names::GLOBAL_TASK_FLAGS_OFF, &flags_off, true)
             .override_global(names::GLOBAL_TASK_MM_OFF, &mm_off, true)
+            .override_global(names::GLOBAL_RUNQ, &details, true)
+            .override_global(names::GLOBAL_HISTOGRAMS_ON, &details, true)
+            .override_global(names::GLOBAL_STACK_WALK_FRAMES, &walk, true)
             .map_max_entries(names::MAP_TASKS, config.max_tasks)
             .map_max_entries(names::MAP_GLOBAL_LATENCY, config.max_records)
             .map_max_entries(names::MAP_HISTOGRAMS, config.max_records)

@@ -31,3 +31,6 @@ pub const GLOBAL_TASK_STATE_OFF: &str = "TASK_STATE_OFF";
 pub const GLOBAL_TASK_PID_OFF: &str = "TASK_PID_OFF";
 pub const GLOBAL_TASK_FLAGS_OFF: &str = "TASK_FLAGS_OFF";
 pub const GLOBAL_TASK_MM_OFF: &str = "TASK_MM_OFF";
+pub const GLOBAL_RUNQ: &str = "RUNQ";
+pub const GLOBAL_HISTOGRAMS_ON: &str = "HISTOGRAMS_ON";
+pub const GLOBAL_STACK_WALK_FRAMES: &str = "STACK_WALK_FRAMES";

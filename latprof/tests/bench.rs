@@ -1,0 +1,46 @@
+//! The benchmark harness end to end in its quick mode (a few thousand round trips, one round):
+//! it must run every configuration, measure latprof's programs through the kernel's BPF
+//! statistics, and write its report. No timing is asserted.
+use std::process::Command;
+
+const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn quick_bench_runs_end_to_end() {
+    latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
+    let out = std::env::temp_dir().join(format!("latprof-bench-test-{}", std::process::id()));
+    let run = Command::new(LATPROF)
+        .args(["bench", "--quick", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run latprof bench");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "bench failed: {}\n{stdout}\n{}", run.status, String::from_utf8_lossy(&run.stderr));
+    let md = std::fs::read_to_string(out.join("bench.md")).expect("bench.md");
+    assert_eq!(md, stdout, "the printed table is the file");
+    for workload in ["## pingpong", "## forkstorm", "## idle"] {
+        assert!(md.contains(workload), "{workload} missing:\n{md}");
+    }
+    // Every configuration of the quick run has a row, and latprof's rows carry BPF numbers.
+    let rows: Vec<Vec<&str>> = md
+        .lines()
+        .skip_while(|l| !l.starts_with("## pingpong"))
+        .filter(|l| l.starts_with("| none") || l.starts_with("| lazy") || l.starts_with("| normal"))
+        .take(3)
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{md}");
+    for row in &rows[1..] {
+        let per_event: f64 = row[5].parse().expect("BPF ns/event");
+        let per_trip: f64 = row[6].parse().expect("BPF ns/round trip");
+        assert!(per_event > 0.0 && per_trip > 0.0, "no BPF time measured for {row:?}");
+        let maps: u64 = row[10].parse().expect("maps KiB");
+        assert!(maps > 0, "no map memory for {row:?}");
+    }
+    assert!(md.contains("lazy per program: sched_process_e"), "{md}");
+    assert!(md.contains("## Targets"), "{md}");
+    let json = std::fs::read_to_string(out.join("bench.json")).expect("bench.json");
+    assert!(json.contains("\"results\"") && json.contains("\"config\": \"lazy\""), "{json}");
+    let _ = std::fs::remove_dir_all(&out);
+}
