@@ -24,13 +24,15 @@ use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 use aya_ebpf::{
     EbpfContext as _, Global,
     bindings::BPF_NOEXIST,
+    bindings::task_struct,
+    helpers::bpf_get_task_stack,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack,
         bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
-    macros::{map, raw_tracepoint},
+    macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{HashMap, PerCpuArray, PerCpuHashMap},
-    programs::RawTracePointContext,
+    programs::{BtfTracePointContext, RawTracePointContext},
 };
 use latprof_common::{
     COUNTER_COUNT, Counter, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, MODE_LAZY,
@@ -67,6 +69,11 @@ static RUNQ: Global<u32> = Global::new(1);
 /// 1: keep per-cause latency histograms; costs a per-CPU map update per counted event.
 #[unsafe(no_mangle)]
 static HISTOGRAMS_ON: Global<u32> = Global::new(1);
+/// 1: the backtrace is taken at wakeup, from the sleeping task, and only for sleeps that are
+/// counted (the BTF wakeup program does it, where the kernel has BTF tracepoints); 0: at every
+/// switch-out, from the raw sched_switch tracepoint.
+#[unsafe(no_mangle)]
+static STACK_AT_WAKEUP: Global<u32> = Global::new(0);
 /// Frames walked per backtrace (the shown depth plus room for the frames dropped above it).
 #[unsafe(no_mangle)]
 static STACK_WALK_FRAMES: Global<u32> = Global::new(STACK_FRAMES as u32);
@@ -193,10 +200,15 @@ fn switch_out(ctx: &RawTracePointContext, kind: u32) -> Result<i32, i32> {
             None => return Ok(0),
         },
     };
-    let stack = take_stack(ctx);
-    if stack == NO_STACK {
-        count(Counter::StackMissing);
-    }
+    let stack = if STACK_AT_WAKEUP.load() == 1 {
+        NO_STACK
+    } else {
+        let stack = take_stack(ctx);
+        if stack == NO_STACK {
+            count(Counter::StackMissing);
+        }
+        stack
+    };
     // SAFETY: the entry belongs to the current task; only its own events write it.
     unsafe {
         if (*entry).sleep_kind != SLEEP_NONE {
@@ -216,15 +228,35 @@ fn take_stack(ctx: &RawTracePointContext) -> u64 {
     let Some(buf) = STACK_BUF.get_ptr_mut(0) else {
         return NO_STACK;
     };
-    let size = STACK_WALK_FRAMES.load().min(STACK_FRAMES as u32) * 8;
-    // SAFETY: buf is a per-CPU map value of at least `size` bytes; the kernel zero-fills the
-    // part of `size` past the frames it wrote (the rest of the buffer is never written).
-    let len = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), size, 0) };
+    // SAFETY: buf is a per-CPU map value of at least `walk_size()` bytes.
+    let len = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), walk_size(), 0) };
+    store_stack(buf, len)
+}
+
+/// The backtrace of a task that is not running (where it went to sleep), as latencytop takes
+/// it: the kernel leaves out the scheduler's own frames.
+fn task_stack(task: *mut task_struct) -> u64 {
+    let Some(buf) = STACK_BUF.get_ptr_mut(0) else {
+        return NO_STACK;
+    };
+    // SAFETY: task is the BTF tracepoint's trusted task pointer; buf as above.
+    let len = unsafe { bpf_get_task_stack(task, buf.cast(), walk_size(), 0) };
+    store_stack(buf, len)
+}
+
+#[inline(always)]
+fn walk_size() -> u32 {
+    STACK_WALK_FRAMES.load().min(STACK_FRAMES as u32) * 8
+}
+
+/// Stores the `len` bytes of frames in `buf` (the kernel zero-fills the rest of the walk size;
+/// the buffer past it is never written) and returns their id, or `NO_STACK`.
+fn store_stack(buf: *mut RawStack, len: i64) -> u64 {
     if len <= 0 {
         return NO_STACK;
     }
     let frames = (len as usize / 8).min(STACK_FRAMES);
-    // SAFETY: per-CPU buffer, filled just above.
+    // SAFETY: per-CPU buffer, filled by the caller.
     let id = stack_hash(unsafe { &*buf }, frames);
     if STACKS.get_ptr(&id).is_some() {
         return id;
@@ -278,7 +310,27 @@ pub fn sched_wakeup(ctx: RawTracePointContext) -> i32 {
 fn try_sched_wakeup(ctx: &RawTracePointContext) -> Result<i32, i32> {
     // TP_PROTO(struct task_struct *p)
     let wakee: *const u8 = ctx.arg(0);
-    let tid = read_field::<i32>(wakee, TASK_PID_OFF.load())? as u32;
+    wake(wakee, core::ptr::null_mut())
+}
+
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup_btf(ctx: BtfTracePointContext) -> i32 {
+    try_sched_wakeup_btf(&ctx).unwrap_or(1)
+}
+
+/// The wakeup program where BTF tracepoints exist: the same as `sched_wakeup`, and it takes the
+/// backtrace of a counted sleep from the wakee.
+fn try_sched_wakeup_btf(ctx: &BtfTracePointContext) -> Result<i32, i32> {
+    // TP_PROTO(struct task_struct *p)
+    let wakee: *mut task_struct = ctx.arg(0);
+    wake(wakee.cast_const().cast(), wakee)
+}
+
+/// A wakeup of `task`: ends its open sleep; `stack_of` (null for the raw program) is the same
+/// task as a pointer the kernel trusts for taking its backtrace.
+#[inline(always)]
+fn wake(task: *const u8, stack_of: *mut task_struct) -> Result<i32, i32> {
+    let tid = read_field::<i32>(task, TASK_PID_OFF.load())? as u32;
     let Some(entry) = TASKS.get_ptr_mut(&tid) else {
         return Ok(0);
     };
@@ -286,7 +338,7 @@ fn try_sched_wakeup(ctx: &RawTracePointContext) -> Result<i32, i32> {
     let entry = unsafe { &mut *entry };
     if entry.sleep_kind != SLEEP_NONE {
         count(Counter::Wakeups);
-        end_sleep(entry);
+        end_sleep(entry, stack_of);
         if RUNQ.load() == 1 {
             // From now on the task waits for a CPU.
             entry.runq_start_ns = unsafe { bpf_ktime_get_ns() };
@@ -295,8 +347,9 @@ fn try_sched_wakeup(ctx: &RawTracePointContext) -> Result<i32, i32> {
     Ok(0)
 }
 
-/// Ends the open sleep of `entry` now: filters it like latencytop and accounts it.
-fn end_sleep(entry: &mut TaskState) {
+/// Ends the open sleep of `entry` now: filters it like latencytop and accounts it. With a
+/// `wakee` (and `STACK_AT_WAKEUP`), a counted sleep's backtrace is taken from it now.
+fn end_sleep(entry: &mut TaskState, wakee: *mut task_struct) {
     let kind = entry.sleep_kind;
     entry.sleep_kind = SLEEP_NONE;
     let now = unsafe { bpf_ktime_get_ns() };
@@ -305,7 +358,16 @@ fn end_sleep(entry: &mut TaskState) {
         SleepVerdict::TooShort => count(Counter::SkippedZero),
         SleepVerdict::OverCutoff => count(Counter::SkippedCutoff),
         SleepVerdict::Count => {
-            account(entry, entry.sleep_stack, delta);
+            let stack = if STACK_AT_WAKEUP.load() == 1 && !wakee.is_null() {
+                let stack = task_stack(wakee);
+                if stack == NO_STACK {
+                    count(Counter::StackMissing);
+                }
+                stack
+            } else {
+                entry.sleep_stack
+            };
+            account(entry, stack, delta);
             count(Counter::Counted);
         }
     }

@@ -164,6 +164,7 @@ impl Cli {
         ProbeConfig {
             stack_depth: self.stack_depth,
             details,
+            btf_wakeup: true,
             mode: self.mode,
             pid,
             include_self: self.include_self,

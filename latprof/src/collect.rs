@@ -68,6 +68,20 @@ pub struct TaskSnapshot {
     pub records: Vec<LatencyRecord>,
 }
 
+impl TaskSnapshot {
+    /// Adds this task's records into `out`, by stack id.
+    pub fn add_records_to(&self, out: &mut HashMap<u64, GlobalRecord>) {
+        for rec in &self.records {
+            add(
+                out.entry(rec.stack_id).or_default(),
+                rec.count,
+                rec.total_ns,
+                rec.max_ns,
+            );
+        }
+    }
+}
+
 /// Raw cumulative state of one moment.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
@@ -111,14 +125,7 @@ impl Snapshot {
                 .iter()
                 .filter(|t| !(t.kthread && self.skip_kthreads))
             {
-                for rec in &task.records {
-                    add(
-                        out.entry(rec.stack_id).or_default(),
-                        rec.count,
-                        rec.total_ns,
-                        rec.max_ns,
-                    );
-                }
+                task.add_records_to(&mut out);
             }
         }
         out

@@ -225,14 +225,7 @@ pub fn since(
 pub fn task_records(snap: &Snapshot, tid: u32) -> HashMap<u64, GlobalRecord> {
     let mut out = HashMap::new();
     if let Some(task) = snap.tasks.iter().find(|t| t.tid == tid) {
-        for r in &task.records {
-            add(
-                out.entry(r.stack_id).or_default(),
-                r.count,
-                r.total_ns,
-                r.max_ns,
-            );
-        }
+        task.add_records_to(&mut out);
     }
     out
 }

@@ -16,7 +16,12 @@ fn quick_bench_runs_end_to_end() {
         .output()
         .expect("run latprof bench");
     let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(run.status.success(), "bench failed: {}\n{stdout}\n{}", run.status, String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "bench failed: {}\n{stdout}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
     let md = std::fs::read_to_string(out.join("bench.md")).expect("bench.md");
     assert_eq!(md, stdout, "the printed table is the file");
     for workload in ["## pingpong", "## forkstorm", "## idle"] {
@@ -34,13 +39,19 @@ fn quick_bench_runs_end_to_end() {
     for row in &rows[1..] {
         let per_event: f64 = row[5].parse().expect("BPF ns/event");
         let per_trip: f64 = row[6].parse().expect("BPF ns/round trip");
-        assert!(per_event > 0.0 && per_trip > 0.0, "no BPF time measured for {row:?}");
+        assert!(
+            per_event > 0.0 && per_trip > 0.0,
+            "no BPF time measured for {row:?}"
+        );
         let maps: u64 = row[10].parse().expect("maps KiB");
         assert!(maps > 0, "no map memory for {row:?}");
     }
     assert!(md.contains("lazy per program: sched_process_e"), "{md}");
     assert!(md.contains("## Targets"), "{md}");
     let json = std::fs::read_to_string(out.join("bench.json")).expect("bench.json");
-    assert!(json.contains("\"results\"") && json.contains("\"config\": \"lazy\""), "{json}");
+    assert!(
+        json.contains("\"results\"") && json.contains("\"config\": \"lazy\""),
+        "{json}"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -224,20 +224,25 @@ fn cargo() -> Command {
     cmd
 }
 
-/// `cargo xtask run -- ARGS`: build latprof (release) and run it, with sudo when not root.
-fn run(args: &[String]) -> Result<()> {
-    setup()?;
+/// Builds latprof (release) and returns the command that runs it: directly as root, through
+/// sudo otherwise (it loads eBPF programs).
+fn latprof() -> Result<Command> {
     run_cmd(cargo().args(["build", "--release", "--package", "latprof"]))?;
     let bin = root_dir().join("target/release/latprof");
-    let args = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
-    let mut cmd = if is_root() {
+    Ok(if is_root() {
         Command::new(&bin)
     } else {
         let mut sudo = Command::new("sudo");
         sudo.arg(&bin);
         sudo
-    };
-    let status = cmd.args(args).status().context("running latprof")?;
+    })
+}
+
+/// `cargo xtask run -- ARGS`: build latprof (release) and run it, with sudo when not root.
+fn run(args: &[String]) -> Result<()> {
+    setup()?;
+    let args = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
+    let status = latprof()?.args(args).status().context("running latprof")?;
     if !status.success() {
         bail!("latprof exited with {status}");
     }
@@ -272,16 +277,8 @@ fn bench(args: &[String]) -> Result<()> {
             );
         }
     }
-    run_cmd(cargo().args(["build", "--release", "--package", "latprof"]))?;
-    let bin = root_dir().join("target/release/latprof");
     let args = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
-    let mut cmd = if is_root() {
-        Command::new(&bin)
-    } else {
-        let mut sudo = Command::new("sudo");
-        sudo.arg(&bin);
-        sudo
-    };
+    let mut cmd = latprof()?;
     cmd.arg("bench")
         .args(["--out", &root_dir().join("target/bench").to_string_lossy()])
         .args(args);

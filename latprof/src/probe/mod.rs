@@ -6,7 +6,10 @@ pub mod names;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use aya::{Ebpf, EbpfLoader, programs::RawTracePoint};
+use aya::{
+    Ebpf, EbpfLoader,
+    programs::{BtfTracePoint, RawTracePoint},
+};
 use latprof_common::{MODE_LAZY, MODE_NORMAL};
 
 /// The eBPF object built by build.rs.
@@ -48,6 +51,9 @@ pub struct ProbeConfig {
     pub stack_depth: u16,
     /// Also keep run-queue latency and per-cause histograms (what `top` shows).
     pub details: bool,
+    /// Take backtraces at wakeup from the BTF tracepoint where the kernel has one (false forces
+    /// the raw-tracepoint fallback that walks at every switch-out, as on older kernels).
+    pub btf_wakeup: bool,
 }
 
 impl Default for ProbeConfig {
@@ -62,6 +68,7 @@ impl Default for ProbeConfig {
             max_stacks: 8192,
             stack_depth: 12,
             details: true,
+            btf_wakeup: true,
         }
     }
 }
@@ -105,6 +112,102 @@ pub fn check_privileges() -> Result<(), crate::Error> {
     Err(crate::Error::Privileges)
 }
 
+/// Settings written into the eBPF object's globals.
+struct Globals {
+    mode: u32,
+    filter: u32,
+    self_tgid: u32,
+    skip_kthreads: u32,
+    cutoff: u64,
+    min_sleep: u64,
+    has_prev_state: u32,
+    state_off: u32,
+    pid_off: u32,
+    flags_off: u32,
+    mm_off: u32,
+    details: u32,
+    walk: u32,
+}
+
+/// Loads the object, verifies every program, then attaches the programs that end sleeps before
+/// the one that starts them: a sleep that starts while its end is not yet watched would never
+/// be closed (verifying one program takes long enough for that to happen). With `btf`, the
+/// wakeup program is the BTF tracepoint one.
+fn load(g: &Globals, config: &ProbeConfig, btf: Option<&aya::Btf>) -> Result<Ebpf> {
+    fn raw<'a>(ebpf: &'a mut Ebpf, prog: &str) -> Result<&'a mut RawTracePoint> {
+        ebpf.program_mut(prog)
+            .with_context(|| format!("eBPF object has no program {prog}"))?
+            .try_into()
+            .with_context(|| format!("{prog} is not a raw tracepoint program"))
+    }
+    fn btf_tp<'a>(ebpf: &'a mut Ebpf, prog: &str) -> Result<&'a mut BtfTracePoint> {
+        ebpf.program_mut(prog)
+            .with_context(|| format!("eBPF object has no program {prog}"))?
+            .try_into()
+            .with_context(|| format!("{prog} is not a BTF tracepoint program"))
+    }
+    let stack_at_wakeup = u32::from(btf.is_some());
+    let mut loader = EbpfLoader::new();
+    loader
+        .override_global(names::GLOBAL_MODE, &g.mode, true)
+        .override_global(names::GLOBAL_FILTER_TGID, &g.filter, true)
+        .override_global(names::GLOBAL_SELF_TGID, &g.self_tgid, true)
+        .override_global(names::GLOBAL_SKIP_KTHREADS, &g.skip_kthreads, true)
+        .override_global(names::GLOBAL_INTER_CUTOFF_NS, &g.cutoff, true)
+        .override_global(names::GLOBAL_MIN_SLEEP_NS, &g.min_sleep, true)
+        .override_global(names::GLOBAL_SWITCH_HAS_PREV_STATE, &g.has_prev_state, true)
+        .override_global(names::GLOBAL_TASK_STATE_OFF, &g.state_off, true)
+        .override_global(names::GLOBAL_TASK_PID_OFF, &g.pid_off, true)
+        .override_global(names::GLOBAL_TASK_FLAGS_OFF, &g.flags_off, true)
+        .override_global(names::GLOBAL_TASK_MM_OFF, &g.mm_off, true)
+        .override_global(names::GLOBAL_RUNQ, &g.details, true)
+        .override_global(names::GLOBAL_HISTOGRAMS_ON, &g.details, true)
+        .override_global(names::GLOBAL_STACK_WALK_FRAMES, &g.walk, true)
+        .override_global(names::GLOBAL_STACK_AT_WAKEUP, &stack_at_wakeup, true)
+        .map_max_entries(names::MAP_TASKS, config.max_tasks)
+        .map_max_entries(names::MAP_GLOBAL_LATENCY, config.max_records)
+        .map_max_entries(names::MAP_HISTOGRAMS, config.max_records)
+        .map_max_entries(names::MAP_STACKS, config.max_stacks);
+    let mut ebpf = loader
+        .load(EBPF_OBJECT)
+        .context("loading latprof's eBPF object")?;
+    let wakeup = match btf {
+        Some(btf) => {
+            btf_tp(&mut ebpf, names::PROG_SCHED_WAKEUP_BTF)?
+                .load("sched_wakeup", btf)
+                .context("verifier rejected sched_wakeup_btf")?;
+            names::PROG_SCHED_WAKEUP_BTF
+        }
+        None => {
+            raw(&mut ebpf, names::PROG_SCHED_WAKEUP)?
+                .load()
+                .context("verifier rejected sched_wakeup")?;
+            names::PROG_SCHED_WAKEUP
+        }
+    };
+    for prog in [names::PROG_SCHED_SWITCH, names::PROG_SCHED_PROCESS_EXIT] {
+        raw(&mut ebpf, prog)?
+            .load()
+            .with_context(|| format!("verifier rejected {prog}"))?;
+    }
+    raw(&mut ebpf, names::PROG_SCHED_PROCESS_EXIT)?
+        .attach("sched_process_exit")
+        .context("attach raw tracepoint sched_process_exit")?;
+    if wakeup == names::PROG_SCHED_WAKEUP_BTF {
+        btf_tp(&mut ebpf, wakeup)?
+            .attach()
+            .context("attach BTF tracepoint sched_wakeup")?;
+    } else {
+        raw(&mut ebpf, wakeup)?
+            .attach("sched_wakeup")
+            .context("attach raw tracepoint sched_wakeup")?;
+    }
+    raw(&mut ebpf, names::PROG_SCHED_SWITCH)?
+        .attach("sched_switch")
+        .context("attach raw tracepoint sched_switch")?;
+    Ok(ebpf)
+}
+
 /// A loaded and attached latprof session.
 pub struct Probe {
     ebpf: Ebpf,
@@ -143,48 +246,31 @@ impl Probe {
         let details = u32::from(config.details);
         // Above the cause frames sit the tracing frames and the scheduler's (about 10).
         let walk = (u32::from(config.stack_depth) + STACK_SLACK_FRAMES).min(127);
-        let mut loader = EbpfLoader::new();
-        loader
-            .override_global(names::GLOBAL_MODE, &mode, true)
-            .override_global(names::GLOBAL_FILTER_TGID, &filter, true)
-            .override_global(names::GLOBAL_SELF_TGID, &self_tgid, true)
-            .override_global(names::GLOBAL_SKIP_KTHREADS, &skip_kthreads, true)
-            .override_global(names::GLOBAL_INTER_CUTOFF_NS, &cutoff, true)
-            .override_global(names::GLOBAL_MIN_SLEEP_NS, &min_sleep, true)
-            .override_global(names::GLOBAL_SWITCH_HAS_PREV_STATE, &has_prev_state, true)
-            .override_global(names::GLOBAL_TASK_STATE_OFF, &state_off, true)
-            .override_global(names::GLOBAL_TASK_PID_OFF, &pid_off, true)
-            .override_global(names::GLOBAL_TASK_FLAGS_OFF, &flags_off, true)
-            .override_global(names::GLOBAL_TASK_MM_OFF, &mm_off, true)
-            .override_global(names::GLOBAL_RUNQ, &details, true)
-            .override_global(names::GLOBAL_HISTOGRAMS_ON, &details, true)
-            .override_global(names::GLOBAL_STACK_WALK_FRAMES, &walk, true)
-            .map_max_entries(names::MAP_TASKS, config.max_tasks)
-            .map_max_entries(names::MAP_GLOBAL_LATENCY, config.max_records)
-            .map_max_entries(names::MAP_HISTOGRAMS, config.max_records)
-            .map_max_entries(names::MAP_STACKS, config.max_stacks);
-        let mut ebpf = loader
-            .load(EBPF_OBJECT)
-            .context("loading latprof's eBPF object")?;
-        // Verify everything first, then attach the programs that end sleeps before the one
-        // that starts them: a sleep that starts while its end is not yet watched would never
-        // be closed (verifying one program takes long enough for that to happen).
-        fn program<'a>(ebpf: &'a mut Ebpf, prog: &str) -> Result<&'a mut RawTracePoint> {
-            ebpf.program_mut(prog)
-                .with_context(|| format!("eBPF object has no program {prog}"))?
-                .try_into()
-                .with_context(|| format!("{prog} is not a raw tracepoint program"))
-        }
-        for prog in names::PROGRAMS {
-            program(&mut ebpf, prog)?
-                .load()
-                .with_context(|| format!("verifier rejected {prog}"))?;
-        }
-        for prog in names::PROGRAMS.iter().rev() {
-            program(&mut ebpf, prog)?
-                .attach(prog)
-                .with_context(|| format!("attach raw tracepoint {prog}"))?;
-        }
+        let globals = Globals {
+            mode,
+            filter,
+            self_tgid,
+            skip_kthreads,
+            cutoff,
+            min_sleep,
+            has_prev_state,
+            state_off,
+            pid_off,
+            flags_off,
+            mm_off,
+            details,
+            walk,
+        };
+        // Prefer taking backtraces at wakeup from the BTF tracepoint (only for sleeps that
+        // count); kernels without BTF tracepoints get the raw one and walk at every switch-out.
+        let kernel_btf = aya::Btf::from_sys_fs().ok().filter(|_| config.btf_wakeup);
+        let ebpf = match kernel_btf
+            .as_ref()
+            .map(|b| load(&globals, &config, Some(b)))
+        {
+            Some(Ok(ebpf)) => ebpf,
+            _ => load(&globals, &config, None)?,
+        };
         Ok(Self { ebpf, config })
     }
 

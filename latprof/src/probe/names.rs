@@ -17,8 +17,21 @@ pub const MAPS: [&str; 7] = [
     MAP_STACK_BUF,
 ];
 
-/// Programs, each attached to the raw tracepoint of the same name.
-pub const PROGRAMS: [&str; 3] = ["sched_switch", "sched_wakeup", "sched_process_exit"];
+pub const PROG_SCHED_SWITCH: &str = "sched_switch";
+/// The wakeup program on a raw tracepoint (kernels without BTF tracepoints).
+pub const PROG_SCHED_WAKEUP: &str = "sched_wakeup";
+/// The wakeup program on the BTF tracepoint: takes backtraces at wakeup.
+pub const PROG_SCHED_WAKEUP_BTF: &str = "sched_wakeup_btf";
+pub const PROG_SCHED_PROCESS_EXIT: &str = "sched_process_exit";
+/// Every program in the object; a session loads three of them (one wakeup program).
+pub const PROGRAMS: [&str; 4] = [
+    PROG_SCHED_SWITCH,
+    PROG_SCHED_WAKEUP,
+    PROG_SCHED_WAKEUP_BTF,
+    PROG_SCHED_PROCESS_EXIT,
+];
+/// Programs a session has loaded.
+pub const LOADED_PROGRAMS: usize = 3;
 
 pub const GLOBAL_MODE: &str = "MODE";
 pub const GLOBAL_FILTER_TGID: &str = "FILTER_TGID";
@@ -34,3 +47,4 @@ pub const GLOBAL_TASK_MM_OFF: &str = "TASK_MM_OFF";
 pub const GLOBAL_RUNQ: &str = "RUNQ";
 pub const GLOBAL_HISTOGRAMS_ON: &str = "HISTOGRAMS_ON";
 pub const GLOBAL_STACK_WALK_FRAMES: &str = "STACK_WALK_FRAMES";
+pub const GLOBAL_STACK_AT_WAKEUP: &str = "STACK_AT_WAKEUP";
