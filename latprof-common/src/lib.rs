@@ -23,6 +23,9 @@ pub const NO_STACK: u64 = u64::MAX;
 /// the same records as the sleep causes.
 pub const RUNQ_STACK: u64 = u64::MAX - 1;
 
+/// `TaskState::sleep_stack` of a sleep whose backtrace is to be taken at wakeup, if it counts.
+pub const DEFERRED_STACK: u64 = u64::MAX - 2;
+
 /// Log2 buckets of a cause's latency histogram: bucket `i` holds latencies of `2^i` to
 /// `2^(i+1)` microseconds (bucket 0 also holds those under 1 µs).
 pub const HIST_BUCKETS: usize = 32;
@@ -81,7 +84,7 @@ pub fn stack_hash(frames: &RawStack, len: usize) -> u64 {
     }
     h ^= h >> 33;
     // Keep clear of the reserved ids.
-    if h >= RUNQ_STACK { h - 2 } else { h }
+    if h >= DEFERRED_STACK { h - 3 } else { h }
 }
 
 /// `Global` value of `MODE`: per-task state only, merged into the global table at exit.
@@ -99,6 +102,9 @@ pub const SLEEP_UNINTERRUPTIBLE: u32 = 2;
 /// `TaskState::flags`: the task had no mm when first seen (a kernel thread). latencytop keeps
 /// those out of the global table; so does latprof.
 pub const TASK_FLAG_KTHREAD: u32 = 1;
+/// `TaskState::flags`: the task's last interruptible sleep was over the cutoff, so its next one
+/// probably will be too: its backtrace is taken at wakeup, and only if the sleep counts.
+pub const TASK_FLAG_LONG_SLEEPER: u32 = 2;
 
 /// What happens to a finished sleep. One definition for the eBPF programs and the tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -35,9 +35,10 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use latprof_common::{
-    COUNTER_COUNT, Counter, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, MODE_LAZY,
-    MODE_NORMAL, NO_STACK, RUNQ_STACK, RawStack, SLEEP_NONE, STACK_FRAMES, SleepVerdict,
-    TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState, hist_bucket, sleep_kind, sleep_verdict, stack_hash,
+    COUNTER_COUNT, Counter, DEFERRED_STACK, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord,
+    MODE_LAZY, MODE_NORMAL, NO_STACK, RUNQ_STACK, RawStack, SLEEP_INTERRUPTIBLE, SLEEP_NONE,
+    STACK_FRAMES, SleepVerdict, TASK_FLAG_KTHREAD, TASK_FLAG_LONG_SLEEPER, TASK_RECORDS, TaskState,
+    hist_bucket, sleep_kind, sleep_verdict, stack_hash,
 };
 
 // ---- settings, written at load time ----
@@ -69,9 +70,9 @@ static RUNQ: Global<u32> = Global::new(1);
 /// 1: keep per-cause latency histograms; costs a per-CPU map update per counted event.
 #[unsafe(no_mangle)]
 static HISTOGRAMS_ON: Global<u32> = Global::new(1);
-/// 1: the backtrace is taken at wakeup, from the sleeping task, and only for sleeps that are
-/// counted (the BTF wakeup program does it, where the kernel has BTF tracepoints); 0: at every
-/// switch-out, from the raw sched_switch tracepoint.
+/// 1: the BTF wakeup program is loaded and can take a sleeping task's backtrace, so the walk of
+/// a probably-long sleep is deferred to its wakeup (and skipped if it does not count); 0: every
+/// backtrace is taken at switch-out.
 #[unsafe(no_mangle)]
 static STACK_AT_WAKEUP: Global<u32> = Global::new(0);
 /// Frames walked per backtrace (the shown depth plus room for the frames dropped above it).
@@ -200,8 +201,14 @@ fn switch_out(ctx: &RawTracePointContext, kind: u32) -> Result<i32, i32> {
             None => return Ok(0),
         },
     };
-    let stack = if STACK_AT_WAKEUP.load() == 1 {
-        NO_STACK
+    // A task whose interruptible sleeps run over the cutoff (an idle daemon's poll) most
+    // likely sleeps that long again: its backtrace waits for the wakeup, which takes it only if
+    // the sleep counts. Every other sleep is walked now, from the current task, which costs
+    // less than walking a sleeping task at wakeup.
+    // SAFETY: the entry belongs to the current task.
+    let long_sleeper = unsafe { (*entry).flags } & TASK_FLAG_LONG_SLEEPER != 0;
+    let stack = if STACK_AT_WAKEUP.load() == 1 && kind == SLEEP_INTERRUPTIBLE && long_sleeper {
+        DEFERRED_STACK
     } else {
         let stack = take_stack(ctx);
         if stack == NO_STACK {
@@ -354,12 +361,24 @@ fn end_sleep(entry: &mut TaskState, wakee: *mut task_struct) {
     entry.sleep_kind = SLEEP_NONE;
     let now = unsafe { bpf_ktime_get_ns() };
     let delta = now.saturating_sub(entry.sleep_start_ns);
-    match sleep_verdict(kind, delta, MIN_SLEEP_NS.load(), INTER_CUTOFF_NS.load()) {
+    let verdict = sleep_verdict(kind, delta, MIN_SLEEP_NS.load(), INTER_CUTOFF_NS.load());
+    if kind == SLEEP_INTERRUPTIBLE {
+        if verdict == SleepVerdict::OverCutoff {
+            entry.flags |= TASK_FLAG_LONG_SLEEPER;
+        } else {
+            entry.flags &= !TASK_FLAG_LONG_SLEEPER;
+        }
+    }
+    match verdict {
         SleepVerdict::TooShort => count(Counter::SkippedZero),
         SleepVerdict::OverCutoff => count(Counter::SkippedCutoff),
         SleepVerdict::Count => {
-            let stack = if STACK_AT_WAKEUP.load() == 1 && !wakee.is_null() {
-                let stack = task_stack(wakee);
+            let stack = if entry.sleep_stack == DEFERRED_STACK {
+                let stack = if wakee.is_null() {
+                    NO_STACK
+                } else {
+                    task_stack(wakee)
+                };
                 if stack == NO_STACK {
                     count(Counter::StackMissing);
                 }
