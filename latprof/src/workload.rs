@@ -75,20 +75,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
         }
         Workload::Forks { count, sleep } => {
             for _ in 0..*count {
-                // SAFETY: the child only sleeps and _exits.
-                match unsafe { libc::fork() } {
-                    -1 => return Err(std::io::Error::last_os_error()).context("fork"),
-                    0 => {
-                        nanosleep(*sleep);
-                        // SAFETY: leave without running the parent's destructors.
-                        unsafe { libc::_exit(0) };
-                    }
-                    child => {
-                        let mut status = 0;
-                        // SAFETY: our own child.
-                        unsafe { libc::waitpid(child, &raw mut status, 0) };
-                    }
-                }
+                reap(spawn_child(|| nanosleep(*sleep))?);
             }
             finish();
             Ok(())
@@ -99,26 +86,16 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             time,
         } => {
             let until = std::time::Instant::now() + *time;
-            let mut children = Vec::new();
-            for _ in 0..*procs {
-                // SAFETY: the child only sleeps in a loop and _exits.
-                match unsafe { libc::fork() } {
-                    -1 => return Err(std::io::Error::last_os_error()).context("fork"),
-                    0 => {
+            let children = (0..*procs)
+                .map(|_| {
+                    spawn_child(|| {
                         while std::time::Instant::now() < until {
                             nanosleep(*interval);
                         }
-                        // SAFETY: leave without running the parent's destructors.
-                        unsafe { libc::_exit(0) };
-                    }
-                    child => children.push(child),
-                }
-            }
-            for child in children {
-                let mut status = 0;
-                // SAFETY: our own child.
-                unsafe { libc::waitpid(child, &raw mut status, 0) };
-            }
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            children.into_iter().for_each(reap);
             finish();
             Ok(())
         }
@@ -148,6 +125,27 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Forks a child process that runs `work` and exits without running the parent's destructors.
+fn spawn_child(work: impl FnOnce()) -> Result<libc::pid_t> {
+    // SAFETY: the child only runs `work` (sleeps) and _exits.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()).context("fork"),
+        0 => {
+            work();
+            // SAFETY: leave without running the parent's destructors.
+            unsafe { libc::_exit(0) }
+        }
+        child => Ok(child),
+    }
+}
+
+/// Waits for a child of ours.
+fn reap(child: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: our own child.
+    unsafe { libc::waitpid(child, &raw mut status, 0) };
 }
 
 /// Pins this process (and the children it forks later) to one CPU.
