@@ -16,31 +16,39 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
         let mut byte = [0u8; 1];
         let _ = std::io::stdin().read(&mut byte);
     }
-    let finish = || {
+    let finish_with = |facts: &str| {
         if args.hold {
             // Tells the caller every sleep of the work has ended (and so has been accounted),
             // then stays alive, threads included, until stdin closes.
-            println!("done");
+            println!("done{facts}");
             let _ = std::io::stdout().flush();
             let mut rest = Vec::new();
             let _ = std::io::stdin().read_to_end(&mut rest);
         }
     };
+    let finish = || finish_with("");
     match &args.kind {
         Workload::Sleep {
             count,
             interval,
             print_proc_latency,
         } => {
+            // The workload's own clock, so that a test can tell latprof's numbers from a stall
+            // of this (virtual) machine.
+            let (mut max_ns, mut total_ns) = (0u128, 0u128);
             for _ in 0..*count {
+                let t = std::time::Instant::now();
                 nanosleep(*interval);
+                let ns = t.elapsed().as_nanos();
+                max_ns = max_ns.max(ns);
+                total_ns += ns;
             }
             if *print_proc_latency {
                 let text = std::fs::read_to_string("/proc/self/latency")
                     .context("reading /proc/self/latency (kernel without CONFIG_LATENCYTOP?)")?;
                 print!("{text}");
             }
-            finish();
+            finish_with(&format!(" max_ns={max_ns} total_ns={total_ns}"));
             Ok(())
         }
         Workload::Fsync { count, dir } => {
