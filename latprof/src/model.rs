@@ -230,6 +230,12 @@ pub fn task_records(snap: &Snapshot, tid: u32) -> HashMap<u64, GlobalRecord> {
     out
 }
 
+/// One live task's records since the baseline.
+fn task_since(cur: &Snapshot, base: Option<&Snapshot>, tid: u32) -> Vec<(u64, GlobalRecord)> {
+    let base_records = base.map(|b| task_records(b, tid));
+    since(task_records(cur, tid), base_records.as_ref())
+}
+
 /// Rows from records: named, grouped, sorted.
 #[must_use]
 pub fn rows(records: &[(u64, GlobalRecord)], snap: &Snapshot, ctx: &ViewContext<'_>) -> Vec<Row> {
@@ -296,8 +302,7 @@ pub fn processes(
     let mut by_tgid: std::collections::BTreeMap<u32, Vec<(u32, String, Vec<(u64, GlobalRecord)>)>> =
         std::collections::BTreeMap::new();
     for task in &cur.tasks {
-        let base_records = base.map(|b| task_records(b, task.tid));
-        let records = since(task_records(cur, task.tid), base_records.as_ref());
+        let records = task_since(cur, base, task.tid);
         if records.is_empty() {
             continue;
         }
@@ -388,8 +393,7 @@ pub fn selection_rows(
         .iter()
         .filter(|t| t.tgid == tgid && tid.is_none_or(|tid| t.tid == tid))
     {
-        let base_records = base.map(|b| task_records(b, task.tid));
-        for (stack, r) in since(task_records(cur, task.tid), base_records.as_ref()) {
+        for (stack, r) in task_since(cur, base, task.tid) {
             add(
                 merged.entry(stack).or_default(),
                 r.count,
@@ -412,8 +416,7 @@ pub fn row_processes(
     let mut by_tgid: std::collections::BTreeMap<u32, (String, GlobalRecord)> =
         std::collections::BTreeMap::new();
     for task in &cur.tasks {
-        let base_records = base.map(|b| task_records(b, task.tid));
-        for (stack, r) in since(task_records(cur, task.tid), base_records.as_ref()) {
+        for (stack, r) in task_since(cur, base, task.tid) {
             if row.stacks.contains(&stack) {
                 let e = by_tgid
                     .entry(task.tgid)

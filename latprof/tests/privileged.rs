@@ -229,6 +229,17 @@ fn check_nanosleep(cause: &Cause, lost: u64, own: OwnClock) {
     }
 }
 
+/// Checks the three views of a measurement (global and process while alive, global after
+/// exit) and returns the number of lost sleeps.
+fn check_measured(m: &Measured) -> u64 {
+    let (live_global, live_process, after, snap, own) = m;
+    let lost = snap.counters.get(Counter::SleepLost);
+    for cause in [live_global, live_process, after] {
+        check_nanosleep(cause, lost, *own);
+    }
+    lost
+}
+
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn lazy_counts_nanosleep_while_alive_and_after_exit() {
@@ -237,11 +248,9 @@ fn lazy_counts_nanosleep_while_alive_and_after_exit() {
 }
 
 fn lazy_nanosleep_attempt() {
-    let (live_global, live_process, after, snap, own) = nanosleep_causes(Mode::Lazy);
-    let lost = snap.counters.get(Counter::SleepLost);
-    check_nanosleep(&live_global, lost, own);
-    check_nanosleep(&live_process, lost, own);
-    check_nanosleep(&after, lost, own);
+    let measured = nanosleep_causes(Mode::Lazy);
+    check_measured(&measured);
+    let (live_global, _, after, snap, _) = measured;
     assert_eq!(live_global, after, "lazy merge at exit changed the numbers");
     assert!(
         snap.counters.get(Counter::ExitMerges) >= 1,
@@ -266,11 +275,7 @@ fn raw_tracepoint_fallback_counts_the_same() {
 
 fn raw_fallback_attempt() {
     // Kernels without BTF tracepoints: stacks walked at switch-out by the raw sched_switch.
-    let (live_global, live_process, after, snap, own) = nanosleep_causes_with(Mode::Lazy, false);
-    let lost = snap.counters.get(Counter::SleepLost);
-    check_nanosleep(&live_global, lost, own);
-    check_nanosleep(&live_process, lost, own);
-    check_nanosleep(&after, lost, own);
+    check_measured(&nanosleep_causes_with(Mode::Lazy, false));
 }
 
 #[test]
@@ -281,21 +286,17 @@ fn normal_and_lazy_agree() {
 }
 
 fn normal_and_lazy_attempt() {
-    let (normal_live, normal_process, normal_after, snap, own) = nanosleep_causes(Mode::Normal);
-    let normal_lost = snap.counters.get(Counter::SleepLost);
-    check_nanosleep(&normal_live, normal_lost, own);
-    check_nanosleep(&normal_process, normal_lost, own);
-    check_nanosleep(&normal_after, normal_lost, own);
+    let normal = nanosleep_causes(Mode::Normal);
+    let normal_lost = check_measured(&normal);
+    let (normal_live, _, normal_after, snap, _) = normal;
     assert_eq!(
         snap.counters.get(Counter::ExitMerges),
         0,
         "normal mode merged at exit"
     );
-    let (lazy_live, lazy_process, lazy_after, snap, own) = nanosleep_causes(Mode::Lazy);
-    let lazy_lost = snap.counters.get(Counter::SleepLost);
-    check_nanosleep(&lazy_live, lazy_lost, own);
-    check_nanosleep(&lazy_process, lazy_lost, own);
-    check_nanosleep(&lazy_after, lazy_lost, own);
+    let lazy = nanosleep_causes(Mode::Lazy);
+    let lazy_lost = check_measured(&lazy);
+    let (lazy_live, _, lazy_after, _, _) = lazy;
     // The same work: the same count, once lost sleeps are added back.
     assert_eq!(normal_live.count + normal_lost, lazy_live.count + lazy_lost);
     assert_eq!(
@@ -446,6 +447,13 @@ fn dropping_the_probe_unloads_everything() {
     let _guard = serial();
     let before = latprof_program_ids();
     let probe = attach(Mode::Lazy, None);
+    // Every map user space names exists in the loaded object.
+    for map in names::MAPS {
+        assert!(
+            probe.ebpf().map(map).is_some(),
+            "no map {map} in the eBPF object"
+        );
+    }
     let during: HashSet<u32> = latprof_program_ids().difference(&before).copied().collect();
     assert_eq!(
         during.len(),

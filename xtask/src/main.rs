@@ -97,9 +97,11 @@ fn toolchain_has(toolchain: &str, components: &[&str]) -> bool {
         .all(|c| installed.lines().any(|l| l.starts_with(c)))
 }
 
-fn missing_packages() -> Vec<&'static str> {
-    DEBIAN_PACKAGES
-        .into_iter()
+/// The packages of `packages` that dpkg does not have installed.
+fn missing_packages(packages: &[&'static str]) -> Vec<&'static str> {
+    packages
+        .iter()
+        .copied()
         .filter(|p| {
             !output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
                 .contains("install ok installed")
@@ -114,7 +116,7 @@ fn has_bpf_linker() -> bool {
 /// What is missing, as the commands that install it.
 fn missing_steps() -> Vec<(String, Command)> {
     let mut steps = Vec::new();
-    let packages = missing_packages();
+    let packages = missing_packages(&DEBIAN_PACKAGES);
     if !packages.is_empty() {
         let mut update = Command::new("apt-get");
         update.args(["update", "-q"]);
@@ -256,13 +258,7 @@ const BENCH_PACKAGES: [&str; 4] = ["libbpf-tools", "bpftrace", "linux-perf", "rt
 /// (as root, with sudo when not). The report lands in target/bench/bench.{md,json}.
 fn bench(args: &[String]) -> Result<()> {
     setup()?;
-    let missing: Vec<&str> = BENCH_PACKAGES
-        .into_iter()
-        .filter(|p| {
-            !output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
-                .contains("install ok installed")
-        })
-        .collect();
+    let missing = missing_packages(&BENCH_PACKAGES);
     if !missing.is_empty() {
         if is_root() {
             run_cmd(
