@@ -83,7 +83,7 @@ impl TaskSnapshot {
 }
 
 /// Raw cumulative state of one moment.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
     pub mode: Mode,
     /// Kernel threads are kept out of the global view.
@@ -103,6 +103,8 @@ pub struct Snapshot {
     pub programs: Vec<(String, u64, u64)>,
     /// CLOCK_MONOTONIC when the snapshot was taken.
     pub taken_ns: u64,
+    /// CLOCK_REALTIME (ns since the Unix epoch) when the snapshot was taken.
+    pub wall_ns: u64,
 }
 
 impl Snapshot {
@@ -267,6 +269,7 @@ impl Collector {
             histograms,
             programs,
             taken_ns: monotonic_ns(),
+            wall_ns: clock_ns(libc::CLOCK_REALTIME),
         })
     }
 }
@@ -274,12 +277,16 @@ impl Collector {
 /// CLOCK_MONOTONIC in nanoseconds (the clock of bpf_ktime_get_ns).
 #[must_use]
 pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    unsafe { libc::clock_gettime(clock, &raw mut ts) };
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 

@@ -9,6 +9,7 @@ pub mod model;
 pub mod probe;
 pub mod reasons;
 pub mod stats;
+pub mod store;
 pub mod symbols;
 pub mod tui;
 pub mod workload;

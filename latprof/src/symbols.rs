@@ -69,11 +69,41 @@ impl Kallsyms {
         })
     }
 
+    /// A table made of some symbols (as a recording stores them) and the two text ranges.
+    #[must_use]
+    pub fn from_parts(
+        mut syms: Vec<(u64, String)>,
+        sched_text: Range<u64>,
+        lock_text: Range<u64>,
+    ) -> Self {
+        syms.sort_by_key(|(addr, _)| *addr);
+        syms.dedup_by_key(|(addr, _)| *addr);
+        Self {
+            syms,
+            sched_text,
+            lock_text,
+        }
+    }
+
+    /// Scheduler text and lock text, the frames a cause skips.
+    #[must_use]
+    pub fn ranges(&self) -> (Range<u64>, Range<u64>) {
+        (self.sched_text.clone(), self.lock_text.clone())
+    }
+
+    /// The symbol (start address and name) containing `addr`. A table holding only the entries
+    /// this returns for a set of addresses names those addresses exactly as the full table does.
+    #[must_use]
+    pub fn entry(&self, addr: u64) -> Option<(u64, &str)> {
+        let i = self.syms.partition_point(|(a, _)| *a <= addr);
+        i.checked_sub(1)
+            .map(|i| (self.syms[i].0, self.syms[i].1.as_str()))
+    }
+
     /// The function containing `addr`.
     #[must_use]
     pub fn name(&self, addr: u64) -> Option<&str> {
-        let i = self.syms.partition_point(|(a, _)| *a <= addr);
-        i.checked_sub(1).map(|i| self.syms[i].1.as_str())
+        self.entry(addr).map(|(_, name)| name)
     }
 
     fn skipped(&self, addr: u64) -> bool {

@@ -1,0 +1,700 @@
+//! Recordings (`.lpr`): raw cumulative snapshots, appended one frame at a time.
+//!
+//! File: an 8-byte magic, the format version (u16 LE), 2 reserved bytes; then frames. A frame is
+//! a 4-byte sync mark, a header (payload length u32, kind u8, flags u8, decoded length u32) and
+//! its payload, with a CRC-32 over header and payload. A key frame holds everything (the
+//! recording's facts, the whole snapshot, the backtraces and symbols it names); a delta frame
+//! holds what changed since the frame before. Each file starts with a key frame and one follows
+//! every [`KEY_EVERY`] snapshots, so a damaged frame costs at most the snapshots up to the next
+//! key frame, and a file cut anywhere (SIGKILL, power loss) replays up to its last whole frame.
+pub mod codec;
+pub mod reader;
+pub mod writer;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    ops::Range,
+};
+
+use latprof_common::{COUNTER_COUNT, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord};
+
+use crate::{
+    collect::{Counters, Snapshot, TaskSnapshot},
+    probe::Mode,
+};
+use codec::{Dec, Enc};
+
+pub const MAGIC: [u8; 8] = *b"\x7fLATPROF";
+/// The version this latprof writes; it reads every version from 1 to this one.
+pub const VERSION: u16 = 1;
+pub const FILE_HEADER_LEN: usize = 12;
+pub const SYNC: [u8; 4] = *b"LPF\x1e";
+/// Sync mark, length, kind, flags, decoded length, CRC.
+pub const FRAME_HEADER_LEN: usize = 4 + 4 + 1 + 1 + 4 + 4;
+/// No frame decodes to more than this; larger lengths are damage, not data.
+pub const MAX_FRAME: usize = 256 << 20;
+/// A key frame every this many snapshots.
+pub const KEY_EVERY: u64 = 60;
+
+pub const KIND_KEY: u8 = 1;
+pub const KIND_DELTA: u8 = 2;
+/// The recorder finished cleanly (Ctrl-C, SIGTERM, --duration, --max-size).
+pub const KIND_END: u8 = 3;
+pub const FLAG_ZSTD: u8 = 1;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FormatError {
+    #[error("empty file, not a latprof recording")]
+    Empty,
+    #[error("not a latprof recording (no latprof magic at the start)")]
+    NotARecording,
+    #[error(
+        "recording format version {0} is newer than this latprof reads (up to {VERSION}); use a newer latprof"
+    )]
+    FutureVersion(u16),
+    #[error("recording format version 0 does not exist: the header is damaged")]
+    ZeroVersion,
+    #[error("damaged frame: {0}")]
+    Malformed(&'static str),
+    #[error("the recording holds no complete snapshot{0}")]
+    NoSnapshot(String),
+}
+
+/// Facts about the machine and the run, in every key frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RecordingInfo {
+    pub latprof_version: String,
+    pub hostname: String,
+    /// `uname -r`.
+    pub kernel_release: String,
+    /// `uname -v`.
+    pub kernel_version: String,
+    pub cpus: u32,
+    #[serde(serialize_with = "ser_mode")]
+    pub mode: Mode,
+    pub interval_ns: u64,
+    pub stack_depth: u16,
+    /// Run-queue latency and histograms were collected.
+    pub details: bool,
+    #[serde(skip)]
+    pub sched_text: Range<u64>,
+    #[serde(skip)]
+    pub lock_text: Range<u64>,
+}
+
+fn ser_mode<S: serde::Serializer>(mode: &Mode, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(mode.as_str())
+}
+
+impl RecordingInfo {
+    fn encode(&self, e: &mut Enc) {
+        e.str(&self.latprof_version);
+        e.str(&self.hostname);
+        e.str(&self.kernel_release);
+        e.str(&self.kernel_version);
+        e.u32(self.cpus);
+        encode_mode(e, self.mode);
+        e.u64(self.interval_ns);
+        e.u32(u32::from(self.stack_depth));
+        e.bool(self.details);
+        for r in [&self.sched_text, &self.lock_text] {
+            e.u64(r.start);
+            e.u64(r.end);
+        }
+    }
+
+    fn decode(d: &mut Dec<'_>) -> Result<Self, FormatError> {
+        Ok(Self {
+            latprof_version: d.str()?,
+            hostname: d.str()?,
+            kernel_release: d.str()?,
+            kernel_version: d.str()?,
+            cpus: d.u32()?,
+            mode: decode_mode(d)?,
+            interval_ns: d.u64()?,
+            stack_depth: u16::try_from(d.u32()?)
+                .map_err(|_| FormatError::Malformed("stack depth"))?,
+            details: d.bool()?,
+            sched_text: d.u64()?..d.u64()?,
+            lock_text: d.u64()?..d.u64()?,
+        })
+    }
+}
+
+fn encode_mode(e: &mut Enc, mode: Mode) {
+    e.u64(match mode {
+        Mode::Lazy => 0,
+        Mode::Normal => 1,
+    });
+}
+
+fn decode_mode(d: &mut Dec<'_>) -> Result<Mode, FormatError> {
+    match d.u64()? {
+        0 => Ok(Mode::Lazy),
+        1 => Ok(Mode::Normal),
+        _ => Err(FormatError::Malformed("unknown mode")),
+    }
+}
+
+/// A snapshot as the recording holds it: the whole of it (key frame) or what changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Body {
+    pub taken_ns: u64,
+    pub wall_ns: u64,
+    /// Backtraces first seen here (key frames: every one the snapshot names).
+    pub stacks: Vec<(u64, Vec<u64>)>,
+    /// Symbols first needed here: (start address, name).
+    pub syms: Vec<(u64, String)>,
+    pub mode: Mode,
+    pub skip_kthreads: bool,
+    pub retries: u32,
+    pub counters: Vec<u64>,
+    pub programs: Vec<(String, u64, u64)>,
+    pub tasks_gone: Vec<u32>,
+    pub tasks: Vec<TaskSnapshot>,
+    pub global_gone: Vec<u64>,
+    pub global: Vec<(u64, GlobalRecord)>,
+    pub hist_gone: Vec<u64>,
+    pub histograms: Vec<(u64, Histogram)>,
+}
+
+impl Body {
+    pub fn encode(&self, e: &mut Enc) {
+        e.u64(self.taken_ns);
+        e.u64(self.wall_ns);
+        e.usize(self.stacks.len());
+        for (id, frames) in &self.stacks {
+            e.u64(*id);
+            e.usize(frames.len());
+            for ip in frames {
+                e.u64(*ip);
+            }
+        }
+        e.usize(self.syms.len());
+        for (addr, name) in &self.syms {
+            e.u64(*addr);
+            e.str(name);
+        }
+        encode_mode(e, self.mode);
+        e.bool(self.skip_kthreads);
+        e.u32(self.retries);
+        e.usize(self.counters.len());
+        for c in &self.counters {
+            e.u64(*c);
+        }
+        e.usize(self.programs.len());
+        for (name, ns, runs) in &self.programs {
+            e.str(name);
+            e.u64(*ns);
+            e.u64(*runs);
+        }
+        e.usize(self.tasks_gone.len());
+        for tid in &self.tasks_gone {
+            e.u32(*tid);
+        }
+        e.usize(self.tasks.len());
+        for t in &self.tasks {
+            e.u32(t.tid);
+            e.u32(t.tgid);
+            e.str(&t.comm);
+            e.bool(t.kthread);
+            e.usize(t.records.len());
+            for r in &t.records {
+                e.u64(r.stack_id);
+                e.u64(r.count);
+                e.u64(r.total_ns);
+                e.u64(r.max_ns);
+            }
+        }
+        e.usize(self.global_gone.len());
+        for id in &self.global_gone {
+            e.u64(*id);
+        }
+        e.usize(self.global.len());
+        for (id, r) in &self.global {
+            e.u64(*id);
+            e.u64(r.count);
+            e.u64(r.total_ns);
+            e.u64(r.max_ns);
+        }
+        e.usize(self.hist_gone.len());
+        for id in &self.hist_gone {
+            e.u64(*id);
+        }
+        e.usize(self.histograms.len());
+        for (id, h) in &self.histograms {
+            e.u64(*id);
+            for n in h {
+                e.u32(*n);
+            }
+        }
+    }
+
+    /// Only the fields before the snapshot proper: times, new backtraces and symbols.
+    pub fn decode_head(d: &mut Dec<'_>) -> Result<Self, FormatError> {
+        let mut b = Self {
+            taken_ns: d.u64()?,
+            wall_ns: d.u64()?,
+            ..Self::default()
+        };
+        for _ in 0..d.len(2)? {
+            let id = d.u64()?;
+            let n = d.len(1)?;
+            let mut frames = Vec::with_capacity(n);
+            for _ in 0..n {
+                frames.push(d.u64()?);
+            }
+            b.stacks.push((id, frames));
+        }
+        for _ in 0..d.len(2)? {
+            b.syms.push((d.u64()?, d.str()?));
+        }
+        Ok(b)
+    }
+
+    pub fn decode(d: &mut Dec<'_>) -> Result<Self, FormatError> {
+        let mut b = Self::decode_head(d)?;
+        b.mode = decode_mode(d)?;
+        b.skip_kthreads = d.bool()?;
+        b.retries = d.u32()?;
+        for _ in 0..d.len(1)? {
+            b.counters.push(d.u64()?);
+        }
+        for _ in 0..d.len(3)? {
+            b.programs.push((d.str()?, d.u64()?, d.u64()?));
+        }
+        for _ in 0..d.len(1)? {
+            b.tasks_gone.push(d.u32()?);
+        }
+        for _ in 0..d.len(5)? {
+            let mut t = TaskSnapshot {
+                tid: d.u32()?,
+                tgid: d.u32()?,
+                comm: d.str()?,
+                kthread: d.bool()?,
+                records: Vec::new(),
+            };
+            for _ in 0..d.len(4)? {
+                t.records.push(LatencyRecord {
+                    stack_id: d.u64()?,
+                    count: d.u64()?,
+                    total_ns: d.u64()?,
+                    max_ns: d.u64()?,
+                });
+            }
+            b.tasks.push(t);
+        }
+        for _ in 0..d.len(1)? {
+            b.global_gone.push(d.u64()?);
+        }
+        for _ in 0..d.len(4)? {
+            let id = d.u64()?;
+            b.global.push((
+                id,
+                GlobalRecord {
+                    count: d.u64()?,
+                    total_ns: d.u64()?,
+                    max_ns: d.u64()?,
+                },
+            ));
+        }
+        for _ in 0..d.len(1)? {
+            b.hist_gone.push(d.u64()?);
+        }
+        for _ in 0..d.len(1 + HIST_BUCKETS)? {
+            let id = d.u64()?;
+            let mut h = [0u32; HIST_BUCKETS];
+            for n in &mut h {
+                *n = d.u32()?;
+            }
+            b.histograms.push((id, h));
+        }
+        Ok(b)
+    }
+}
+
+/// The snapshot being rebuilt from a key frame and the deltas after it.
+#[derive(Clone, Debug, Default)]
+pub struct State {
+    pub snap: Snapshot,
+    tasks: BTreeMap<u32, TaskSnapshot>,
+    global: BTreeMap<u64, GlobalRecord>,
+    histograms: BTreeMap<u64, Histogram>,
+    stacks: HashMap<u64, Vec<u64>>,
+}
+
+impl State {
+    /// Applies a key frame (`key`: everything starts over) or a delta.
+    pub fn apply(&mut self, body: Body, key: bool) {
+        if key {
+            *self = Self::default();
+        }
+        self.stacks.extend(body.stacks);
+        for tid in body.tasks_gone {
+            self.tasks.remove(&tid);
+        }
+        for t in body.tasks {
+            self.tasks.insert(t.tid, t);
+        }
+        for id in body.global_gone {
+            self.global.remove(&id);
+        }
+        self.global.extend(body.global);
+        for id in body.hist_gone {
+            self.histograms.remove(&id);
+        }
+        self.histograms.extend(body.histograms);
+        let mut counters = Counters::default();
+        for (slot, v) in counters.0.iter_mut().zip(body.counters) {
+            *slot = v;
+        }
+        let tasks: Vec<TaskSnapshot> = self.tasks.values().cloned().collect();
+        let global: Vec<(u64, GlobalRecord)> = self.global.iter().map(|(k, v)| (*k, *v)).collect();
+        // The backtraces this snapshot names, as the collector hands them over.
+        let mut stacks = BTreeMap::new();
+        let ids = global.iter().map(|(id, _)| *id).chain(
+            tasks
+                .iter()
+                .flat_map(|t| t.records.iter().map(|r| r.stack_id)),
+        );
+        for id in ids {
+            if let Some(frames) = self.stacks.get(&id) {
+                stacks.entry(id).or_insert_with(|| frames.clone());
+            }
+        }
+        self.snap = Snapshot {
+            mode: body.mode,
+            skip_kthreads: body.skip_kthreads,
+            tasks,
+            global,
+            counters,
+            stacks,
+            retries: body.retries,
+            histograms: self.histograms.clone(),
+            programs: body.programs,
+            taken_ns: body.taken_ns,
+            wall_ns: body.wall_ns,
+        };
+    }
+}
+
+/// Counters the recording knows; a later latprof with more counters still reads the first ones.
+#[must_use]
+pub fn counter_values(c: &Counters) -> Vec<u64> {
+    c.0[..COUNTER_COUNT as usize].to_vec()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use latprof_common::{Counter, RUNQ_STACK};
+
+    use super::{
+        reader::Recording,
+        writer::{Options, Writer},
+        *,
+    };
+    use crate::symbols::Kallsyms;
+
+    pub const KALLSYMS: &str = "\
+ffffffff81000000 T _stext
+ffffffff81200000 T hrtimer_nanosleep
+ffffffff81300000 T anon_pipe_read
+ffffffff81400000 T __sched_text_start
+ffffffff81400010 T schedule
+ffffffff81401000 T __sched_text_end
+ffffffffc0000000 t ext4_sync_file\t[ext4]
+";
+
+    pub fn info() -> RecordingInfo {
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        let (sched_text, lock_text) = syms.ranges();
+        RecordingInfo {
+            latprof_version: "0.1.0".into(),
+            hostname: "test".into(),
+            kernel_release: "6.18.0".into(),
+            kernel_version: "#1 SMP".into(),
+            cpus: 2,
+            mode: Mode::Lazy,
+            interval_ns: 1_000_000_000,
+            stack_depth: 12,
+            details: true,
+            sched_text,
+            lock_text,
+        }
+    }
+
+    fn rec(stack_id: u64, count: u64) -> LatencyRecord {
+        LatencyRecord {
+            stack_id,
+            count,
+            total_ns: count * 2_000_000,
+            max_ns: 2_100_000 + count,
+        }
+    }
+
+    /// A run that changes: tasks come and go, records grow, backtraces appear.
+    pub fn snapshots(n: u64) -> Vec<Snapshot> {
+        (0..n)
+            .map(|i| {
+                let mut s = Snapshot {
+                    mode: Mode::Lazy,
+                    skip_kthreads: true,
+                    taken_ns: 1_000_000_000 * (i + 1),
+                    wall_ns: 1_790_000_000_000_000_000 + 1_000_000_000 * i,
+                    ..Snapshot::default()
+                };
+                s.counters.0[Counter::Counted as usize] = 100 * i;
+                s.stacks
+                    .insert(1, vec![0xffff_ffff_8140_0020, 0xffff_ffff_8120_0010]);
+                s.tasks.push(TaskSnapshot {
+                    tid: 100,
+                    tgid: 100,
+                    comm: "sleeper".into(),
+                    kthread: false,
+                    records: vec![rec(1, 10 * i + 1), rec(RUNQ_STACK, i + 1)],
+                });
+                // A short-lived process every third snapshot, merged into the global table after.
+                if i % 3 == 1 {
+                    s.stacks
+                        .insert(2, vec![0xffff_ffff_8140_0020, 0xffff_ffff_c000_0042]);
+                    s.tasks.push(TaskSnapshot {
+                        tid: 1000 + u32::try_from(i).unwrap(),
+                        tgid: 1000 + u32::try_from(i).unwrap(),
+                        comm: "fsyncer".into(),
+                        kthread: false,
+                        records: vec![rec(2, 3)],
+                    });
+                }
+                if i >= 2 {
+                    s.stacks
+                        .insert(2, vec![0xffff_ffff_8140_0020, 0xffff_ffff_c000_0042]);
+                    s.global.push((
+                        2,
+                        GlobalRecord {
+                            count: 3 * ((i + 1) / 3),
+                            total_ns: 6_000_000 * ((i + 1) / 3),
+                            max_ns: 2_100_003,
+                        },
+                    ));
+                }
+                let mut h = [0u32; HIST_BUCKETS];
+                h[11] = u32::try_from(10 * i + 1).unwrap();
+                s.histograms.insert(1, h);
+                s.programs = vec![("sched_switch".into(), 1000 * i, 10 * i)];
+                s
+            })
+            .collect()
+    }
+
+    pub fn record(snaps: &[Snapshot], options: Options) -> Vec<u8> {
+        let dir = std::env::temp_dir().join(format!(
+            "latprof-store-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.lpr");
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        let mut w = Writer::create(&path, info(), options).unwrap();
+        for s in snaps {
+            w.append(s, &syms).unwrap();
+        }
+        w.finish("test").unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        bytes
+    }
+
+    #[test]
+    fn every_snapshot_comes_back_as_it_was_written() {
+        let snaps = snapshots(150);
+        for compress in [true, false] {
+            let bytes = record(
+                &snaps,
+                Options {
+                    compress,
+                    ..Options::default()
+                },
+            );
+            let r = Recording::from_bytes(bytes).unwrap();
+            assert!(r.problems.is_empty(), "{:?}", r.problems);
+            assert_eq!(r.end.as_deref(), Some("test"));
+            assert_eq!(r.info, info());
+            assert_eq!(r.len(), snaps.len());
+            // Forward, backward and jumping across key frames.
+            for i in (0..snaps.len())
+                .chain((0..snaps.len()).rev())
+                .chain([3, 140, 61, 59, 0])
+            {
+                assert_eq!(r.snapshot(i), snaps[i], "snapshot {i}, compress {compress}");
+            }
+            let syms = Kallsyms::parse(KALLSYMS).unwrap();
+            for ip in [
+                0xffff_ffff_8120_0010,
+                0xffff_ffff_c000_0042,
+                0xffff_ffff_8140_0020,
+            ] {
+                assert_eq!(r.syms.name(ip), syms.name(ip));
+            }
+        }
+    }
+
+    #[test]
+    fn deltas_and_compression_keep_the_file_small() {
+        let snaps = snapshots(120);
+        let packed = record(&snaps, Options::default()).len();
+        let plain = record(
+            &snaps,
+            Options {
+                compress: false,
+                ..Options::default()
+            },
+        )
+        .len();
+        assert!(packed < plain, "{packed} >= {plain}");
+        // Two key frames; the deltas carry only the changed task, histogram and counters
+        // (about 140 bytes each with the frame header), not the whole snapshot again.
+        assert!(packed < 120 * 200, "{packed} bytes for 120 snapshots");
+    }
+
+    #[test]
+    fn a_cut_file_replays_up_to_its_last_whole_frame() {
+        let snaps = snapshots(70);
+        let bytes = record(&snaps, Options::default());
+        // Every cut point: never a panic; the count of snapshots only grows with the length.
+        let mut prev = 0;
+        for cut in (FILE_HEADER_LEN..bytes.len())
+            .step_by(3)
+            .chain([bytes.len() - 1])
+        {
+            match Recording::from_bytes(bytes[..cut].to_vec()) {
+                Ok(r) => {
+                    assert!(r.len() >= prev, "cut at {cut}");
+                    prev = r.len();
+                    assert!(r.end.is_none() || cut + 1 >= bytes.len() - 20);
+                    let i = r.len() - 1;
+                    assert_eq!(r.snapshot(i), snaps[i]);
+                }
+                Err(e) => assert!(matches!(e, FormatError::NoSnapshot(_)), "cut at {cut}: {e}"),
+            }
+        }
+        // Only the end frame is missing at the last cut.
+        assert_eq!(prev, 70);
+    }
+
+    #[test]
+    fn a_flipped_byte_costs_the_frames_up_to_the_next_key_frame() {
+        let snaps = snapshots(130);
+        let bytes = record(&snaps, Options::default());
+        let r = Recording::from_bytes(bytes.clone()).unwrap();
+        assert_eq!(r.len(), 130);
+        // Damage the third delta frame (inside its payload).
+        let mut frames = Vec::new();
+        let mut pos = FILE_HEADER_LEN;
+        while pos + FRAME_HEADER_LEN <= bytes.len() {
+            frames.push(pos);
+            let len = u32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().unwrap()) as usize;
+            pos += FRAME_HEADER_LEN + len;
+        }
+        let mut bad = bytes.clone();
+        bad[frames[3] + FRAME_HEADER_LEN + 2] ^= 0x10;
+        let r = Recording::from_bytes(bad).unwrap();
+        // Snapshots 0..3 stay, 3..60 are lost, 60.. come back from the next key frame.
+        assert_eq!(r.len(), 3 + 70);
+        assert_eq!(r.snapshot(3), snaps[60]);
+        assert_eq!(r.snapshot(r.len() - 1), snaps[129]);
+        assert!(
+            r.problems.iter().any(|p| p.contains("checksum")),
+            "{:?}",
+            r.problems
+        );
+        // A damaged length field: the reader finds the next frame mark.
+        let mut bad = bytes.clone();
+        bad[frames[5] + 5] ^= 0x40;
+        let r = Recording::from_bytes(bad).unwrap();
+        assert_eq!(r.len(), 5 + 70);
+        assert_eq!(r.snapshot(5), snaps[60]);
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_one_line() {
+        let msg = |bytes: Vec<u8>| Recording::from_bytes(bytes).err().unwrap().to_string();
+        assert_eq!(msg(Vec::new()), "empty file, not a latprof recording");
+        assert!(
+            msg(b"Latency Top version : v0.1\n".to_vec()).starts_with("not a latprof recording")
+        );
+        let mut future = record(&snapshots(2), Options::default());
+        future[8] = 9;
+        assert_eq!(
+            msg(future),
+            "recording format version 9 is newer than this latprof reads (up to 1); use a newer latprof"
+        );
+        let mut only_header = MAGIC.to_vec();
+        only_header.extend_from_slice(&[1, 0, 0, 0]);
+        assert!(msg(only_header).starts_with("the recording holds no complete snapshot"));
+        assert!(!msg(MAGIC[..4].to_vec()).is_empty());
+    }
+
+    #[test]
+    fn rotation_keeps_a_bounded_set_of_complete_files() {
+        let dir = std::env::temp_dir().join(format!("latprof-rotate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.lpr");
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        let options = Options {
+            rotate: Some(2000),
+            keep: 2,
+            ..Options::default()
+        };
+        let mut w = Writer::create(&path, info(), options).unwrap();
+        let snaps = snapshots(300);
+        for s in &snaps {
+            assert_eq!(w.append(s, &syms).unwrap(), writer::Appended::Written);
+        }
+        let stats = w.finish("test").unwrap();
+        assert!(stats.rotations >= 3, "{stats:?}");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["run.lpr", "run.lpr.1", "run.lpr.2"]);
+        // Each file opens on its own and ends where the next begins.
+        let newest = Recording::open(&path).unwrap();
+        let older = Recording::open(&dir.join("run.lpr.1")).unwrap();
+        assert_eq!(older.end.as_deref(), Some("rotated"));
+        assert_eq!(newest.snapshot(newest.len() - 1), snaps[299]);
+        assert_eq!(older.snapshot(older.len() - 1), snaps[299 - newest.len()]);
+        for name in &names {
+            assert!(std::fs::metadata(dir.join(name)).unwrap().len() < 4000);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn max_size_stops_before_the_limit() {
+        let dir = std::env::temp_dir().join(format!("latprof-maxsize-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.lpr");
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        let options = Options {
+            max_size: Some(3000),
+            ..Options::default()
+        };
+        let mut w = Writer::create(&path, info(), options).unwrap();
+        let mut written = 0;
+        for s in &snapshots(300) {
+            if w.append(s, &syms).unwrap() == writer::Appended::Full {
+                break;
+            }
+            written += 1;
+        }
+        w.finish("size limit").unwrap();
+        assert!(written > 10 && written < 300, "{written}");
+        assert!(std::fs::metadata(&path).unwrap().len() <= 3000);
+        let r = Recording::open(&path).unwrap();
+        assert_eq!(r.len(), written);
+        assert_eq!(r.end.as_deref(), Some("size limit"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

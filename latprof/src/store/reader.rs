@@ -1,0 +1,307 @@
+//! Opens a recording: checks the header, indexes every whole frame (checksum, decode), keeps what
+//! is intact and says what is not, and rebuilds the snapshot at any index.
+use std::{cell::RefCell, ops::Range, path::Path};
+
+use anyhow::{Context as _, Result};
+
+use super::{
+    Body, FILE_HEADER_LEN, FLAG_ZSTD, FRAME_HEADER_LEN, FormatError, KIND_DELTA, KIND_END,
+    KIND_KEY, MAGIC, MAX_FRAME, RecordingInfo, SYNC, State, VERSION, codec::Dec,
+};
+use crate::{collect::Snapshot, symbols::Kallsyms};
+
+/// A snapshot that can be rebuilt: its frame and the key frame its chain starts at.
+#[derive(Clone, Debug)]
+struct Entry {
+    payload: Range<usize>,
+    compressed: bool,
+    raw_len: usize,
+    key: bool,
+    /// Index (in `entries`) of the key frame this one builds on.
+    key_at: usize,
+    taken_ns: u64,
+    wall_ns: u64,
+}
+
+pub struct Recording {
+    pub version: u16,
+    pub info: RecordingInfo,
+    /// Symbols of every backtrace in the recording.
+    pub syms: Kallsyms,
+    /// What was damaged or missing, one line each.
+    pub problems: Vec<String>,
+    /// Why the recorder stopped, when it finished cleanly.
+    pub end: Option<String>,
+    data: Vec<u8>,
+    entries: Vec<Entry>,
+    cache: RefCell<Option<(usize, State)>>,
+}
+
+fn find_sync(data: &[u8], from: usize) -> Option<usize> {
+    data.get(from..)?
+        .windows(SYNC.len())
+        .position(|w| w == SYNC)
+        .map(|i| from + i)
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// A frame's payload, decoded.
+fn payload(data: &[u8], compressed: bool, raw_len: usize) -> Result<Vec<u8>, FormatError> {
+    if !compressed {
+        return Ok(data.to_vec());
+    }
+    let out = zstd::bulk::decompress(data, raw_len)
+        .map_err(|_| FormatError::Malformed("zstd data does not decode"))?;
+    if out.len() == raw_len {
+        Ok(out)
+    } else {
+        Err(FormatError::Malformed(
+            "decoded length differs from the header",
+        ))
+    }
+}
+
+impl Recording {
+    /// Reads and indexes `path`; every error is one line that names the file.
+    pub fn open(path: &Path) -> Result<Self> {
+        let data =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Self::from_bytes(data).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    pub fn from_bytes(data: Vec<u8>) -> Result<Self, FormatError> {
+        if data.is_empty() {
+            return Err(FormatError::Empty);
+        }
+        if data.len() < MAGIC.len() || data[..MAGIC.len()] != MAGIC {
+            return Err(FormatError::NotARecording);
+        }
+        if data.len() < FILE_HEADER_LEN {
+            return Err(FormatError::NoSnapshot(
+                ": the file ends inside its header".into(),
+            ));
+        }
+        let version = u16::from_le_bytes([data[8], data[9]]);
+        match version {
+            0 => return Err(FormatError::ZeroVersion),
+            // Every version up to VERSION is read; version 1 is the only one so far.
+            1..=VERSION => {}
+            v => return Err(FormatError::FutureVersion(v)),
+        }
+        let mut rec = Self {
+            version,
+            info: RecordingInfo::default(),
+            syms: Kallsyms::default(),
+            problems: Vec::new(),
+            end: None,
+            data: Vec::new(),
+            entries: Vec::new(),
+            cache: RefCell::new(None),
+        };
+        let mut syms = Vec::new();
+        let mut info: Option<RecordingInfo> = None;
+        let mut chain: Option<usize> = None;
+        let mut skipped = 0u64;
+        let mut pos = FILE_HEADER_LEN;
+        while pos < data.len() {
+            if data[pos..].len() < FRAME_HEADER_LEN {
+                rec.problems.push(format!(
+                    "the recording ends inside a frame header at byte {pos} (the recorder was killed?): replayed up to the last whole frame"
+                ));
+                break;
+            }
+            let damaged = |rec: &mut Self, what: &str| {
+                rec.problems.push(format!("frame at byte {pos}: {what}"));
+            };
+            if data[pos..pos + 4] != SYNC {
+                damaged(
+                    &mut rec,
+                    "no frame mark where one should be; skipped to the next",
+                );
+                chain = None;
+                match find_sync(&data, pos + 1) {
+                    Some(next) => {
+                        pos = next;
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+            let h = &data[pos..pos + FRAME_HEADER_LEN];
+            let stored_len = le_u32(&h[4..8]) as usize;
+            let kind = h[8];
+            let flags = h[9];
+            let raw_len = le_u32(&h[10..14]) as usize;
+            let crc = le_u32(&h[14..18]);
+            let start = pos + FRAME_HEADER_LEN;
+            let end = start.saturating_add(stored_len);
+            if end > data.len() {
+                if let Some(next) = find_sync(&data, pos + 4) {
+                    damaged(&mut rec, "length runs past the end of the file; skipped");
+                    chain = None;
+                    pos = next;
+                    continue;
+                }
+                rec.problems.push(format!(
+                    "the recording ends inside the frame at byte {pos} (the recorder was killed?): replayed up to the last whole frame"
+                ));
+                break;
+            }
+            let mut hasher = crc32fast::Hasher::new();
+            hasher.update(&h[4..14]);
+            hasher.update(&data[start..end]);
+            if hasher.finalize() != crc {
+                damaged(&mut rec, "checksum mismatch; skipped");
+                chain = None;
+                match find_sync(&data, pos + 4) {
+                    Some(next) => {
+                        pos = next;
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+            pos = end;
+            let compressed = flags & FLAG_ZSTD != 0;
+            if raw_len > MAX_FRAME {
+                rec.problems.push(format!(
+                    "frame at byte {}: larger than latprof writes; skipped",
+                    start - FRAME_HEADER_LEN
+                ));
+                chain = None;
+                continue;
+            }
+            let decoded = match payload(&data[start..end], compressed, raw_len) {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    rec.problems.push(format!(
+                        "frame at byte {}: {e}; skipped",
+                        start - FRAME_HEADER_LEN
+                    ));
+                    chain = None;
+                    continue;
+                }
+            };
+            let mut d = Dec::new(&decoded);
+            let parsed = match kind {
+                KIND_KEY => {
+                    RecordingInfo::decode(&mut d).and_then(|i| Ok((Some(i), Body::decode(&mut d)?)))
+                }
+                KIND_DELTA => Body::decode(&mut d).map(|b| (None, b)),
+                KIND_END => {
+                    rec.end = Some(
+                        Dec::new(&decoded)
+                            .str()
+                            .unwrap_or_else(|_| "finished".into()),
+                    );
+                    continue;
+                }
+                // A later version 1 writer may add frame kinds; they are not needed to replay.
+                _ => continue,
+            };
+            let (frame_info, body) = match parsed {
+                Ok(p) if d.is_empty() => p,
+                Ok(_) | Err(_) => {
+                    rec.problems.push(format!(
+                        "frame at byte {}: contents do not decode; skipped",
+                        start - FRAME_HEADER_LEN
+                    ));
+                    chain = None;
+                    continue;
+                }
+            };
+            let key = frame_info.is_some();
+            if let Some(i) = frame_info {
+                info.get_or_insert(i);
+                chain = Some(rec.entries.len());
+            }
+            let Some(key_at) = chain else {
+                skipped += 1;
+                continue;
+            };
+            syms.extend(body.syms);
+            rec.entries.push(Entry {
+                payload: start..end,
+                compressed,
+                raw_len,
+                key,
+                key_at,
+                taken_ns: body.taken_ns,
+                wall_ns: body.wall_ns,
+            });
+        }
+        if skipped > 0 {
+            rec.problems.push(format!(
+                "{skipped} snapshots after a damaged frame could not be rebuilt (they build on it) and were left out"
+            ));
+        }
+        let Some(info) = info else {
+            let why = if rec.problems.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", rec.problems.join("; "))
+            };
+            return Err(FormatError::NoSnapshot(why));
+        };
+        rec.syms = Kallsyms::from_parts(syms, info.sched_text.clone(), info.lock_text.clone());
+        rec.info = info;
+        rec.data = data;
+        Ok(rec)
+    }
+
+    /// Snapshots that can be shown.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// CLOCK_MONOTONIC and wall-clock time of snapshot `i`.
+    #[must_use]
+    pub fn times(&self, i: usize) -> (u64, u64) {
+        let e = &self.entries[i.min(self.entries.len() - 1)];
+        (e.taken_ns, e.wall_ns)
+    }
+
+    fn body(&self, i: usize) -> Body {
+        let e = &self.entries[i];
+        // Every entry decoded once already when the file was indexed.
+        let bytes = payload(&self.data[e.payload.clone()], e.compressed, e.raw_len)
+            .expect("indexed frames decode");
+        let mut d = Dec::new(&bytes);
+        if e.key {
+            RecordingInfo::decode(&mut d).expect("indexed frames decode");
+        }
+        Body::decode(&mut d).expect("indexed frames decode")
+    }
+
+    /// The snapshot at index `i` (clamped), rebuilt from its key frame.
+    #[must_use]
+    pub fn snapshot(&self, i: usize) -> Snapshot {
+        let i = i.min(self.entries.len() - 1);
+        let key_at = self.entries[i].key_at;
+        let mut cache = self.cache.borrow_mut();
+        let (mut at, mut state) = match cache.take() {
+            Some((at, state)) if at >= key_at && at <= i => (at, state),
+            _ => {
+                let mut state = State::default();
+                state.apply(self.body(key_at), true);
+                (key_at, state)
+            }
+        };
+        while at < i {
+            at += 1;
+            state.apply(self.body(at), false);
+        }
+        let snap = state.snap.clone();
+        *cache = Some((at, state));
+        snap
+    }
+}

@@ -1,0 +1,324 @@
+//! Appends snapshots to a recording: key frames and deltas, one `write` and one `fdatasync`
+//! per frame, optional rotation or a size limit.
+use std::{
+    collections::{HashMap, HashSet},
+    fs::{File, OpenOptions},
+    io::Write as _,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, Result};
+use latprof_common::{GlobalRecord, Histogram};
+
+use super::{
+    Body, FILE_HEADER_LEN, FLAG_ZSTD, FRAME_HEADER_LEN, KEY_EVERY, KIND_DELTA, KIND_END, KIND_KEY,
+    MAGIC, RecordingInfo, SYNC, VERSION, codec::Enc, counter_values,
+};
+use crate::{
+    collect::{Snapshot, TaskSnapshot},
+    symbols::Kallsyms,
+};
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub compress: bool,
+    /// Start a new file when the current one reaches this many bytes.
+    pub rotate: Option<u64>,
+    /// Rotated files kept beside the current one (`run.lpr.1` is the newest).
+    pub keep: u32,
+    /// Stop recording before the file would grow past this many bytes.
+    pub max_size: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            compress: true,
+            rotate: None,
+            keep: 4,
+            max_size: None,
+        }
+    }
+}
+
+/// What the writer did, for the user and the README's numbers.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub snapshots: u64,
+    pub key_frames: u64,
+    /// Bytes written over all files (headers and frames).
+    pub bytes: u64,
+    /// Bytes of the encoded snapshots before compression.
+    pub raw_bytes: u64,
+    pub rotations: u64,
+}
+
+/// What happened to an appended snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Appended {
+    Written,
+    /// `--max-size` reached: the snapshot was not written; finish the recording.
+    Full,
+}
+
+pub struct Writer {
+    path: PathBuf,
+    file: File,
+    info: RecordingInfo,
+    options: Options,
+    /// Bytes in the current file.
+    size: u64,
+    since_key: u64,
+    tasks: HashMap<u32, TaskSnapshot>,
+    global: HashMap<u64, GlobalRecord>,
+    histograms: HashMap<u64, Histogram>,
+    stacks_written: HashSet<u64>,
+    syms_written: HashSet<u64>,
+    pub stats: Stats,
+}
+
+/// Room kept for the end frame under `--max-size`.
+const END_ROOM: u64 = 64;
+
+fn create_file(path: &Path) -> Result<File> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    let mut header = Vec::with_capacity(FILE_HEADER_LEN);
+    header.extend_from_slice(&MAGIC);
+    header.extend_from_slice(&VERSION.to_le_bytes());
+    header.extend_from_slice(&[0, 0]);
+    file.write_all(&header)
+        .and_then(|()| file.sync_data())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(file)
+}
+
+/// One frame as it lies in the file.
+#[must_use]
+pub fn frame(kind: u8, raw: &[u8], compress: bool) -> Vec<u8> {
+    let compressed = if compress {
+        zstd::bulk::compress(raw, 3).ok()
+    } else {
+        None
+    };
+    let (flags, stored) = match &compressed {
+        Some(c) => (FLAG_ZSTD, c.as_slice()),
+        None => (0, raw),
+    };
+    let mut out = Vec::with_capacity(FRAME_HEADER_LEN + stored.len());
+    out.extend_from_slice(&SYNC);
+    out.extend_from_slice(
+        &u32::try_from(stored.len())
+            .unwrap_or(u32::MAX)
+            .to_le_bytes(),
+    );
+    out.push(kind);
+    out.push(flags);
+    out.extend_from_slice(&u32::try_from(raw.len()).unwrap_or(u32::MAX).to_le_bytes());
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&out[4..]);
+    crc.update(stored);
+    out.extend_from_slice(&crc.finalize().to_le_bytes());
+    out.extend_from_slice(stored);
+    out
+}
+
+impl Writer {
+    pub fn create(path: &Path, info: RecordingInfo, options: Options) -> Result<Self> {
+        let file = create_file(path)?;
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            info,
+            options,
+            size: FILE_HEADER_LEN as u64,
+            since_key: 0,
+            tasks: HashMap::new(),
+            global: HashMap::new(),
+            histograms: HashMap::new(),
+            stacks_written: HashSet::new(),
+            syms_written: HashSet::new(),
+            stats: Stats {
+                bytes: FILE_HEADER_LEN as u64,
+                ..Stats::default()
+            },
+        })
+    }
+
+    /// Bytes in the current file.
+    #[must_use]
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn body(&mut self, snap: &Snapshot, syms: &Kallsyms, key: bool) -> Body {
+        if key {
+            self.tasks.clear();
+            self.global.clear();
+            self.histograms.clear();
+            self.stacks_written.clear();
+            self.syms_written.clear();
+        }
+        let mut body = Body {
+            taken_ns: snap.taken_ns,
+            wall_ns: snap.wall_ns,
+            mode: snap.mode,
+            skip_kthreads: snap.skip_kthreads,
+            retries: snap.retries,
+            counters: counter_values(&snap.counters),
+            programs: snap.programs.clone(),
+            ..Body::default()
+        };
+        for (id, frames) in &snap.stacks {
+            if self.stacks_written.insert(*id) {
+                for ip in frames {
+                    if let Some((addr, name)) = syms.entry(*ip)
+                        && self.syms_written.insert(addr)
+                    {
+                        body.syms.push((addr, name.to_owned()));
+                    }
+                }
+                body.stacks.push((*id, frames.clone()));
+            }
+        }
+        let mut seen = HashSet::with_capacity(snap.tasks.len());
+        for t in &snap.tasks {
+            seen.insert(t.tid);
+            if self.tasks.get(&t.tid) != Some(t) {
+                body.tasks.push(t.clone());
+                self.tasks.insert(t.tid, t.clone());
+            }
+        }
+        self.tasks.retain(|tid, _| {
+            let keep = seen.contains(tid);
+            if !keep {
+                body.tasks_gone.push(*tid);
+            }
+            keep
+        });
+        body.tasks_gone.sort_unstable();
+        let (gone, changed) = diff(&mut self.global, snap.global.iter().copied());
+        body.global_gone = gone;
+        body.global = changed;
+        let (gone, changed) = diff(
+            &mut self.histograms,
+            snap.histograms.iter().map(|(k, v)| (*k, *v)),
+        );
+        body.hist_gone = gone;
+        body.histograms = changed;
+        body
+    }
+
+    fn write_frame(&mut self, bytes: &[u8]) -> Result<()> {
+        self.file
+            .write_all(bytes)
+            .and_then(|()| self.file.sync_data())
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        self.size += bytes.len() as u64;
+        self.stats.bytes += bytes.len() as u64;
+        Ok(())
+    }
+
+    pub fn append(&mut self, snap: &Snapshot, syms: &Kallsyms) -> Result<Appended> {
+        let key = self.since_key == 0;
+        let body = self.body(snap, syms, key);
+        let mut e = Enc::default();
+        if key {
+            self.info.encode(&mut e);
+        }
+        body.encode(&mut e);
+        let bytes = frame(
+            if key { KIND_KEY } else { KIND_DELTA },
+            &e.buf,
+            self.options.compress,
+        );
+        if let Some(max) = self.options.max_size
+            && self.size + bytes.len() as u64 + END_ROOM > max
+        {
+            // Not written: the next key frame must not build on it.
+            self.since_key = 0;
+            return Ok(Appended::Full);
+        }
+        self.write_frame(&bytes)?;
+        self.stats.snapshots += 1;
+        self.stats.raw_bytes += e.buf.len() as u64;
+        if key {
+            self.stats.key_frames += 1;
+        }
+        self.since_key = (self.since_key + 1) % KEY_EVERY;
+        if let Some(limit) = self.options.rotate
+            && self.size >= limit
+        {
+            self.rotate()?;
+        }
+        Ok(Appended::Written)
+    }
+
+    fn end_frame(&self, reason: &str) -> Vec<u8> {
+        let mut e = Enc::default();
+        e.str(reason);
+        e.u64(self.stats.snapshots);
+        frame(KIND_END, &e.buf, false)
+    }
+
+    /// Closes the current file (it stays a complete recording) and starts a new one.
+    fn rotate(&mut self) -> Result<()> {
+        let end = self.end_frame("rotated");
+        self.write_frame(&end)?;
+        let numbered = |n: u32| PathBuf::from(format!("{}.{n}", self.path.display()));
+        if self.options.keep == 0 {
+            let _ = std::fs::remove_file(&self.path);
+        } else {
+            let _ = std::fs::remove_file(numbered(self.options.keep));
+            for n in (1..self.options.keep).rev() {
+                let _ = std::fs::rename(numbered(n), numbered(n + 1));
+            }
+            std::fs::rename(&self.path, numbered(1))
+                .with_context(|| format!("rotating {}", self.path.display()))?;
+        }
+        self.file = create_file(&self.path)?;
+        self.size = FILE_HEADER_LEN as u64;
+        self.stats.bytes += FILE_HEADER_LEN as u64;
+        self.stats.rotations += 1;
+        self.since_key = 0;
+        Ok(())
+    }
+
+    /// Marks the recording as cleanly finished.
+    pub fn finish(mut self, reason: &str) -> Result<Stats> {
+        let end = self.end_frame(reason);
+        self.write_frame(&end)?;
+        Ok(self.stats)
+    }
+}
+
+/// Updates `prev` to `now`; returns the keys gone and the entries new or changed.
+fn diff<V: Copy + PartialEq>(
+    prev: &mut HashMap<u64, V>,
+    now: impl Iterator<Item = (u64, V)>,
+) -> (Vec<u64>, Vec<(u64, V)>) {
+    let mut changed = Vec::new();
+    let mut seen = HashSet::new();
+    for (k, v) in now {
+        seen.insert(k);
+        if prev.get(&k) != Some(&v) {
+            prev.insert(k, v);
+            changed.push((k, v));
+        }
+    }
+    let mut gone = Vec::new();
+    prev.retain(|k, _| {
+        let keep = seen.contains(k);
+        if !keep {
+            gone.push(*k);
+        }
+        keep
+    });
+    gone.sort_unstable();
+    changed.sort_unstable_by_key(|(k, _)| *k);
+    (gone, changed)
+}
