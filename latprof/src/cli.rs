@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     duration,
+    export::Format,
     probe::{Mode, ProbeConfig},
 };
 
@@ -20,10 +21,9 @@ pub struct Cli {
     /// event also updates the global table (latencytop's mode 1).
     #[arg(long, global = true, value_enum, default_value_t = Mode::Lazy)]
     pub mode: Mode,
-    /// Frames shown per backtrace.
-    #[arg(long, global = true, default_value_t = 12,
-          value_parser = clap::value_parser!(u16).range(1..=127))]
-    pub stack_depth: u16,
+    /// Frames shown per backtrace [default: 12; replay and dump: the recording's].
+    #[arg(long, global = true, value_parser = clap::value_parser!(u16).range(1..=127))]
+    pub stack_depth: Option<u16>,
     /// Interruptible sleeps longer than this are not counted (usually requested waits: poll,
     /// select, nanosleep of seconds).
     #[arg(long, global = true, value_parser = duration::parse, default_value = "5ms")]
@@ -56,6 +56,13 @@ pub enum Command {
     Stats(StatsArgs),
     /// Live view: global causes, processes, and the selected process's causes.
     Top(TopArgs),
+    /// Record snapshots to a file until Ctrl-C (or --duration); `replay` and `dump` read it.
+    Record(RecordArgs),
+    /// Browse a recording in the same screens as `top`, with time navigation; no root needed.
+    Replay(ReplayArgs),
+    /// Print a recording's numbers at a moment, or between two, as text, JSON, folded or
+    /// OpenMetrics; no root needed.
+    Dump(DumpArgs),
     /// The overhead benchmark: latprof against no tracer and its peers (`cargo xtask bench`).
     #[command(hide = true)]
     Bench(crate::bench::BenchArgs),
@@ -72,6 +79,109 @@ pub struct StatsArgs {
     /// Only this process (all its threads).
     #[arg(long, short = 'p')]
     pub pid: Option<u32>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// The recording to write.
+    #[arg(long, short = 'o')]
+    pub output: PathBuf,
+    /// Replace an existing file.
+    #[arg(long)]
+    pub force: bool,
+    /// Stop after this long (default: until Ctrl-C or SIGTERM).
+    #[arg(long, value_parser = duration::parse)]
+    pub duration: Option<Duration>,
+    /// Time between snapshots.
+    #[arg(long, value_parser = duration::parse, default_value = "1s")]
+    pub interval: Duration,
+    /// Start a new file when this one reaches SIZE (e.g. 100M); older files become
+    /// FILE.1, FILE.2, ... up to --keep.
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub rotate: Option<u64>,
+    /// Rotated files kept besides the current one.
+    #[arg(long, default_value_t = 4)]
+    pub keep: u32,
+    /// Stop recording before the file grows past SIZE.
+    #[arg(long, value_parser = parse_size, value_name = "SIZE", conflicts_with = "rotate")]
+    pub max_size: Option<u64>,
+    /// Store frames without zstd compression.
+    #[arg(long)]
+    pub no_compress: bool,
+    /// Leave out run-queue latency and histograms (cheaper; `top` shows them).
+    #[arg(long)]
+    pub lean: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// A recording made by `latprof record`.
+    pub file: PathBuf,
+    /// Open at this moment (+30s, -10s, 12:03:10, start, end, #N); default: the end.
+    #[arg(long)]
+    pub at: Option<String>,
+    /// Show what happened after this moment (the difference of two snapshots).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Extra reasons (latencytop.trans format), overriding built-ins.
+    #[arg(long)]
+    pub reasons: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    /// A recording made by `latprof record`.
+    pub file: PathBuf,
+    /// The moment to print (+30s, -10s, 12:03:10, start, end, #N); default: the end.
+    #[arg(long, conflicts_with_all = ["from", "to"])]
+    pub at: Option<String>,
+    /// Print what happened between --from and --to (default: the end).
+    #[arg(long)]
+    pub from: Option<String>,
+    #[arg(long, requires = "from")]
+    pub to: Option<String>,
+    /// Only this process (its threads alive at that moment).
+    #[arg(long, short = 'p')]
+    pub pid: Option<u32>,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Extra reasons (latencytop.trans format), overriding built-ins.
+    #[arg(long)]
+    pub reasons: Option<PathBuf>,
+    /// Also print the recording's facts and what was damaged, to stderr.
+    #[arg(long)]
+    pub info: bool,
+}
+
+/// `100M`, `2G`, `512K`, `4096` (bytes).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size (examples: 4096, 512K, 100M, 2G)"))?;
+    let scale: u64 = match unit
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return Err(format!("'{text}' has an unknown unit (use K, M or G)")),
+    };
+    let bytes = n
+        .checked_mul(scale)
+        .ok_or_else(|| format!("'{text}' is too large"))?;
+    if bytes < 4096 {
+        return Err(format!("'{text}' is too small: at least 4K"));
+    }
+    Ok(bytes)
 }
 
 #[derive(Debug, Args)]
@@ -159,10 +269,16 @@ pub enum Workload {
 }
 
 impl Cli {
+    /// Frames per backtrace when no recording says otherwise.
+    #[must_use]
+    pub fn depth(&self) -> u16 {
+        self.stack_depth.unwrap_or(12)
+    }
+
     #[must_use]
     pub fn probe_config(&self, pid: Option<u32>, details: bool) -> ProbeConfig {
         ProbeConfig {
-            stack_depth: self.stack_depth,
+            stack_depth: self.depth(),
             details,
             btf_wakeup: true,
             mode: self.mode,
@@ -210,6 +326,19 @@ mod tests {
     }
 
     #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("512K"), Ok(512 << 10));
+        assert_eq!(parse_size("100M"), Ok(100 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("1mb"), Ok(1 << 20));
+        assert!(parse_size("10").is_err());
+        assert!(parse_size("big").is_err());
+        assert!(parse_size("5T").is_err());
+        assert!(parse_size("99999999999999G").is_err());
+    }
+
+    #[test]
     fn bad_flags_are_errors() {
         assert!(parse(&["stats", "--mode=eager"]).is_err());
         assert!(parse(&["stats", "--stack-depth", "128"]).is_err());
@@ -217,6 +346,12 @@ mod tests {
         assert!(parse(&["stats", "--duration", "soon"]).is_err());
         assert!(parse(&["stats", "--max-tasks", "0"]).is_err());
         assert!(parse(&["frobnicate"]).is_err());
+        assert!(parse(&["stats", "--format", "xml"]).is_err());
+        assert!(parse(&["record"]).is_err());
+        assert!(parse(&["record", "-o", "x", "--rotate", "10"]).is_err());
+        assert!(parse(&["record", "-o", "x", "--rotate", "1M", "--max-size", "2M"]).is_err());
+        assert!(parse(&["dump", "f", "--at", "end", "--from", "start"]).is_err());
+        assert!(parse(&["dump", "f", "--to", "end"]).is_err());
         assert!(parse(&[]).is_err());
     }
 }

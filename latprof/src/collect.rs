@@ -14,6 +14,26 @@ use crate::probe::{Mode, Probe, names};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters(pub [u64; COUNTER_COUNT as usize]);
 
+/// Names of the counters in exports (JSON keys, OpenMetrics labels), by `Counter` index.
+pub const COUNTER_NAMES: [&str; COUNTER_COUNT as usize] = [
+    "sleeps_tracked",
+    "wakeups",
+    "counted",
+    "skipped_cutoff",
+    "skipped_zero",
+    "stack_missing",
+    "task_table_full",
+    "task_records_full",
+    "global_table_full",
+    "exit_merges",
+    "exiting_skipped",
+    "merges_begun",
+    "merges_done",
+    "sleep_lost",
+    "runq_counted",
+    "hist_table_full",
+];
+
 impl Counters {
     #[must_use]
     pub fn get(&self, counter: Counter) -> u64 {

@@ -2,12 +2,15 @@
 //! scheduler's hot path.
 pub mod bench;
 pub mod cli;
+pub mod clock;
 pub mod collect;
+pub mod dump;
 pub mod duration;
 pub mod export;
 pub mod model;
 pub mod probe;
 pub mod reasons;
+pub mod record;
 pub mod stats;
 pub mod store;
 pub mod symbols;

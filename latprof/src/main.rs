@@ -8,6 +8,9 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Stats(args) => latprof::stats::run(&cli, args),
         Command::Top(args) => latprof::tui::run(&cli, args),
+        Command::Record(args) => latprof::record::run(&cli, args),
+        Command::Replay(args) => latprof::tui::replay::run(&cli, args),
+        Command::Dump(args) => latprof::dump::run(&cli, args),
         Command::Bench(args) => latprof::bench::run(args),
         Command::Workload(args) => latprof::workload::run(args),
     };

@@ -87,6 +87,38 @@ pub fn latencytop_causes(snap: &Snapshot, syms: &Kallsyms, depth: usize) -> Vec<
     causes(records, snap, syms, depth)
 }
 
+/// Every global cause's record since `base` (the whole run without one).
+#[must_use]
+pub fn global_since(cur: &Snapshot, base: Option<&Snapshot>) -> Vec<(u64, GlobalRecord)> {
+    since(
+        cur.global_records(),
+        base.map(Snapshot::global_records).as_ref(),
+    )
+}
+
+/// One live process's records (its threads summed) since `base`.
+#[must_use]
+pub fn process_since(
+    cur: &Snapshot,
+    base: Option<&Snapshot>,
+    tgid: u32,
+) -> Vec<(u64, GlobalRecord)> {
+    let mut merged: HashMap<u64, GlobalRecord> = HashMap::new();
+    for task in cur.tasks.iter().filter(|t| t.tgid == tgid) {
+        for (stack, r) in task_since(cur, base, task.tid) {
+            add(
+                merged.entry(stack).or_default(),
+                r.count,
+                r.total_ns,
+                r.max_ns,
+            );
+        }
+    }
+    let mut out: Vec<_> = merged.into_iter().collect();
+    out.sort_by_key(|(stack, _)| *stack);
+    out
+}
+
 /// The causes of one live process: its threads' records summed (/proc/PID/latency).
 #[must_use]
 pub fn process_causes(snap: &Snapshot, tgid: u32, syms: &Kallsyms, depth: usize) -> Vec<Cause> {

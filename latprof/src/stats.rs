@@ -14,8 +14,9 @@ use latprof_common::Counter;
 use crate::{
     cli::{Cli, StatsArgs},
     collect::Collector,
-    duration, export, model,
+    duration, export,
     probe::{self, Probe},
+    reasons::Reasons,
     symbols::Kallsyms,
 };
 
@@ -53,9 +54,20 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
     }
     let snap = Collector::new().snapshot(&probe)?;
     drop(probe);
-    let causes = model::latencytop_causes(&snap, &syms, usize::from(cli.stack_depth));
+    let reasons = Reasons::builtin();
+    // The probe already kept only --pid's threads: the global table is that process's, and in
+    // lazy mode it also holds its threads that exited.
+    let scope = export::Scope {
+        cur: &snap,
+        base: None,
+        pid: None,
+        syms: &syms,
+        reasons: &reasons,
+        depth: usize::from(cli.depth()),
+        info: None,
+    };
     let mut out = std::io::stdout().lock();
-    out.write_all(export::text::latency_stats(&causes).as_bytes())
+    out.write_all(export::render(args.format, &scope).as_bytes())
         .and_then(|()| out.flush())
         .context("writing to stdout")?;
     let c = &snap.counters;

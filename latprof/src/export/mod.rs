@@ -1,2 +1,72 @@
-//! Output formats.
+//! Exports of one moment (or of the difference of two): the /proc/latency_stats text, JSON,
+//! folded stacks for flame graphs, OpenMetrics. `stats` and `dump` share them.
+pub mod folded;
+pub mod json;
+pub mod openmetrics;
 pub mod text;
+
+use latprof_common::{GlobalRecord, RUNQ_STACK};
+
+use crate::{
+    collect::Snapshot,
+    model::{self, Cause},
+    reasons::Reasons,
+    store::RecordingInfo,
+    symbols::Kallsyms,
+};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// /proc/latency_stats (or /proc/PID/latency with --pid), byte for byte.
+    #[default]
+    Text,
+    /// One JSON document (schema: docs/json-schema.md).
+    Json,
+    /// `frame;frame;frame microseconds` lines for flamegraph.pl and inferno.
+    Folded,
+    /// OpenMetrics text exposition, for Prometheus.
+    Openmetrics,
+}
+
+/// What an export shows: `cur`'s numbers less `base`'s, for everything or one process.
+pub struct Scope<'a> {
+    pub cur: &'a Snapshot,
+    pub base: Option<&'a Snapshot>,
+    pub pid: Option<u32>,
+    pub syms: &'a Kallsyms,
+    pub reasons: &'a Reasons,
+    pub depth: usize,
+    /// The recording's facts, when the numbers come from one.
+    pub info: Option<&'a RecordingInfo>,
+}
+
+impl Scope<'_> {
+    /// The records in scope, run-queue latency included.
+    #[must_use]
+    pub fn records(&self) -> Vec<(u64, GlobalRecord)> {
+        match self.pid {
+            Some(pid) => model::process_since(self.cur, self.base, pid),
+            None => model::global_since(self.cur, self.base),
+        }
+    }
+
+    /// Causes in scope; `runq` keeps the "[waiting for CPU]" cause (latencytop has none).
+    #[must_use]
+    pub fn causes(&self, runq: bool) -> Vec<Cause> {
+        let records = self
+            .records()
+            .into_iter()
+            .filter(|(stack, _)| runq || *stack != RUNQ_STACK);
+        model::causes(records, self.cur, self.syms, self.depth)
+    }
+}
+
+#[must_use]
+pub fn render(format: Format, scope: &Scope<'_>) -> String {
+    match format {
+        Format::Text => text::latency_stats(&scope.causes(false)),
+        Format::Json => json::render(scope),
+        Format::Folded => folded::render(&scope.causes(true)),
+        Format::Openmetrics => openmetrics::render(scope),
+    }
+}

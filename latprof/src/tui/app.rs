@@ -57,6 +57,10 @@ pub struct App {
     pub detail: Option<Detail>,
     pub help: bool,
     pub quit: bool,
+    /// A second header line (replay: where in the recording, and the interval shown).
+    pub status: Option<String>,
+    /// Replaces the key hints in the footer.
+    pub footer: Option<String>,
     // Derived from the above by `refresh`.
     pub header: Header,
     pub global: Vec<Row>,
@@ -85,6 +89,8 @@ impl App {
             detail: None,
             help: false,
             quit: false,
+            status: None,
+            footer: None,
             header: Header::default(),
             global: Vec::new(),
             procs: Vec::new(),
@@ -99,6 +105,23 @@ impl App {
             return;
         }
         self.apply(snap);
+    }
+
+    /// Shows a moment of a recording: the same three snapshots the live view held then, and
+    /// the numbers since `baseline` (or since the start).
+    pub fn show(
+        &mut self,
+        first: Snapshot,
+        prev: Option<Snapshot>,
+        cur: Snapshot,
+        baseline: Option<Snapshot>,
+    ) {
+        self.first = Some(first);
+        self.prev = prev;
+        self.cur = Some(cur);
+        self.baseline = baseline;
+        self.pending = None;
+        self.refresh();
     }
 
     fn apply(&mut self, snap: Snapshot) {

@@ -1,6 +1,7 @@
 //! `latprof top`: the live TUI. A collector thread owns the probe and sends snapshots; the UI
 //! thread owns the terminal and the App.
 pub mod app;
+pub mod replay;
 pub mod ui;
 
 use std::{
@@ -107,7 +108,7 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
         app::Settings {
             mode: cli.mode,
             interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
-            depth: usize::from(cli.stack_depth),
+            depth: usize::from(cli.depth()),
             syms,
             reasons,
         },

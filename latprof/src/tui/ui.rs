@@ -35,7 +35,7 @@ pub fn render(f: &mut Frame<'_>, app: &App) {
     let chunks = Layout::default()
         .direction(Direction::Vertical)
         .constraints([
-            Constraint::Length(1),
+            Constraint::Length(if app.status.is_some() { 2 } else { 1 }),
             Constraint::Min(4),
             Constraint::Length(1),
         ])
@@ -69,7 +69,7 @@ pub fn render(f: &mut Frame<'_>, app: &App) {
     }
     render_footer(f, app, chunks[2]);
     if app.help {
-        render_help(f, area);
+        render_help(f, app, area);
     }
 }
 
@@ -99,7 +99,14 @@ fn render_header(f: &mut Frame<'_>, app: &App, area: Rect) {
     if app.paused {
         spans.push(Span::styled(" PAUSED", Style::default().fg(Color::Yellow)));
     }
-    f.render_widget(Paragraph::new(Line::from(spans)), area);
+    let mut lines = vec![Line::from(spans)];
+    if let Some(status) = &app.status {
+        lines.push(Line::from(Span::styled(
+            status.clone(),
+            Style::default().fg(Color::Cyan),
+        )));
+    }
+    f.render_widget(Paragraph::new(lines), area);
 }
 
 fn block(title: &str, focused: bool) -> Block<'_> {
@@ -304,9 +311,10 @@ fn render_detail(f: &mut Frame<'_>, app: &App, row: &Row, area: Rect) {
 }
 
 fn render_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
-    let text = match &app.editing {
-        Some(t) => format!("filter (pid or name): {t}_   Enter: apply  Esc: cancel"),
-        None => format!(
+    let text = match (&app.editing, &app.footer) {
+        (Some(t), _) => format!("filter (pid or name): {t}_   Enter: apply  Esc: cancel"),
+        (None, Some(footer)) => footer.clone(),
+        (None, None) => format!(
             "q quit ? help Tab pane Enter detail / filter s sort:{} g group space pause r reset",
             app.sort.name()
         ),
@@ -317,9 +325,10 @@ fn render_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
     );
 }
 
-fn render_help(f: &mut Frame<'_>, area: Rect) {
+fn render_help(f: &mut Frame<'_>, app: &App, area: Rect) {
+    let replay = app.status.is_some();
     let w = area.width.min(60);
-    let h = area.height.min(18);
+    let h = area.height.min(if replay { 26 } else { 18 });
     let popup = Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
@@ -340,6 +349,25 @@ fn render_help(f: &mut Frame<'_>, area: Rect) {
         "r           reset: count from now",
         "?           this help",
     ];
+    let replay_text = [
+        "q, Ctrl-C   quit",
+        "] / [       next / previous snapshot",
+        "} / {       10 snapshots forward / back",
+        "p, space    play / pause",
+        "t           jump to +30s, -10s, 12:03:10, start, end, #N",
+        "m, r        mark A here: show what happened since A",
+        "M           clear A: show everything since the start",
+        "Tab         next pane (global, processes, causes)",
+        "Up/Down j/k move",
+        "Enter       details of a cause; expand a process",
+        "Right/Left  expand/fold a process's threads",
+        "Esc         back; clear the filter",
+        "/           filter processes by pid or name",
+        "s           sort by total, max, count, average",
+        "g           group by reason or by backtrace",
+        "?           this help",
+    ];
+    let text: &[&str] = if replay { &replay_text } else { &text };
     f.render_widget(Clear, popup);
     f.render_widget(
         Paragraph::new(text.iter().map(|l| Line::from(*l)).collect::<Vec<_>>())

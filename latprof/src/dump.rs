@@ -1,0 +1,73 @@
+//! `latprof dump`: a recording's numbers at one moment, or between two, in any export format.
+use std::io::Write as _;
+
+use anyhow::{Context as _, Result, anyhow};
+
+use crate::{
+    cli::{Cli, DumpArgs},
+    clock, export,
+    reasons::Reasons,
+    store::reader::Recording,
+};
+
+pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
+    let rec = Recording::open(&args.file)?;
+    for p in &rec.problems {
+        eprintln!("latprof: warning: {}: {p}", args.file.display());
+    }
+    let reasons = match &args.reasons {
+        Some(path) => Reasons::with_file(path)?,
+        None => Reasons::builtin(),
+    };
+    let find = |spec: &str| rec.find(spec).map_err(|e| anyhow!("{e}"));
+    let (base, at) = match (&args.at, &args.from, &args.to) {
+        (Some(at), _, _) => (None, find(at)?),
+        (None, Some(from), to) => {
+            let from = find(from)?;
+            let to = find(to.as_deref().unwrap_or("end"))?;
+            if to < from {
+                return Err(anyhow!("--to is before --from"));
+            }
+            (Some(from), to)
+        }
+        (None, None, _) => (None, rec.len() - 1),
+    };
+    if args.info {
+        let i = &rec.info;
+        let (_, first) = rec.times(0);
+        let (_, last) = rec.times(rec.len() - 1);
+        eprintln!(
+            "latprof: {}: {} snapshots, {} to {} (UTC), {} mode, every {} ms, host {} kernel {} ({} CPUs), latprof {}, {}",
+            args.file.display(),
+            rec.len(),
+            clock::rfc3339_utc(first),
+            clock::rfc3339_utc(last),
+            i.mode.as_str(),
+            i.interval_ns / 1_000_000,
+            i.hostname,
+            i.kernel_release,
+            i.cpus,
+            i.latprof_version,
+            rec.end.as_deref().map_or_else(
+                || "not finished cleanly".to_owned(),
+                |e| format!("finished: {e}")
+            ),
+        );
+    }
+    let cur = rec.snapshot(at);
+    let base = base.map(|b| rec.snapshot(b));
+    let depth = usize::from(cli.stack_depth.unwrap_or(rec.info.stack_depth));
+    let scope = export::Scope {
+        cur: &cur,
+        base: base.as_ref(),
+        pid: args.pid,
+        syms: &rec.syms,
+        reasons: &reasons,
+        depth,
+        info: Some(&rec.info),
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(export::render(args.format, &scope).as_bytes())
+        .and_then(|()| out.flush())
+        .context("writing to stdout")
+}

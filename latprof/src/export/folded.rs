@@ -1,0 +1,43 @@
+//! Folded stacks, the input of flamegraph.pl and inferno: `outer;...;inner value` per line,
+//! outermost frame first, value in microseconds of latency.
+use std::fmt::Write as _;
+
+use crate::model::Cause;
+
+#[must_use]
+pub fn render(causes: &[Cause]) -> String {
+    let mut out = String::new();
+    for c in causes {
+        let us = c.total_ns / 1000;
+        if us == 0 {
+            continue;
+        }
+        let frames: Vec<&str> = c.frames.iter().rev().map(String::as_str).collect();
+        let _ = writeln!(out, "{} {us}", frames.join(";"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outermost_frame_first_value_last() {
+        let causes = [
+            Cause {
+                frames: vec!["hrtimer_nanosleep".into(), "do_syscall_64".into()],
+                count: 2,
+                total_ns: 4_000_999,
+                max_ns: 2_000_000,
+            },
+            Cause {
+                frames: vec!["ext4_sync_file [ext4]".into()],
+                count: 1,
+                total_ns: 999,
+                max_ns: 999,
+            },
+        ];
+        assert_eq!(render(&causes), "do_syscall_64;hrtimer_nanosleep 4000\n");
+    }
+}

@@ -1,0 +1,159 @@
+//! One JSON document per export; the schema is documented in docs/json-schema.md and its
+//! version is the `schema` field.
+use std::collections::BTreeMap;
+
+use latprof_common::GlobalRecord;
+use serde::Serialize;
+
+use super::Scope;
+use crate::{
+    clock,
+    collect::{COUNTER_NAMES, Snapshot},
+    model,
+    store::RecordingInfo,
+};
+
+pub const SCHEMA: &str = "latprof-export/1";
+
+#[derive(Serialize)]
+pub struct Document<'a> {
+    pub schema: &'static str,
+    pub mode: &'static str,
+    /// Facts of the recording the numbers come from (absent for a live `stats`).
+    pub recording: Option<&'a RecordingInfo>,
+    pub pid: Option<u32>,
+    /// Start of the interval (absent: since latprof attached).
+    pub from: Option<Moment>,
+    pub to: Moment,
+    pub causes: Vec<CauseJson>,
+    pub processes: Vec<ProcessJson>,
+    /// Pipeline counters over the interval.
+    pub counters: BTreeMap<&'static str, u64>,
+}
+
+#[derive(Serialize)]
+pub struct Moment {
+    /// RFC 3339, UTC.
+    pub time: String,
+    pub wall_ns: u64,
+    pub monotonic_ns: u64,
+}
+
+impl Moment {
+    fn of(s: &Snapshot) -> Self {
+        Self {
+            time: clock::rfc3339_utc(s.wall_ns),
+            wall_ns: s.wall_ns,
+            monotonic_ns: s.taken_ns,
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct CauseJson {
+    pub reason: String,
+    /// `sleep`, `runqueue` (waiting for a CPU after the wakeup) or `unavailable` (no backtrace).
+    pub kind: &'static str,
+    /// Innermost first, as /proc/latency_stats prints them.
+    pub frames: Vec<String>,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub average_ns: u64,
+}
+
+#[derive(Serialize)]
+pub struct ProcessJson {
+    pub pid: u32,
+    pub comm: String,
+    pub threads: Vec<u32>,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub causes: Vec<CauseJson>,
+}
+
+fn causes_json(scope: &Scope<'_>, records: Vec<(u64, GlobalRecord)>) -> Vec<CauseJson> {
+    model::causes(records, scope.cur, scope.syms, scope.depth)
+        .into_iter()
+        .map(|c| {
+            let kind = match c.frames.first().map(String::as_str) {
+                Some(model::WAITING_FOR_CPU) => "runqueue",
+                Some(model::UNAVAILABLE) => "unavailable",
+                _ => "sleep",
+            };
+            CauseJson {
+                reason: scope.reasons.reason(&c.frames),
+                kind,
+                average_ns: c.total_ns.checked_div(c.count).unwrap_or(0),
+                frames: c.frames,
+                count: c.count,
+                total_ns: c.total_ns,
+                max_ns: c.max_ns,
+            }
+        })
+        .collect()
+}
+
+#[must_use]
+pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
+    let mut tgids: BTreeMap<u32, (String, Vec<u32>)> = BTreeMap::new();
+    for t in &scope.cur.tasks {
+        if scope.pid.is_some_and(|p| p != t.tgid) || (t.kthread && scope.cur.skip_kthreads) {
+            continue;
+        }
+        let e = tgids
+            .entry(t.tgid)
+            .or_insert_with(|| (t.comm.clone(), Vec::new()));
+        if t.tid == t.tgid {
+            e.0.clone_from(&t.comm);
+        }
+        e.1.push(t.tid);
+    }
+    let mut processes: Vec<ProcessJson> = tgids
+        .into_iter()
+        .filter_map(|(pid, (comm, threads))| {
+            let records = model::process_since(scope.cur, scope.base, pid);
+            if records.is_empty() {
+                return None;
+            }
+            let causes = causes_json(scope, records);
+            Some(ProcessJson {
+                pid,
+                comm,
+                threads,
+                count: causes.iter().map(|c| c.count).sum(),
+                total_ns: causes.iter().map(|c| c.total_ns).sum(),
+                max_ns: causes.iter().map(|c| c.max_ns).max().unwrap_or(0),
+                causes,
+            })
+        })
+        .collect();
+    processes.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
+    let counters = COUNTER_NAMES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let base = scope.base.map_or(0, |b| b.counters.0[i]);
+            (*name, scope.cur.counters.0[i].saturating_sub(base))
+        })
+        .collect();
+    Document {
+        schema: SCHEMA,
+        mode: scope.cur.mode.as_str(),
+        recording: scope.info,
+        pid: scope.pid,
+        from: scope.base.map(Moment::of),
+        to: Moment::of(scope.cur),
+        causes: causes_json(scope, scope.records()),
+        processes,
+        counters,
+    }
+}
+
+#[must_use]
+pub fn render(scope: &Scope<'_>) -> String {
+    let mut out = serde_json::to_string_pretty(&document(scope)).unwrap_or_default();
+    out.push('\n');
+    out
+}

@@ -1,0 +1,107 @@
+//! OpenMetrics text exposition (what Prometheus scrapes): counters per cause and per pipeline
+//! counter, the maximum as a gauge, `# EOF` at the end.
+use std::fmt::Write as _;
+
+use super::Scope;
+use crate::collect::COUNTER_NAMES;
+
+/// A label value with `\`, `"` and newlines escaped.
+fn label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "seconds as floats, as Prometheus keeps them"
+)]
+fn seconds(ns: u64) -> String {
+    format!("{}", ns as f64 / 1e9)
+}
+
+fn family(out: &mut String, name: &str, kind: &str, unit: Option<&str>, help: &str) {
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    if let Some(unit) = unit {
+        let _ = writeln!(out, "# UNIT {name} {unit}");
+    }
+    let _ = writeln!(out, "# HELP {name} {help}");
+}
+
+#[must_use]
+pub fn render(scope: &Scope<'_>) -> String {
+    let causes = scope.causes(true);
+    let labels: Vec<String> = causes
+        .iter()
+        .map(|c| {
+            format!(
+                "reason=\"{}\",stack=\"{}\"",
+                label(&scope.reasons.reason(&c.frames)),
+                label(&c.frames.join(";"))
+            )
+        })
+        .collect();
+    let mut out = String::new();
+    family(
+        &mut out,
+        "latprof_latency_events",
+        "counter",
+        None,
+        "Sleeps (and run-queue waits) counted, by cause.",
+    );
+    for (c, l) in causes.iter().zip(&labels) {
+        let _ = writeln!(out, "latprof_latency_events_total{{{l}}} {}", c.count);
+    }
+    family(
+        &mut out,
+        "latprof_latency_seconds",
+        "counter",
+        Some("seconds"),
+        "Time spent in those sleeps and waits, by cause.",
+    );
+    for (c, l) in causes.iter().zip(&labels) {
+        let _ = writeln!(
+            out,
+            "latprof_latency_seconds_total{{{l}}} {}",
+            seconds(c.total_ns)
+        );
+    }
+    family(
+        &mut out,
+        "latprof_latency_max_seconds",
+        "gauge",
+        Some("seconds"),
+        "Longest single sleep or wait, by cause.",
+    );
+    for (c, l) in causes.iter().zip(&labels) {
+        let _ = writeln!(
+            out,
+            "latprof_latency_max_seconds{{{l}}} {}",
+            seconds(c.max_ns)
+        );
+    }
+    family(
+        &mut out,
+        "latprof_pipeline_events",
+        "counter",
+        None,
+        "latprof's own event pipeline: what it tracked, skipped and lost.",
+    );
+    for (i, name) in COUNTER_NAMES.iter().enumerate() {
+        let base = scope.base.map_or(0, |b| b.counters.0[i]);
+        let _ = writeln!(
+            out,
+            "latprof_pipeline_events_total{{counter=\"{name}\"}} {}",
+            scope.cur.counters.0[i].saturating_sub(base)
+        );
+    }
+    out.push_str("# EOF\n");
+    out
+}

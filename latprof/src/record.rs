@@ -1,0 +1,157 @@
+//! `latprof record`: snapshots at every interval, appended to a recording until Ctrl-C,
+//! SIGTERM, --duration or --max-size; the file is finished cleanly in each case.
+use std::{
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Result, bail};
+
+use crate::{
+    cli::{Cli, RecordArgs},
+    collect::Collector,
+    duration,
+    probe::{self, Probe},
+    stats::stop_flag,
+    store::{
+        RecordingInfo,
+        writer::{Appended, Options, Writer},
+    },
+    symbols::Kallsyms,
+};
+
+fn uname() -> (String, String, String) {
+    // SAFETY: utsname is plain bytes; uname fills it.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out pointer.
+    if unsafe { libc::uname(&raw mut u) } != 0 {
+        return Default::default();
+    }
+    let field = |f: &[libc::c_char]| {
+        let bytes: Vec<u8> = f
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c.cast_unsigned())
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    (field(&u.nodename), field(&u.release), field(&u.version))
+}
+
+/// Facts of this machine and run, stored in every key frame.
+#[must_use]
+pub fn info(cli: &Cli, interval: Duration, details: bool, syms: &Kallsyms) -> RecordingInfo {
+    let (hostname, kernel_release, kernel_version) = uname();
+    // SAFETY: sysconf has no memory effects.
+    let cpus = u32::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(0);
+    let (sched_text, lock_text) = syms.ranges();
+    RecordingInfo {
+        latprof_version: env!("CARGO_PKG_VERSION").to_owned(),
+        hostname,
+        kernel_release,
+        kernel_version,
+        cpus,
+        mode: cli.mode,
+        interval_ns: u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX),
+        stack_depth: cli.depth(),
+        details,
+        sched_text,
+        lock_text,
+    }
+}
+
+pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
+    probe::check_privileges()?;
+    if args.interval < Duration::from_millis(10) {
+        bail!("--interval must be at least 10ms");
+    }
+    if !args.force && args.output.exists() {
+        bail!(
+            "{} exists; choose another name or pass --force to replace it",
+            args.output.display()
+        );
+    }
+    let stop = stop_flag()?;
+    let syms = Kallsyms::load()?;
+    let details = !args.lean;
+    let options = Options {
+        compress: !args.no_compress,
+        rotate: args.rotate,
+        keep: args.keep,
+        max_size: args.max_size,
+    };
+    let mut writer = Writer::create(
+        &args.output,
+        info(cli, args.interval, details, &syms),
+        options,
+    )?;
+    let probe = Probe::attach(cli.probe_config(None, details))?;
+    // The programs' run time is counted while this fd is open (closed at exit, in any way).
+    let run_time_stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
+    eprintln!(
+        "latprof: recording to {} every {} ({} mode){}; Ctrl-C to stop",
+        args.output.display(),
+        duration::format(args.interval),
+        cli.mode.as_str(),
+        args.duration
+            .map(|d| format!(" for {}", duration::format(d)))
+            .unwrap_or_default()
+    );
+    let started = Instant::now();
+    let mut collector = Collector::with_details();
+    let mut reason = "stopped by a signal";
+    let mut next = started;
+    loop {
+        let snap = collector.snapshot(&probe)?;
+        if writer.append(&snap, &syms)? == Appended::Full {
+            reason = "--max-size reached";
+            break;
+        }
+        next += args.interval;
+        let end = args.duration.map(|d| started + d);
+        // Sleep until the next snapshot, a signal, or the end of --duration.
+        let done = loop {
+            if stop.load(Ordering::Relaxed) {
+                break true;
+            }
+            let now = Instant::now();
+            if end.is_some_and(|e| now >= e) {
+                reason = "--duration reached";
+                break true;
+            }
+            if now >= next {
+                break false;
+            }
+            std::thread::sleep((next - now).min(Duration::from_millis(50)));
+        };
+        if done {
+            // The last snapshot holds everything up to the end.
+            let snap = collector.snapshot(&probe)?;
+            if writer.append(&snap, &syms)? == Appended::Full {
+                reason = "--max-size reached";
+            }
+            break;
+        }
+    }
+    drop(probe);
+    drop(run_time_stats);
+    let stats = writer.finish(reason)?;
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    #[expect(clippy::cast_precision_loss, reason = "byte rates for people")]
+    let (per_snapshot, per_hour) = (
+        stats.bytes as f64 / stats.snapshots.max(1) as f64,
+        stats.bytes as f64 / secs * 3600.0 / 1e6,
+    );
+    eprintln!(
+        "latprof: {reason}: {} snapshots in {:.1}s, {} bytes ({per_snapshot:.0} per snapshot, {per_hour:.1} MB per hour at this rate{})",
+        stats.snapshots,
+        secs,
+        stats.bytes,
+        if stats.rotations > 0 {
+            format!(", {} rotations", stats.rotations)
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}

@@ -1,0 +1,380 @@
+//! `latprof replay`: the `top` screens over a recording, with time navigation. The App gets
+//! exactly the snapshots the live view had at the same moment; no root, no eBPF.
+use std::{
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Result, anyhow};
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use super::{
+    TerminalGuard,
+    app::{App, Settings},
+    ui,
+};
+use crate::{
+    cli::{Cli, ReplayArgs},
+    clock,
+    collect::Snapshot,
+    duration,
+    reasons::Reasons,
+    store::reader::Recording,
+};
+
+pub const FOOTER: &str =
+    "q quit ? help ]/[ step }/{ x10 p play t jump m mark A M clear A Tab pane Enter detail";
+
+/// A recording and where the user is in it.
+pub struct Replay {
+    pub rec: Recording,
+    pub app: App,
+    pub pos: usize,
+    /// Snapshot A: numbers are shown since A (the difference of A and the current one).
+    pub mark: Option<usize>,
+    pub playing: bool,
+    /// The text of a "jump to" being typed.
+    pub prompt: Option<String>,
+    /// The last complaint (a time that is not in the recording).
+    pub message: Option<String>,
+    first: Snapshot,
+    mark_snap: Option<Snapshot>,
+}
+
+impl Replay {
+    #[must_use]
+    pub fn new(rec: Recording, settings: Settings, at: usize, mark: Option<usize>) -> Self {
+        let first = rec.snapshot(0);
+        let mut replay = Self {
+            app: App::new(settings, String::new()),
+            pos: 0,
+            mark: None,
+            playing: false,
+            prompt: None,
+            message: None,
+            first,
+            mark_snap: None,
+            rec,
+        };
+        replay.app.footer = Some(FOOTER.to_owned());
+        replay.set_mark(mark);
+        replay.goto(at);
+        replay
+    }
+
+    fn set_mark(&mut self, mark: Option<usize>) {
+        self.mark = mark;
+        self.mark_snap = mark.map(|m| self.rec.snapshot(m));
+    }
+
+    /// Shows snapshot `pos` (clamped to the recording).
+    pub fn goto(&mut self, pos: usize) {
+        let pos = pos.min(self.rec.len() - 1);
+        let prev = pos.checked_sub(1).map(|p| self.rec.snapshot(p));
+        let cur = self.rec.snapshot(pos);
+        self.pos = pos;
+        self.app
+            .show(self.first.clone(), prev, cur, self.mark_snap.clone());
+        self.app.status = Some(self.status());
+    }
+
+    fn step(&mut self, by: isize) {
+        let pos = self.pos.saturating_add_signed(by);
+        self.goto(pos);
+    }
+
+    /// Where we are: the time, the offset, the snapshot number, and A when marked.
+    #[must_use]
+    pub fn status(&self) -> String {
+        let (mono, wall) = self.rec.times(self.pos);
+        let (first_mono, _) = self.rec.times(0);
+        let offset =
+            |m: u64| duration::format(Duration::from_secs((m - first_mono) / 1_000_000_000));
+        let mut s = format!(
+            "replay {} +{} #{}/{}{}",
+            clock::local_hms(wall),
+            offset(mono),
+            self.pos,
+            self.rec.len() - 1,
+            if self.playing { " PLAYING" } else { "" }
+        );
+        match self.mark {
+            Some(a) => {
+                let (a_mono, a_wall) = self.rec.times(a);
+                s.push_str(&format!(
+                    "  showing A {} (+{}) -> now: {}",
+                    clock::local_hms(a_wall),
+                    offset(a_mono),
+                    duration::format(Duration::from_millis(
+                        mono.saturating_sub(a_mono) / 1_000_000
+                    ))
+                ));
+            }
+            None => s.push_str("  showing: since the start"),
+        }
+        if let Some(p) = &self.prompt {
+            s = format!("jump to (+30s, -10s, 12:03:10, start, end, #N): {p}_");
+        } else if let Some(m) = &self.message {
+            s.push_str("  ! ");
+            s.push_str(m);
+        }
+        s
+    }
+
+    /// Keys of the replay first, then the App's. `r` (reset) marks A here, like `m`.
+    pub fn handle_key(&mut self, key: KeyEvent) {
+        if key.kind != KeyEventKind::Press {
+            return;
+        }
+        if let Some(text) = self.prompt.as_mut() {
+            match key.code {
+                KeyCode::Enter => {
+                    let spec = self.prompt.take().unwrap_or_default();
+                    match self.rec.find(&spec) {
+                        Ok(pos) => {
+                            self.message = None;
+                            self.goto(pos);
+                        }
+                        Err(e) => self.message = Some(e),
+                    }
+                }
+                KeyCode::Esc => self.prompt = None,
+                KeyCode::Backspace => {
+                    text.pop();
+                }
+                KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => {
+                    text.push(c);
+                }
+                _ => {}
+            }
+            self.app.status = Some(self.status());
+            return;
+        }
+        let app_busy = self.app.editing.is_some() || self.app.help;
+        if !app_busy {
+            let handled = match key.code {
+                KeyCode::Char(']' | '.') => {
+                    self.step(1);
+                    true
+                }
+                KeyCode::Char('[' | ',') => {
+                    self.step(-1);
+                    true
+                }
+                KeyCode::Char('}') => {
+                    self.step(10);
+                    true
+                }
+                KeyCode::Char('{') => {
+                    self.step(-10);
+                    true
+                }
+                KeyCode::Char('p' | ' ') => {
+                    self.playing = !self.playing;
+                    if self.playing && self.pos + 1 >= self.rec.len() {
+                        self.goto(0);
+                    }
+                    true
+                }
+                KeyCode::Char('t') => {
+                    self.prompt = Some(String::new());
+                    true
+                }
+                KeyCode::Char('m' | 'r') => {
+                    self.set_mark(Some(self.pos));
+                    self.goto(self.pos);
+                    true
+                }
+                KeyCode::Char('M') => {
+                    self.set_mark(None);
+                    self.goto(self.pos);
+                    true
+                }
+                _ => false,
+            };
+            if handled {
+                self.message = None;
+                self.app.status = Some(self.status());
+                return;
+            }
+        }
+        self.app.handle_key(key);
+    }
+
+    /// While playing: the next snapshot; stops at the end.
+    pub fn tick(&mut self) {
+        if !self.playing {
+            return;
+        }
+        if self.pos + 1 >= self.rec.len() {
+            self.playing = false;
+        } else {
+            self.pos += 1;
+        }
+        self.goto(self.pos);
+    }
+}
+
+pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
+    let rec = Recording::open(&args.file)?;
+    let reasons = match &args.reasons {
+        Some(path) => Reasons::with_file(path)?,
+        None => Reasons::builtin(),
+    };
+    let find = |spec: &str| rec.find(spec).map_err(|e| anyhow!("{e}"));
+    let at = match &args.at {
+        Some(at) => find(at)?,
+        None => rec.len() - 1,
+    };
+    let mark = args.from.as_deref().map(find).transpose()?;
+    for p in &rec.problems {
+        eprintln!("latprof: warning: {}: {p}", args.file.display());
+    }
+    let settings = Settings {
+        mode: rec.info.mode,
+        interval_ms: rec.info.interval_ns / 1_000_000,
+        depth: usize::from(cli.stack_depth.unwrap_or(rec.info.stack_depth)),
+        syms: rec.syms.clone(),
+        reasons,
+    };
+    let interval = Duration::from_nanos(rec.info.interval_ns.max(10_000_000));
+    let stop = crate::stats::stop_flag()?;
+    let mut replay = Replay::new(rec, settings, at, mark);
+    let mut guard = TerminalGuard::new()?;
+    let mut last_tick = Instant::now();
+    while !replay.app.quit && !stop.load(Ordering::Relaxed) {
+        guard.terminal.draw(|f| ui::render(f, &replay.app))?;
+        if event::poll(Duration::from_millis(50))?
+            && let Event::Key(key) = event::read()?
+        {
+            replay.handle_key(key);
+        }
+        if last_tick.elapsed() >= interval {
+            last_tick = Instant::now();
+            replay.tick();
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use ratatui::{Terminal, backend::TestBackend};
+
+    use super::*;
+    use crate::{
+        store::{
+            tests::{KALLSYMS, record, snapshots},
+            writer::Options,
+        },
+        symbols::Kallsyms,
+    };
+
+    fn key(c: char) -> KeyEvent {
+        KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
+    }
+
+    fn settings(syms: Kallsyms) -> Settings {
+        Settings {
+            mode: crate::probe::Mode::Lazy,
+            interval_ms: 1000,
+            depth: 12,
+            syms,
+            reasons: Reasons::builtin(),
+        }
+    }
+
+    fn screen(app: &App) -> String {
+        let mut t = Terminal::new(TestBackend::new(120, 40)).unwrap();
+        t.draw(|f| ui::render(f, app)).unwrap();
+        let buf = t.backend().buffer().clone();
+        buf.content()
+            .chunks(120)
+            .map(|row| row.iter().map(|c| c.symbol()).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The live App fed snapshot by snapshot and the replay at the same index draw the same
+    /// screen (the replay's extra status line aside).
+    #[test]
+    fn replay_shows_what_the_live_view_showed() {
+        let snaps = snapshots(75);
+        let rec = Recording::from_bytes(record(&snaps, Options::default())).unwrap();
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        let mut live = App::new(settings(syms), String::new());
+        let mut replay = Replay::new(rec, settings(Kallsyms::parse(KALLSYMS).unwrap()), 0, None);
+        for (i, snap) in snaps.iter().enumerate() {
+            live.on_snapshot(snap.clone());
+            replay.goto(i);
+            replay.app.status = None;
+            replay.app.footer = None;
+            assert_eq!(live.global, replay.app.global, "snapshot {i}");
+            assert_eq!(live.procs, replay.app.procs, "snapshot {i}");
+            assert_eq!(live.header, replay.app.header, "snapshot {i}");
+            assert_eq!(screen(&live), screen(&replay.app), "snapshot {i}");
+        }
+    }
+
+    #[test]
+    fn time_keys_move_and_mark() {
+        let snaps = snapshots(30);
+        let rec = Recording::from_bytes(record(&snaps, Options::default())).unwrap();
+        let mut r = Replay::new(rec, settings(Kallsyms::parse(KALLSYMS).unwrap()), 29, None);
+        assert_eq!(r.app.cur.as_ref(), Some(&snaps[29]));
+        r.handle_key(key('['));
+        assert_eq!(r.pos, 28);
+        r.handle_key(key('{'));
+        assert_eq!(r.pos, 18);
+        r.handle_key(key('}'));
+        r.handle_key(key('}'));
+        assert_eq!(r.pos, 29, "clamped at the end");
+        // Jump to +10s: the snapshot taken 10 s after the first.
+        r.handle_key(key('t'));
+        for c in "+10s".chars() {
+            r.handle_key(key(c));
+        }
+        r.handle_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+        assert_eq!(r.pos, 10);
+        assert_eq!(r.app.cur.as_ref(), Some(&snaps[10]));
+        // A bad time leaves the position and says why.
+        r.handle_key(key('t'));
+        for c in "+99m".chars() {
+            r.handle_key(key(c));
+        }
+        r.handle_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+        assert_eq!(r.pos, 10);
+        assert!(
+            r.app
+                .status
+                .as_ref()
+                .unwrap()
+                .contains("after the recording ends")
+        );
+        // Mark A at 10, go to 20: the App shows the difference.
+        r.handle_key(key('m'));
+        for _ in 0..10 {
+            r.handle_key(key(']'));
+        }
+        assert_eq!(r.app.baseline.as_ref(), Some(&snaps[10]));
+        let sleeper = r.app.procs.iter().find(|p| p.tgid == 100).unwrap();
+        // The sleeper's nanosleep record grew by 10 per snapshot: 100 sleeps from 10 to 20.
+        let runq = 10; // and one run-queue wait per snapshot
+        assert_eq!(sleeper.count, 100 + runq);
+        assert!(r.app.status.as_ref().unwrap().contains("-> now: 10s"));
+        r.handle_key(key('M'));
+        assert_eq!(r.app.baseline, None);
+        // Play runs to the end and stops.
+        r.handle_key(key('p'));
+        for _ in 0..20 {
+            r.tick();
+        }
+        assert_eq!(r.pos, 29);
+        assert!(!r.playing);
+        // Other keys still reach the App.
+        r.handle_key(key('s'));
+        assert_eq!(r.app.sort, crate::model::SortKey::Max);
+        r.handle_key(key('q'));
+        assert!(r.app.quit);
+    }
+}
