@@ -121,10 +121,10 @@ pub struct ReplayArgs {
     /// A recording made by `latprof record`.
     pub file: PathBuf,
     /// Open at this moment (+30s, -10s, 12:03:10, start, end, #N); default: the end.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub at: Option<String>,
     /// Show what happened after this moment (the difference of two snapshots).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub from: Option<String>,
     /// Extra reasons (latencytop.trans format), overriding built-ins.
     #[arg(long)]
@@ -136,12 +136,12 @@ pub struct DumpArgs {
     /// A recording made by `latprof record`.
     pub file: PathBuf,
     /// The moment to print (+30s, -10s, 12:03:10, start, end, #N); default: the end.
-    #[arg(long, conflicts_with_all = ["from", "to"])]
+    #[arg(long, conflicts_with_all = ["from", "to"], allow_hyphen_values = true)]
     pub at: Option<String>,
     /// Print what happened between --from and --to (default: the end).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub from: Option<String>,
-    #[arg(long, requires = "from")]
+    #[arg(long, requires = "from", allow_hyphen_values = true)]
     pub to: Option<String>,
     /// Only this process (its threads alive at that moment).
     #[arg(long, short = 'p')]
@@ -352,6 +352,12 @@ mod tests {
         assert!(parse(&["record", "-o", "x", "--rotate", "1M", "--max-size", "2M"]).is_err());
         assert!(parse(&["dump", "f", "--at", "end", "--from", "start"]).is_err());
         assert!(parse(&["dump", "f", "--to", "end"]).is_err());
+        // Times before the end start with '-'.
+        let cli = parse(&["dump", "f", "--from", "-10s"]).unwrap();
+        let Command::Dump(args) = &cli.command else {
+            panic!("not dump")
+        };
+        assert_eq!(args.from.as_deref(), Some("-10s"));
         assert!(parse(&[]).is_err());
     }
 }

@@ -167,3 +167,96 @@ fn top_in_a_real_terminal() {
         "TUI left on the screen:\n{screen}"
     );
 }
+
+#[test]
+#[ignore = "needs root (to record) and tmux: run `cargo xtask test`"]
+fn replay_in_a_real_terminal_without_root() {
+    latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
+    let dir = std::env::temp_dir().join(format!("latprof-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("run.lpr");
+    let path = file.to_str().expect("utf-8 path").to_owned();
+    let _work = Workload(
+        Command::new(LATPROF)
+            .args([
+                "workload",
+                "sleep",
+                "--count",
+                "1000000",
+                "--interval",
+                "3ms",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn workload"),
+    );
+    let out = Command::new(LATPROF)
+        .args([
+            "record",
+            "--duration",
+            "3s",
+            "--interval",
+            "250ms",
+            "--force",
+            "-o",
+            &path,
+        ])
+        .output()
+        .expect("latprof record");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = Command::new("chmod")
+        .args(["-R", "a+rX", dir.to_str().expect("utf-8")])
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+
+    // As an unprivileged user: no eBPF, only the file.
+    let tmux = Tmux::start(&format!(
+        "runuser -u nobody -- {LATPROF} replay {path}; echo LATPROF-EXIT=$?; sleep 60"
+    ));
+    let screen = tmux.wait_for(&[
+        "replay ",
+        "Application requested delay",
+        "showing: since the start",
+    ]);
+    assert!(
+        screen.contains("#12/12") || screen.contains("#13/13"),
+        "opens at the end:\n{screen}"
+    );
+
+    // Jump to +1s, mark A, step forward 4 snapshots: the difference of the two.
+    tmux.keys(&["t"]);
+    tmux.wait_for(&["jump to"]);
+    tmux.keys(&["+1s", "Enter"]);
+    tmux.wait_for(&["+1s #4/"]);
+    tmux.keys(&["m"]);
+    tmux.wait_for(&["showing A"]);
+    tmux.keys(&["]", "]", "]", "]"]);
+    let screen = tmux.wait_for(&["+2s #8/", "-> now: ", "Application requested delay"]);
+    // One second of 3 ms sleeps: at most 333, not the whole run's ~900.
+    let count: u64 = screen
+        .lines()
+        .find(|l| l.contains("Application requested delay"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count on the reason row:\n{screen}"));
+    assert!(
+        (100..=340).contains(&count),
+        "{count} sleeps between A and B:\n{screen}"
+    );
+
+    // Back one step, the help, then quit.
+    tmux.keys(&["["]);
+    tmux.wait_for(&["#7/"]);
+    tmux.keys(&["?"]);
+    tmux.wait_for(&["jump to +30s"]);
+    tmux.keys(&["?"]);
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for(&["LATPROF-EXIT=0"]);
+    assert!(!tmux.alternate_screen(), "terminal not restored:\n{screen}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

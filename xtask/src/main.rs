@@ -16,13 +16,15 @@ const NIGHTLY: &str = "nightly-2026-07-10";
 /// Stable for latprof itself (aya 0.16 needs >= 1.98).
 const STABLE: &str = "1.99.1";
 const BPF_LINKER: &str = "0.13.0";
-/// Debian packages: LLVM 22 for bpf-linker, tmux for the terminal test of `latprof top`.
-const DEBIAN_PACKAGES: [&str; 5] = [
+/// Debian packages: LLVM 22 for bpf-linker, tmux for the terminal tests, Prometheus' Python
+/// client whose OpenMetrics parser checks `--format openmetrics`.
+const DEBIAN_PACKAGES: [&str; 6] = [
     "llvm-22-dev",
     "libpolly-22-dev",
     "libzstd-dev",
     "zlib1g-dev",
     "tmux",
+    "python3-prometheus-client",
 ];
 
 fn main() -> ExitCode {

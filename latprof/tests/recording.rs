@@ -1,0 +1,334 @@
+//! Recordings end to end: `latprof record` as root next to a known workload and `latprof stats`,
+//! then `dump` as an unprivileged user; a recorder killed with SIGKILL; damaged and foreign
+//! files given to `dump`.
+//!
+//! The recorder needs root, so those tests are `#[ignore]`d for a plain `cargo test`;
+//! `cargo xtask test` (and CI, as root) runs them. The bad-file tests need no root.
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
+
+/// A directory every user can read (dump runs as `nobody`), removed at the end.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("latprof-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        let status = Command::new("chmod")
+            .args(["755", dir.to_str().expect("utf-8 path")])
+            .status()
+            .expect("chmod");
+        assert!(status.success());
+        Self(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn root() {
+    latprof::probe::check_privileges()
+        .expect("recording tests need root or CAP_BPF+CAP_PERFMON: run `cargo xtask test`");
+}
+
+/// Starts a latprof command and waits for its first stderr line (attached / recording).
+fn start(args: &[&str]) -> (Child, BufReader<std::process::ChildStderr>) {
+    let mut child = Command::new(LATPROF)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn latprof");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("read stderr");
+    assert!(
+        line.contains("attached") || line.contains("recording to"),
+        "latprof {args:?} did not start: {line}"
+    );
+    (child, stderr)
+}
+
+/// Stops a latprof command with SIGINT and returns its output (stderr after the first line).
+fn interrupt(child: Child, mut stderr: BufReader<std::process::ChildStderr>) -> (Output, String) {
+    let pid = i32::try_from(child.id()).expect("pid");
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().expect("wait for latprof");
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+    assert!(out.status.success(), "latprof exit {}: {rest}", out.status);
+    (out, rest)
+}
+
+/// `latprof ARGS` as the unprivileged user `nobody`.
+fn as_nobody(args: &[&str]) -> Output {
+    Command::new("runuser")
+        .args(["-u", "nobody", "--", LATPROF])
+        .args(args)
+        .output()
+        .expect("runuser (util-linux)")
+}
+
+/// The line of /proc/latency_stats text whose frames contain `needle`: (count, total us, max
+/// us, frames).
+fn line_with(text: &str, needle: &str) -> (u64, u64, u64, String) {
+    let line = text
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no '{needle}' line in:\n{text}"));
+    let mut words = line.splitn(4, ' ');
+    let mut num = || words.next().expect("field").parse::<u64>().expect("number");
+    let (c, t, m) = (num(), num(), num());
+    (c, t, m, words.next().expect("frames").to_owned())
+}
+
+fn workload(count: &str) -> Child {
+    Command::new(LATPROF)
+        .args([
+            "workload",
+            "--wait",
+            "--hold",
+            "sleep",
+            "--count",
+            count,
+            "--interval",
+            "2ms",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn workload")
+}
+
+fn go_and_wait(work: &mut Child) {
+    let stdin = work.stdin.as_mut().expect("stdin");
+    stdin
+        .write_all(b"go\n")
+        .and_then(|()| stdin.flush())
+        .expect("start workload");
+    let mut line = String::new();
+    BufReader::new(work.stdout.as_mut().expect("stdout"))
+        .read_line(&mut line)
+        .expect("workload output");
+    assert!(line.starts_with("done"), "workload: {line}");
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn record_then_dump_without_root_matches_stats() {
+    root();
+    let dir = TempDir::new("roundtrip");
+    let file = dir.file("run.lpr");
+    let path = file.to_str().expect("utf-8 path");
+    let mut work = workload("100");
+    let pid = work.id().to_string();
+    let (recorder, rec_err) = start(&["record", "--all-sleeps", "--interval", "200ms", "-o", path]);
+    let (stats, stats_err) = start(&["stats", "--all-sleeps", "--duration", "60s", "--pid", &pid]);
+    go_and_wait(&mut work);
+    // A snapshot after the work holds all of it.
+    std::thread::sleep(Duration::from_millis(600));
+    let (stats_out, _) = interrupt(stats, stats_err);
+    let (_, rec_summary) = interrupt(recorder, rec_err);
+    assert!(rec_summary.contains("snapshots in"), "{rec_summary}");
+    let stats_text = String::from_utf8(stats_out.stdout).expect("utf-8");
+
+    // The workload is still alive (held), so the recording's last snapshot has its records.
+    let dump = as_nobody(&["dump", path, "--pid", &pid]);
+    assert!(
+        dump.status.success(),
+        "dump as nobody: {}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    let dump_text = String::from_utf8(dump.stdout).expect("utf-8");
+    assert!(
+        dump_text.starts_with("Latency Top version : v0.1\n"),
+        "{dump_text}"
+    );
+    let (sc, st, sm, sf) = line_with(&stats_text, "hrtimer_nanosleep");
+    let (dc, dt, dm, df) = line_with(&dump_text, "hrtimer_nanosleep");
+    // Two probes saw the same sleeps: same count and frames; their clocks read a few
+    // nanoseconds apart, so the totals agree to 1%.
+    assert_eq!(
+        (dc, &df),
+        (sc, &sf),
+        "dump:\n{dump_text}\nstats:\n{stats_text}"
+    );
+    assert!(sc >= 99, "stats counted {sc} of 100 nanosleeps");
+    assert!(dt.abs_diff(st) * 100 <= st, "totals {dt} vs {st} us");
+    assert!(dm.abs_diff(sm) * 100 <= sm.max(100), "max {dm} vs {sm} us");
+
+    // JSON carries the same numbers.
+    let json = as_nobody(&["dump", path, "--pid", &pid, "--format", "json"]);
+    assert!(json.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).expect("valid JSON");
+    assert_eq!(doc["schema"], "latprof-export/1");
+    let cause = doc["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .find(|c| c["frames"][0] == "hrtimer_nanosleep")
+        .expect("nanosleep cause in JSON");
+    assert_eq!(cause["count"], dc);
+    assert_eq!(cause["total_ns"].as_u64().expect("total") / 1000, dt);
+    assert_eq!(doc["processes"][0]["pid"].to_string(), pid);
+
+    // Folded: outermost frame first, the same total in microseconds.
+    let folded = as_nobody(&["dump", path, "--pid", &pid, "--format", "folded"]);
+    let folded = String::from_utf8(folded.stdout).expect("utf-8");
+    let line = folded
+        .lines()
+        .find(|l| l.contains("hrtimer_nanosleep"))
+        .expect("folded nanosleep line");
+    let (stack, value) = line.rsplit_once(' ').expect("value");
+    assert_eq!(value.parse::<u64>().expect("number"), dt);
+    assert!(stack.ends_with(";hrtimer_nanosleep"), "{line}");
+
+    // OpenMetrics: Prometheus' own parser accepts it.
+    let om = as_nobody(&["dump", path, "--format", "openmetrics"]);
+    assert!(om.status.success());
+    let mut python = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import sys\n\
+             from prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
+             fams = list(p(sys.stdin.read()))\n\
+             print(len(fams), sum(len(f.samples) for f in fams))",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 (cargo xtask test installs python3-prometheus-client)");
+    python
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&om.stdout)
+        .expect("feed python");
+    let parsed = python.wait_with_output().expect("python");
+    assert!(
+        parsed.status.success(),
+        "OpenMetrics rejected (is python3-prometheus-client installed? cargo xtask test installs it): {}\n{}",
+        String::from_utf8_lossy(&parsed.stderr),
+        String::from_utf8_lossy(&om.stdout)
+    );
+    let families: Vec<u64> = String::from_utf8_lossy(&parsed.stdout)
+        .split_whitespace()
+        .map(|n| n.parse().expect("number"))
+        .collect();
+    assert_eq!(families[0], 4, "families");
+
+    // The difference of two moments: from the start to the end holds the work, the last
+    // 400 ms (two snapshots) after it nothing of the workload.
+    let between = as_nobody(&[
+        "dump", path, "--pid", &pid, "--from", "start", "--to", "end",
+    ]);
+    let between = String::from_utf8(between.stdout).expect("utf-8");
+    let (bc, _, _, _) = line_with(&between, "hrtimer_nanosleep");
+    assert!(bc > 0 && bc <= dc, "{between}");
+    let tail = as_nobody(&["dump", path, "--pid", &pid, "--from", "-400ms"]);
+    assert!(tail.status.success());
+    assert!(
+        !String::from_utf8_lossy(&tail.stdout).contains("hrtimer_nanosleep"),
+        "nothing slept in the last two snapshot intervals"
+    );
+    drop(work.stdin.take());
+    assert!(work.wait().expect("wait").success());
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_recorder_killed_with_sigkill_leaves_a_readable_file() {
+    root();
+    let dir = TempDir::new("kill9");
+    let file = dir.file("run.lpr");
+    let path = file.to_str().expect("utf-8 path");
+    let (mut recorder, _stderr) = start(&["record", "--interval", "50ms", "-o", path]);
+    // Let it write a few dozen frames, then kill it without warning.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::metadata(&file).map_or(0, |m| m.len()) < 20_000 {
+        assert!(Instant::now() < deadline, "the recording does not grow");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    recorder.kill().expect("kill -9");
+    recorder.wait().expect("wait");
+
+    let out = as_nobody(&["dump", path, "--info", "--format", "json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("not finished cleanly"), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert!(doc["counters"]["sleeps_tracked"].as_u64().expect("counter") > 0);
+
+    // Cut inside the last frame, as a power loss might: still readable, and it says so.
+    let bytes = std::fs::read(&file).expect("read");
+    let cut = dir.file("cut.lpr");
+    std::fs::write(&cut, &bytes[..bytes.len() - 7]).expect("write");
+    let out = as_nobody(&["dump", cut.to_str().expect("utf-8"), "--info"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("ends inside"), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("Latency Top version"));
+
+    // A flipped byte in the middle: the intact frames still replay, with a warning.
+    let mut flipped = bytes.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x5a;
+    let bad = dir.file("flipped.lpr");
+    std::fs::write(&bad, &flipped).expect("write");
+    let out = as_nobody(&["dump", bad.to_str().expect("utf-8"), "--info"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("warning"), "{stderr}");
+}
+
+fn one_line_error(file: &Path, expect: &str) {
+    let out = Command::new(LATPROF)
+        .args(["dump", file.to_str().expect("utf-8")])
+        .output()
+        .expect("latprof dump");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains(expect), "'{expect}' not in: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn bad_files_give_one_line_and_exit_1() {
+    let dir = TempDir::new("badfiles");
+    let empty = dir.file("empty.lpr");
+    std::fs::write(&empty, b"").expect("write");
+    one_line_error(&empty, "empty file, not a latprof recording");
+    let text = dir.file("text.lpr");
+    std::fs::write(&text, b"Latency Top version : v0.1\n1 2 3 schedule\n").expect("write");
+    one_line_error(&text, "not a latprof recording");
+    let future = dir.file("future.lpr");
+    let mut bytes = b"\x7fLATPROF".to_vec();
+    bytes.extend_from_slice(&[7, 0, 0, 0]);
+    std::fs::write(&future, &bytes).expect("write");
+    one_line_error(&future, "version 7 is newer than this latprof reads");
+    let header_only = dir.file("header.lpr");
+    bytes[8] = 1;
+    std::fs::write(&header_only, &bytes).expect("write");
+    one_line_error(&header_only, "holds no complete snapshot");
+    one_line_error(&dir.file("missing.lpr"), "cannot read");
+    // A directory is not a recording either.
+    one_line_error(&dir.0, "cannot read");
+}
