@@ -154,6 +154,18 @@ impl Snapshot {
     }
 }
 
+/// Every stack id that global records and task records name (with repeats).
+pub fn stack_ids<'a>(
+    global: &'a [(u64, GlobalRecord)],
+    tasks: &'a [TaskSnapshot],
+) -> impl Iterator<Item = u64> + 'a {
+    global.iter().map(|(id, _)| *id).chain(
+        tasks
+            .iter()
+            .flat_map(|t| t.records.iter().map(|r| r.stack_id)),
+    )
+}
+
 /// Adds one record's numbers into an accumulator.
 pub fn add(acc: &mut GlobalRecord, count: u64, total_ns: u64, max_ns: u64) {
     acc.count += count;
@@ -232,12 +244,7 @@ impl Collector {
         let stack_map: BpfHashMap<&MapData, u64, RawStack> =
             BpfHashMap::try_from(ebpf.map(names::MAP_STACKS).context("no STACKS map")?)?;
         let mut stacks = BTreeMap::new();
-        let ids = global.iter().map(|(id, _)| *id).chain(
-            tasks
-                .iter()
-                .flat_map(|t| t.records.iter().map(|r| r.stack_id)),
-        );
-        for id in ids {
+        for id in stack_ids(&global, &tasks) {
             if id == NO_STACK || id == RUNQ_STACK || stacks.contains_key(&id) {
                 continue;
             }

@@ -103,8 +103,22 @@ pub fn process_since(
     base: Option<&Snapshot>,
     tgid: u32,
 ) -> Vec<(u64, GlobalRecord)> {
+    selection_since(cur, base, tgid, None)
+}
+
+/// One process's (or with `tid`, one thread's) records since `base`, threads summed.
+fn selection_since(
+    cur: &Snapshot,
+    base: Option<&Snapshot>,
+    tgid: u32,
+    tid: Option<u32>,
+) -> Vec<(u64, GlobalRecord)> {
     let mut merged: HashMap<u64, GlobalRecord> = HashMap::new();
-    for task in cur.tasks.iter().filter(|t| t.tgid == tgid) {
+    for task in cur
+        .tasks
+        .iter()
+        .filter(|t| t.tgid == tgid && tid.is_none_or(|tid| t.tid == tid))
+    {
         for (stack, r) in task_since(cur, base, task.tid) {
             add(
                 merged.entry(stack).or_default(),
@@ -419,23 +433,7 @@ pub fn selection_rows(
     tgid: u32,
     tid: Option<u32>,
 ) -> Vec<Row> {
-    let mut merged: HashMap<u64, GlobalRecord> = HashMap::new();
-    for task in cur
-        .tasks
-        .iter()
-        .filter(|t| t.tgid == tgid && tid.is_none_or(|tid| t.tid == tid))
-    {
-        for (stack, r) in task_since(cur, base, task.tid) {
-            add(
-                merged.entry(stack).or_default(),
-                r.count,
-                r.total_ns,
-                r.max_ns,
-            );
-        }
-    }
-    let records: Vec<_> = merged.into_iter().collect();
-    rows(&records, cur, ctx)
+    rows(&selection_since(cur, base, tgid, tid), cur, ctx)
 }
 
 /// Which live processes contribute to a row: (tgid, comm, count, total, max), largest first.

@@ -92,6 +92,26 @@ impl Drop for Tmux {
 
 struct Workload(Child);
 
+impl Workload {
+    /// Sleeps 3 ms in a loop until killed.
+    fn sleeper() -> Self {
+        Self(
+            Command::new(LATPROF)
+                .args([
+                    "workload",
+                    "sleep",
+                    "--count",
+                    "1000000",
+                    "--interval",
+                    "3ms",
+                ])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawn workload"),
+        )
+    }
+}
+
 impl Drop for Workload {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -103,20 +123,7 @@ impl Drop for Workload {
 #[ignore = "needs root and tmux: run `cargo xtask test`"]
 fn top_in_a_real_terminal() {
     latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
-    let work = Workload(
-        Command::new(LATPROF)
-            .args([
-                "workload",
-                "sleep",
-                "--count",
-                "1000000",
-                "--interval",
-                "3ms",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn workload"),
-    );
+    let work = Workload::sleeper();
     let pid = work.0.id().to_string();
     // The shell line reports how latprof exited, then keeps the pane open to be read.
     let tmux = Tmux::start(&format!(
@@ -176,20 +183,8 @@ fn replay_in_a_real_terminal_without_root() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("run.lpr");
     let path = file.to_str().expect("utf-8 path").to_owned();
-    let _work = Workload(
-        Command::new(LATPROF)
-            .args([
-                "workload",
-                "sleep",
-                "--count",
-                "1000000",
-                "--interval",
-                "3ms",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn workload"),
-    );
+    let work = Workload::sleeper();
+    let pid = work.0.id().to_string();
     let out = Command::new(LATPROF)
         .args([
             "record",
@@ -237,13 +232,18 @@ fn replay_in_a_real_terminal_without_root() {
     tmux.wait_for(&["showing A"]);
     tmux.keys(&["]", "]", "]", "]"]);
     let screen = tmux.wait_for(&["+2s #8/", "-> now: ", "Application requested delay"]);
-    // One second of 3 ms sleeps: at most 333, not the whole run's ~900.
+    assert!(screen.contains("Global causes"), "{screen}");
+    // The workload's own causes between A and B: one second of 3 ms sleeps is at most 333,
+    // not the whole run's ~900 (other tests' sleepers share the global pane).
+    tmux.keys(&["/"]);
+    tmux.keys(&[&pid, "Enter"]);
+    let screen = tmux.wait_for(&[&format!("Causes of {pid}")]);
     let count: u64 = screen
         .lines()
-        .find(|l| l.contains("Application requested delay"))
-        .and_then(|l| l.split_whitespace().nth(3))
+        .find_map(|l| l.split_once("││Application requested delay"))
+        .and_then(|(_, rest)| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count on the reason row:\n{screen}"));
+        .unwrap_or_else(|| panic!("no count on the workload's reason row:\n{screen}"));
     assert!(
         (100..=340).contains(&count),
         "{count} sleeps between A and B:\n{screen}"

@@ -352,12 +352,7 @@ impl State {
         let global: Vec<(u64, GlobalRecord)> = self.global.iter().map(|(k, v)| (*k, *v)).collect();
         // The backtraces this snapshot names, as the collector hands them over.
         let mut stacks = BTreeMap::new();
-        let ids = global.iter().map(|(id, _)| *id).chain(
-            tasks
-                .iter()
-                .flat_map(|t| t.records.iter().map(|r| r.stack_id)),
-        );
-        for id in ids {
+        for id in crate::collect::stack_ids(&global, &tasks) {
             if let Some(frames) = self.stacks.get(&id) {
                 stacks.entry(id).or_insert_with(|| frames.clone());
             }

@@ -373,14 +373,7 @@ mod tests {
     use super::*;
     use crate::collect::TaskSnapshot;
 
-    const KALLSYMS: &str = "\
-ffffffff81000000 T _stext
-ffffffff81200000 T hrtimer_nanosleep
-ffffffff81300000 T anon_pipe_read
-ffffffff81400000 T __sched_text_start
-ffffffff81400010 T schedule
-ffffffff81401000 T __sched_text_end
-";
+    use crate::store::tests::KALLSYMS;
 
     fn rec(stack_id: u64, count: u64, total_ns: u64) -> LatencyRecord {
         LatencyRecord {

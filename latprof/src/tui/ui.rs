@@ -335,8 +335,22 @@ fn render_help(f: &mut Frame<'_>, app: &App, area: Rect) {
         w,
         h,
     );
-    let text = [
-        "q, Ctrl-C   quit",
+    let time: &[&str] = if replay {
+        &[
+            "] / [       next / previous snapshot",
+            "} / {       10 snapshots forward / back",
+            "p, space    play / pause",
+            "t           jump to +30s, -10s, 12:03:10, start, end, #N",
+            "m, r        mark A here: show what happened since A",
+            "M           clear A: show everything since the start",
+        ]
+    } else {
+        &[
+            "space       pause / resume",
+            "r           reset: count from now",
+        ]
+    };
+    let panes = [
         "Tab         next pane (global, processes, causes)",
         "Up/Down j/k move",
         "Enter       details of a cause; expand a process",
@@ -345,29 +359,12 @@ fn render_help(f: &mut Frame<'_>, app: &App, area: Rect) {
         "/           filter processes by pid or name",
         "s           sort by total, max, count, average",
         "g           group by reason or by backtrace",
-        "space       pause / resume",
-        "r           reset: count from now",
-        "?           this help",
     ];
-    let replay_text = [
-        "q, Ctrl-C   quit",
-        "] / [       next / previous snapshot",
-        "} / {       10 snapshots forward / back",
-        "p, space    play / pause",
-        "t           jump to +30s, -10s, 12:03:10, start, end, #N",
-        "m, r        mark A here: show what happened since A",
-        "M           clear A: show everything since the start",
-        "Tab         next pane (global, processes, causes)",
-        "Up/Down j/k move",
-        "Enter       details of a cause; expand a process",
-        "Right/Left  expand/fold a process's threads",
-        "Esc         back; clear the filter",
-        "/           filter processes by pid or name",
-        "s           sort by total, max, count, average",
-        "g           group by reason or by backtrace",
-        "?           this help",
-    ];
-    let text: &[&str] = if replay { &replay_text } else { &text };
+    let text: Vec<&str> = std::iter::once("q, Ctrl-C   quit")
+        .chain(time.iter().copied())
+        .chain(panes)
+        .chain(["?           this help"])
+        .collect();
     f.render_widget(Clear, popup);
     f.render_widget(
         Paragraph::new(text.iter().map(|l| Line::from(*l)).collect::<Vec<_>>())
