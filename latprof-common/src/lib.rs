@@ -230,6 +230,50 @@ pub enum Counter {
 /// Number of entries in the `COUNTERS` array.
 pub const COUNTER_COUNT: u32 = Counter::HistTableFull as u32 + 1;
 
+/// Per-CPU counters of the kernel's tick and time accounting, indexes into the `TICKS` array.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TickCounter {
+    /// Local timer interrupts (irq_vectors:local_timer_entry).
+    TimerTicks = 0,
+    /// The tick was stopped (timer:tick_stop with success=1: idle, or nohz_full with one task).
+    TickStopOk,
+    /// A nohz_full CPU could not stop its tick (timer:tick_stop with success=0); the
+    /// dependencies that kept it are counted below, one per bit.
+    TickStopFail,
+    DepPosixTimer,
+    DepPerfEvents,
+    DepSched,
+    DepClockUnstable,
+    DepRcu,
+    DepRcuExp,
+    /// Context switches on this CPU.
+    Switches,
+    /// Context tracking: the CPU entered user mode (context_tracking:user_enter).
+    UserEnter,
+    /// Context tracking: the CPU left user mode (context_tracking:user_exit).
+    UserExit,
+}
+
+/// Number of entries in the `TICKS` array.
+pub const TICK_COUNTER_COUNT: u32 = TickCounter::UserExit as u32 + 1;
+/// `tick_dep_bits` in include/linux/tick.h: bit n of timer:tick_stop's `dependency`.
+pub const TICK_DEP_BITS: u32 = 6;
+
+/// The counter of a tick dependency bit (`TICK_DEP_BIT_*`), if latprof knows it.
+#[must_use]
+pub fn tick_dep_counter(bit: u32) -> Option<TickCounter> {
+    match bit {
+        0 => Some(TickCounter::DepPosixTimer),
+        1 => Some(TickCounter::DepPerfEvents),
+        2 => Some(TickCounter::DepSched),
+        3 => Some(TickCounter::DepClockUnstable),
+        4 => Some(TickCounter::DepRcu),
+        5 => Some(TickCounter::DepRcuExp),
+        _ => None,
+    }
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all three are repr(C), Copy, built only of integers, with no implicit padding

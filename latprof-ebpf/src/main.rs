@@ -37,8 +37,9 @@ use aya_ebpf::{
 use latprof_common::{
     COUNTER_COUNT, Counter, DEFERRED_STACK, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord,
     MODE_LAZY, MODE_NORMAL, NO_STACK, RUNQ_STACK, RawStack, SLEEP_INTERRUPTIBLE, SLEEP_NONE,
-    STACK_FRAMES, SleepVerdict, TASK_FLAG_KTHREAD, TASK_FLAG_LONG_SLEEPER, TASK_RECORDS, TaskState,
-    hist_bucket, sleep_kind, sleep_verdict, stack_hash,
+    STACK_FRAMES, SleepVerdict, TASK_FLAG_KTHREAD, TASK_FLAG_LONG_SLEEPER, TASK_RECORDS,
+    TICK_COUNTER_COUNT, TICK_DEP_BITS, TaskState, TickCounter, hist_bucket, sleep_kind,
+    sleep_verdict, stack_hash, tick_dep_counter,
 };
 
 // ---- settings, written at load time ----
@@ -111,6 +112,9 @@ static STACK_BUF: PerCpuArray<RawStack> = PerCpuArray::with_max_entries(1, 0);
 /// Pipeline counters, one slot per `Counter`, per CPU so no cache line is shared.
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT, 0);
+/// Tick and time-accounting counters, one slot per `TickCounter`, per CPU.
+#[map]
+static TICKS: PerCpuArray<u64> = PerCpuArray::with_max_entries(TICK_COUNTER_COUNT, 0);
 /// Per-CPU scratch space to build a new task entry (too large for the 512-byte stack).
 #[map]
 static SCRATCH: PerCpuArray<TaskState> = PerCpuArray::with_max_entries(1, 0);
@@ -121,6 +125,54 @@ fn count(counter: Counter) {
         // SAFETY: per-CPU slot; programs on one CPU do not run concurrently.
         unsafe { *slot += 1 };
     }
+}
+
+#[inline(always)]
+fn tick_count(counter: TickCounter) {
+    if let Some(slot) = TICKS.get_ptr_mut(counter as u32) {
+        // SAFETY: per-CPU slot; programs on one CPU do not run concurrently.
+        unsafe { *slot += 1 };
+    }
+}
+
+// ---- tick and time accounting: per-CPU counters only ----
+
+#[raw_tracepoint(tracepoint = "local_timer_entry")]
+pub fn local_timer_entry(_ctx: RawTracePointContext) -> i32 {
+    tick_count(TickCounter::TimerTicks);
+    0
+}
+
+/// TP_PROTO(int success, int dependency): `dependency` is a mask of `TICK_DEP_MASK_*`.
+#[raw_tracepoint(tracepoint = "tick_stop")]
+pub fn tick_stop(ctx: RawTracePointContext) -> i32 {
+    let success: u64 = ctx.arg(0);
+    let dependency: u64 = ctx.arg(1);
+    if success & 0xffff_ffff != 0 {
+        tick_count(TickCounter::TickStopOk);
+        return 0;
+    }
+    tick_count(TickCounter::TickStopFail);
+    for bit in 0..TICK_DEP_BITS {
+        if dependency & (1 << bit) != 0
+            && let Some(counter) = tick_dep_counter(bit)
+        {
+            tick_count(counter);
+        }
+    }
+    0
+}
+
+#[raw_tracepoint(tracepoint = "user_enter")]
+pub fn user_enter(_ctx: RawTracePointContext) -> i32 {
+    tick_count(TickCounter::UserEnter);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "user_exit")]
+pub fn user_exit(_ctx: RawTracePointContext) -> i32 {
+    tick_count(TickCounter::UserExit);
+    0
 }
 
 // ---- sched_switch: a sleep begins ----
@@ -148,6 +200,7 @@ fn try_sched_switch(ctx: &RawTracePointContext) -> Result<i32, i32> {
         u64::from(read_field::<u32>(prev, TASK_STATE_OFF.load())?)
     };
     let kind = sleep_kind(preempt & 1 != 0, state);
+    tick_count(TickCounter::Switches);
 
     // The task coming in stops waiting for the CPU.
     if RUNQ.load() == 1 {

@@ -355,6 +355,9 @@ struct Summary {
     added_ns_per_switch: f64,
     bpf_ns_per_event: f64,
     bpf_ns_per_unit: f64,
+    /// BPF ns per unit in the programs whose work depends on the mode (every one but
+    /// sched_switch, which runs the same code in lazy and normal mode).
+    mode_ns_per_unit: f64,
     bpf_cpu_percent: f64,
     tracer_cpu_ms: f64,
     tracer_rss_mb: f64,
@@ -536,6 +539,23 @@ fn summarize(samples: &[Sample], none: &[Sample], units: u64) -> Summary {
                 samples
                     .iter()
                     .map(|s| s.bpf_ns as f64 / units as f64)
+                    .collect(),
+            )
+        } else {
+            0.0
+        },
+        mode_ns_per_unit: if units > 0 {
+            median(
+                samples
+                    .iter()
+                    .map(|s| {
+                        s.per_program
+                            .iter()
+                            .filter(|(name, _)| !name.starts_with("sched_switch"))
+                            .map(|(_, (ns, _))| *ns as f64)
+                            .sum::<f64>()
+                            / units as f64
+                    })
                     .collect(),
             )
         } else {
@@ -773,10 +793,14 @@ fn targets(
         out.push((
             "fork/exit storm: lazy's exit merges cost less than normal's per-event updates"
                 .to_owned(),
-            verdict(lazy.bpf_ns_per_unit < normal.bpf_ns_per_unit),
+            verdict(lazy.mode_ns_per_unit < normal.mode_ns_per_unit),
             format!(
-                "{:.0} ns against {:.0} ns per fork",
-                lazy.bpf_ns_per_unit, normal.bpf_ns_per_unit
+                "exit + wakeup programs, where the modes differ: {:.0} ns against {:.0} ns per fork; \
+                 all programs, sched_switch's identical code and its noise included: {:.0} ns against {:.0} ns",
+                lazy.mode_ns_per_unit,
+                normal.mode_ns_per_unit,
+                lazy.bpf_ns_per_unit,
+                normal.bpf_ns_per_unit
             ),
         ));
     }

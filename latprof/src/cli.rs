@@ -82,6 +82,11 @@ pub struct StatsArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Print latprof's pipeline counters and the kernel's tick accounting per CPU (timer
+    /// ticks, tick_stop by result and dependency, switches, context tracking) with rates,
+    /// instead of the causes (text format; JSON and OpenMetrics always carry them).
+    #[arg(long)]
+    pub counters: bool,
 }
 
 #[derive(Debug, Args)]
@@ -256,6 +261,16 @@ pub enum Workload {
         count: u32,
         #[arg(long, value_parser = duration::parse, default_value = "50us")]
         sleep: Duration,
+    },
+    /// Keeps a CPU busy in user space for `time`, with a system call every `syscall_every`
+    /// iterations (0: none), so that context tracking sees user entries and exits.
+    Spin {
+        #[arg(long, value_parser = duration::parse, default_value = "2s")]
+        time: Duration,
+        #[arg(long)]
+        cpu: Option<usize>,
+        #[arg(long, default_value_t = 100_000)]
+        syscall_every: u64,
     },
     /// `procs` processes sleeping `interval` in a loop, at the same kernel backtrace.
     Sleepers {

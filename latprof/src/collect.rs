@@ -5,7 +5,7 @@ use anyhow::{Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap};
 use latprof_common::{
     COUNTER_COUNT, Counter, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, NO_STACK,
-    RUNQ_STACK, RawStack, TaskState,
+    RUNQ_STACK, RawStack, TICK_COUNTER_COUNT, TaskState,
 };
 
 use crate::probe::{Mode, Probe, names};
@@ -125,7 +125,12 @@ pub struct Snapshot {
     pub taken_ns: u64,
     /// CLOCK_REALTIME (ns since the Unix epoch) when the snapshot was taken.
     pub wall_ns: u64,
+    /// Tick and time-accounting counters per CPU (index: CPU), by `TickCounter`.
+    pub ticks: Vec<TickCounts>,
 }
+
+/// One CPU's tick counters, by `TickCounter`.
+pub type TickCounts = [u64; TICK_COUNTER_COUNT as usize];
 
 impl Snapshot {
     /// Every global cause by stack id: the kernel's table plus, in lazy mode, the live tasks'
@@ -295,10 +300,28 @@ impl Collector {
             retries,
             histograms,
             programs,
+            ticks: read_ticks(probe)?,
             taken_ns: monotonic_ns(),
             wall_ns: clock_ns(libc::CLOCK_REALTIME),
         })
     }
+}
+
+/// The per-CPU tick counters.
+fn read_ticks(probe: &Probe) -> Result<Vec<TickCounts>> {
+    let map: PerCpuArray<&MapData, u64> =
+        PerCpuArray::try_from(probe.ebpf().map(names::MAP_TICKS).context("no TICKS map")?)?;
+    let mut out: Vec<TickCounts> = Vec::new();
+    for i in 0..TICK_COUNTER_COUNT {
+        let values = map.get(&i, 0).context("read TICKS")?;
+        if out.is_empty() {
+            out = vec![[0; TICK_COUNTER_COUNT as usize]; values.len()];
+        }
+        for (cpu, v) in values.iter().enumerate() {
+            out[cpu][i as usize] = *v;
+        }
+    }
+    Ok(out)
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (the clock of bpf_ktime_get_ns).

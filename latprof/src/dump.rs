@@ -65,6 +65,7 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
         reasons: &reasons,
         depth,
         info: Some(&rec.info),
+        kernel: Some(&rec.info.kernel),
     };
     let mut out = std::io::stdout().lock();
     out.write_all(export::render(args.format, &scope).as_bytes())

@@ -8,6 +8,7 @@ pub mod dump;
 pub mod duration;
 pub mod export;
 pub mod model;
+pub mod nohz;
 pub mod probe;
 pub mod reasons;
 pub mod record;

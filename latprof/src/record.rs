@@ -40,7 +40,13 @@ fn uname() -> (String, String, String) {
 
 /// Facts of this machine and run, stored in every key frame.
 #[must_use]
-pub fn info(cli: &Cli, interval: Duration, details: bool, syms: &Kallsyms) -> RecordingInfo {
+pub fn info(
+    cli: &Cli,
+    interval: Duration,
+    details: bool,
+    syms: &Kallsyms,
+    kernel: crate::nohz::KernelFacts,
+) -> RecordingInfo {
     let (hostname, kernel_release, kernel_version) = uname();
     // SAFETY: sysconf has no memory effects.
     let cpus = u32::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(0);
@@ -55,6 +61,7 @@ pub fn info(cli: &Cli, interval: Duration, details: bool, syms: &Kallsyms) -> Re
         interval_ns: u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX),
         stack_depth: cli.depth(),
         details,
+        kernel,
         sched_text,
         lock_text,
     }
@@ -80,12 +87,13 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
         keep: args.keep,
         max_size: args.max_size,
     };
+    let probe = Probe::attach(cli.probe_config(None, details))?;
+    let kernel = crate::nohz::kernel_facts(probe.tick_sources());
     let mut writer = Writer::create(
         &args.output,
-        info(cli, args.interval, details, &syms),
+        info(cli, args.interval, details, &syms, kernel),
         options,
     )?;
-    let probe = Probe::attach(cli.probe_config(None, details))?;
     // The programs' run time is counted while this fd is open (closed at exit, in any way).
     let run_time_stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
     eprintln!(

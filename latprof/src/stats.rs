@@ -44,6 +44,10 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         cli.mode.as_str(),
         duration::format(args.duration)
     );
+    let kernel = crate::nohz::kernel_facts(probe.tick_sources());
+    let mut collector = Collector::new();
+    // Rates of the counters are over the collection, from this first snapshot.
+    let first = collector.snapshot(&probe)?;
     let deadline = Instant::now() + args.duration;
     while !stop.load(Ordering::Relaxed) {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -52,7 +56,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         }
         std::thread::sleep(left.min(Duration::from_millis(50)));
     }
-    let snap = Collector::new().snapshot(&probe)?;
+    let snap = collector.snapshot(&probe)?;
     drop(probe);
     let reasons = Reasons::builtin();
     // The probe already kept only --pid's threads: the global table is that process's, and in
@@ -65,9 +69,15 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         reasons: &reasons,
         depth: usize::from(cli.depth()),
         info: None,
+        kernel: Some(&kernel),
+    };
+    let text = if args.counters && args.format == export::Format::Text {
+        export::counters::render(&kernel, Some(&first), &snap)
+    } else {
+        export::render(args.format, &scope)
     };
     let mut out = std::io::stdout().lock();
-    out.write_all(export::render(args.format, &scope).as_bytes())
+    out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .context("writing to stdout")?;
     let c = &snap.counters;

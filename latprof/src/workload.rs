@@ -132,6 +132,37 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             finish();
             Ok(())
         }
+        Workload::Spin {
+            time,
+            cpu,
+            syscall_every,
+        } => {
+            if let Some(cpu) = cpu {
+                pin(*cpu)?;
+            }
+            let until = std::time::Instant::now() + *time;
+            let mut n: u64 = 0;
+            let mut syscalls: u64 = 0;
+            loop {
+                n = std::hint::black_box(n.wrapping_add(1));
+                if *syscall_every > 0 && n % syscall_every == 0 {
+                    // SAFETY: getppid has no effects.
+                    std::hint::black_box(unsafe { libc::getppid() });
+                    syscalls += 1;
+                    // The clock is read in user space (vDSO): no system call.
+                    if std::time::Instant::now() >= until {
+                        break;
+                    }
+                } else if *syscall_every == 0
+                    && n % 1_000_000 == 0
+                    && std::time::Instant::now() >= until
+                {
+                    break;
+                }
+            }
+            finish_with(&format!(" syscalls={syscalls}"));
+            Ok(())
+        }
     }
 }
 

@@ -413,6 +413,29 @@ fn inter_cutoff_and_all_sleeps() {
     }
 }
 
+/// Programs a latprof session loads here: the three latency programs and one for each tick
+/// tracepoint this kernel has (tracefs tells, independently of latprof).
+fn expected_programs() -> usize {
+    let tracefs = std::path::Path::new("/sys/kernel/tracing");
+    if !tracefs.join("events").exists() {
+        let status = Command::new("mount")
+            .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+            .status()
+            .expect("mount tracefs");
+        assert!(status.success(), "cannot mount tracefs");
+    }
+    let ticks = [
+        "irq_vectors/local_timer_entry",
+        "timer/tick_stop",
+        "context_tracking/user_enter",
+        "context_tracking/user_exit",
+    ]
+    .iter()
+    .filter(|tp| tracefs.join("events").join(tp).exists())
+    .count();
+    names::LOADED_PROGRAMS + ticks
+}
+
 /// Ids of loaded programs that carry latprof's program names.
 fn latprof_program_ids() -> HashSet<u32> {
     let ours = names::PROGRAMS;
@@ -457,9 +480,12 @@ fn dropping_the_probe_unloads_everything() {
     let during: HashSet<u32> = latprof_program_ids().difference(&before).copied().collect();
     assert_eq!(
         during.len(),
-        names::LOADED_PROGRAMS,
+        expected_programs(),
         "attached programs: {during:?}"
     );
+    // The tick programs that attached are exactly those whose tracepoints exist.
+    let ticks = probe.tick_sources().iter().filter(|(_, ok)| *ok).count();
+    assert_eq!(names::LOADED_PROGRAMS + ticks, expected_programs());
     drop(probe);
     assert_unloaded(&during, "after drop");
 }
@@ -494,7 +520,7 @@ fn stats_cli_attempt(signal: i32) {
     let during: HashSet<u32> = latprof_program_ids().difference(&before).copied().collect();
     assert_eq!(
         during.len(),
-        names::LOADED_PROGRAMS,
+        expected_programs(),
         "programs of latprof stats: {during:?}"
     );
     work.go();
@@ -556,7 +582,7 @@ fn stats_cli_kill9_leaves_nothing_loaded() {
         .expect("read stderr");
     assert!(line.contains("attached"), "{line}");
     let during: HashSet<u32> = latprof_program_ids().difference(&before).copied().collect();
-    assert_eq!(during.len(), names::LOADED_PROGRAMS);
+    assert_eq!(during.len(), expected_programs());
     stats.kill().expect("kill -9");
     stats.wait().expect("wait");
     assert_unloaded(&during, "after kill -9");
@@ -719,5 +745,73 @@ fn own_threads_only_with_include_self() {
         let snap = Collector::new().snapshot(&probe).expect("snapshot");
         let mine = snap.tasks.iter().any(|t| t.tgid == me);
         assert_eq!(mine, include_self, "own threads tracked = {mine}");
+    }
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn tick_counters_follow_a_busy_and_an_idle_cpu() {
+    let _guard = serial();
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    assert!(cpus >= 2, "this test needs two CPUs");
+    let probe = attach(Mode::Lazy, None);
+    let facts = latprof::nohz::kernel_facts(probe.tick_sources());
+    // nohz_full as sysfs says (none on this host; the VM test has CPU 1).
+    let sysfs = std::fs::read_to_string("/sys/devices/system/cpu/nohz_full").unwrap_or_default();
+    assert_eq!(
+        facts.nohz_full_cpus,
+        latprof::nohz::parse_cpulist(&sysfs).expect("cpulist")
+    );
+    let mut collector = Collector::new();
+    let before = collector.snapshot(&probe).expect("snapshot");
+    // CPU 1 busy in user space for 1.5 s.
+    let spin = Command::new(LATPROF)
+        .args(["workload", "spin", "--time", "1500ms", "--cpu", "1"])
+        .output()
+        .expect("spin");
+    assert!(spin.status.success());
+    let after = collector.snapshot(&probe).expect("snapshot");
+    let secs = (after.taken_ns - before.taken_ns) as f64 / 1e9;
+    let cpu = latprof::export::counters::cpu_ticks(&facts, Some(&before), &after);
+    assert_eq!(cpu.len(), cpus, "{cpu:?}");
+    let hz = f64::from(facts.hz.unwrap_or(100));
+    // A busy CPU keeps its tick (no nohz_full here): about HZ per second while it spins.
+    assert!(
+        cpu[1].timer_ticks as f64 >= 0.5 * hz * 1.5,
+        "CPU 1 busy for 1.5 s of {secs:.1} s: {} ticks at HZ {hz}",
+        cpu[1].timer_ticks
+    );
+    // Idle CPUs stop their tick: some CPU went idle and stopped it, and idle ticks are fewer.
+    assert!(
+        cpu.iter().map(|c| c.tick_stopped).sum::<u64>() > 0,
+        "{cpu:?}"
+    );
+    assert!(cpu.iter().all(|c| c.switches > 0), "{cpu:?}");
+    let tracefs = |tp: &str| {
+        std::path::Path::new("/sys/kernel/tracing/events")
+            .join(tp)
+            .exists()
+    };
+    assert_eq!(
+        cpu[0].user_enter.is_some(),
+        tracefs("context_tracking/user_enter"),
+        "context tracking counted exactly where its tracepoints exist"
+    );
+    drop(probe);
+
+    // The same through the command line, as a user reads it.
+    let out = Command::new(LATPROF)
+        .args(["stats", "--counters", "--duration", "1s"])
+        .output()
+        .expect("latprof stats --counters");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(text.contains("ticks/s"), "{text}");
+    assert!(text.contains("nohz_full CPUs: "), "{text}");
+    for c in 0..cpus {
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("{c:<4} "))),
+            "no row for CPU {c}:\n{text}"
+        );
     }
 }

@@ -29,6 +29,10 @@ pub struct Document<'a> {
     pub processes: Vec<ProcessJson>,
     /// Pipeline counters over the interval.
     pub counters: BTreeMap<&'static str, u64>,
+    /// The kernel's tick facts (absent: a recording made before latprof recorded them).
+    pub kernel: Option<&'a crate::nohz::KernelFacts>,
+    /// Tick accounting per CPU over the interval.
+    pub cpus: Vec<super::counters::CpuTicks>,
 }
 
 #[derive(Serialize)]
@@ -148,6 +152,10 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
         causes: causes_json(scope, scope.records()),
         processes,
         counters,
+        kernel: scope.kernel,
+        cpus: scope.kernel.map_or_else(Vec::new, |k| {
+            super::counters::cpu_ticks(k, scope.base, scope.cur)
+        }),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Exports of one moment (or of the difference of two): the /proc/latency_stats text, JSON,
 //! folded stacks for flame graphs, OpenMetrics. `stats` and `dump` share them.
+pub mod counters;
 pub mod folded;
 pub mod json;
 pub mod openmetrics;
@@ -38,6 +39,8 @@ pub struct Scope<'a> {
     pub depth: usize,
     /// The recording's facts, when the numbers come from one.
     pub info: Option<&'a RecordingInfo>,
+    /// The kernel's tick facts (from the recording, or of this machine).
+    pub kernel: Option<&'a crate::nohz::KernelFacts>,
 }
 
 impl Scope<'_> {

@@ -102,6 +102,40 @@ pub fn render(scope: &Scope<'_>) -> String {
             scope.cur.counters.0[i].saturating_sub(base)
         );
     }
+    if let Some(kernel) = scope.kernel {
+        family(
+            &mut out,
+            "latprof_cpu_events",
+            "counter",
+            None,
+            "Per CPU: timer ticks, tick stops (stopped, kept, kept by dependency), switches, user enter/exit.",
+        );
+        for c in super::counters::cpu_ticks(kernel, scope.base, scope.cur) {
+            let mut events = vec![
+                ("timer_tick", c.timer_ticks),
+                ("tick_stopped", c.tick_stopped),
+                ("tick_kept", c.tick_kept),
+                ("switch", c.switches),
+            ];
+            events.extend(c.user_enter.map(|n| ("user_enter", n)));
+            events.extend(c.user_exit.map(|n| ("user_exit", n)));
+            for (event, n) in events {
+                let _ = writeln!(
+                    out,
+                    "latprof_cpu_events_total{{cpu=\"{}\",event=\"{event}\"}} {n}",
+                    c.cpu
+                );
+            }
+            for (dep, n) in c.kept_by {
+                let _ = writeln!(
+                    out,
+                    "latprof_cpu_events_total{{cpu=\"{}\",event=\"tick_kept_by_{}\"}} {n}",
+                    c.cpu,
+                    dep.to_lowercase()
+                );
+            }
+        }
+    }
     out.push_str("# EOF\n");
     out
 }

@@ -208,10 +208,34 @@ fn load(g: &Globals, config: &ProbeConfig, btf: Option<&aya::Btf>) -> Result<Ebp
     Ok(ebpf)
 }
 
+/// Loads and attaches each tick program whose tracepoint this kernel has; the others are
+/// unloaded again. Returns (program, attached) for each.
+fn attach_tick_programs(ebpf: &mut Ebpf) -> Result<Vec<(&'static str, bool)>> {
+    let mut out = Vec::new();
+    for prog in names::TICK_PROGRAMS {
+        let p: &mut RawTracePoint = ebpf
+            .program_mut(prog)
+            .with_context(|| format!("eBPF object has no program {prog}"))?
+            .try_into()
+            .with_context(|| format!("{prog} is not a raw tracepoint program"))?;
+        p.load()
+            .with_context(|| format!("verifier rejected {prog}"))?;
+        // The program is named after its tracepoint.
+        let attached = p.attach(prog).is_ok();
+        if !attached {
+            p.unload()
+                .with_context(|| format!("unloading {prog} (no such tracepoint)"))?;
+        }
+        out.push((prog, attached));
+    }
+    Ok(out)
+}
+
 /// A loaded and attached latprof session.
 pub struct Probe {
     ebpf: Ebpf,
     config: ProbeConfig,
+    ticks: Vec<(&'static str, bool)>,
 }
 
 impl Probe {
@@ -271,7 +295,19 @@ impl Probe {
             Some(Ok(ebpf)) => ebpf,
             _ => load(&globals, &config, None)?,
         };
-        Ok(Self { ebpf, config })
+        let mut ebpf = ebpf;
+        let ticks = attach_tick_programs(&mut ebpf)?;
+        Ok(Self {
+            ebpf,
+            config,
+            ticks,
+        })
+    }
+
+    /// The tick and time-accounting programs and whether this kernel has their tracepoints.
+    #[must_use]
+    pub fn tick_sources(&self) -> &[(&'static str, bool)] {
+        &self.ticks
     }
 
     #[must_use]

@@ -7,7 +7,9 @@ pub const MAP_COUNTERS: &str = "COUNTERS";
 pub const MAP_SCRATCH: &str = "SCRATCH";
 pub const MAP_STACK_BUF: &str = "STACK_BUF";
 pub const MAP_HISTOGRAMS: &str = "HISTOGRAMS";
-pub const MAPS: [&str; 7] = [
+pub const MAP_TICKS: &str = "TICKS";
+pub const MAPS: [&str; 8] = [
+    MAP_TICKS,
     MAP_HISTOGRAMS,
     MAP_TASKS,
     MAP_GLOBAL_LATENCY,
@@ -23,14 +25,31 @@ pub const PROG_SCHED_WAKEUP: &str = "sched_wakeup";
 /// The wakeup program on the BTF tracepoint: takes backtraces at wakeup.
 pub const PROG_SCHED_WAKEUP_BTF: &str = "sched_wakeup_btf";
 pub const PROG_SCHED_PROCESS_EXIT: &str = "sched_process_exit";
-/// Every program in the object; a session loads three of them (one wakeup program).
-pub const PROGRAMS: [&str; 4] = [
+pub const PROG_LOCAL_TIMER_ENTRY: &str = "local_timer_entry";
+pub const PROG_TICK_STOP: &str = "tick_stop";
+pub const PROG_USER_ENTER: &str = "user_enter";
+pub const PROG_USER_EXIT: &str = "user_exit";
+/// The tick and time-accounting programs, each on the raw tracepoint of its name; a kernel
+/// without one of those tracepoints runs without that program.
+pub const TICK_PROGRAMS: [&str; 4] = [
+    PROG_LOCAL_TIMER_ENTRY,
+    PROG_TICK_STOP,
+    PROG_USER_ENTER,
+    PROG_USER_EXIT,
+];
+/// Every program in the object; a session loads the three latency programs (one wakeup
+/// program) and the tick programs whose tracepoints exist.
+pub const PROGRAMS: [&str; 8] = [
     PROG_SCHED_SWITCH,
     PROG_SCHED_WAKEUP,
     PROG_SCHED_WAKEUP_BTF,
     PROG_SCHED_PROCESS_EXIT,
+    PROG_LOCAL_TIMER_ENTRY,
+    PROG_TICK_STOP,
+    PROG_USER_ENTER,
+    PROG_USER_EXIT,
 ];
-/// Programs a session has loaded.
+/// Latency programs a session has loaded.
 pub const LOADED_PROGRAMS: usize = 3;
 
 pub const GLOBAL_MODE: &str = "MODE";

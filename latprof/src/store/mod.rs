@@ -16,17 +16,20 @@ use std::{
     ops::Range,
 };
 
-use latprof_common::{COUNTER_COUNT, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord};
+use latprof_common::{
+    COUNTER_COUNT, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, TICK_COUNTER_COUNT,
+};
 
 use crate::{
-    collect::{Counters, Snapshot, TaskSnapshot},
+    collect::{Counters, Snapshot, TaskSnapshot, TickCounts},
     probe::Mode,
 };
 use codec::{Dec, Enc};
 
 pub const MAGIC: [u8; 8] = *b"\x7fLATPROF";
 /// The version this latprof writes; it reads every version from 1 to this one.
-pub const VERSION: u16 = 1;
+/// Version 2 added the per-CPU tick counters and the kernel's tick facts.
+pub const VERSION: u16 = 2;
 pub const FILE_HEADER_LEN: usize = 12;
 pub const SYNC: [u8; 4] = *b"LPF\x1e";
 /// Sync mark, length, kind, flags, decoded length, CRC.
@@ -76,6 +79,8 @@ pub struct RecordingInfo {
     pub stack_depth: u16,
     /// Run-queue latency and histograms were collected.
     pub details: bool,
+    /// The kernel's tick and time-accounting facts (version 2 on).
+    pub kernel: crate::nohz::KernelFacts,
     #[serde(skip)]
     pub sched_text: Range<u64>,
     #[serde(skip)]
@@ -86,8 +91,69 @@ fn ser_mode<S: serde::Serializer>(mode: &Mode, s: S) -> Result<S::Ok, S::Error> 
     s.serialize_str(mode.as_str())
 }
 
-impl RecordingInfo {
+fn encode_opt_bool(e: &mut Enc, v: Option<bool>) {
+    e.u64(v.map_or(0, |b| 1 + u64::from(b)));
+}
+
+fn decode_opt_bool(d: &mut Dec<'_>) -> Result<Option<bool>, FormatError> {
+    match d.u64()? {
+        0 => Ok(None),
+        1 => Ok(Some(false)),
+        2 => Ok(Some(true)),
+        _ => Err(FormatError::Malformed("optional boolean")),
+    }
+}
+
+impl crate::nohz::KernelFacts {
     fn encode(&self, e: &mut Enc) {
+        e.str(self.config_source.as_deref().unwrap_or(""));
+        e.u64(self.hz.map_or(0, |hz| u64::from(hz) + 1));
+        for v in [
+            self.no_hz_idle,
+            self.no_hz_full,
+            self.virt_cpu_accounting_gen,
+            self.context_tracking_user,
+        ] {
+            encode_opt_bool(e, v);
+        }
+        e.usize(self.nohz_full_cpus.len());
+        for cpu in &self.nohz_full_cpus {
+            e.u32(*cpu);
+        }
+        e.usize(self.tick_sources.len());
+        for (name, ok) in &self.tick_sources {
+            e.str(name);
+            e.bool(*ok);
+        }
+    }
+
+    fn decode(d: &mut Dec<'_>) -> Result<Self, FormatError> {
+        let source = d.str()?;
+        let hz = match d.u64()? {
+            0 => None,
+            v => Some(u32::try_from(v - 1).map_err(|_| FormatError::Malformed("HZ"))?),
+        };
+        let mut f = Self {
+            config_source: (!source.is_empty()).then_some(source),
+            hz,
+            no_hz_idle: decode_opt_bool(d)?,
+            no_hz_full: decode_opt_bool(d)?,
+            virt_cpu_accounting_gen: decode_opt_bool(d)?,
+            context_tracking_user: decode_opt_bool(d)?,
+            ..Self::default()
+        };
+        for _ in 0..d.len(1)? {
+            f.nohz_full_cpus.push(d.u32()?);
+        }
+        for _ in 0..d.len(2)? {
+            f.tick_sources.push((d.str()?, d.bool()?));
+        }
+        Ok(f)
+    }
+}
+
+impl RecordingInfo {
+    fn encode(&self, e: &mut Enc, version: u16) {
         e.str(&self.latprof_version);
         e.str(&self.hostname);
         e.str(&self.kernel_release);
@@ -101,10 +167,13 @@ impl RecordingInfo {
             e.u64(r.start);
             e.u64(r.end);
         }
+        if version >= 2 {
+            self.kernel.encode(e);
+        }
     }
 
-    fn decode(d: &mut Dec<'_>) -> Result<Self, FormatError> {
-        Ok(Self {
+    fn decode(d: &mut Dec<'_>, version: u16) -> Result<Self, FormatError> {
+        let mut info = Self {
             latprof_version: d.str()?,
             hostname: d.str()?,
             kernel_release: d.str()?,
@@ -117,7 +186,12 @@ impl RecordingInfo {
             details: d.bool()?,
             sched_text: d.u64()?..d.u64()?,
             lock_text: d.u64()?..d.u64()?,
-        })
+            kernel: crate::nohz::KernelFacts::default(),
+        };
+        if version >= 2 {
+            info.kernel = crate::nohz::KernelFacts::decode(d)?;
+        }
+        Ok(info)
     }
 }
 
@@ -156,10 +230,12 @@ pub struct Body {
     pub global: Vec<(u64, GlobalRecord)>,
     pub hist_gone: Vec<u64>,
     pub histograms: Vec<(u64, Histogram)>,
+    /// Per-CPU tick counters (version 2 on), whole in every frame: a few numbers per CPU.
+    pub ticks: Vec<TickCounts>,
 }
 
 impl Body {
-    pub fn encode(&self, e: &mut Enc) {
+    pub fn encode(&self, e: &mut Enc, version: u16) {
         e.u64(self.taken_ns);
         e.u64(self.wall_ns);
         e.usize(self.stacks.len());
@@ -228,6 +304,16 @@ impl Body {
                 e.u32(*n);
             }
         }
+        if version >= 2 {
+            e.usize(self.ticks.len());
+            for cpu in &self.ticks {
+                // The count first, so that a later version can add counters.
+                e.usize(cpu.len());
+                for v in cpu {
+                    e.u64(*v);
+                }
+            }
+        }
     }
 
     /// Only the fields before the snapshot proper: times, new backtraces and symbols.
@@ -252,7 +338,7 @@ impl Body {
         Ok(b)
     }
 
-    pub fn decode(d: &mut Dec<'_>) -> Result<Self, FormatError> {
+    pub fn decode(d: &mut Dec<'_>, version: u16) -> Result<Self, FormatError> {
         let mut b = Self::decode_head(d)?;
         b.mode = decode_mode(d)?;
         b.skip_kthreads = d.bool()?;
@@ -308,6 +394,18 @@ impl Body {
                 *n = d.u32()?;
             }
             b.histograms.push((id, h));
+        }
+        if version >= 2 {
+            for _ in 0..d.len(1)? {
+                let mut cpu: TickCounts = [0; TICK_COUNTER_COUNT as usize];
+                for i in 0..d.len(1)? {
+                    let v = d.u64()?;
+                    if let Some(slot) = cpu.get_mut(i) {
+                        *slot = v;
+                    }
+                }
+                b.ticks.push(cpu);
+            }
         }
         Ok(b)
     }
@@ -369,6 +467,7 @@ impl State {
             programs: body.programs,
             taken_ns: body.taken_ns,
             wall_ns: body.wall_ns,
+            ticks: body.ticks,
         };
     }
 }
@@ -413,6 +512,14 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
             interval_ns: 1_000_000_000,
             stack_depth: 12,
             details: true,
+            kernel: crate::nohz::KernelFacts {
+                config_source: Some("/boot/config-6.18.0".into()),
+                hz: Some(250),
+                no_hz_full: Some(false),
+                nohz_full_cpus: vec![1],
+                tick_sources: vec![("tick_stop".into(), true), ("user_enter".into(), false)],
+                ..Default::default()
+            },
             sched_text,
             lock_text,
         }
@@ -476,6 +583,10 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
                 h[11] = u32::try_from(10 * i + 1).unwrap();
                 s.histograms.insert(1, h);
                 s.programs = vec![("sched_switch".into(), 1000 * i, 10 * i)];
+                s.ticks = vec![
+                    [250 * i; TICK_COUNTER_COUNT as usize],
+                    [3 * i; TICK_COUNTER_COUNT as usize],
+                ];
                 s
             })
             .collect()
@@ -611,6 +722,52 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
         assert_eq!(r.snapshot(5), snaps[60]);
     }
 
+    /// Version 1 recordings (no tick counters) are still read.
+    #[test]
+    fn version_1_is_still_read() {
+        let snaps = snapshots(3);
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&1u16.to_le_bytes());
+        bytes.extend_from_slice(&[0, 0]);
+        // Key frames only: each holds its whole snapshot.
+        for snap in &snaps {
+            let mut e = Enc::default();
+            info().encode(&mut e, 1);
+            writer_body(snap).encode(&mut e, 1);
+            bytes.extend_from_slice(&writer::frame(KIND_KEY, &e.buf, true));
+        }
+        let r = Recording::from_bytes(bytes).unwrap();
+        assert_eq!(r.version, 1);
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.info.kernel, crate::nohz::KernelFacts::default());
+        assert_eq!(r.info.hostname, info().hostname);
+        let mut expect = snaps[2].clone();
+        expect.ticks.clear();
+        assert_eq!(r.snapshot(2), expect);
+    }
+
+    /// A whole snapshot as a frame body (a key frame's).
+    fn writer_body(snap: &Snapshot) -> Body {
+        Body {
+            taken_ns: snap.taken_ns,
+            wall_ns: snap.wall_ns,
+            stacks: snap.stacks.iter().map(|(k, v)| (*k, v.clone())).collect(),
+            syms: Vec::new(),
+            mode: snap.mode,
+            skip_kthreads: snap.skip_kthreads,
+            retries: snap.retries,
+            counters: counter_values(&snap.counters),
+            programs: snap.programs.clone(),
+            tasks_gone: Vec::new(),
+            tasks: snap.tasks.clone(),
+            global_gone: Vec::new(),
+            global: snap.global.clone(),
+            hist_gone: Vec::new(),
+            histograms: snap.histograms.iter().map(|(k, v)| (*k, *v)).collect(),
+            ticks: snap.ticks.clone(),
+        }
+    }
+
     #[test]
     fn bad_files_are_refused_with_one_line() {
         let msg = |bytes: Vec<u8>| Recording::from_bytes(bytes).err().unwrap().to_string();
@@ -622,10 +779,10 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
         future[8] = 9;
         assert_eq!(
             msg(future),
-            "recording format version 9 is newer than this latprof reads (up to 1); use a newer latprof"
+            "recording format version 9 is newer than this latprof reads (up to 2); use a newer latprof"
         );
         let mut only_header = MAGIC.to_vec();
-        only_header.extend_from_slice(&[1, 0, 0, 0]);
+        only_header.extend_from_slice(&[2, 0, 0, 0]);
         assert!(msg(only_header).starts_with("the recording holds no complete snapshot"));
         assert!(!msg(MAGIC[..4].to_vec()).is_empty());
     }

@@ -87,7 +87,7 @@ impl Recording {
         let version = u16::from_le_bytes([data[8], data[9]]);
         match version {
             0 => return Err(FormatError::ZeroVersion),
-            // Every version up to VERSION is read; version 1 is the only one so far.
+            // Every version up to VERSION is read (1 has no tick counters).
             1..=VERSION => {}
             v => return Err(FormatError::FutureVersion(v)),
         }
@@ -187,10 +187,9 @@ impl Recording {
             };
             let mut d = Dec::new(&decoded);
             let parsed = match kind {
-                KIND_KEY => {
-                    RecordingInfo::decode(&mut d).and_then(|i| Ok((Some(i), Body::decode(&mut d)?)))
-                }
-                KIND_DELTA => Body::decode(&mut d).map(|b| (None, b)),
+                KIND_KEY => RecordingInfo::decode(&mut d, version)
+                    .and_then(|i| Ok((Some(i), Body::decode(&mut d, version)?))),
+                KIND_DELTA => Body::decode(&mut d, version).map(|b| (None, b)),
                 KIND_END => {
                     rec.end = Some(
                         Dec::new(&decoded)
@@ -277,9 +276,9 @@ impl Recording {
             .expect("indexed frames decode");
         let mut d = Dec::new(&bytes);
         if e.key {
-            RecordingInfo::decode(&mut d).expect("indexed frames decode");
+            RecordingInfo::decode(&mut d, self.version).expect("indexed frames decode");
         }
-        Body::decode(&mut d).expect("indexed frames decode")
+        Body::decode(&mut d, self.version).expect("indexed frames decode")
     }
 
     /// The snapshot at index `i` (clamped), rebuilt from its key frame.

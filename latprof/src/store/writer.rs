@@ -175,6 +175,7 @@ impl Writer {
             retries: snap.retries,
             counters: counter_values(&snap.counters),
             programs: snap.programs.clone(),
+            ticks: snap.ticks.clone(),
             ..Body::default()
         };
         for (id, frames) in &snap.stacks {
@@ -232,9 +233,9 @@ impl Writer {
         let body = self.body(snap, syms, key);
         let mut e = Enc::default();
         if key {
-            self.info.encode(&mut e);
+            self.info.encode(&mut e, VERSION);
         }
-        body.encode(&mut e);
+        body.encode(&mut e, VERSION);
         let bytes = frame(
             if key { KIND_KEY } else { KIND_DELTA },
             &e.buf,

@@ -33,6 +33,8 @@ pub struct Settings {
     pub depth: usize,
     pub syms: Kallsyms,
     pub reasons: Reasons,
+    /// The kernel's tick facts, for the counters tab.
+    pub kernel: crate::nohz::KernelFacts,
 }
 
 pub struct App {
@@ -56,6 +58,8 @@ pub struct App {
     pub expanded: BTreeSet<u32>,
     pub detail: Option<Detail>,
     pub help: bool,
+    /// The counters tab (pipeline and tick counters) instead of the causes.
+    pub counters: bool,
     pub quit: bool,
     /// A second header line (replay: where in the recording, and the interval shown).
     pub status: Option<String>,
@@ -88,6 +92,7 @@ impl App {
             expanded: BTreeSet::new(),
             detail: None,
             help: false,
+            counters: false,
             quit: false,
             status: None,
             footer: None,
@@ -300,6 +305,7 @@ impl App {
                 self.refresh();
             }
             KeyCode::Char('/') => self.editing = Some(self.filter.clone()),
+            KeyCode::Char('c') => self.counters = !self.counters,
             _ if self.detail.is_some() => {}
             KeyCode::Tab => {
                 self.focus = match self.focus {
@@ -441,6 +447,7 @@ mod tests {
                 depth: 12,
                 syms: Kallsyms::parse(KALLSYMS).unwrap(),
                 reasons: Reasons::builtin(),
+                kernel: crate::nohz::KernelFacts::default(),
             },
             String::new(),
         );

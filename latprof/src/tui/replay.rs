@@ -22,8 +22,7 @@ use crate::{
     store::reader::Recording,
 };
 
-pub const FOOTER: &str =
-    "q quit ? help ]/[ step }/{ x10 p play t jump m mark A M clear A Tab pane Enter detail";
+pub const FOOTER: &str = "q quit ? help ]/[ step }/{ x10 p play t jump m mark A M clear A c counters Tab pane Enter detail";
 
 /// A recording and where the user is in it.
 pub struct Replay {
@@ -236,6 +235,7 @@ pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
         depth: usize::from(cli.stack_depth.unwrap_or(rec.info.stack_depth)),
         syms: rec.syms.clone(),
         reasons,
+        kernel: rec.info.kernel.clone(),
     };
     let interval = Duration::from_nanos(rec.info.interval_ns.max(10_000_000));
     let stop = crate::stats::stop_flag()?;
@@ -281,6 +281,7 @@ mod tests {
             depth: 12,
             syms,
             reasons: Reasons::builtin(),
+            kernel: crate::nohz::KernelFacts::default(),
         }
     }
 

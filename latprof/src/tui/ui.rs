@@ -41,7 +41,21 @@ pub fn render(f: &mut Frame<'_>, app: &App) {
         ])
         .split(area);
     render_header(f, app, chunks[0]);
-    if let Some(detail) = &app.detail {
+    if app.counters {
+        let text = match &app.cur {
+            Some(cur) => {
+                crate::export::counters::render(&app.settings.kernel, app.prev.as_ref(), cur)
+            }
+            None => "waiting for the first snapshot".to_owned(),
+        };
+        f.render_widget(
+            Paragraph::new(text.lines().map(Line::from).collect::<Vec<_>>()).block(block(
+                "Counters (rates since the previous snapshot; c: back)",
+                true,
+            )),
+            chunks[1],
+        );
+    } else if let Some(detail) = &app.detail {
         render_detail(f, app, &detail.row, chunks[1]);
     } else {
         let body = Layout::default()
@@ -315,7 +329,7 @@ fn render_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
         (Some(t), _) => format!("filter (pid or name): {t}_   Enter: apply  Esc: cancel"),
         (None, Some(footer)) => footer.clone(),
         (None, None) => format!(
-            "q quit ? help Tab pane Enter detail / filter s sort:{} g group space pause r reset",
+            "q quit ? help Tab pane Enter detail / filter s sort:{} g group c counters space pause r reset",
             app.sort.name()
         ),
     };
@@ -328,7 +342,7 @@ fn render_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
 fn render_help(f: &mut Frame<'_>, app: &App, area: Rect) {
     let replay = app.status.is_some();
     let w = area.width.min(60);
-    let h = area.height.min(if replay { 26 } else { 18 });
+    let h = area.height.min(if replay { 20 } else { 16 });
     let popup = Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
@@ -359,6 +373,7 @@ fn render_help(f: &mut Frame<'_>, app: &App, area: Rect) {
         "/           filter processes by pid or name",
         "s           sort by total, max, count, average",
         "g           group by reason or by backtrace",
+        "c           counters: pipeline, ticks and tick_stop per CPU",
     ];
     let text: Vec<&str> = std::iter::once("q, Ctrl-C   quit")
         .chain(time.iter().copied())
