@@ -46,7 +46,21 @@ fn quick_bench_runs_end_to_end() {
         let maps: u64 = row[10].parse().expect("maps KiB");
         assert!(maps > 0, "no map memory for {row:?}");
     }
-    assert!(md.contains("lazy per program: sched_process_e"), "{md}");
+    let per_program = md
+        .lines()
+        .find(|l| l.starts_with("lazy per program: "))
+        .unwrap_or_else(|| panic!("no per-program line:\n{md}"));
+    for program in [
+        "sched_process_e",
+        "sched_switch",
+        "sched_wakeup",
+        "tick_stop",
+    ] {
+        assert!(
+            per_program.contains(program),
+            "{program} missing: {per_program}"
+        );
+    }
     assert!(md.contains("## Targets"), "{md}");
     let json = std::fs::read_to_string(out.join("bench.json")).expect("bench.json");
     assert!(

@@ -262,9 +262,9 @@ fn nohz_full_cpu_counters_in_the_vm() {
     };
     // The spinning task makes system calls: context tracking counts them on CPU 1.
     assert!(num(&cpu1, 6) > 0.0 && num(&cpu1, 7) > 0.0, "{out}");
-    // Its tick stops while it runs alone: far fewer timer ticks than on the housekeeping CPU
-    // (measured: 1.4/s against 261/s at HZ 250).
-    assert!(num(&cpu1, 3) > 0.0, "CPU 1 never stopped its tick:\n{out}");
+    // Its tick stays stopped while it runs alone: far fewer timer ticks than on the
+    // housekeeping CPU (measured: 1.2-1.4/s against 261-266/s at HZ 250). The stop itself
+    // (timer:tick_stop) may have happened before latprof attached, so it is not required here.
     assert!(
         num(&cpu1, 2) < num(&cpu0, 2) / 4.0,
         "CPU 1 kept ticking:\n{out}"
