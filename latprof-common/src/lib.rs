@@ -225,10 +225,55 @@ pub enum Counter {
     RunqCounted,
     /// Histogram updates lost because the histogram table was full (raise --max-records).
     HistTableFull,
+    /// Spike events written to the ring buffer.
+    SpikesSubmitted,
+    /// Spike submissions that woke the reader.
+    SpikeWakeups,
+    /// Spike submissions that did not wake the reader (it was not waiting).
+    SpikeWakeupsSuppressed,
+    /// Spike events lost because the ring buffer was full.
+    SpikesDropped,
+    /// `--debug-checks`: a wakeup of a tracked task with no open sleep.
+    DebugWakeupWithoutSleep,
+    /// `--debug-checks`: a clock reading earlier than the sleep's start.
+    DebugTimeBackwards,
+    /// `--debug-checks`: the kernel could not take a backtrace.
+    DebugStackFailed,
+    /// `--debug-checks`: a task exited with records that were not merged (normal mode, or a
+    /// kernel thread kept out of the global table).
+    DebugExitWithRecords,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::HistTableFull as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::DebugExitWithRecords as u32 + 1;
+
+/// What a spike was.
+pub const SPIKE_SLEEP_INTERRUPTIBLE: u32 = SLEEP_INTERRUPTIBLE;
+pub const SPIKE_SLEEP_UNINTERRUPTIBLE: u32 = SLEEP_UNINTERRUPTIBLE;
+pub const SPIKE_RUNQ: u32 = 3;
+
+/// Ring buffer wakeup policies (`--wakeup`).
+pub const WAKEUP_ADAPTIVE: u32 = 0;
+pub const WAKEUP_ALWAYS: u32 = 1;
+
+/// One sleep or run-queue wait over `--spike`, sent to user space through the ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpikeEvent {
+    /// bpf_ktime_get_ns (CLOCK_MONOTONIC) when it ended.
+    pub end_ns: u64,
+    pub duration_ns: u64,
+    /// Backtrace of the sleep (`RUNQ_STACK` for a run-queue wait, `NO_STACK` if none).
+    pub stack_id: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    /// CPU where it ended (the waker's for a sleep, the task's for a run-queue wait).
+    pub cpu: u32,
+    /// `SPIKE_*`.
+    pub kind: u32,
+    pub comm: [u8; 16],
+}
+const _: () = assert!(size_of::<SpikeEvent>() == 56);
 
 /// Per-CPU counters of the kernel's tick and time accounting, indexes into the `TICKS` array.
 #[repr(u32)]

@@ -22,24 +22,25 @@
 use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
-    EbpfContext as _, Global,
-    bindings::BPF_NOEXIST,
+    EbpfContext, Global,
     bindings::task_struct,
+    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::bpf_get_task_stack,
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack,
-        bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
+        bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     macros::{btf_tracepoint, map, raw_tracepoint},
-    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
+use aya_log_ebpf::warn;
 use latprof_common::{
     COUNTER_COUNT, Counter, DEFERRED_STACK, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord,
     MODE_LAZY, MODE_NORMAL, NO_STACK, RUNQ_STACK, RawStack, SLEEP_INTERRUPTIBLE, SLEEP_NONE,
-    STACK_FRAMES, SleepVerdict, TASK_FLAG_KTHREAD, TASK_FLAG_LONG_SLEEPER, TASK_RECORDS,
-    TICK_COUNTER_COUNT, TICK_DEP_BITS, TaskState, TickCounter, hist_bucket, sleep_kind,
-    sleep_verdict, stack_hash, tick_dep_counter,
+    SPIKE_RUNQ, STACK_FRAMES, SleepVerdict, SpikeEvent, TASK_FLAG_KTHREAD, TASK_FLAG_LONG_SLEEPER,
+    TASK_RECORDS, TICK_COUNTER_COUNT, TICK_DEP_BITS, TaskState, TickCounter, WAKEUP_ADAPTIVE,
+    WAKEUP_ALWAYS, hist_bucket, sleep_kind, sleep_verdict, stack_hash, tick_dep_counter,
 };
 
 // ---- settings, written at load time ----
@@ -89,6 +90,18 @@ static TASK_PID_OFF: Global<u32> = Global::new(0);
 static TASK_FLAGS_OFF: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static TASK_MM_OFF: Global<u32> = Global::new(0);
+/// Sleeps and run-queue waits at least this long are sent as spike events; `u64::MAX`: none.
+#[unsafe(no_mangle)]
+static SPIKE_NS: Global<u64> = Global::new(u64::MAX);
+/// `WAKEUP_ADAPTIVE`: wake the reader only when it said it is about to sleep, or when the
+/// buffer holds more than `SPIKE_FILL_MARK` bytes; `WAKEUP_ALWAYS`: on every event.
+#[unsafe(no_mangle)]
+static WAKEUP_POLICY: Global<u32> = Global::new(WAKEUP_ADAPTIVE);
+#[unsafe(no_mangle)]
+static SPIKE_FILL_MARK: Global<u64> = Global::new(64 * 1024);
+/// 1: count (and log) consistency anomalies; 0: the checks are dead code the verifier removes.
+#[unsafe(no_mangle)]
+static DEBUG_CHECKS: Global<u32> = Global::new(0);
 
 const PF_EXITING: u32 = 0x4;
 
@@ -112,6 +125,15 @@ static STACK_BUF: PerCpuArray<RawStack> = PerCpuArray::with_max_entries(1, 0);
 /// Pipeline counters, one slot per `Counter`, per CPU so no cache line is shared.
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT, 0);
+/// Spike events for user space.
+#[map]
+static SPIKES: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+/// Slot 0 is 1 while the spike reader is about to sleep (or sleeping) and wants a wakeup.
+#[map]
+static READER: Array<u64> = Array::with_max_entries(1, 0);
+/// Per CPU: (second, anomalies logged in it), to rate-limit debug logging.
+#[map]
+static DEBUG_LOG_BUDGET: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
 /// Tick and time-accounting counters, one slot per `TickCounter`, per CPU.
 #[map]
 static TICKS: PerCpuArray<u64> = PerCpuArray::with_max_entries(TICK_COUNTER_COUNT, 0);
@@ -124,6 +146,81 @@ fn count(counter: Counter) {
     if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
         // SAFETY: per-CPU slot; programs on one CPU do not run concurrently.
         unsafe { *slot += 1 };
+    }
+}
+
+/// Sends a sleep or wait of `delta` ns as a spike event when it reaches `SPIKE_NS`.
+#[inline(always)]
+fn spike(tid: u32, entry: &TaskState, stack: u64, delta: u64, kind: u32) {
+    if delta < SPIKE_NS.load() {
+        return;
+    }
+    // The kernel tracing fix: wake the reader only if it waits (or the buffer fills). The
+    // event that finds it waiting takes the flag, so one wakeup serves a burst.
+    let wake = WAKEUP_POLICY.load() == WAKEUP_ALWAYS
+        || READER.get_ptr_mut(0).is_some_and(|w| {
+            // SAFETY: a map value pointer, valid for the program's run; atomic access.
+            unsafe { atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(w, 1, 0).0 == 1 }
+        })
+        || SPIKES.query(u64::from(BPF_RB_AVAIL_DATA)) >= SPIKE_FILL_MARK.load();
+    let Some(mut slot) = SPIKES.reserve::<SpikeEvent>(0) else {
+        count(Counter::SpikesDropped);
+        return;
+    };
+    slot.write(SpikeEvent {
+        end_ns: unsafe { bpf_ktime_get_ns() },
+        duration_ns: delta,
+        stack_id: stack,
+        tid,
+        tgid: entry.tgid,
+        cpu: unsafe { bpf_get_smp_processor_id() },
+        kind,
+        comm: entry.comm,
+    });
+    if wake {
+        slot.submit(u64::from(BPF_RB_FORCE_WAKEUP));
+        count(Counter::SpikeWakeups);
+    } else {
+        slot.submit(u64::from(BPF_RB_NO_WAKEUP));
+        count(Counter::SpikeWakeupsSuppressed);
+    }
+    count(Counter::SpikesSubmitted);
+}
+
+/// `--debug-checks`: counts an anomaly and logs it, at most 10 lines per CPU per second.
+/// Every call sits behind `DEBUG_CHECKS`, so without the flag the verifier removes it.
+#[inline(always)]
+fn anomaly<C: EbpfContext>(ctx: &C, counter: Counter, tid: u32, value: u64) {
+    count(counter);
+    let Some(budget) = DEBUG_LOG_BUDGET.get_ptr_mut(0) else {
+        return;
+    };
+    let second = unsafe { bpf_ktime_get_ns() } / 1_000_000_000;
+    // SAFETY: this CPU's slot.
+    let budget = unsafe { &mut *budget };
+    if budget[0] != second {
+        budget[0] = second;
+        budget[1] = 0;
+    }
+    if budget[1] >= 10 {
+        return;
+    }
+    budget[1] += 1;
+    match counter {
+        Counter::DebugWakeupWithoutSleep => {
+            warn!(ctx, "wakeup of tid {} with no recorded sleep", tid);
+        }
+        Counter::DebugTimeBackwards => {
+            warn!(
+                ctx,
+                "tid {}: clock {} ns before its sleep began", tid, value
+            );
+        }
+        Counter::DebugStackFailed => warn!(ctx, "tid {}: backtrace could not be taken", tid),
+        _ => warn!(
+            ctx,
+            "tid {} exited with {} records merged nowhere", tid, value
+        ),
     }
 }
 
@@ -228,6 +325,7 @@ fn runq_end(ctx: &RawTracePointContext) -> Result<(), i32> {
             if delta >= MIN_SLEEP_NS.load() {
                 account(entry, RUNQ_STACK, delta);
                 count(Counter::RunqCounted);
+                spike(next_tid, entry, RUNQ_STACK, delta, SPIKE_RUNQ);
             }
         }
     }
@@ -266,6 +364,9 @@ fn switch_out(ctx: &RawTracePointContext, kind: u32) -> Result<i32, i32> {
         let stack = take_stack(ctx);
         if stack == NO_STACK {
             count(Counter::StackMissing);
+            if DEBUG_CHECKS.load() == 1 {
+                anomaly(ctx, Counter::DebugStackFailed, tid, 0);
+            }
         }
         stack
     };
@@ -370,7 +471,7 @@ pub fn sched_wakeup(ctx: RawTracePointContext) -> i32 {
 fn try_sched_wakeup(ctx: &RawTracePointContext) -> Result<i32, i32> {
     // TP_PROTO(struct task_struct *p)
     let wakee: *const u8 = ctx.arg(0);
-    wake(wakee, core::ptr::null_mut())
+    wake(ctx, wakee, core::ptr::null_mut())
 }
 
 #[btf_tracepoint(function = "sched_wakeup")]
@@ -383,22 +484,27 @@ pub fn sched_wakeup_btf(ctx: BtfTracePointContext) -> i32 {
 fn try_sched_wakeup_btf(ctx: &BtfTracePointContext) -> Result<i32, i32> {
     // TP_PROTO(struct task_struct *p)
     let wakee: *mut task_struct = ctx.arg(0);
-    wake(wakee.cast_const().cast(), wakee)
+    wake(ctx, wakee.cast_const().cast(), wakee)
 }
 
 /// A wakeup of `task`: ends its open sleep; `stack_of` (null for the raw program) is the same
 /// task as a pointer the kernel trusts for taking its backtrace.
 #[inline(always)]
-fn wake(task: *const u8, stack_of: *mut task_struct) -> Result<i32, i32> {
+fn wake<C: EbpfContext>(ctx: &C, task: *const u8, stack_of: *mut task_struct) -> Result<i32, i32> {
     let tid = read_field::<i32>(task, TASK_PID_OFF.load())? as u32;
     let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+        if DEBUG_CHECKS.load() == 1 && tid != 0 {
+            // A sleep latprof never saw begin: the task slept before latprof attached (or is
+            // filtered out).
+            anomaly(ctx, Counter::DebugWakeupWithoutSleep, tid, 0);
+        }
         return Ok(0);
     };
     // SAFETY: the wakee is not running; ttwu serializes wakeups of one task (pi_lock).
     let entry = unsafe { &mut *entry };
     if entry.sleep_kind != SLEEP_NONE {
         count(Counter::Wakeups);
-        end_sleep(entry, stack_of);
+        end_sleep(ctx, tid, entry, stack_of);
         if RUNQ.load() == 1 {
             // From now on the task waits for a CPU.
             entry.runq_start_ns = unsafe { bpf_ktime_get_ns() };
@@ -409,10 +515,18 @@ fn wake(task: *const u8, stack_of: *mut task_struct) -> Result<i32, i32> {
 
 /// Ends the open sleep of `entry` now: filters it like latencytop and accounts it. With a
 /// `wakee` (and `STACK_AT_WAKEUP`), a counted sleep's backtrace is taken from it now.
-fn end_sleep(entry: &mut TaskState, wakee: *mut task_struct) {
+fn end_sleep<C: EbpfContext>(ctx: &C, tid: u32, entry: &mut TaskState, wakee: *mut task_struct) {
     let kind = entry.sleep_kind;
     entry.sleep_kind = SLEEP_NONE;
     let now = unsafe { bpf_ktime_get_ns() };
+    if DEBUG_CHECKS.load() == 1 && now < entry.sleep_start_ns {
+        anomaly(
+            ctx,
+            Counter::DebugTimeBackwards,
+            tid,
+            entry.sleep_start_ns - now,
+        );
+    }
     let delta = now.saturating_sub(entry.sleep_start_ns);
     let verdict = sleep_verdict(kind, delta, MIN_SLEEP_NS.load(), INTER_CUTOFF_NS.load());
     if kind == SLEEP_INTERRUPTIBLE {
@@ -434,6 +548,9 @@ fn end_sleep(entry: &mut TaskState, wakee: *mut task_struct) {
                 };
                 if stack == NO_STACK {
                     count(Counter::StackMissing);
+                    if DEBUG_CHECKS.load() == 1 {
+                        anomaly(ctx, Counter::DebugStackFailed, tid, 0);
+                    }
                 }
                 stack
             } else {
@@ -441,6 +558,7 @@ fn end_sleep(entry: &mut TaskState, wakee: *mut task_struct) {
             };
             account(entry, stack, delta);
             count(Counter::Counted);
+            spike(tid, entry, stack, delta, kind);
         }
     }
 }
@@ -592,6 +710,15 @@ fn try_sched_process_exit(_ctx: &RawTracePointContext) -> Result<i32, i32> {
         count(Counter::ExitMerges);
         count(Counter::MergesDone);
     } else {
+        if DEBUG_CHECKS.load() == 1 && MODE.load() == MODE_LAZY && entry.nr_records > 0 {
+            // Records that reach no global table (a kernel thread's, kept out).
+            anomaly(
+                _ctx,
+                Counter::DebugExitWithRecords,
+                tid,
+                u64::from(entry.nr_records),
+            );
+        }
         let _ = TASKS.remove(&tid);
     }
     Ok(0)

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::{
     duration,
     export::Format,
-    probe::{Mode, ProbeConfig},
+    probe::{Mode, ProbeConfig, Wakeup},
 };
 
 #[derive(Debug, Parser)]
@@ -42,6 +42,23 @@ pub struct Cli {
     #[arg(long, global = true, default_value_t = 16384,
           value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub max_records: u32,
+    /// Sleeps and run-queue waits at least this long are spikes: sent one by one to `top`'s
+    /// recent spikes, `record` and `latprof spikes`.
+    #[arg(long, global = true, value_parser = duration::parse, default_value = "10ms")]
+    pub spike: Duration,
+    /// When the kernel wakes the spike reader: adaptive (only when it waits, or the buffer
+    /// fills) or always (every event).
+    #[arg(long, global = true, value_enum, default_value_t = Wakeup::Adaptive)]
+    pub wakeup: Wakeup,
+    /// Count consistency anomalies in the kernel programs and log them (through aya-log, at
+    /// most 10 lines per CPU per second) to stderr, or to --log FILE; without it the checks
+    /// are removed at load time.
+    #[arg(long, global = true)]
+    pub debug_checks: bool,
+    /// Where latprof's log goes (the eBPF side's --debug-checks lines); default stderr, and
+    /// for top and replay latprof-PID.log in the temporary directory.
+    #[arg(long, global = true)]
+    pub log: Option<PathBuf>,
     /// Distinct kernel backtraces kept (kernel table size).
     #[arg(long, global = true, default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
@@ -60,6 +77,8 @@ pub enum Command {
     Record(RecordArgs),
     /// Browse a recording in the same screens as `top`, with time navigation; no root needed.
     Replay(ReplayArgs),
+    /// Print every sleep or run-queue wait over --spike as it happens, one line each.
+    Spikes(SpikesArgs),
     /// Print a recording's numbers at a moment, or between two, as text, JSON, folded or
     /// OpenMetrics; no root needed.
     Dump(DumpArgs),
@@ -87,6 +106,16 @@ pub struct StatsArgs {
     /// instead of the causes (text format; JSON and OpenMetrics always carry them).
     #[arg(long)]
     pub counters: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SpikesArgs {
+    /// Stop after this long (default: until Ctrl-C or SIGTERM).
+    #[arg(long, value_parser = duration::parse)]
+    pub duration: Option<Duration>,
+    /// Only this process.
+    #[arg(long, short = 'p')]
+    pub pid: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -291,7 +320,7 @@ impl Cli {
     }
 
     #[must_use]
-    pub fn probe_config(&self, pid: Option<u32>, details: bool) -> ProbeConfig {
+    pub fn probe_config(&self, pid: Option<u32>, details: bool, spikes: bool) -> ProbeConfig {
         ProbeConfig {
             stack_depth: self.depth(),
             details,
@@ -303,6 +332,9 @@ impl Cli {
             max_tasks: self.max_tasks,
             max_records: self.max_records,
             max_stacks: self.max_stacks,
+            spike: spikes.then_some(self.spike),
+            wakeup: self.wakeup,
+            debug_checks: self.debug_checks,
         }
     }
 }
@@ -332,10 +364,10 @@ mod tests {
         };
         assert_eq!(args.duration, Duration::from_secs(2));
         assert_eq!(args.pid, Some(42));
-        assert_eq!(cli.probe_config(args.pid, false).inter_cutoff, None);
+        assert_eq!(cli.probe_config(args.pid, false, false).inter_cutoff, None);
         let cli = parse(&["stats", "--inter-cutoff", "10ms"]).unwrap();
         assert_eq!(
-            cli.probe_config(None, false).inter_cutoff,
+            cli.probe_config(None, false, false).inter_cutoff,
             Some(Duration::from_millis(10))
         );
     }

@@ -32,6 +32,14 @@ pub const COUNTER_NAMES: [&str; COUNTER_COUNT as usize] = [
     "sleep_lost",
     "runq_counted",
     "hist_table_full",
+    "spikes_submitted",
+    "spike_wakeups",
+    "spike_wakeups_suppressed",
+    "spikes_dropped",
+    "debug_wakeup_without_sleep",
+    "debug_time_backwards",
+    "debug_stack_failed",
+    "debug_exit_with_records",
 ];
 
 impl Counters {
@@ -73,6 +81,10 @@ impl Counters {
         say(
             Counter::HistTableFull,
             "histogram updates lost: table full (raise --max-records)",
+        );
+        say(
+            Counter::SpikesDropped,
+            "spike events lost: the ring buffer was full",
         );
         out
     }
@@ -322,6 +334,12 @@ fn read_ticks(probe: &Probe) -> Result<Vec<TickCounts>> {
         }
     }
     Ok(out)
+}
+
+/// CLOCK_REALTIME in nanoseconds since the Unix epoch.
+#[must_use]
+pub fn wall_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (the clock of bpf_ktime_get_ns).

@@ -11,6 +11,7 @@ fn main() -> ExitCode {
         Command::Record(args) => latprof::record::run(&cli, args),
         Command::Replay(args) => latprof::tui::replay::run(&cli, args),
         Command::Dump(args) => latprof::dump::run(&cli, args),
+        Command::Spikes(args) => latprof::spikes::run(&cli, args),
         Command::Bench(args) => latprof::bench::run(args),
         Command::Workload(args) => latprof::workload::run(args),
     };

@@ -87,7 +87,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
         keep: args.keep,
         max_size: args.max_size,
     };
-    let probe = Probe::attach(cli.probe_config(None, details))?;
+    let probe = Probe::attach(cli.probe_config(None, details, true))?;
     let kernel = crate::nohz::kernel_facts(probe.tick_sources());
     let mut writer = Writer::create(
         &args.output,

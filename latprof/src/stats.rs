@@ -38,7 +38,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
     }
     let stop = stop_flag()?;
     let syms = Kallsyms::load()?;
-    let probe = Probe::attach(cli.probe_config(args.pid, false))?;
+    let probe = Probe::attach(cli.probe_config(args.pid, false, false))?;
     eprintln!(
         "latprof: attached ({} mode); collecting for {}, Ctrl-C to stop early",
         cli.mode.as_str(),

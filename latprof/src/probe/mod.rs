@@ -54,6 +54,22 @@ pub struct ProbeConfig {
     /// Take backtraces at wakeup from the BTF tracepoint where the kernel has one (false forces
     /// the raw-tracepoint fallback that walks at every switch-out, as on older kernels).
     pub btf_wakeup: bool,
+    /// Sleeps and run-queue waits at least this long go to the spike ring buffer; `None`: no
+    /// spike events.
+    pub spike: Option<Duration>,
+    pub wakeup: Wakeup,
+    /// Count (and log through aya-log) consistency anomalies; off, the checks are not loaded.
+    pub debug_checks: bool,
+}
+
+/// When the spike reader is woken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Wakeup {
+    /// Only when the reader said it is about to sleep, or the buffer passes its fill mark.
+    #[default]
+    Adaptive,
+    /// On every event.
+    Always,
 }
 
 impl Default for ProbeConfig {
@@ -69,6 +85,9 @@ impl Default for ProbeConfig {
             stack_depth: 12,
             details: true,
             btf_wakeup: true,
+            spike: None,
+            wakeup: Wakeup::Adaptive,
+            debug_checks: false,
         }
     }
 }
@@ -127,6 +146,9 @@ struct Globals {
     mm_off: u32,
     details: u32,
     walk: u32,
+    spike_ns: u64,
+    wakeup: u32,
+    debug_checks: u32,
 }
 
 /// Loads the object, verifies every program, then attaches the programs that end sleeps before
@@ -164,6 +186,9 @@ fn load(g: &Globals, config: &ProbeConfig, btf: Option<&aya::Btf>) -> Result<Ebp
         .override_global(names::GLOBAL_HISTOGRAMS_ON, &g.details, true)
         .override_global(names::GLOBAL_STACK_WALK_FRAMES, &g.walk, true)
         .override_global(names::GLOBAL_STACK_AT_WAKEUP, &stack_at_wakeup, true)
+        .override_global(names::GLOBAL_SPIKE_NS, &g.spike_ns, true)
+        .override_global(names::GLOBAL_WAKEUP_POLICY, &g.wakeup, true)
+        .override_global(names::GLOBAL_DEBUG_CHECKS, &g.debug_checks, true)
         .map_max_entries(names::MAP_TASKS, config.max_tasks)
         .map_max_entries(names::MAP_GLOBAL_LATENCY, config.max_records)
         .map_max_entries(names::MAP_HISTOGRAMS, config.max_records)
@@ -284,6 +309,14 @@ impl Probe {
             mm_off,
             details,
             walk,
+            spike_ns: config.spike.map_or(u64::MAX, |d| {
+                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+            }),
+            wakeup: match config.wakeup {
+                Wakeup::Adaptive => latprof_common::WAKEUP_ADAPTIVE,
+                Wakeup::Always => latprof_common::WAKEUP_ALWAYS,
+            },
+            debug_checks: u32::from(config.debug_checks),
         };
         // Prefer taking backtraces at wakeup from the BTF tracepoint (only for sleeps that
         // count); kernels without BTF tracepoints get the raw one and walk at every switch-out.
@@ -318,6 +351,10 @@ impl Probe {
     #[must_use]
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
+    }
+
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
     }
 }
 

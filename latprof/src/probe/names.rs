@@ -8,7 +8,11 @@ pub const MAP_SCRATCH: &str = "SCRATCH";
 pub const MAP_STACK_BUF: &str = "STACK_BUF";
 pub const MAP_HISTOGRAMS: &str = "HISTOGRAMS";
 pub const MAP_TICKS: &str = "TICKS";
-pub const MAPS: [&str; 8] = [
+pub const MAP_SPIKES: &str = "SPIKES";
+pub const MAP_READER: &str = "READER";
+pub const MAPS: [&str; 10] = [
+    MAP_SPIKES,
+    MAP_READER,
     MAP_TICKS,
     MAP_HISTOGRAMS,
     MAP_TASKS,
@@ -67,3 +71,6 @@ pub const GLOBAL_RUNQ: &str = "RUNQ";
 pub const GLOBAL_HISTOGRAMS_ON: &str = "HISTOGRAMS_ON";
 pub const GLOBAL_STACK_WALK_FRAMES: &str = "STACK_WALK_FRAMES";
 pub const GLOBAL_STACK_AT_WAKEUP: &str = "STACK_AT_WAKEUP";
+pub const GLOBAL_SPIKE_NS: &str = "SPIKE_NS";
+pub const GLOBAL_WAKEUP_POLICY: &str = "WAKEUP_POLICY";
+pub const GLOBAL_DEBUG_CHECKS: &str = "DEBUG_CHECKS";

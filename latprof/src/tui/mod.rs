@@ -72,7 +72,7 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
     };
     let syms = Kallsyms::load()?;
     let stop = crate::stats::stop_flag()?;
-    let probe = Probe::attach(cli.probe_config(None, true))?;
+    let probe = Probe::attach(cli.probe_config(None, true, true))?;
     let kernel = crate::nohz::kernel_facts(probe.tick_sources());
     // The kernel counts the programs' run time while this fd is open; closing it (at exit, in
     // any way) restores whatever the system had before.
