@@ -214,6 +214,24 @@ impl Collector {
         }
     }
 
+    /// One backtrace by id (cached): for a reader that needs a few, not a whole snapshot.
+    pub fn stack(&mut self, probe: &Probe, id: u64) -> Result<Option<Vec<u64>>> {
+        if let Some(frames) = self.stacks.get(&id) {
+            return Ok(Some(frames.clone()));
+        }
+        let map: BpfHashMap<&MapData, u64, RawStack> = BpfHashMap::try_from(
+            probe
+                .ebpf()
+                .map(names::MAP_STACKS)
+                .context("no STACKS map")?,
+        )?;
+        Ok(map.get(&id, 0).ok().map(|raw| {
+            let frames: Vec<u64> = raw.iter().copied().take_while(|&ip| ip != 0).collect();
+            self.stacks.insert(id, frames.clone());
+            frames
+        }))
+    }
+
     pub fn snapshot(&mut self, probe: &Probe) -> Result<Snapshot> {
         let ebpf = probe.ebpf();
         let counters_map: PerCpuArray<&MapData, u64> =

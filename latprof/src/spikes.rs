@@ -78,20 +78,36 @@ impl Spike {
         reasons: &Reasons,
         depth: usize,
     ) -> String {
-        if self.stack_id == RUNQ_STACK {
-            return "Waiting for CPU".to_owned();
-        }
-        let frames = stacks
-            .stacks
-            .get(&self.stack_id)
-            .filter(|_| self.stack_id != NO_STACK)
-            .map(|raw| syms.cause_frames(raw, depth))
-            .unwrap_or_default();
-        if frames.is_empty() {
-            crate::model::UNAVAILABLE.to_owned()
-        } else {
-            reasons.reason(&frames)
-        }
+        reason_of(
+            self.stack_id,
+            stacks.stacks.get(&self.stack_id).map(Vec::as_slice),
+            syms,
+            reasons,
+            depth,
+        )
+    }
+}
+
+/// The reason of a stack id given its raw frames (if known).
+#[must_use]
+pub fn reason_of(
+    stack_id: u64,
+    raw: Option<&[u64]>,
+    syms: &Kallsyms,
+    reasons: &Reasons,
+    depth: usize,
+) -> String {
+    if stack_id == RUNQ_STACK {
+        return "Waiting for CPU".to_owned();
+    }
+    let frames = raw
+        .filter(|_| stack_id != NO_STACK)
+        .map(|raw| syms.cause_frames(raw, depth))
+        .unwrap_or_default();
+    if frames.is_empty() {
+        crate::model::UNAVAILABLE.to_owned()
+    } else {
+        reasons.reason(&frames)
     }
 }
 
@@ -219,6 +235,7 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
     let mut reader = SpikeReader::take(&mut probe)?;
     let mut log = DebugLog::start(&mut probe, cli, false)?;
     let mut collector = Collector::new();
+    let mut reason_cache: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
     eprintln!(
         "latprof: attached ({} mode); printing sleeps and run-queue waits of {} or more ({} wakeups), Ctrl-C to stop",
         cli.mode.as_str(),
@@ -235,43 +252,36 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
     writeln!(out, "{HEADER}").context("writing to stdout")?;
     let mut total = 0u64;
     let mut spikes = Vec::new();
-    let mut snap: Option<Snapshot> = None;
-    while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
+    let mut last_round = false;
+    loop {
+        let stopping = stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e);
         spikes.clear();
-        reader.read(Duration::from_millis(100), &mut spikes)?;
+        // When stopping, one more look without sleeping: what came after the last read.
+        let timeout = if stopping {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(100)
+        };
+        reader.read(timeout, &mut spikes)?;
         log.flush();
-        if spikes.is_empty() {
-            continue;
-        }
-        // The backtraces of new stack ids (the collector keeps those it has read).
-        if spikes.iter().any(|s| {
-            s.stack_id < RUNQ_STACK - 1
-                && !snap
-                    .as_ref()
-                    .is_some_and(|x| x.stacks.contains_key(&s.stack_id))
-        }) {
-            snap = Some(collector.snapshot(&probe)?);
-        }
         for s in &spikes {
-            let reason = snap
-                .as_ref()
-                .map_or_else(String::new, |x| s.reason(x, &syms, &reasons, depth));
-            writeln!(out, "{}", line(s, &wall_time(s.end_ns, clock), &reason))
+            if !reason_cache.contains_key(&s.stack_id) {
+                let raw = collector.stack(&probe, s.stack_id)?;
+                let reason = reason_of(s.stack_id, raw.as_deref(), &syms, &reasons, depth);
+                reason_cache.insert(s.stack_id, reason);
+            }
+            let reason = &reason_cache[&s.stack_id];
+            writeln!(out, "{}", line(s, &wall_time(s.end_ns, clock), reason))
                 .context("writing to stdout")?;
         }
         out.flush().context("writing to stdout")?;
         total += spikes.len() as u64;
+        if last_round {
+            break;
+        }
+        last_round = stopping;
     }
-    // What came after the last read.
-    spikes.clear();
-    reader.read(Duration::ZERO, &mut spikes)?;
     let last = collector.snapshot(&probe)?;
-    for s in &spikes {
-        let reason = s.reason(&last, &syms, &reasons, depth);
-        writeln!(out, "{}", line(s, &wall_time(s.end_ns, clock), &reason))
-            .context("writing to stdout")?;
-    }
-    total += spikes.len() as u64;
     log.flush();
     let c = &last.counters;
     use latprof_common::Counter;

@@ -38,7 +38,8 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
     }
     let stop = stop_flag()?;
     let syms = Kallsyms::load()?;
-    let probe = Probe::attach(cli.probe_config(args.pid, false, false))?;
+    let mut probe = Probe::attach(cli.probe_config(args.pid, false, false))?;
+    let mut log = crate::debuglog::DebugLog::start(&mut probe, cli, false)?;
     eprintln!(
         "latprof: attached ({} mode); collecting for {}, Ctrl-C to stop early",
         cli.mode.as_str(),
@@ -55,8 +56,10 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
             break;
         }
         std::thread::sleep(left.min(Duration::from_millis(50)));
+        log.flush();
     }
     let snap = collector.snapshot(&probe)?;
+    log.flush();
     drop(probe);
     let reasons = Reasons::builtin();
     // The probe already kept only --pid's threads: the global table is that process's, and in
