@@ -56,6 +56,14 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
     }
     let cur = rec.snapshot(at);
     let base = base.map(|b| rec.snapshot(b));
+    let after = base.as_ref().map_or(0, |b| b.taken_ns);
+    let spikes: Vec<crate::spikes::Spike> = rec
+        .spikes
+        .iter()
+        .map(|(s, _)| s)
+        .filter(|s| s.end_ns > after && s.end_ns <= cur.taken_ns)
+        .cloned()
+        .collect();
     let depth = usize::from(cli.stack_depth.unwrap_or(rec.info.stack_depth));
     let scope = export::Scope {
         cur: &cur,
@@ -66,6 +74,7 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
         depth,
         info: Some(&rec.info),
         kernel: Some(&rec.info.kernel),
+        spikes: &spikes,
     };
     let mut out = std::io::stdout().lock();
     out.write_all(export::render(args.format, &scope).as_bytes())

@@ -62,6 +62,7 @@ pub fn info(
         stack_depth: cli.depth(),
         details,
         kernel,
+        spike_ns: u64::try_from(cli.spike.as_nanos()).unwrap_or(u64::MAX),
         sched_text,
         lock_text,
     }
@@ -87,7 +88,10 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
         keep: args.keep,
         max_size: args.max_size,
     };
-    let probe = Probe::attach(cli.probe_config(None, details, true))?;
+    let mut probe = Probe::attach(cli.probe_config(None, details, true))?;
+    let mut reader = crate::spikes::SpikeReader::take(&mut probe)?;
+    let mut log = crate::debuglog::DebugLog::start(&mut probe, cli, false)?;
+    let mut spikes = Vec::new();
     let kernel = crate::nohz::kernel_facts(probe.tick_sources());
     let mut writer = Writer::create(
         &args.output,
@@ -109,9 +113,20 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     let mut collector = Collector::with_details();
     let mut reason = "stopped by a signal";
     let mut next = started;
-    loop {
+    // Spikes first, then the snapshot that names their backtraces.
+    let mut save = |writer: &mut Writer,
+                    spikes: &mut Vec<crate::spikes::Spike>,
+                    sleeps: u64|
+     -> Result<Appended> {
+        if !spikes.is_empty() && writer.append_spikes(spikes, sleeps)? == Appended::Full {
+            return Ok(Appended::Full);
+        }
+        spikes.clear();
         let snap = collector.snapshot(&probe)?;
-        if writer.append(&snap, &syms)? == Appended::Full {
+        writer.append(&snap, &syms)
+    };
+    loop {
+        if save(&mut writer, &mut spikes, reader.sleeps)? == Appended::Full {
             reason = "--max-size reached";
             break;
         }
@@ -130,17 +145,21 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             if now >= next {
                 break false;
             }
-            std::thread::sleep((next - now).min(Duration::from_millis(50)));
+            // Waiting here is the spike reader's sleep: the kernel wakes it for spikes.
+            reader.read((next - now).min(Duration::from_millis(50)), &mut spikes)?;
+            log.flush();
         };
         if done {
             // The last snapshot holds everything up to the end.
-            let snap = collector.snapshot(&probe)?;
-            if writer.append(&snap, &syms)? == Appended::Full {
+            reader.read(Duration::ZERO, &mut spikes)?;
+            if save(&mut writer, &mut spikes, reader.sleeps)? == Appended::Full {
                 reason = "--max-size reached";
             }
             break;
         }
     }
+    log.flush();
+    drop(save);
     drop(probe);
     drop(run_time_stats);
     let stats = writer.finish(reason)?;

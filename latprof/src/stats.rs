@@ -73,6 +73,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         depth: usize::from(cli.depth()),
         info: None,
         kernel: Some(&kernel),
+        spikes: &[],
     };
     let text = if args.counters && args.format == export::Format::Text {
         export::counters::render(&kernel, Some(&first), &snap)

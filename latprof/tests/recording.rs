@@ -137,7 +137,16 @@ fn record_then_dump_without_root_matches_stats() {
     let path = file.to_str().expect("utf-8 path");
     let mut work = workload("100");
     let pid = work.id().to_string();
-    let (recorder, rec_err) = start(&["record", "--all-sleeps", "--interval", "200ms", "-o", path]);
+    let (recorder, rec_err) = start(&[
+        "record",
+        "--all-sleeps",
+        "--spike",
+        "1ms",
+        "--interval",
+        "200ms",
+        "-o",
+        path,
+    ]);
     let (stats, stats_err) = start(&["stats", "--all-sleeps", "--duration", "60s", "--pid", &pid]);
     go_and_wait(&mut work);
     // A snapshot after the work holds all of it.
@@ -186,6 +195,14 @@ fn record_then_dump_without_root_matches_stats() {
     assert_eq!(cause["count"], dc);
     assert_eq!(cause["total_ns"].as_u64().expect("total") / 1000, dt);
     assert_eq!(doc["processes"][0]["pid"].to_string(), pid);
+    // Every 2 ms nanosleep was also a spike (over --spike 1ms), recorded one by one.
+    let naps = doc["spikes"]
+        .as_array()
+        .expect("spikes")
+        .iter()
+        .filter(|s| s["reason"] == "Application requested delay")
+        .count() as u64;
+    assert_eq!(naps, dc, "spikes in the recording");
 
     // Folded: outermost frame first, the same total in microseconds.
     let folded = as_nobody(&["dump", path, "--pid", &pid, "--format", "folded"]);

@@ -33,6 +33,23 @@ pub struct Document<'a> {
     pub kernel: Option<&'a crate::nohz::KernelFacts>,
     /// Tick accounting per CPU over the interval.
     pub cpus: Vec<super::counters::CpuTicks>,
+    /// Spike events of the interval (dump of a recording), oldest first.
+    pub spikes: Vec<SpikeJson>,
+}
+
+#[derive(Serialize)]
+pub struct SpikeJson {
+    /// RFC 3339, UTC, when it ended.
+    pub time: String,
+    pub monotonic_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// `S`, `D` or `R` (waiting for a CPU).
+    pub kind: &'static str,
+    pub duration_ns: u64,
+    pub cpu: u32,
+    pub reason: String,
 }
 
 #[derive(Serialize)]
@@ -156,6 +173,29 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
         cpus: scope.kernel.map_or_else(Vec::new, |k| {
             super::counters::cpu_ticks(k, scope.base, scope.cur)
         }),
+        spikes: scope
+            .spikes
+            .iter()
+            .filter(|s| scope.pid.is_none_or(|p| p == s.tgid))
+            .map(|s| {
+                let wall = u64::try_from(
+                    i128::from(scope.cur.wall_ns) + i128::from(s.end_ns)
+                        - i128::from(scope.cur.taken_ns),
+                )
+                .unwrap_or(0);
+                SpikeJson {
+                    time: clock::rfc3339_utc(wall),
+                    monotonic_ns: s.end_ns,
+                    pid: s.tgid,
+                    tid: s.tid,
+                    comm: s.comm.clone(),
+                    kind: s.kind_letter(),
+                    duration_ns: s.duration_ns,
+                    cpu: s.cpu,
+                    reason: s.reason(scope.cur, scope.syms, scope.reasons, scope.depth),
+                }
+            })
+            .collect(),
     }
 }
 

@@ -41,6 +41,8 @@ pub struct Scope<'a> {
     pub info: Option<&'a RecordingInfo>,
     /// The kernel's tick facts (from the recording, or of this machine).
     pub kernel: Option<&'a crate::nohz::KernelFacts>,
+    /// Spike events of the interval (a recording's), oldest first.
+    pub spikes: &'a [crate::spikes::Spike],
 }
 
 impl Scope<'_> {

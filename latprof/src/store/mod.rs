@@ -43,6 +43,8 @@ pub const KIND_KEY: u8 = 1;
 pub const KIND_DELTA: u8 = 2;
 /// The recorder finished cleanly (Ctrl-C, SIGTERM, --duration, --max-size).
 pub const KIND_END: u8 = 3;
+/// Spike events since the previous spike frame, and the reader's sleep count (version 2 on).
+pub const KIND_SPIKES: u8 = 4;
 pub const FLAG_ZSTD: u8 = 1;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -81,6 +83,8 @@ pub struct RecordingInfo {
     pub details: bool,
     /// The kernel's tick and time-accounting facts (version 2 on).
     pub kernel: crate::nohz::KernelFacts,
+    /// The spike threshold of the recording (version 2 on; `u64::MAX`: none).
+    pub spike_ns: u64,
     #[serde(skip)]
     pub sched_text: Range<u64>,
     #[serde(skip)]
@@ -169,6 +173,7 @@ impl RecordingInfo {
         }
         if version >= 2 {
             self.kernel.encode(e);
+            e.u64(self.spike_ns);
         }
     }
 
@@ -187,9 +192,11 @@ impl RecordingInfo {
             sched_text: d.u64()?..d.u64()?,
             lock_text: d.u64()?..d.u64()?,
             kernel: crate::nohz::KernelFacts::default(),
+            spike_ns: u64::MAX,
         };
         if version >= 2 {
             info.kernel = crate::nohz::KernelFacts::decode(d)?;
+            info.spike_ns = d.u64()?;
         }
         Ok(info)
     }
@@ -472,6 +479,40 @@ impl State {
     }
 }
 
+/// A spike frame's contents.
+pub fn encode_spikes(e: &mut Enc, spikes: &[crate::spikes::Spike], reader_sleeps: u64) {
+    e.u64(reader_sleeps);
+    e.usize(spikes.len());
+    for s in spikes {
+        e.u64(s.end_ns);
+        e.u64(s.duration_ns);
+        e.u64(s.stack_id);
+        e.u32(s.tid);
+        e.u32(s.tgid);
+        e.u32(s.cpu);
+        e.u32(s.kind);
+        e.str(&s.comm);
+    }
+}
+
+pub fn decode_spikes(d: &mut Dec<'_>) -> Result<(Vec<crate::spikes::Spike>, u64), FormatError> {
+    let sleeps = d.u64()?;
+    let mut out = Vec::new();
+    for _ in 0..d.len(8)? {
+        out.push(crate::spikes::Spike {
+            end_ns: d.u64()?,
+            duration_ns: d.u64()?,
+            stack_id: d.u64()?,
+            tid: d.u32()?,
+            tgid: d.u32()?,
+            cpu: d.u32()?,
+            kind: d.u32()?,
+            comm: d.str()?,
+        });
+    }
+    Ok((out, sleeps))
+}
+
 /// Counters the recording knows; a later latprof with more counters still reads the first ones.
 #[must_use]
 pub fn counter_values(c: &Counters) -> Vec<u64> {
@@ -512,6 +553,7 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
             interval_ns: 1_000_000_000,
             stack_depth: 12,
             details: true,
+            spike_ns: 10_000_000,
             kernel: crate::nohz::KernelFacts {
                 config_source: Some("/boot/config-6.18.0".into()),
                 hz: Some(250),
@@ -720,6 +762,43 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
         let r = Recording::from_bytes(bad).unwrap();
         assert_eq!(r.len(), 5 + 70);
         assert_eq!(r.snapshot(5), snaps[60]);
+    }
+
+    #[test]
+    fn spike_frames_come_back_in_time_order() {
+        let dir = std::env::temp_dir().join(format!("latprof-spikes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.lpr");
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        let mut w = Writer::create(&path, info(), Options::default()).unwrap();
+        let snaps = snapshots(5);
+        let spike = |end_ns: u64| crate::spikes::Spike {
+            end_ns,
+            duration_ns: 12_000_000,
+            stack_id: 1,
+            tid: 100,
+            tgid: 100,
+            cpu: 1,
+            kind: latprof_common::SPIKE_SLEEP_INTERRUPTIBLE,
+            comm: "sleeper".into(),
+        };
+        for (i, s) in snaps.iter().enumerate() {
+            let t = s.taken_ns;
+            w.append_spikes(&[spike(t - 500), spike(t - 100)], 10 * i as u64)
+                .unwrap();
+            w.append(s, &syms).unwrap();
+        }
+        w.finish("test").unwrap();
+        let r = Recording::open(&path).unwrap();
+        assert_eq!(r.len(), 5);
+        assert_eq!(r.spikes.len(), 10);
+        let (upto, sleeps) = r.spikes_until(snaps[2].taken_ns, 200);
+        assert_eq!(upto.len(), 6);
+        assert_eq!(sleeps, 20);
+        let (last, _) = r.spikes_until(snaps[4].taken_ns, 3);
+        assert_eq!(last.len(), 3);
+        assert_eq!(last[2], spike(snaps[4].taken_ns - 100));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Version 1 recordings (no tick counters) are still read.

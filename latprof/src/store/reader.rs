@@ -32,6 +32,8 @@ pub struct Recording {
     pub problems: Vec<String>,
     /// Why the recorder stopped, when it finished cleanly.
     pub end: Option<String>,
+    /// Spike events in the order they ended, with the reader's sleep count at each frame.
+    pub spikes: Vec<(crate::spikes::Spike, u64)>,
     data: Vec<u8>,
     entries: Vec<Entry>,
     cache: RefCell<Option<(usize, State)>>,
@@ -97,6 +99,7 @@ impl Recording {
             syms: Kallsyms::default(),
             problems: Vec::new(),
             end: None,
+            spikes: Vec::new(),
             data: Vec::new(),
             entries: Vec::new(),
             cache: RefCell::new(None),
@@ -190,6 +193,19 @@ impl Recording {
                 KIND_KEY => RecordingInfo::decode(&mut d, version)
                     .and_then(|i| Ok((Some(i), Body::decode(&mut d, version)?))),
                 KIND_DELTA => Body::decode(&mut d, version).map(|b| (None, b)),
+                super::KIND_SPIKES => {
+                    // Standalone: damage elsewhere never costs spikes.
+                    match super::decode_spikes(&mut d) {
+                        Ok((spikes, sleeps)) if d.is_empty() => {
+                            rec.spikes.extend(spikes.into_iter().map(|s| (s, sleeps)));
+                        }
+                        _ => rec.problems.push(format!(
+                            "frame at byte {}: spike events do not decode; skipped",
+                            start - FRAME_HEADER_LEN
+                        )),
+                    }
+                    continue;
+                }
                 KIND_END => {
                     rec.end = Some(
                         Dec::new(&decoded)
@@ -245,6 +261,7 @@ impl Recording {
             };
             return Err(FormatError::NoSnapshot(why));
         };
+        rec.spikes.sort_by_key(|(s, _)| s.end_ns);
         rec.syms = Kallsyms::from_parts(syms, info.sched_text.clone(), info.lock_text.clone());
         rec.info = info;
         rec.data = data;
@@ -260,6 +277,22 @@ impl Recording {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The last `max` spikes that ended by `until_ns` (CLOCK_MONOTONIC), and the reader's
+    /// sleep count then.
+    #[must_use]
+    pub fn spikes_until(&self, until_ns: u64, max: usize) -> (Vec<crate::spikes::Spike>, u64) {
+        let n = self.spikes.partition_point(|(s, _)| s.end_ns <= until_ns);
+        let from = n.saturating_sub(max);
+        let sleeps = n.checked_sub(1).map_or(0, |i| self.spikes[i].1);
+        (
+            self.spikes[from..n]
+                .iter()
+                .map(|(s, _)| s.clone())
+                .collect(),
+            sleeps,
+        )
     }
 
     /// CLOCK_MONOTONIC and wall-clock time of snapshot `i`.

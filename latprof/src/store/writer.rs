@@ -263,6 +263,25 @@ impl Writer {
         Ok(Appended::Written)
     }
 
+    /// Spike events since the last call, with the reader's sleep count, before the snapshot
+    /// that follows them.
+    pub fn append_spikes(
+        &mut self,
+        spikes: &[crate::spikes::Spike],
+        reader_sleeps: u64,
+    ) -> Result<Appended> {
+        let mut e = Enc::default();
+        super::encode_spikes(&mut e, spikes, reader_sleeps);
+        let bytes = frame(super::KIND_SPIKES, &e.buf, self.options.compress);
+        if let Some(max) = self.options.max_size
+            && self.size + bytes.len() as u64 + END_ROOM > max
+        {
+            return Ok(Appended::Full);
+        }
+        self.write_frame(&bytes)?;
+        Ok(Appended::Written)
+    }
+
     fn end_frame(&self, reason: &str) -> Vec<u8> {
         let mut e = Enc::default();
         e.str(reason);

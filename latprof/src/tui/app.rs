@@ -26,6 +26,9 @@ pub struct Detail {
     pub from: Focus,
 }
 
+/// Spikes kept for the recent-spikes pane.
+pub const MAX_SPIKES: usize = 200;
+
 /// Fixed for the session.
 pub struct Settings {
     pub mode: Mode,
@@ -35,6 +38,8 @@ pub struct Settings {
     pub reasons: Reasons,
     /// The kernel's tick facts, for the counters tab.
     pub kernel: crate::nohz::KernelFacts,
+    /// The spike threshold (`--spike`), for the pane's title.
+    pub spike_ns: u64,
 }
 
 pub struct App {
@@ -65,6 +70,10 @@ pub struct App {
     pub status: Option<String>,
     /// Replaces the key hints in the footer.
     pub footer: Option<String>,
+    /// Recent spikes, newest last (at most `MAX_SPIKES`).
+    pub spikes: std::collections::VecDeque<crate::spikes::Spike>,
+    /// Times the spike reader went to sleep (user-side counter of the pipeline).
+    pub reader_sleeps: u64,
     // Derived from the above by `refresh`.
     pub header: Header,
     pub global: Vec<Row>,
@@ -96,6 +105,8 @@ impl App {
             quit: false,
             status: None,
             footer: None,
+            spikes: std::collections::VecDeque::new(),
+            reader_sleeps: 0,
             header: Header::default(),
             global: Vec::new(),
             procs: Vec::new(),
@@ -110,6 +121,15 @@ impl App {
             return;
         }
         self.apply(snap);
+    }
+
+    /// New spikes from the reader (or a recording), and its sleep count.
+    pub fn on_spikes(&mut self, spikes: Vec<crate::spikes::Spike>, reader_sleeps: u64) {
+        self.spikes.extend(spikes);
+        while self.spikes.len() > MAX_SPIKES {
+            self.spikes.pop_front();
+        }
+        self.reader_sleeps = reader_sleeps;
     }
 
     /// Shows a moment of a recording: the same three snapshots the live view held then, and
@@ -448,6 +468,7 @@ mod tests {
                 syms: Kallsyms::parse(KALLSYMS).unwrap(),
                 reasons: Reasons::builtin(),
                 kernel: crate::nohz::KernelFacts::default(),
+                spike_ns: 10_000_000,
             },
             String::new(),
         );

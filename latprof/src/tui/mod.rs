@@ -72,7 +72,10 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
     };
     let syms = Kallsyms::load()?;
     let stop = crate::stats::stop_flag()?;
-    let probe = Probe::attach(cli.probe_config(None, true, true))?;
+    let mut probe = Probe::attach(cli.probe_config(None, true, true))?;
+    let mut reader = crate::spikes::SpikeReader::take(&mut probe)?;
+    let mut log = crate::debuglog::DebugLog::start(&mut probe, cli, true)?;
+    let log_path = log.path.clone();
     let kernel = crate::nohz::kernel_facts(probe.tick_sources());
     // The kernel counts the programs' run time while this fd is open; closing it (at exit, in
     // any way) restores whatever the system had before.
@@ -86,6 +89,7 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
         .spawn(move || {
             let mut collector = Collector::with_details();
             loop {
+                log.flush();
                 let result = collector.snapshot(&probe);
                 let failed = result.is_err();
                 if snapshots.send(result).is_err() || failed {
@@ -99,6 +103,27 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
             drop(probe);
         })
         .context("starting the collector thread")?;
+    // The spike reader sleeps in poll; the kernel wakes it (adaptive: only when it waits).
+    let (spike_tx, spike_inbox) = mpsc::channel();
+    let spikes_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spikes_thread = {
+        let done = std::sync::Arc::clone(&spikes_done);
+        std::thread::Builder::new()
+            .name("spikes".into())
+            .spawn(move || {
+                let mut batch = Vec::new();
+                while !done.load(Ordering::Relaxed) {
+                    batch.clear();
+                    if reader.read(Duration::from_millis(200), &mut batch).is_err() {
+                        break;
+                    }
+                    if spike_tx.send((batch.clone(), reader.sleeps)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .context("starting the spike reader thread")?
+    };
 
     let filter = match (args.pid, &args.comm) {
         (Some(pid), _) => pid.to_string(),
@@ -113,6 +138,7 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
             syms,
             reasons,
             kernel,
+            spike_ns: u64::try_from(cli.spike.as_nanos()).unwrap_or(u64::MAX),
         },
         filter,
     );
@@ -128,11 +154,20 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
             while let Ok(snapshot) = inbox.try_recv() {
                 app.on_snapshot(snapshot?);
             }
+            while let Ok((spikes, sleeps)) = spike_inbox.try_recv() {
+                app.on_spikes(spikes, sleeps);
+            }
         }
         Ok(())
     })();
     drop(hangup);
+    spikes_done.store(true, Ordering::Relaxed);
+    drop(spike_inbox);
+    let _ = spikes_thread.join();
     let _ = collector.join();
+    if let Some(path) = &log_path {
+        eprintln!("latprof: the eBPF debug log is in {}", path.display());
+    }
     drop(run_time_stats);
     result
 }

@@ -72,8 +72,13 @@ impl Replay {
         let prev = pos.checked_sub(1).map(|p| self.rec.snapshot(p));
         let cur = self.rec.snapshot(pos);
         self.pos = pos;
+        let now = cur.taken_ns;
         self.app
             .show(self.first.clone(), prev, cur, self.mark_snap.clone());
+        // The spikes the live view had received by then.
+        let (spikes, sleeps) = self.rec.spikes_until(now, crate::tui::app::MAX_SPIKES);
+        self.app.spikes.clear();
+        self.app.on_spikes(spikes, sleeps);
         self.app.status = Some(self.status());
     }
 
@@ -236,6 +241,7 @@ pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
         syms: rec.syms.clone(),
         reasons,
         kernel: rec.info.kernel.clone(),
+        spike_ns: rec.info.spike_ns,
     };
     let interval = Duration::from_nanos(rec.info.interval_ns.max(10_000_000));
     let stop = crate::stats::stop_flag()?;
@@ -282,6 +288,7 @@ mod tests {
             syms,
             reasons: Reasons::builtin(),
             kernel: crate::nohz::KernelFacts::default(),
+            spike_ns: 10_000_000,
         }
     }
 

@@ -37,9 +37,11 @@ pub fn render(f: &mut Frame<'_>, app: &App) {
         .constraints([
             Constraint::Length(if app.status.is_some() { 2 } else { 1 }),
             Constraint::Min(4),
+            Constraint::Length(6),
             Constraint::Length(1),
         ])
         .split(area);
+    render_spikes(f, app, chunks[2]);
     render_header(f, app, chunks[0]);
     if app.counters {
         let text = match &app.cur {
@@ -81,7 +83,7 @@ pub fn render(f: &mut Frame<'_>, app: &App) {
         );
         render_rows(f, app, &app.causes, Focus::Causes, &sel, bottom[1]);
     }
-    render_footer(f, app, chunks[2]);
+    render_footer(f, app, chunks[3]);
     if app.help {
         render_help(f, app, area);
     }
@@ -322,6 +324,53 @@ fn render_detail(f: &mut Frame<'_>, app: &App, row: &Row, area: Rect) {
         Paragraph::new(lines).block(block("Latency histogram (from, count)", false)),
         right[1],
     );
+}
+
+/// The recent spikes, newest first, with the pipeline's counters in the title.
+fn render_spikes(f: &mut Frame<'_>, app: &App, area: Rect) {
+    use latprof_common::Counter;
+    let c = app.cur.as_ref().map(|s| &s.counters);
+    let get = |k: Counter| c.map_or(0, |c| c.get(k));
+    let title = format!(
+        "Recent spikes >= {}: {} sent, wakeups {} ({} suppressed), {} dropped, reader slept {}",
+        fmt_ns(app.settings.spike_ns),
+        get(Counter::SpikesSubmitted),
+        get(Counter::SpikeWakeups),
+        get(Counter::SpikeWakeupsSuppressed),
+        get(Counter::SpikesDropped),
+        app.reader_sleeps
+    );
+    let lines: Vec<Line<'_>> = match &app.cur {
+        Some(cur) => app
+            .spikes
+            .iter()
+            .rev()
+            .take(usize::from(area.height.saturating_sub(2)))
+            .map(|s| {
+                let wall = u64::try_from(
+                    i128::from(cur.wall_ns) + i128::from(s.end_ns) - i128::from(cur.taken_ns),
+                )
+                .unwrap_or(0);
+                let reason = s.reason(
+                    cur,
+                    &app.settings.syms,
+                    &app.settings.reasons,
+                    app.settings.depth,
+                );
+                Line::from(format!(
+                    "{}.{:03} {:>7} {:<15} {} {:>9} {reason}",
+                    crate::clock::local_hms(wall),
+                    (wall / 1_000_000) % 1000,
+                    s.tgid,
+                    s.comm,
+                    s.kind_letter(),
+                    fmt_ns(s.duration_ns)
+                ))
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    f.render_widget(Paragraph::new(lines).block(block(&title, false)), area);
 }
 
 fn render_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
