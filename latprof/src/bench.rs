@@ -42,9 +42,29 @@ enum Config {
     Runqlat,
     Bpftrace,
     PerfSched,
+    /// latprof lazy with `--debug-checks` (the cost of the checks).
+    LazyDebug,
+    /// `latprof spikes` on every sleep, reader woken only when it waits.
+    SpikesAdaptive,
+    /// `latprof spikes` on every sleep, reader woken on every event.
+    SpikesAlways,
 }
 
-const ALL_CONFIGS: [Config; 7] = [
+const ALL_CONFIGS: [Config; 10] = [
+    Config::None,
+    Config::Lazy,
+    Config::Normal,
+    Config::Offcputime,
+    Config::Runqlat,
+    Config::Bpftrace,
+    Config::PerfSched,
+    Config::LazyDebug,
+    Config::SpikesAdaptive,
+    Config::SpikesAlways,
+];
+
+/// The configurations of the main workloads (the spike ones run in their own series).
+const MAIN_CONFIGS: [Config; 7] = [
     Config::None,
     Config::Lazy,
     Config::Normal,
@@ -71,6 +91,9 @@ impl Config {
             Self::Runqlat => "runqlat",
             Self::Bpftrace => "bpftrace",
             Self::PerfSched => "perf-sched",
+            Self::LazyDebug => "lazy-debug",
+            Self::SpikesAdaptive => "spikes-adaptive",
+            Self::SpikesAlways => "spikes-always",
         }
     }
 
@@ -81,6 +104,36 @@ impl Config {
                 let mut c = Command::new(latprof);
                 let mode = if self == Self::Lazy { "lazy" } else { "normal" };
                 c.args(["--mode", mode, "stats", "--duration", "1h"]);
+                c
+            }
+            Self::LazyDebug => {
+                let mut c = Command::new(latprof);
+                c.args([
+                    "--debug-checks",
+                    "--log",
+                    "/dev/null",
+                    "stats",
+                    "--duration",
+                    "1h",
+                ]);
+                c
+            }
+            Self::SpikesAdaptive | Self::SpikesAlways => {
+                let mut c = Command::new(latprof);
+                let policy = if self == Self::SpikesAlways {
+                    "always"
+                } else {
+                    "adaptive"
+                };
+                // Every counted sleep is a spike.
+                c.args([
+                    "--all-sleeps",
+                    "--spike",
+                    "1us",
+                    "--wakeup",
+                    policy,
+                    "spikes",
+                ]);
                 c
             }
             Self::Offcputime => Command::new("/usr/sbin/offcputime"),
@@ -110,7 +163,12 @@ impl Config {
 
     fn available(self) -> bool {
         match self {
-            Self::None | Self::Lazy | Self::Normal => true,
+            Self::None
+            | Self::Lazy
+            | Self::Normal
+            | Self::LazyDebug
+            | Self::SpikesAdaptive
+            | Self::SpikesAlways => true,
             Self::Offcputime => Path::new("/usr/sbin/offcputime").exists(),
             Self::Runqlat => Path::new("/usr/sbin/runqlat").exists(),
             Self::Bpftrace => which("bpftrace"),
@@ -213,7 +271,11 @@ fn start(config: Config, latprof: &Path) -> Result<Option<Tracer>> {
         .spawn()
         .with_context(|| format!("starting {}", config.name()))?;
     match config {
-        Config::Lazy | Config::Normal => {
+        Config::Lazy
+        | Config::Normal
+        | Config::LazyDebug
+        | Config::SpikesAdaptive
+        | Config::SpikesAlways => {
             // latprof says when it is attached.
             let mut line = String::new();
             let stderr = child.stderr.take().context("latprof stderr")?;
@@ -359,6 +421,8 @@ struct Summary {
     /// sched_switch, which runs the same code in lazy and normal mode).
     mode_ns_per_unit: f64,
     bpf_cpu_percent: f64,
+    /// Context switches per second on the machine during the run (throughput of the sleepers).
+    switches_per_s: f64,
     tracer_cpu_ms: f64,
     tracer_rss_mb: f64,
     map_kb: u64,
@@ -371,7 +435,7 @@ fn workloads(quick: bool, latprof: &str) -> Vec<Workload> {
     } else {
         (100_000, 2_000, "5")
     };
-    let all: Vec<Config> = ALL_CONFIGS.to_vec();
+    let all: Vec<Config> = MAIN_CONFIGS.to_vec();
     let mut out = vec![
         Workload {
             name: "pingpong".into(),
@@ -387,7 +451,7 @@ fn workloads(quick: bool, latprof: &str) -> Vec<Workload> {
             ]),
             units: trips,
             unit: "round trip",
-            configs: all.clone(),
+            configs: all.iter().copied().chain([Config::LazyDebug]).collect(),
         },
         Workload {
             name: "forkstorm".into(),
@@ -452,6 +516,34 @@ fn workloads(quick: bool, latprof: &str) -> Vec<Workload> {
             n *= 2;
         }
     }
+    // Spikes: every sleep of N processes is an event for the reader; the two wakeup policies.
+    let spike_series: Vec<usize> = if quick {
+        vec![2]
+    } else {
+        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        std::iter::successors(Some(1), |n| Some(n * 2))
+            .take_while(|n| *n <= cores * 4)
+            .collect()
+    };
+    for n in spike_series {
+        out.push(Workload {
+            name: format!("spikes-{n}"),
+            command: s(&[
+                latprof,
+                "workload",
+                "sleepers",
+                "--procs",
+                &n.to_string(),
+                "--interval",
+                "100us",
+                "--time",
+                if quick { "1s" } else { "2s" },
+            ]),
+            units: 0,
+            unit: "",
+            configs: vec![Config::None, Config::SpikesAdaptive, Config::SpikesAlways],
+        });
+    }
     out
 }
 
@@ -465,7 +557,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let wanted: Vec<Config> = ALL_CONFIGS
         .into_iter()
         .filter(|c| args.configs.is_empty() || args.configs.iter().any(|n| n == c.name()))
-        .filter(|c| !args.quick || matches!(c, Config::None | Config::Lazy | Config::Normal))
+        .filter(|c| {
+            !args.quick
+                || matches!(
+                    c,
+                    Config::None
+                        | Config::Lazy
+                        | Config::Normal
+                        | Config::SpikesAdaptive
+                        | Config::SpikesAlways
+                )
+        })
         .collect();
     let mut skipped = Vec::new();
     let configs: Vec<Config> = wanted
@@ -565,6 +667,12 @@ fn summarize(samples: &[Sample], none: &[Sample], units: u64) -> Summary {
             samples
                 .iter()
                 .map(|s| s.bpf_ns as f64 * 100.0 / s.wall_ns.max(1) as f64)
+                .collect(),
+        ),
+        switches_per_s: median(
+            samples
+                .iter()
+                .map(|s| s.switches as f64 * 1e9 / s.wall_ns.max(1) as f64)
                 .collect(),
         ),
         tracer_cpu_ms: median(
@@ -802,6 +910,52 @@ fn targets(
                 lazy.bpf_ns_per_unit,
                 normal.bpf_ns_per_unit
             ),
+        ));
+    }
+    if let (Some(lazy), Some(debug)) = (
+        get("pingpong", Config::Lazy),
+        get("pingpong", Config::LazyDebug),
+    ) {
+        out.push((
+            "debug checks: their cost per event with --debug-checks (without, they are not loaded)"
+                .to_owned(),
+            "INFO",
+            format!(
+                "lazy {:.0} ns/event, lazy --debug-checks {:.0} ns/event ({:+.0}%)",
+                lazy.bpf_ns_per_event,
+                debug.bpf_ns_per_event,
+                (debug.bpf_ns_per_event / lazy.bpf_ns_per_event - 1.0) * 100.0
+            ),
+        ));
+    }
+    let spikes: Vec<String> = works
+        .iter()
+        .filter(|w| w.name.starts_with("spikes-"))
+        .filter_map(|w| {
+            let a = get(&w.name, Config::SpikesAdaptive)?;
+            let b = get(&w.name, Config::SpikesAlways)?;
+            Some(format!(
+                "{}: adaptive {:.0} ns/event at {:.0} switches/s, always {:.0} ns/event at {:.0} switches/s",
+                w.name, a.bpf_ns_per_event, a.switches_per_s, b.bpf_ns_per_event, b.switches_per_s
+            ))
+        })
+        .collect();
+    if !spikes.is_empty() {
+        let cheaper = works
+            .iter()
+            .filter(|w| w.name.starts_with("spikes-"))
+            .filter_map(|w| {
+                Some(
+                    get(&w.name, Config::SpikesAdaptive)?.bpf_ns_per_event
+                        <= get(&w.name, Config::SpikesAlways)?.bpf_ns_per_event,
+                )
+            })
+            .all(|ok| ok);
+        out.push((
+            "spikes: adaptive reader wakeups cost no more per event than waking on every event"
+                .to_owned(),
+            verdict(cheaper),
+            spikes.join("; "),
         ));
     }
     let series: Vec<(&str, f64, f64)> = works
