@@ -75,6 +75,7 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
         info: Some(&rec.info),
         kernel: Some(&rec.info.kernel),
         spikes: &spikes,
+        reader_sleeps: Some(rec.spikes_until(cur.taken_ns, 0).1),
     };
     let mut out = std::io::stdout().lock();
     out.write_all(export::render(args.format, &scope).as_bytes())

@@ -74,6 +74,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         info: None,
         kernel: Some(&kernel),
         spikes: &[],
+        reader_sleeps: None,
     };
     let text = if args.counters && args.format == export::Format::Text {
         export::counters::render(&kernel, Some(&first), &snap)

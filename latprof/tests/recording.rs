@@ -203,6 +203,7 @@ fn record_then_dump_without_root_matches_stats() {
         .filter(|s| s["reason"] == "Application requested delay")
         .count() as u64;
     assert_eq!(naps, dc, "spikes in the recording");
+    assert!(doc["reader_sleeps"].as_u64().expect("reader_sleeps") > 0);
 
     // Folded: outermost frame first, the same total in microseconds.
     let folded = as_nobody(&["dump", path, "--pid", &pid, "--format", "folded"]);

@@ -35,6 +35,8 @@ pub struct Document<'a> {
     pub cpus: Vec<super::counters::CpuTicks>,
     /// Spike events of the interval (dump of a recording), oldest first.
     pub spikes: Vec<SpikeJson>,
+    /// Times the spike reader went to sleep by `to` (a recording's; absent when live).
+    pub reader_sleeps: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -173,6 +175,7 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
         cpus: scope.kernel.map_or_else(Vec::new, |k| {
             super::counters::cpu_ticks(k, scope.base, scope.cur)
         }),
+        reader_sleeps: scope.reader_sleeps,
         spikes: scope
             .spikes
             .iter()

@@ -43,6 +43,8 @@ pub struct Scope<'a> {
     pub kernel: Option<&'a crate::nohz::KernelFacts>,
     /// Spike events of the interval (a recording's), oldest first.
     pub spikes: &'a [crate::spikes::Spike],
+    /// The spike reader's sleeps by `cur` (a recording's).
+    pub reader_sleeps: Option<u64>,
 }
 
 impl Scope<'_> {

@@ -112,6 +112,19 @@ fn render_header(f: &mut Frame<'_>, app: &App, area: Rect) {
         (None, Some(cpu)) => format!(" cost {cpu:.2}%CPU"),
         _ => " cost n/a".to_owned(),
     }));
+    // The spike pipeline: events, reader wakeups sent/suppressed, drops, reader sleeps.
+    if let Some(cur) = &app.cur {
+        use latprof_common::Counter;
+        let c = &cur.counters;
+        spans.push(Span::raw(format!(
+            " spikes {} wake {}/{} drop {} sleep {}",
+            c.get(Counter::SpikesSubmitted),
+            c.get(Counter::SpikeWakeups),
+            c.get(Counter::SpikeWakeupsSuppressed),
+            c.get(Counter::SpikesDropped),
+            app.reader_sleeps
+        )));
+    }
     if app.paused {
         spans.push(Span::styled(" PAUSED", Style::default().fg(Color::Yellow)));
     }
