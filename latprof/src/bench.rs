@@ -492,57 +492,47 @@ fn workloads(quick: bool, latprof: &str) -> Vec<Workload> {
             });
         }
     }
+    // 1, 2, 4 ... up to 4 x cores processes sleeping 100 us in a loop, at one backtrace.
+    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    let counts: Vec<usize> = std::iter::successors(Some(1), |n| Some(n * 2))
+        .take_while(|n| *n <= cores * 4)
+        .collect();
+    let sleepers = |name: String, n: usize, time: &str, configs: Vec<Config>| Workload {
+        name,
+        command: s(&[
+            latprof,
+            "workload",
+            "sleepers",
+            "--procs",
+            &n.to_string(),
+            "--interval",
+            "100us",
+            "--time",
+            time,
+        ]),
+        units: 0,
+        unit: "",
+        configs,
+    };
     if !quick {
-        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-        let mut n = 1;
-        while n <= cores * 4 {
-            out.push(Workload {
-                name: format!("contention-{n}"),
-                command: s(&[
-                    latprof,
-                    "workload",
-                    "sleepers",
-                    "--procs",
-                    &n.to_string(),
-                    "--interval",
-                    "100us",
-                    "--time",
-                    "2s",
-                ]),
-                units: 0,
-                unit: "",
-                configs: vec![Config::None, Config::Lazy, Config::Normal],
-            });
-            n *= 2;
+        for &n in &counts {
+            out.push(sleepers(
+                format!("contention-{n}"),
+                n,
+                "2s",
+                vec![Config::None, Config::Lazy, Config::Normal],
+            ));
         }
     }
-    // Spikes: every sleep of N processes is an event for the reader; the two wakeup policies.
-    let spike_series: Vec<usize> = if quick {
-        vec![2]
-    } else {
-        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-        std::iter::successors(Some(1), |n| Some(n * 2))
-            .take_while(|n| *n <= cores * 4)
-            .collect()
-    };
-    for n in spike_series {
-        out.push(Workload {
-            name: format!("spikes-{n}"),
-            command: s(&[
-                latprof,
-                "workload",
-                "sleepers",
-                "--procs",
-                &n.to_string(),
-                "--interval",
-                "100us",
-                "--time",
-                if quick { "1s" } else { "2s" },
-            ]),
-            units: 0,
-            unit: "",
-            configs: vec![Config::None, Config::SpikesAdaptive, Config::SpikesAlways],
-        });
+    // Spikes: every sleep is an event for the reader; the two wakeup policies.
+    let spike_counts = if quick { vec![2] } else { counts };
+    for n in spike_counts {
+        out.push(sleepers(
+            format!("spikes-{n}"),
+            n,
+            if quick { "1s" } else { "2s" },
+            vec![Config::None, Config::SpikesAdaptive, Config::SpikesAlways],
+        ));
     }
     out
 }

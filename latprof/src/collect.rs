@@ -48,6 +48,17 @@ impl Counters {
         self.0[counter as usize]
     }
 
+    /// The spike pipeline: (submitted, reader wakeups sent, suppressed, dropped).
+    #[must_use]
+    pub fn spike_pipeline(&self) -> (u64, u64, u64, u64) {
+        (
+            self.get(Counter::SpikesSubmitted),
+            self.get(Counter::SpikeWakeups),
+            self.get(Counter::SpikeWakeupsSuppressed),
+            self.get(Counter::SpikesDropped),
+        )
+    }
+
     /// Human lines for every counter that means something was lost or approximated.
     #[must_use]
     pub fn losses(&self) -> Vec<String> {

@@ -284,13 +284,9 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
     let last = collector.snapshot(&probe)?;
     log.flush();
     let c = &last.counters;
-    use latprof_common::Counter;
+    let (submitted, woken, suppressed, dropped) = c.spike_pipeline();
     eprintln!(
-        "latprof: {total} spikes; submitted {}, reader wakeups sent {}, suppressed {}, dropped {}, reader sleeps {}",
-        c.get(Counter::SpikesSubmitted),
-        c.get(Counter::SpikeWakeups),
-        c.get(Counter::SpikeWakeupsSuppressed),
-        c.get(Counter::SpikesDropped),
+        "latprof: {total} spikes; submitted {submitted}, reader wakeups sent {woken}, suppressed {suppressed}, dropped {dropped}, reader sleeps {}",
         reader.sleeps
     );
     for loss in c.losses() {

@@ -249,8 +249,9 @@ fn record_then_dump_without_root_matches_stats() {
         .split_whitespace()
         .map(|n| n.parse().expect("number"))
         .collect();
-    // Causes (count, seconds, max), pipeline counters, per-CPU tick events.
-    assert_eq!(families[0], 5, "families");
+    // Causes (count, seconds, max), pipeline counters, the spike reader's sleeps, per-CPU
+    // tick events.
+    assert_eq!(families[0], 6, "families");
 
     // The difference of two moments: from the start to the end holds the work, the last
     // 400 ms (two snapshots) after it nothing of the workload.

@@ -102,6 +102,16 @@ pub fn render(scope: &Scope<'_>) -> String {
             scope.cur.counters.0[i].saturating_sub(base)
         );
     }
+    if let Some(sleeps) = scope.reader_sleeps {
+        family(
+            &mut out,
+            "latprof_spike_reader_sleeps",
+            "counter",
+            None,
+            "Times latprof's spike reader went to sleep waiting for events.",
+        );
+        let _ = writeln!(out, "latprof_spike_reader_sleeps_total {sleeps}");
+    }
     if let Some(kernel) = scope.kernel {
         family(
             &mut out,

@@ -114,14 +114,9 @@ fn render_header(f: &mut Frame<'_>, app: &App, area: Rect) {
     }));
     // The spike pipeline: events, reader wakeups sent/suppressed, drops, reader sleeps.
     if let Some(cur) = &app.cur {
-        use latprof_common::Counter;
-        let c = &cur.counters;
+        let (submitted, woken, suppressed, dropped) = cur.counters.spike_pipeline();
         spans.push(Span::raw(format!(
-            " spikes {} wake {}/{} drop {} sleep {}",
-            c.get(Counter::SpikesSubmitted),
-            c.get(Counter::SpikeWakeups),
-            c.get(Counter::SpikeWakeupsSuppressed),
-            c.get(Counter::SpikesDropped),
+            " spikes {submitted} wake {woken}/{suppressed} drop {dropped} sleep {}",
             app.reader_sleeps
         )));
     }
@@ -341,16 +336,13 @@ fn render_detail(f: &mut Frame<'_>, app: &App, row: &Row, area: Rect) {
 
 /// The recent spikes, newest first, with the pipeline's counters in the title.
 fn render_spikes(f: &mut Frame<'_>, app: &App, area: Rect) {
-    use latprof_common::Counter;
-    let c = app.cur.as_ref().map(|s| &s.counters);
-    let get = |k: Counter| c.map_or(0, |c| c.get(k));
+    let (submitted, woken, suppressed, dropped) = app
+        .cur
+        .as_ref()
+        .map_or((0, 0, 0, 0), |s| s.counters.spike_pipeline());
     let title = format!(
-        "Recent spikes >= {}: {} sent, wakeups {} ({} suppressed), {} dropped, reader slept {}",
+        "Recent spikes >= {}: {submitted} sent, wakeups {woken} ({suppressed} suppressed), {dropped} dropped, reader slept {}",
         fmt_ns(app.settings.spike_ns),
-        get(Counter::SpikesSubmitted),
-        get(Counter::SpikeWakeups),
-        get(Counter::SpikeWakeupsSuppressed),
-        get(Counter::SpikesDropped),
         app.reader_sleeps
     );
     let lines: Vec<Line<'_>> = match &app.cur {
