@@ -73,6 +73,19 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     if args.interval < Duration::from_millis(10) {
         bail!("--interval must be at least 10ms");
     }
+    // Say so before loading anything: loading takes a second or two.
+    let dir = args
+        .output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        bail!(
+            "cannot create {}: no directory {}",
+            args.output.display(),
+            dir.display()
+        );
+    }
     if !args.force && args.output.exists() {
         bail!(
             "{} exists; choose another name or pass --force to replace it",
