@@ -148,6 +148,10 @@ pub struct RecordArgs {
     /// Leave out run-queue latency and histograms (cheaper; `top` shows them).
     #[arg(long)]
     pub lean: bool,
+    /// At most this many spikes stored per interval, the longest ones (an overloaded machine
+    /// has thousands of run-queue waits over 10 ms a second); the others are counted.
+    #[arg(long, default_value_t = 200)]
+    pub max_spikes: usize,
 }
 
 #[derive(Debug, Args)]

@@ -53,6 +53,12 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
                 |e| format!("finished: {e}")
             ),
         );
+        eprintln!(
+            "latprof: {}: {} spikes recorded, {} more left out (over --max-spikes in an interval)",
+            args.file.display(),
+            rec.spikes.len(),
+            rec.spikes_not_recorded
+        );
     }
     let cur = rec.snapshot(at);
     let base = base.map(|b| rec.snapshot(b));

@@ -126,12 +126,22 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     let mut collector = Collector::with_details();
     let mut reason = "stopped by a signal";
     let mut next = started;
-    // Spikes first, then the snapshot that names their backtraces.
+    // Spikes first (the longest --max-spikes of the interval), then the snapshot that names
+    // their backtraces.
+    let mut not_recorded = 0u64;
+    let max_spikes = args.max_spikes;
     let mut save = |writer: &mut Writer,
                     spikes: &mut Vec<crate::spikes::Spike>,
                     sleeps: u64|
      -> Result<Appended> {
-        if !spikes.is_empty() && writer.append_spikes(spikes, sleeps)? == Appended::Full {
+        if spikes.len() > max_spikes {
+            spikes.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
+            not_recorded += (spikes.len() - max_spikes) as u64;
+            spikes.truncate(max_spikes);
+        }
+        if !spikes.is_empty()
+            && writer.append_spikes(spikes, sleeps, not_recorded)? == Appended::Full
+        {
             return Ok(Appended::Full);
         }
         spikes.clear();

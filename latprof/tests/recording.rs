@@ -142,6 +142,8 @@ fn record_then_dump_without_root_matches_stats() {
         "--all-sleeps",
         "--spike",
         "1ms",
+        "--max-spikes",
+        "100000",
         "--interval",
         "200ms",
         "-o",

@@ -480,11 +480,22 @@ impl State {
 }
 
 /// A spike frame's contents.
-pub fn encode_spikes(e: &mut Enc, spikes: &[crate::spikes::Spike], reader_sleeps: u64) {
+/// Spikes in time order; each end time as the difference from the one before.
+pub fn encode_spikes(
+    e: &mut Enc,
+    spikes: &[crate::spikes::Spike],
+    reader_sleeps: u64,
+    not_recorded: u64,
+) {
     e.u64(reader_sleeps);
+    e.u64(not_recorded);
     e.usize(spikes.len());
-    for s in spikes {
-        e.u64(s.end_ns);
+    let mut sorted: Vec<&crate::spikes::Spike> = spikes.iter().collect();
+    sorted.sort_by_key(|s| s.end_ns);
+    let mut prev = 0;
+    for s in sorted {
+        e.u64(s.end_ns - prev);
+        prev = s.end_ns;
         e.u64(s.duration_ns);
         e.u64(s.stack_id);
         e.u32(s.tid);
@@ -495,12 +506,20 @@ pub fn encode_spikes(e: &mut Enc, spikes: &[crate::spikes::Spike], reader_sleeps
     }
 }
 
-pub fn decode_spikes(d: &mut Dec<'_>) -> Result<(Vec<crate::spikes::Spike>, u64), FormatError> {
+/// (spikes, reader sleeps, spikes left out so far).
+pub fn decode_spikes(
+    d: &mut Dec<'_>,
+) -> Result<(Vec<crate::spikes::Spike>, u64, u64), FormatError> {
     let sleeps = d.u64()?;
+    let not_recorded = d.u64()?;
     let mut out = Vec::new();
+    let mut end_ns: u64 = 0;
     for _ in 0..d.len(8)? {
+        end_ns = end_ns
+            .checked_add(d.u64()?)
+            .ok_or(FormatError::Malformed("spike time overflows"))?;
         out.push(crate::spikes::Spike {
-            end_ns: d.u64()?,
+            end_ns,
             duration_ns: d.u64()?,
             stack_id: d.u64()?,
             tid: d.u32()?,
@@ -510,7 +529,7 @@ pub fn decode_spikes(d: &mut Dec<'_>) -> Result<(Vec<crate::spikes::Spike>, u64)
             comm: d.str()?,
         });
     }
-    Ok((out, sleeps))
+    Ok((out, sleeps, not_recorded))
 }
 
 /// Counters the recording knows; a later latprof with more counters still reads the first ones.
@@ -784,7 +803,7 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
         };
         for (i, s) in snaps.iter().enumerate() {
             let t = s.taken_ns;
-            w.append_spikes(&[spike(t - 500), spike(t - 100)], 10 * i as u64)
+            w.append_spikes(&[spike(t - 100), spike(t - 500)], 10 * i as u64, 0)
                 .unwrap();
             w.append(s, &syms).unwrap();
         }

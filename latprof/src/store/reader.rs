@@ -34,6 +34,8 @@ pub struct Recording {
     pub end: Option<String>,
     /// Spike events in the order they ended, with the reader's sleep count at each frame.
     pub spikes: Vec<(crate::spikes::Spike, u64)>,
+    /// Spikes the recorder left out (over `record --max-spikes` in an interval).
+    pub spikes_not_recorded: u64,
     data: Vec<u8>,
     entries: Vec<Entry>,
     cache: RefCell<Option<(usize, State)>>,
@@ -100,6 +102,7 @@ impl Recording {
             problems: Vec::new(),
             end: None,
             spikes: Vec::new(),
+            spikes_not_recorded: 0,
             data: Vec::new(),
             entries: Vec::new(),
             cache: RefCell::new(None),
@@ -196,8 +199,9 @@ impl Recording {
                 super::KIND_SPIKES => {
                     // Standalone: damage elsewhere never costs spikes.
                     match super::decode_spikes(&mut d) {
-                        Ok((spikes, sleeps)) if d.is_empty() => {
+                        Ok((spikes, sleeps, left_out)) if d.is_empty() => {
                             rec.spikes.extend(spikes.into_iter().map(|s| (s, sleeps)));
+                            rec.spikes_not_recorded = rec.spikes_not_recorded.max(left_out);
                         }
                         _ => rec.problems.push(format!(
                             "frame at byte {}: spike events do not decode; skipped",

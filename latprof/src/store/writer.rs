@@ -269,9 +269,10 @@ impl Writer {
         &mut self,
         spikes: &[crate::spikes::Spike],
         reader_sleeps: u64,
+        not_recorded: u64,
     ) -> Result<Appended> {
         let mut e = Enc::default();
-        super::encode_spikes(&mut e, spikes, reader_sleeps);
+        super::encode_spikes(&mut e, spikes, reader_sleeps, not_recorded);
         let bytes = frame(super::KIND_SPIKES, &e.buf, self.options.compress);
         if let Some(max) = self.options.max_size
             && self.size + bytes.len() as u64 + END_ROOM > max
