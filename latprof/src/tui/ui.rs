@@ -340,11 +340,15 @@ fn render_spikes(f: &mut Frame<'_>, app: &App, area: Rect) {
         .cur
         .as_ref()
         .map_or((0, 0, 0, 0), |s| s.counters.spike_pipeline());
-    let title = format!(
-        "Recent spikes >= {}: {submitted} sent, wakeups {woken} ({suppressed} suppressed), {dropped} dropped, reader slept {}",
-        fmt_ns(app.settings.spike_ns),
-        app.reader_sleeps
-    );
+    let title = if app.settings.spike_ns == u64::MAX {
+        "Recent spikes: none recorded (a recording made before spikes existed)".to_owned()
+    } else {
+        format!(
+            "Recent spikes >= {}: {submitted} sent, wakeups {woken} ({suppressed} suppressed), {dropped} dropped, reader slept {}",
+            fmt_ns(app.settings.spike_ns),
+            app.reader_sleeps
+        )
+    };
     let lines: Vec<Line<'_>> = match &app.cur {
         Some(cur) => app
             .spikes
