@@ -50,20 +50,7 @@ enum Config {
     SpikesAlways,
 }
 
-const ALL_CONFIGS: [Config; 10] = [
-    Config::None,
-    Config::Lazy,
-    Config::Normal,
-    Config::Offcputime,
-    Config::Runqlat,
-    Config::Bpftrace,
-    Config::PerfSched,
-    Config::LazyDebug,
-    Config::SpikesAdaptive,
-    Config::SpikesAlways,
-];
-
-/// The configurations of the main workloads (the spike ones run in their own series).
+/// The configurations of the main workloads.
 const MAIN_CONFIGS: [Config; 7] = [
     Config::None,
     Config::Lazy,
@@ -72,6 +59,13 @@ const MAIN_CONFIGS: [Config; 7] = [
     Config::Runqlat,
     Config::Bpftrace,
     Config::PerfSched,
+];
+
+/// Configurations of their own series: the debug checks on the ping-pong, and the spikes.
+const EXTRA_CONFIGS: [Config; 3] = [
+    Config::LazyDebug,
+    Config::SpikesAdaptive,
+    Config::SpikesAlways,
 ];
 
 /// bpftrace's off-CPU time keyed by kernel stack, on tracepoints (no kprobes here).
@@ -159,6 +153,14 @@ impl Config {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         Some(cmd)
+    }
+
+    /// latprof itself (it says on stderr when it is attached).
+    fn is_latprof(self) -> bool {
+        matches!(
+            self,
+            Self::Lazy | Self::Normal | Self::LazyDebug | Self::SpikesAdaptive | Self::SpikesAlways
+        )
     }
 
     fn available(self) -> bool {
@@ -271,11 +273,7 @@ fn start(config: Config, latprof: &Path) -> Result<Option<Tracer>> {
         .spawn()
         .with_context(|| format!("starting {}", config.name()))?;
     match config {
-        Config::Lazy
-        | Config::Normal
-        | Config::LazyDebug
-        | Config::SpikesAdaptive
-        | Config::SpikesAlways => {
+        _ if config.is_latprof() => {
             // latprof says when it is attached.
             let mut line = String::new();
             let stderr = child.stderr.take().context("latprof stderr")?;
@@ -544,8 +542,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     // The kernel measures every program's run time while this is held.
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("enabling BPF run-time statistics")?;
-    let wanted: Vec<Config> = ALL_CONFIGS
+    let wanted: Vec<Config> = MAIN_CONFIGS
         .into_iter()
+        .chain(EXTRA_CONFIGS)
         .filter(|c| args.configs.is_empty() || args.configs.iter().any(|n| n == c.name()))
         .filter(|c| {
             !args.quick

@@ -387,17 +387,19 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
+/// A kernel `comm` (NUL-padded, at most 16 bytes) as text.
+#[must_use]
+pub fn comm_str(comm: &[u8; 16]) -> String {
+    let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..len]).into_owned()
+}
+
 fn task_snapshot(tid: u32, state: &TaskState) -> TaskSnapshot {
     let n = (state.nr_records as usize).min(state.records.len());
-    let comm_len = state
-        .comm
-        .iter()
-        .position(|&b| b == 0)
-        .unwrap_or(state.comm.len());
     TaskSnapshot {
         tid,
         tgid: state.tgid,
-        comm: String::from_utf8_lossy(&state.comm[..comm_len]).into_owned(),
+        comm: comm_str(&state.comm),
         kthread: state.flags & latprof_common::TASK_FLAG_KTHREAD != 0,
         records: state.records[..n].to_vec(),
     }

@@ -15,10 +15,7 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
     for p in &rec.problems {
         eprintln!("latprof: warning: {}: {p}", args.file.display());
     }
-    let reasons = match &args.reasons {
-        Some(path) => Reasons::with_file(path)?,
-        None => Reasons::builtin(),
-    };
+    let reasons = Reasons::load(args.reasons.as_deref())?;
     let find = |spec: &str| rec.find(spec).map_err(|e| anyhow!("{e}"));
     let (base, at) = match (&args.at, &args.from, &args.to) {
         (Some(at), _, _) => (None, find(at)?),

@@ -79,6 +79,11 @@ impl Reasons {
         }
     }
 
+    /// The built-in table, plus the rules of `path` when the user gave one (`--reasons`).
+    pub fn load(path: Option<&Path>) -> Result<Self> {
+        path.map_or_else(|| Ok(Self::builtin()), Self::with_file)
+    }
+
     /// The built-in table plus the rules of `path`; a user rule for a function replaces the
     /// built-in one.
     pub fn with_file(path: &Path) -> Result<Self> {

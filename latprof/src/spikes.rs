@@ -45,7 +45,6 @@ pub struct Spike {
 impl Spike {
     #[must_use]
     pub fn from_event(e: &SpikeEvent) -> Self {
-        let len = e.comm.iter().position(|&b| b == 0).unwrap_or(e.comm.len());
         Self {
             end_ns: e.end_ns,
             duration_ns: e.duration_ns,
@@ -54,7 +53,7 @@ impl Spike {
             tgid: e.tgid,
             cpu: e.cpu,
             kind: e.kind,
-            comm: String::from_utf8_lossy(&e.comm[..len]).into_owned(),
+            comm: crate::collect::comm_str(&e.comm),
         }
     }
 
@@ -191,12 +190,18 @@ impl SpikeReader {
     }
 }
 
+/// The wall-clock time (ns since the epoch) of a CLOCK_MONOTONIC time, given a (wall,
+/// monotonic) pair read together (live, or a snapshot's `wall_ns` and `taken_ns`).
+#[must_use]
+pub fn wall_ns(mono_ns: u64, clock: (u64, u64)) -> u64 {
+    let (wall_now, mono_now) = clock;
+    u64::try_from(i128::from(wall_now) + i128::from(mono_ns) - i128::from(mono_now)).unwrap_or(0)
+}
+
 /// `12:03:10.123456` local time of a monotonic time, given (wall, monotonic) read together.
 #[must_use]
 pub fn wall_time(end_ns: u64, clock: (u64, u64)) -> String {
-    let (wall_now, mono_now) = clock;
-    let wall = u64::try_from(i128::from(wall_now) + i128::from(end_ns) - i128::from(mono_now))
-        .unwrap_or(0);
+    let wall = wall_ns(end_ns, clock);
     format!(
         "{}.{:06}",
         crate::clock::local_hms(wall),

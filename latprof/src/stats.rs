@@ -47,8 +47,12 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
     );
     let kernel = crate::nohz::kernel_facts(probe.tick_sources());
     let mut collector = Collector::new();
-    // Rates of the counters are over the collection, from this first snapshot.
-    let first = collector.snapshot(&probe)?;
+    // `--counters` rates are over the collection, from this first snapshot.
+    let first = if args.counters {
+        Some(collector.snapshot(&probe)?)
+    } else {
+        None
+    };
     let deadline = Instant::now() + args.duration;
     while !stop.load(Ordering::Relaxed) {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -77,7 +81,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         reader_sleeps: None,
     };
     let text = if args.counters && args.format == export::Format::Text {
-        export::counters::render(&kernel, Some(&first), &snap)
+        export::counters::render(&kernel, first.as_ref(), &snap)
     } else {
         export::render(args.format, &scope)
     };

@@ -181,11 +181,8 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
             .iter()
             .filter(|s| scope.pid.is_none_or(|p| p == s.tgid))
             .map(|s| {
-                let wall = u64::try_from(
-                    i128::from(scope.cur.wall_ns) + i128::from(s.end_ns)
-                        - i128::from(scope.cur.taken_ns),
-                )
-                .unwrap_or(0);
+                let wall =
+                    crate::spikes::wall_ns(s.end_ns, (scope.cur.wall_ns, scope.cur.taken_ns));
                 SpikeJson {
                     time: clock::rfc3339_utc(wall),
                     monotonic_ns: s.end_ns,

@@ -218,6 +218,13 @@ impl Writer {
         body
     }
 
+    /// Whether `frame` still fits under `--max-size`, with room left for the end frame.
+    fn fits(&self, frame: &[u8]) -> bool {
+        self.options
+            .max_size
+            .is_none_or(|max| self.size + frame.len() as u64 + END_ROOM <= max)
+    }
+
     fn write_frame(&mut self, bytes: &[u8]) -> Result<()> {
         self.file
             .write_all(bytes)
@@ -241,9 +248,7 @@ impl Writer {
             &e.buf,
             self.options.compress,
         );
-        if let Some(max) = self.options.max_size
-            && self.size + bytes.len() as u64 + END_ROOM > max
-        {
+        if !self.fits(&bytes) {
             // Not written: the next key frame must not build on it.
             self.since_key = 0;
             return Ok(Appended::Full);
@@ -274,9 +279,7 @@ impl Writer {
         let mut e = Enc::default();
         super::encode_spikes(&mut e, spikes, reader_sleeps, not_recorded);
         let bytes = frame(super::KIND_SPIKES, &e.buf, self.options.compress);
-        if let Some(max) = self.options.max_size
-            && self.size + bytes.len() as u64 + END_ROOM > max
-        {
+        if !self.fits(&bytes) {
             return Ok(Appended::Full);
         }
         self.write_frame(&bytes)?;

@@ -66,10 +66,7 @@ impl Drop for TerminalGuard {
 
 pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
     probe::check_privileges()?;
-    let reasons = match &args.reasons {
-        Some(path) => Reasons::with_file(path)?,
-        None => Reasons::builtin(),
-    };
+    let reasons = Reasons::load(args.reasons.as_deref())?;
     let syms = Kallsyms::load()?;
     let stop = crate::stats::stop_flag()?;
     let mut probe = Probe::attach(cli.probe_config(None, true, true))?;

@@ -221,10 +221,7 @@ impl Replay {
 
 pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
     let rec = Recording::open(&args.file)?;
-    let reasons = match &args.reasons {
-        Some(path) => Reasons::with_file(path)?,
-        None => Reasons::builtin(),
-    };
+    let reasons = Reasons::load(args.reasons.as_deref())?;
     let find = |spec: &str| rec.find(spec).map_err(|e| anyhow!("{e}"));
     let at = match &args.at {
         Some(at) => find(at)?,

@@ -356,10 +356,7 @@ fn render_spikes(f: &mut Frame<'_>, app: &App, area: Rect) {
             .rev()
             .take(usize::from(area.height.saturating_sub(2)))
             .map(|s| {
-                let wall = u64::try_from(
-                    i128::from(cur.wall_ns) + i128::from(s.end_ns) - i128::from(cur.taken_ns),
-                )
-                .unwrap_or(0);
+                let wall = crate::spikes::wall_ns(s.end_ns, (cur.wall_ns, cur.taken_ns));
                 let reason = s.reason(
                     cur,
                     &app.settings.syms,
