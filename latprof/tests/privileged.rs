@@ -20,7 +20,9 @@ use latprof::{
 };
 use latprof_common::Counter;
 
-const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
+mod common;
+
+use common::LATPROF;
 const MS: u64 = 1_000_000;
 
 /// One test at a time owns the kernel side, so program-id checks see only their own programs.
@@ -533,11 +535,7 @@ fn stats_cli_attempt(signal: i32) {
     let text = String::from_utf8(out.stdout).expect("utf-8 output");
     // A sleep the kernel never ran latprof for is reported on stderr, never silently dropped.
     let rest = String::from_utf8_lossy(&out.stderr);
-    let lost: u64 = rest
-        .lines()
-        .find(|l| l.contains("sleeps lost"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .map_or(0, |n| n.parse().expect("lost count"));
+    let lost = common::reported_lost(&rest);
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("Latency Top version : v0.1"));
     let nanosleep: Vec<&str> = text

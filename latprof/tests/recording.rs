@@ -11,7 +11,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
+mod common;
+
+use common::{LATPROF, interrupt};
 
 /// A directory every user can read (dump runs as `nobody`), removed at the end.
 struct TempDir(PathBuf);
@@ -47,32 +49,15 @@ fn root() {
 
 /// Starts a latprof command and waits for its first stderr line (attached / recording).
 fn start(args: &[&str]) -> (Child, BufReader<std::process::ChildStderr>) {
-    let mut child = Command::new(LATPROF)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn latprof");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("read stderr");
-    assert!(
-        line.contains("attached") || line.contains("recording to"),
-        "latprof {args:?} did not start: {line}"
-    );
-    (child, stderr)
-}
-
-/// Stops a latprof command with SIGINT and returns its output (stderr after the first line).
-fn interrupt(child: Child, mut stderr: BufReader<std::process::ChildStderr>) -> (Output, String) {
-    let pid = i32::try_from(child.id()).expect("pid");
-    // SAFETY: signalling our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-    let out = child.wait_with_output().expect("wait for latprof");
-    let mut rest = String::new();
-    let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
-    assert!(out.status.success(), "latprof exit {}: {rest}", out.status);
-    (out, rest)
+    let ready = if args.first() == Some(&"record") {
+        "recording to"
+    } else {
+        "attached"
+    };
+    common::start(
+        Command::new(LATPROF).args(args).stdout(Stdio::piped()),
+        ready,
+    )
 }
 
 /// `latprof ARGS` as the unprivileged user `nobody`.

@@ -9,7 +9,9 @@ use std::{
     time::Duration,
 };
 
-const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
+mod common;
+
+use common::LATPROF;
 
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
@@ -29,33 +31,22 @@ fn out_file(pid: u32) -> std::path::PathBuf {
 /// `latprof ARGS spikes --pid PID` started and attached.
 fn spikes(global: &[&str], pid: u32) -> (Child, BufReader<std::process::ChildStderr>) {
     let out = std::fs::File::create(out_file(pid)).expect("output file");
-    let mut child = Command::new(LATPROF)
-        .args(global)
-        .args(["spikes", "--pid", &pid.to_string()])
-        .stdout(out)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn latprof spikes");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("stderr");
-    assert!(line.contains("attached"), "{line}");
-    (child, stderr)
+    common::start(
+        Command::new(LATPROF)
+            .args(global)
+            .args(["spikes", "--pid", &pid.to_string()])
+            .stdout(out),
+        "attached",
+    )
 }
 
 /// Stops `latprof spikes`; returns its stdout lines and its summary numbers.
 fn stop(
     child: Child,
-    mut stderr: BufReader<std::process::ChildStderr>,
+    stderr: BufReader<std::process::ChildStderr>,
     work_pid: u32,
 ) -> (Vec<String>, Summary) {
-    let pid = i32::try_from(child.id()).expect("pid");
-    // SAFETY: our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-    let out = child.wait_with_output().expect("wait");
-    let mut rest = String::new();
-    let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
-    assert!(out.status.success(), "{rest}");
+    let (_, rest) = common::interrupt(child, stderr);
     let summary = rest
         .lines()
         .find(|l| l.contains(" spikes; submitted"))
@@ -68,11 +59,7 @@ fn stop(
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("no '{key}' in {summary}"))
     };
-    let lost = rest
-        .lines()
-        .find(|l| l.contains("sleeps lost"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .map_or(0, |n| n.parse().expect("lost"));
+    let lost = common::reported_lost(&rest);
     let path = out_file(work_pid);
     let lines = std::fs::read_to_string(&path)
         .expect("spikes output")
@@ -222,28 +209,14 @@ fn debug_checks_count_an_injected_anomaly() {
         if debug {
             args.insert(0, "--debug-checks");
         }
-        let mut stats = Command::new(LATPROF)
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("latprof stats");
-        let mut stderr = BufReader::new(stats.stderr.take().expect("stderr"));
-        let mut line = String::new();
-        stderr.read_line(&mut line).expect("stderr");
-        assert!(line.contains("attached"), "{line}");
+        let (stats, stderr) = common::start(
+            Command::new(LATPROF).args(&args).stdout(Stdio::piped()),
+            "attached",
+        );
         run(&mut work);
         std::thread::sleep(Duration::from_millis(300));
-        // SAFETY: our own child.
-        assert_eq!(
-            unsafe { libc::kill(i32::try_from(stats.id()).expect("pid"), libc::SIGINT) },
-            0
-        );
-        let out = stats.wait_with_output().expect("wait");
-        let mut rest = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+        let (out, rest) = common::interrupt(stats, stderr);
         release(work);
-        assert!(out.status.success(), "{rest}");
         let text = String::from_utf8(out.stdout).expect("utf-8");
         let count: u64 = text
             .lines()

@@ -12,7 +12,9 @@
 //! it on a machine without ../shared (xtask says so loudly when it does).
 use std::{collections::BTreeMap, path::PathBuf, process::Command};
 
-const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
+mod common;
+
+use common::LATPROF;
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vm/truth.sh");
 const NOHZ_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vm/nohz.sh");
 
@@ -140,27 +142,16 @@ fn check_coverage(kernel: &Table, output: &str) {
     }
 }
 
-/// Sleeps latprof reported as lost (the kernel never ran its programs for their wakeup).
-fn lost(output: &str) -> u64 {
-    output
-        .lines()
-        .find(|l| l.contains("sleeps lost"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .map_or(0, |n| n.parse().expect("lost count"))
-}
-
 fn exact(mode: &str) {
     let Some((kernel, latprof, output)) = run_vm(mode, "off") else {
         return;
     };
     check_coverage(&kernel, &output);
     // Equal counts, except for sleeps latprof itself reported as lost.
-    let mut deficit = 0;
     let none = Numbers::default();
     for (frames, k) in &kernel {
         let l = latprof.get(frames).unwrap_or(&none);
         assert!(l.count <= k.count, "count of {frames:?}\n{output}");
-        deficit += k.count - l.count;
         if frames.contains("nanosleep") {
             // Kernel times are in units of 1024 ns; latprof's in microseconds. The two measure
             // between slightly different points (dequeue/enqueue versus switch/wakeup), up to
@@ -174,7 +165,21 @@ fn exact(mode: &str) {
             );
         }
     }
-    let lost = lost(&output);
+    assert_deficit_is_lost(&kernel, &latprof, &output);
+}
+
+/// The sleeps the kernel counted and latprof did not are those latprof reported lost, give or
+/// take 2 (interruptible sleeps at the 5 ms cutoff, which the two measure a little apart).
+fn assert_deficit_is_lost(kernel: &Table, latprof: &Table, output: &str) {
+    let none = Numbers::default();
+    let deficit: u64 = kernel
+        .iter()
+        .map(|(frames, k)| {
+            k.count
+                .saturating_sub(latprof.get(frames).unwrap_or(&none).count)
+        })
+        .sum();
+    let lost = common::reported_lost(output);
     assert!(
         deficit <= lost + 2,
         "latprof counted {deficit} fewer sleeps than the kernel but reported {lost} lost\n{output}"
@@ -203,19 +208,7 @@ fn latencytop_truth_with_delay_dequeue() {
     // latprof never counts fewer, except for sleeps it reported as lost, and for interruptible
     // sleeps just over the 5 ms cutoff that delayed dequeue shortened, in the kernel's view,
     // to just under it (at most 2 in this workload).
-    let none = Numbers::default();
-    let deficit: u64 = kernel
-        .iter()
-        .map(|(frames, k)| {
-            k.count
-                .saturating_sub(latprof.get(frames).unwrap_or(&none).count)
-        })
-        .sum();
-    let lost = lost(&output);
-    assert!(
-        deficit <= lost + 2,
-        "latprof counted {deficit} fewer sleeps than the kernel but reported {lost} lost\n{output}"
-    );
+    assert_deficit_is_lost(&kernel, &latprof, &output);
 }
 
 /// nohz_full for real: the VM's CPU 1 is nohz_full with context tracking, which the host
