@@ -157,8 +157,10 @@ fn record_then_dump_without_root_matches_stats() {
     );
     let (sc, st, sm, sf) = line_with(&stats_text, "hrtimer_nanosleep");
     let (dc, dt, dm, df) = line_with(&dump_text, "hrtimer_nanosleep");
-    // Two probes saw the same sleeps: same count and frames; their clocks read a few
-    // nanoseconds apart, so the totals agree to 1%.
+    // Two probes saw the same sleeps: same count and frames. Each reads the clock itself, a
+    // few nanoseconds after the other, unless the (virtual) CPU is taken away between the two
+    // reads: CI once saw one sleep 22 us longer to one probe. The totals agree to 1%, and the
+    // max moves by no more than the totals may.
     assert_eq!(
         (dc, &df),
         (sc, &sf),
@@ -166,7 +168,10 @@ fn record_then_dump_without_root_matches_stats() {
     );
     assert!(sc >= 99, "stats counted {sc} of 100 nanosleeps");
     assert!(dt.abs_diff(st) * 100 <= st, "totals {dt} vs {st} us");
-    assert!(dm.abs_diff(sm) * 100 <= sm.max(100), "max {dm} vs {sm} us");
+    assert!(
+        dm.abs_diff(sm) * 100 <= st,
+        "max {dm} vs {sm} us (totals {st} us)"
+    );
 
     // JSON carries the same numbers.
     let json = as_nobody(&["dump", path, "--pid", &pid, "--format", "json"]);
