@@ -75,13 +75,29 @@ pub fn hist_bucket(ns: u64) -> usize {
 #[inline(always)]
 #[must_use]
 pub fn stack_hash(frames: &RawStack, len: usize) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = STACK_HASH_SEED;
     for (i, ip) in frames.iter().enumerate() {
         if i >= len {
             break;
         }
-        h = (h.rotate_left(5) ^ *ip).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h = stack_hash_step(h, *ip);
     }
+    stack_hash_finish(h)
+}
+
+/// [`stack_hash`] one frame at a time, for frames that are not in one array (the stack cache
+/// reads them from their places on the kernel stack): seed, a step per frame, finish.
+pub const STACK_HASH_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+
+#[inline(always)]
+#[must_use]
+pub fn stack_hash_step(h: u64, ip: u64) -> u64 {
+    (h.rotate_left(5) ^ ip).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+#[inline(always)]
+#[must_use]
+pub fn stack_hash_finish(mut h: u64) -> u64 {
     h ^= h >> 33;
     // Keep clear of the reserved ids.
     if h >= DEFERRED_STACK { h - 3 } else { h }
@@ -102,9 +118,19 @@ pub const SLEEP_UNINTERRUPTIBLE: u32 = 2;
 /// `TaskState::flags`: the task had no mm when first seen (a kernel thread). latencytop keeps
 /// those out of the global table; so does latprof.
 pub const TASK_FLAG_KTHREAD: u32 = 1;
-/// `TaskState::flags`: the task's last interruptible sleep was over the cutoff, so its next one
-/// probably will be too: its backtrace is taken at wakeup, and only if the sleep counts.
-pub const TASK_FLAG_LONG_SLEEPER: u32 = 2;
+/// Frames the stack cache can check (`CachedStack::pos`); deeper backtraces are walked every
+/// time.
+pub const CACHE_FRAMES: usize = 32;
+/// Backtraces cached per task: a task that cycles through a few places (fsync's three waits)
+/// finds each of them.
+pub const CACHE_ENTRIES: usize = 4;
+
+/// Bytes of kernel stack, from the sleeping task's saved stack pointer (rounded down to
+/// `STACK_CHUNK`), that the stack cache reads: frames beyond them are walked every time.
+pub const STACK_REGION: usize = 4096;
+/// The stack cache reads the kernel stack in aligned chunks of this size, so that no read
+/// crosses the end of the stack (which is page-aligned).
+pub const STACK_CHUNK: usize = 512;
 
 /// What happens to a finished sleep. One definition for the eBPF programs and the tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,9 +209,39 @@ pub struct TaskState {
     pub flags: u32,
     pub nr_records: u32,
     pub comm: [u8; 16],
+    /// The stack cache: backtraces of the task's recent sleeps and where their return
+    /// addresses sat on its kernel stack.
+    pub cache: [CachedStack; CACHE_ENTRIES],
+    /// Ids of the backtraces walked at the task's last counted sleeps (a ring): one walked
+    /// again is learnt into `cache`.
+    pub cache_recent: [u64; CACHE_ENTRIES],
+    /// Next `cache_recent` and `cache` slots to replace.
+    pub cache_recent_next: u32,
+    pub cache_next: u32,
     pub records: [LatencyRecord; TASK_RECORDS],
 }
-const _: () = assert!(size_of::<TaskState>() == 56 + 32 * TASK_RECORDS);
+const _: () = assert!(
+    size_of::<TaskState>()
+        == 56 + (size_of::<CachedStack>() + 8) * CACHE_ENTRIES + 8 + 32 * TASK_RECORDS
+);
+
+/// One backtrace in a task's stack cache: its id and where each of its return addresses sat
+/// on the task's kernel stack, in 8-byte words from the saved stack pointer. A later sleep
+/// whose stack holds the same return addresses in the same places has the same backtrace: the
+/// unwinder would read exactly those words.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CachedStack {
+    pub stack: u64,
+    /// Words from the stack pointer to read to see every inner position (0: empty slot).
+    pub words: u32,
+    pub frames: u16,
+    /// 1: the outermost frame sits right below the task's user registers (the entry code's
+    /// call, above a syscall's random stack offset) and is read from there.
+    pub outer: u16,
+    pub pos: [u16; CACHE_FRAMES],
+}
+const _: () = assert!(size_of::<CachedStack>() == 16 + 2 * CACHE_FRAMES);
 
 /// Per-CPU counters of the pipeline, indexes into the `COUNTERS` array.
 #[repr(u32)]
@@ -242,10 +298,17 @@ pub enum Counter {
     /// `--debug-checks`: a task exited with records that were not merged (normal mode, or a
     /// kernel thread kept out of the global table).
     DebugExitWithRecords,
+    /// Kernel stacks walked (at switch-out, or at wakeup when the cache could not answer).
+    StackWalks,
+    /// Backtraces taken from the stack cache instead of a walk.
+    StackCacheHits,
+    /// `--debug-checks`: a backtrace from the stack cache differed from a walk of the same
+    /// sleep (every hit is walked as well to check it).
+    DebugStackCacheWrong,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::DebugExitWithRecords as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::DebugStackCacheWrong as u32 + 1;
 
 /// What a spike was.
 pub const SPIKE_SLEEP_INTERRUPTIBLE: u32 = SLEEP_INTERRUPTIBLE;

@@ -25,22 +25,24 @@ use aya_ebpf::{
     EbpfContext, Global,
     bindings::task_struct,
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::bpf_get_task_stack,
+    cty::c_void,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
         bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
+    helpers::{bpf_get_task_stack, bpf_loop, bpf_task_pt_regs, generated},
     macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use aya_log_ebpf::warn;
 use latprof_common::{
-    COUNTER_COUNT, Counter, DEFERRED_STACK, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord,
-    MODE_LAZY, MODE_NORMAL, NO_STACK, RUNQ_STACK, RawStack, SLEEP_INTERRUPTIBLE, SLEEP_NONE,
-    SPIKE_RUNQ, STACK_FRAMES, SleepVerdict, SpikeEvent, TASK_FLAG_KTHREAD, TASK_FLAG_LONG_SLEEPER,
-    TASK_RECORDS, TICK_COUNTER_COUNT, TICK_DEP_BITS, TaskState, TickCounter, WAKEUP_ADAPTIVE,
-    WAKEUP_ALWAYS, hist_bucket, sleep_kind, sleep_verdict, stack_hash, tick_dep_counter,
+    CACHE_ENTRIES, CACHE_FRAMES, COUNTER_COUNT, CachedStack, Counter, DEFERRED_STACK, GlobalRecord,
+    HIST_BUCKETS, Histogram, LatencyRecord, MODE_LAZY, MODE_NORMAL, NO_STACK, RUNQ_STACK, RawStack,
+    SLEEP_NONE, SPIKE_RUNQ, STACK_CHUNK, STACK_FRAMES, STACK_HASH_SEED, STACK_REGION, SleepVerdict,
+    SpikeEvent, TASK_FLAG_KTHREAD, TASK_RECORDS, TICK_COUNTER_COUNT, TICK_DEP_BITS, TaskState,
+    TickCounter, WAKEUP_ADAPTIVE, WAKEUP_ALWAYS, hist_bucket, sleep_kind, sleep_verdict,
+    stack_hash, stack_hash_finish, stack_hash_step, tick_dep_counter,
 };
 
 // ---- settings, written at load time ----
@@ -72,11 +74,15 @@ static RUNQ: Global<u32> = Global::new(1);
 /// 1: keep per-cause latency histograms; costs a per-CPU map update per counted event.
 #[unsafe(no_mangle)]
 static HISTOGRAMS_ON: Global<u32> = Global::new(1);
-/// 1: the BTF wakeup program is loaded and can take a sleeping task's backtrace, so the walk of
-/// a probably-long sleep is deferred to its wakeup (and skipped if it does not count); 0: every
-/// backtrace is taken at switch-out.
+/// 1: the BTF wakeup program is loaded and can take a sleeping task's backtrace, so every
+/// backtrace is taken at wakeup, only for sleeps that count, and from the stack cache when it
+/// can; 0: every backtrace is walked at switch-out.
 #[unsafe(no_mangle)]
 static STACK_AT_WAKEUP: Global<u32> = Global::new(0);
+/// Offset of the saved kernel stack pointer (`thread.sp`) in `struct task_struct`, from BTF;
+/// 0: unknown here (or no `bpf_loop`), no stack cache.
+#[unsafe(no_mangle)]
+static THREAD_SP_OFF: Global<u32> = Global::new(0);
 /// Frames walked per backtrace (the shown depth plus room for the frames dropped above it).
 #[unsafe(no_mangle)]
 static STACK_WALK_FRAMES: Global<u32> = Global::new(STACK_FRAMES as u32);
@@ -104,6 +110,10 @@ static SPIKE_FILL_MARK: Global<u64> = Global::new(64 * 1024);
 static DEBUG_CHECKS: Global<u32> = Global::new(0);
 
 const PF_EXITING: u32 = 0x4;
+const REGION_WORDS: usize = STACK_REGION / 8;
+const CHUNK_WORDS: usize = STACK_CHUNK / 8;
+/// The stack copy's last word: where the hit check puts the word below the user registers.
+const OUTER_WORD: usize = REGION_WORDS - 1;
 
 // ---- maps ----
 
@@ -137,6 +147,23 @@ static DEBUG_LOG_BUDGET: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1
 /// Tick and time-accounting counters, one slot per `TickCounter`, per CPU.
 #[map]
 static TICKS: PerCpuArray<u64> = PerCpuArray::with_max_entries(TICK_COUNTER_COUNT, 0);
+/// Per-CPU copy of the part of a sleeping task's kernel stack the stack cache looks at.
+#[map]
+static STACK_COPY: PerCpuArray<[u64; REGION_WORDS]> = PerCpuArray::with_max_entries(1, 0);
+/// Per-CPU scratch for a stack cache entry being learnt.
+#[map]
+static LEARNT: PerCpuArray<CachedStack> = PerCpuArray::with_max_entries(1, 0);
+/// Per-CPU progress of the stack cache's scan. Kept in a map rather than in the callback's
+/// context: the verifier tracks no map memory, so it verifies the callback once for any count
+/// found so far instead of once per count.
+#[map]
+static SCAN_POS: PerCpuArray<ScanPos> = PerCpuArray::with_max_entries(1, 0);
+
+#[repr(C)]
+struct ScanPos {
+    found: u64,
+    pos: [u16; CACHE_FRAMES],
+}
 /// Per-CPU scratch space to build a new task entry (too large for the 512-byte stack).
 #[map]
 static SCRATCH: PerCpuArray<TaskState> = PerCpuArray::with_max_entries(1, 0);
@@ -352,13 +379,10 @@ fn switch_out(ctx: &RawTracePointContext, kind: u32) -> Result<i32, i32> {
             None => return Ok(0),
         },
     };
-    // A task whose interruptible sleeps run over the cutoff (an idle daemon's poll) most
-    // likely sleeps that long again: its backtrace waits for the wakeup, which takes it only if
-    // the sleep counts. Every other sleep is walked now, from the current task, which costs
-    // less than walking a sleeping task at wakeup.
-    // SAFETY: the entry belongs to the current task.
-    let long_sleeper = unsafe { (*entry).flags } & TASK_FLAG_LONG_SLEEPER != 0;
-    let stack = if STACK_AT_WAKEUP.load() == 1 && kind == SLEEP_INTERRUPTIBLE && long_sleeper {
+    // Where the wakeup program can take the sleeping task's backtrace, it does, and only if
+    // the sleep counts: a walk from here costs more (it unwinds the tracing frames too) and
+    // cannot use the stack cache, whose stack pointer is saved only after this program.
+    let stack = if STACK_AT_WAKEUP.load() == 1 {
         DEFERRED_STACK
     } else {
         let stack = take_stack(ctx);
@@ -391,18 +415,265 @@ fn take_stack(ctx: &RawTracePointContext) -> u64 {
     };
     // SAFETY: buf is a per-CPU map value of at least `walk_size()` bytes.
     let len = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), walk_size(), 0) };
+    count(Counter::StackWalks);
     store_stack(buf, len)
 }
 
 /// The backtrace of a task that is not running (where it went to sleep), as latencytop takes
-/// it: the kernel leaves out the scheduler's own frames.
-fn task_stack(task: *mut task_struct) -> u64 {
+/// it: the kernel leaves out the scheduler's own frames. Also returns how many frames were
+/// walked (they stay in `STACK_BUF`).
+fn task_stack(task: *mut task_struct) -> (u64, usize) {
     let Some(buf) = STACK_BUF.get_ptr_mut(0) else {
-        return NO_STACK;
+        return (NO_STACK, 0);
     };
     // SAFETY: task is the BTF tracepoint's trusted task pointer; buf as above.
     let len = unsafe { bpf_get_task_stack(task, buf.cast(), walk_size(), 0) };
-    store_stack(buf, len)
+    count(Counter::StackWalks);
+    let frames = if len > 0 { len as usize / 8 } else { 0 };
+    (store_stack(buf, len), frames)
+}
+
+/// The backtrace of the sleeping `task`, from its stack cache when the cache can vouch for it,
+/// else walked (and learnt, when the task slept with this backtrace not long ago). Not inlined:
+/// its many ways through (each cache entry, hit or miss, learnt or not) end in one return the
+/// verifier can prune at, instead of each continuing through the accounting after it.
+#[inline(never)]
+fn sleeping_stack<C: EbpfContext>(
+    ctx: &C,
+    tid: u32,
+    task: *mut task_struct,
+    entry: &mut TaskState,
+) -> u64 {
+    let off = THREAD_SP_OFF.load();
+    if off == 0 {
+        return task_stack(task).0;
+    }
+    let Ok(sp) = read_field::<u64>(task.cast_const().cast(), off) else {
+        return task_stack(task).0;
+    };
+    // SAFETY: task is the BTF tracepoint's trusted task pointer.
+    let regs = unsafe { bpf_task_pt_regs(task) } as u64;
+    if let Some(stack) = cached_stack(sp, regs, entry) {
+        count(Counter::StackCacheHits);
+        if DEBUG_CHECKS.load() == 1 {
+            let (walked, _) = task_stack(task);
+            if walked != stack {
+                anomaly(ctx, Counter::DebugStackCacheWrong, tid, walked);
+            }
+        }
+        return stack;
+    }
+    let (stack, frames) = task_stack(task);
+    if stack == NO_STACK {
+        return stack;
+    }
+    remember(sp, regs, stack, frames, entry);
+    stack
+}
+
+/// After a walk: learns the backtrace when the task slept with it not long ago (a task that
+/// sleeps once, a short-lived process, or somewhere new each time pays no scan), into the slot
+/// that holds it already (its places changed) or the next one. Not inlined, for the verifier.
+#[inline(never)]
+fn remember(sp: u64, regs: u64, stack: u64, frames: usize, entry: &mut TaskState) {
+    let mut seen = false;
+    for e in 0..CACHE_ENTRIES {
+        seen |= entry.cache_recent[e] == stack;
+    }
+    let next = entry.cache_recent_next as usize % CACHE_ENTRIES;
+    entry.cache_recent[next] = stack;
+    entry.cache_recent_next = (next as u32 + 1) % CACHE_ENTRIES as u32;
+    if !seen || frames == 0 || frames > CACHE_FRAMES {
+        return;
+    }
+    let Some(learnt) = learn_stack(sp, regs, stack, frames) else {
+        return;
+    };
+    let mut slot = CACHE_ENTRIES;
+    for e in 0..CACHE_ENTRIES {
+        if entry.cache[e].words != 0 && entry.cache[e].stack == stack {
+            slot = e;
+        }
+    }
+    if slot == CACHE_ENTRIES {
+        slot = entry.cache_next as usize % CACHE_ENTRIES;
+        entry.cache_next = (slot as u32 + 1) % CACHE_ENTRIES as u32;
+    }
+    // SAFETY: this CPU's learnt entry.
+    entry.cache[slot & (CACHE_ENTRIES - 1)] = unsafe { *learnt };
+}
+
+/// A cached backtrace whose return addresses the task's stack holds in their places: the
+/// inner frames at the same distances from the saved stack pointer, the outermost (the entry
+/// code's, above a syscall's random stack offset) at the same distance below the task's user
+/// registers.
+#[inline(always)]
+fn cached_stack(sp: u64, regs: u64, entry: &TaskState) -> Option<u64> {
+    let mut words = 0;
+    for e in 0..CACHE_ENTRIES {
+        words = words.max(entry.cache[e].words as usize);
+    }
+    let words = words.min(OUTER_WORD);
+    if words == 0 {
+        return None;
+    }
+    let copy = STACK_COPY.get_ptr_mut(0)?;
+    // SAFETY: the copy is a per-CPU map value of REGION_WORDS words; a bad read fails safely.
+    let read = unsafe {
+        generated::bpf_probe_read_kernel(copy.cast(), (words * 8) as u32, sp as *const c_void)
+    };
+    if read != 0 {
+        return None;
+    }
+    // The word right below the user registers goes to the copy's last word, where the
+    // positions of outermost frames point: one loop reads every frame the same way.
+    // SAFETY: a probe read fails safely on a bad address; the copy as above.
+    unsafe {
+        (*copy)[OUTER_WORD] = bpf_probe_read_kernel(regs.wrapping_sub(8) as *const u64).ok()?;
+    }
+    for e in 0..CACHE_ENTRIES {
+        let cached = &entry.cache[e];
+        if cached.words != 0 && cache_entry_matches(copy, cached) {
+            return Some(cached.stack);
+        }
+    }
+    None
+}
+
+/// Whether the copied stack holds `cached`'s return addresses in their places. Not inlined, so
+/// the verifier checks it once per entry rather than once per way into it.
+#[inline(never)]
+fn cache_entry_matches(copy: *const [u64; REGION_WORDS], cached: &CachedStack) -> bool {
+    let frames = cached.frames as usize;
+    let mut h = STACK_HASH_SEED;
+    for i in 0..CACHE_FRAMES {
+        if i >= frames {
+            break;
+        }
+        let at = cached.pos[i] as usize & (REGION_WORDS - 1);
+        // SAFETY: at is in range of the copy.
+        h = stack_hash_step(h, unsafe { (*copy)[at] });
+    }
+    stack_hash_finish(h) == cached.stack
+}
+
+/// The stack cache's scan over the copied stack: finds, innermost first, the word holding each
+/// walked return address.
+#[repr(C)]
+struct Scan {
+    base: u64,
+    /// First word of the live stack (the saved stack pointer), from `base`.
+    start: u64,
+    frames: u64,
+}
+
+/// Finds where each of the `frames` return addresses now in `STACK_BUF` sits on the sleeping
+/// task's stack; returns the cache entry for `stack` (in per-CPU scratch), or `None` if some
+/// is not found.
+fn learn_stack(sp: u64, regs: u64, stack: u64, frames: usize) -> Option<*const CachedStack> {
+    let learnt = LEARNT.get_ptr_mut(0)?;
+    // SAFETY: this CPU's scratch entry.
+    let slot = unsafe { &mut *learnt };
+    let scan_pos = SCAN_POS.get_ptr_mut(0)?;
+    // SAFETY: this CPU's scan progress.
+    unsafe { (*scan_pos).found = 0 };
+    let base = sp & !(STACK_CHUNK as u64 - 1);
+    let mut scan = Scan {
+        base,
+        start: (sp - base) / 8,
+        frames: frames as u64,
+    };
+    let words = REGION_WORDS as u32 - scan.start as u32;
+    // SAFETY: the callback is a static function of this object; scan lives on this stack for
+    // the whole call.
+    unsafe {
+        bpf_loop(
+            words,
+            scan_word as *const () as *mut c_void,
+            (&raw mut scan).cast(),
+            0,
+        );
+    }
+    // SAFETY: this CPU's scan result.
+    let ScanPos { found, pos } = unsafe { &*scan_pos };
+    if *found != frames as u64 {
+        return None;
+    }
+    let last = (frames - 1) & (CACHE_FRAMES - 1);
+    // The entry code calls into C right below the user registers; a syscall then moves the
+    // rest of the stack down by a random offset, so that frame is found from the registers.
+    let last_at = base + u64::from(pos[last]) * 8;
+    let outer = last_at.wrapping_add(8) == regs;
+    let inner = if outer { last } else { frames };
+    let mut words = 0;
+    for i in 0..CACHE_FRAMES {
+        if i >= inner {
+            break;
+        }
+        let at = u32::from(pos[i]) - scan.start as u32;
+        slot.pos[i] = at as u16;
+        words = at + 1;
+    }
+    if words as usize > OUTER_WORD {
+        return None;
+    }
+    if outer {
+        slot.pos[last] = OUTER_WORD as u16;
+    }
+    slot.stack = stack;
+    slot.outer = u16::from(outer);
+    slot.frames = frames as u16;
+    slot.words = words.max(1);
+    Some(learnt.cast_const())
+}
+
+/// One step of `learn_stack`'s scan: word `start + i` of the copy (reading each chunk of the
+/// stack as the scan reaches it). Returns 1 to stop.
+#[inline(never)]
+extern "C" fn scan_word(i: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: ctx is learn_stack's Scan.
+    let scan = unsafe { &mut *ctx.cast::<Scan>() };
+    let (Some(copy), Some(ips), Some(pos)) = (
+        STACK_COPY.get_ptr_mut(0),
+        STACK_BUF.get_ptr(0),
+        SCAN_POS.get_ptr_mut(0),
+    ) else {
+        return 1;
+    };
+    let word = (scan.start + i) as usize;
+    if word >= REGION_WORDS {
+        return 1;
+    }
+    if i == 0 || word % CHUNK_WORDS == 0 {
+        let chunk = (word / CHUNK_WORDS) & (REGION_WORDS / CHUNK_WORDS - 1);
+        // SAFETY: chunk is in range of the copy; a read past the end of the stack fails safely
+        // (and ends the scan).
+        let read = unsafe {
+            generated::bpf_probe_read_kernel(
+                (*copy).as_mut_ptr().add(chunk * CHUNK_WORDS).cast(),
+                STACK_CHUNK as u32,
+                (scan.base + (chunk * STACK_CHUNK) as u64) as *const c_void,
+            )
+        };
+        if read != 0 {
+            return 1;
+        }
+    }
+    // SAFETY: this CPU's scan progress.
+    let progress = unsafe { &mut *pos };
+    let k = progress.found as usize;
+    if k >= CACHE_FRAMES || k >= scan.frames as usize {
+        return 1;
+    }
+    // SAFETY: word and k are in range of the copy and the walked frames.
+    if unsafe { (*copy)[word & (REGION_WORDS - 1)] == (*ips)[k] } {
+        progress.pos[k] = word as u16;
+        progress.found += 1;
+        if progress.found >= scan.frames {
+            return 1;
+        }
+    }
+    0
 }
 
 #[inline(always)]
@@ -450,6 +721,12 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
         (*template).flags = if mm == 0 { TASK_FLAG_KTHREAD } else { 0 };
         (*template).comm = bpf_get_current_comm().unwrap_or([0; 16]);
         (*template).nr_records = 0;
+        (*template).cache_recent = [NO_STACK; CACHE_ENTRIES];
+        (*template).cache_recent_next = 0;
+        (*template).cache_next = 0;
+        for e in 0..CACHE_ENTRIES {
+            (*template).cache[e].words = 0;
+        }
         if TASKS
             .insert(&tid, &*template, u64::from(BPF_NOEXIST))
             .is_err()
@@ -529,13 +806,6 @@ fn end_sleep<C: EbpfContext>(ctx: &C, tid: u32, entry: &mut TaskState, wakee: *m
     }
     let delta = now.saturating_sub(entry.sleep_start_ns);
     let verdict = sleep_verdict(kind, delta, MIN_SLEEP_NS.load(), INTER_CUTOFF_NS.load());
-    if kind == SLEEP_INTERRUPTIBLE {
-        if verdict == SleepVerdict::OverCutoff {
-            entry.flags |= TASK_FLAG_LONG_SLEEPER;
-        } else {
-            entry.flags &= !TASK_FLAG_LONG_SLEEPER;
-        }
-    }
     match verdict {
         SleepVerdict::TooShort => count(Counter::SkippedZero),
         SleepVerdict::OverCutoff => count(Counter::SkippedCutoff),
@@ -544,7 +814,7 @@ fn end_sleep<C: EbpfContext>(ctx: &C, tid: u32, entry: &mut TaskState, wakee: *m
                 let stack = if wakee.is_null() {
                     NO_STACK
                 } else {
-                    task_stack(wakee)
+                    sleeping_stack(ctx, tid, wakee, entry)
                 };
                 if stack == NO_STACK {
                     count(Counter::StackMissing);

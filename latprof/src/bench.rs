@@ -44,6 +44,8 @@ enum Config {
     PerfSched,
     /// latprof lazy with `--debug-checks` (the cost of the checks).
     LazyDebug,
+    /// latprof lazy walking every counted sleep's stack (`--no-stack-cache`).
+    LazyWalk,
     /// `latprof spikes` on every sleep, reader woken only when it waits.
     SpikesAdaptive,
     /// `latprof spikes` on every sleep, reader woken on every event.
@@ -61,9 +63,11 @@ const MAIN_CONFIGS: [Config; 7] = [
     Config::PerfSched,
 ];
 
-/// Configurations of their own series: the debug checks on the ping-pong, and the spikes.
-const EXTRA_CONFIGS: [Config; 3] = [
+/// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
+/// and the spikes.
+const EXTRA_CONFIGS: [Config; 4] = [
     Config::LazyDebug,
+    Config::LazyWalk,
     Config::SpikesAdaptive,
     Config::SpikesAlways,
 ];
@@ -86,6 +90,7 @@ impl Config {
             Self::Bpftrace => "bpftrace",
             Self::PerfSched => "perf-sched",
             Self::LazyDebug => "lazy-debug",
+            Self::LazyWalk => "lazy-walk",
             Self::SpikesAdaptive => "spikes-adaptive",
             Self::SpikesAlways => "spikes-always",
         }
@@ -98,6 +103,11 @@ impl Config {
                 let mut c = Command::new(latprof);
                 let mode = if self == Self::Lazy { "lazy" } else { "normal" };
                 c.args(["--mode", mode, "stats", "--duration", "1h"]);
+                c
+            }
+            Self::LazyWalk => {
+                let mut c = Command::new(latprof);
+                c.args(["--no-stack-cache", "stats", "--duration", "1h"]);
                 c
             }
             Self::LazyDebug => {
@@ -159,7 +169,12 @@ impl Config {
     fn is_latprof(self) -> bool {
         matches!(
             self,
-            Self::Lazy | Self::Normal | Self::LazyDebug | Self::SpikesAdaptive | Self::SpikesAlways
+            Self::Lazy
+                | Self::Normal
+                | Self::LazyDebug
+                | Self::LazyWalk
+                | Self::SpikesAdaptive
+                | Self::SpikesAlways
         )
     }
 
@@ -169,6 +184,7 @@ impl Config {
             | Self::Lazy
             | Self::Normal
             | Self::LazyDebug
+            | Self::LazyWalk
             | Self::SpikesAdaptive
             | Self::SpikesAlways => true,
             Self::Offcputime => Path::new("/usr/sbin/offcputime").exists(),
@@ -449,7 +465,11 @@ fn workloads(quick: bool, latprof: &str) -> Vec<Workload> {
             ]),
             units: trips,
             unit: "round trip",
-            configs: all.iter().copied().chain([Config::LazyDebug]).collect(),
+            configs: all
+                .iter()
+                .copied()
+                .chain([Config::LazyDebug, Config::LazyWalk])
+                .collect(),
         },
         Workload {
             name: "forkstorm".into(),
@@ -910,6 +930,22 @@ fn targets(
                 normal.mode_ns_per_unit,
                 lazy.bpf_ns_per_unit,
                 normal.bpf_ns_per_unit
+            ),
+        ));
+    }
+    if let (Some(lazy), Some(walk)) = (
+        get("pingpong", Config::Lazy),
+        get("pingpong", Config::LazyWalk),
+    ) {
+        out.push((
+            "stack cache: lazy against lazy walking every counted sleep's stack (--no-stack-cache)"
+                .to_owned(),
+            "INFO",
+            format!(
+                "{:.0} ns against {:.0} ns per round trip ({:+.0}%)",
+                lazy.bpf_ns_per_unit,
+                walk.bpf_ns_per_unit,
+                (lazy.bpf_ns_per_unit / walk.bpf_ns_per_unit - 1.0) * 100.0
             ),
         ));
     }

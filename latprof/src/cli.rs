@@ -55,6 +55,10 @@ pub struct Cli {
     /// are removed at load time.
     #[arg(long, global = true)]
     pub debug_checks: bool,
+    /// Walk every counted sleep's kernel stack instead of answering a task's repeated sleeps
+    /// from its stack cache (for comparison: the numbers are the same, the cost is not).
+    #[arg(long, global = true, hide = true)]
+    pub no_stack_cache: bool,
     /// Where latprof's log goes (the eBPF side's --debug-checks lines); default stderr, and
     /// for top and replay latprof-PID.log in the temporary directory.
     #[arg(long, global = true)]
@@ -329,6 +333,7 @@ impl Cli {
             stack_depth: self.depth(),
             details,
             btf_wakeup: true,
+            stack_cache: !self.no_stack_cache,
             mode: self.mode,
             pid,
             include_self: self.include_self,

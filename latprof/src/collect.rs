@@ -40,6 +40,9 @@ pub const COUNTER_NAMES: [&str; COUNTER_COUNT as usize] = [
     "debug_time_backwards",
     "debug_stack_failed",
     "debug_exit_with_records",
+    "stack_walks",
+    "stack_cache_hits",
+    "debug_stack_cache_wrong",
 ];
 
 impl Counters {

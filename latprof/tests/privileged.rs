@@ -15,7 +15,7 @@ use std::{
 use latprof::{
     collect::{Collector, Snapshot},
     model::{self, Cause},
-    probe::{Mode, Probe, ProbeConfig, names},
+    probe::{Backtraces, Mode, Probe, ProbeConfig, names},
     symbols::Kallsyms,
 };
 use latprof_common::Counter;
@@ -380,6 +380,94 @@ fn pipe_pingpong_counts_both_sides() {
     let pipe = frames_with(&global, "pipe_read");
     assert_eq!(pipe.len(), 1, "{global:#?}");
     assert_eq!(pipe[0].count, sides.iter().map(|(_, n)| n).sum::<u64>());
+}
+
+/// The stack cache answers a task's repeated sleeps without walking its stack; a second probe
+/// that walks every counted sleep sees the same causes, and with `--debug-checks` the cached
+/// probe walks every hit too and counts any difference.
+fn stack_cache_attempt(work_args: &[&str], min_hits: u64) {
+    let syms = Kallsyms::load().expect("kallsyms");
+    let mut work = Workload::spawn(work_args);
+    let config = ProbeConfig {
+        mode: Mode::Lazy,
+        pid: Some(work.pid()),
+        inter_cutoff: None,
+        debug_checks: true,
+        ..ProbeConfig::default()
+    };
+    let cached = Probe::attach(config.clone()).expect("attach latprof");
+    let walked = Probe::attach(ProbeConfig {
+        stack_cache: false,
+        debug_checks: false,
+        ..config
+    })
+    .expect("attach latprof without the stack cache");
+    assert_eq!(
+        cached.backtraces(),
+        Backtraces::AtWakeupCached,
+        "this kernel (x86-64, BTF tracepoints, bpf_loop) should load the stack cache"
+    );
+    assert_eq!(walked.backtraces(), Backtraces::AtWakeup);
+    work.go();
+    work.wait_done();
+    let pid = work.pid();
+    let a = Collector::new().snapshot(&cached).expect("snapshot");
+    let b = Collector::new().snapshot(&walked).expect("snapshot");
+    work.release();
+    let c = &a.counters;
+    assert_eq!(c.get(Counter::DebugStackCacheWrong), 0, "{c:?}");
+    assert!(c.get(Counter::StackCacheHits) >= min_hits, "{c:?}");
+    assert_eq!(b.counters.get(Counter::StackCacheHits), 0);
+    assert!(b.counters.get(Counter::StackWalks) >= b.counters.get(Counter::Counted));
+    let causes = |s: &Snapshot| -> std::collections::BTreeMap<Vec<String>, u64> {
+        model::process_causes(s, pid, &syms, 12)
+            .into_iter()
+            // Run-queue waits under 1 us are not counted, and each probe's own cost moves
+            // them across that line: only the sleeps must agree.
+            .filter(|c| {
+                c.frames
+                    .first()
+                    .is_some_and(|f| f != model::WAITING_FOR_CPU)
+            })
+            .map(|c| (c.frames, c.count))
+            .collect()
+    };
+    let (ca, cb) = (causes(&a), causes(&b));
+    // Each probe may miss a wakeup the kernel did not run it for (it says so in SleepLost).
+    let lost = c.get(Counter::SleepLost) + b.counters.get(Counter::SleepLost);
+    let differ: u64 = ca
+        .keys()
+        .chain(cb.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(|k| {
+            let (x, y) = (
+                ca.get(k).copied().unwrap_or(0),
+                cb.get(k).copied().unwrap_or(0),
+            );
+            x.abs_diff(y)
+        })
+        .sum();
+    assert!(
+        differ <= lost,
+        "cached:\n{ca:#?}\nwalked:\n{cb:#?}\n{lost} lost"
+    );
+}
+
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn stack_cache_gives_the_walked_backtraces() {
+    let _guard = serial();
+    // Two pipe readers sleeping at one place, each syscall at a new random stack offset.
+    twice("stack cache on the ping-pong", || {
+        stack_cache_attempt(&["pingpong", "--count", "2000"], 1000);
+    });
+    // Writes and fsyncs: uninterruptible sleeps at several places in the filesystem.
+    let dir = std::env::var("LATPROF_FSYNC_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned());
+    twice("stack cache on fsync", || {
+        stack_cache_attempt(&["fsync", "--count", "60", "--dir", &dir], 1);
+    });
 }
 
 #[test]

@@ -54,6 +54,9 @@ pub struct ProbeConfig {
     /// Take backtraces at wakeup from the BTF tracepoint where the kernel has one (false forces
     /// the raw-tracepoint fallback that walks at every switch-out, as on older kernels).
     pub btf_wakeup: bool,
+    /// With the BTF wakeup program, answer a task's repeated sleeps from its stack cache
+    /// instead of walking its stack each time (false walks every counted sleep).
+    pub stack_cache: bool,
     /// Sleeps and run-queue waits at least this long go to the spike ring buffer; `None`: no
     /// spike events.
     pub spike: Option<Duration>,
@@ -85,6 +88,7 @@ impl Default for ProbeConfig {
             stack_depth: 12,
             details: true,
             btf_wakeup: true,
+            stack_cache: true,
             spike: None,
             wakeup: Wakeup::Adaptive,
             debug_checks: false,
@@ -132,6 +136,7 @@ pub fn check_privileges() -> Result<(), crate::Error> {
 }
 
 /// Settings written into the eBPF object's globals.
+#[derive(Clone)]
 struct Globals {
     mode: u32,
     filter: u32,
@@ -144,6 +149,8 @@ struct Globals {
     pid_off: u32,
     flags_off: u32,
     mm_off: u32,
+    /// `thread.sp` in task_struct; 0: no stack cache.
+    thread_sp_off: u32,
     details: u32,
     walk: u32,
     spike_ns: u64,
@@ -182,6 +189,7 @@ fn load(g: &Globals, config: &ProbeConfig, btf: Option<&aya::Btf>) -> Result<Ebp
         .override_global(names::GLOBAL_TASK_PID_OFF, &g.pid_off, true)
         .override_global(names::GLOBAL_TASK_FLAGS_OFF, &g.flags_off, true)
         .override_global(names::GLOBAL_TASK_MM_OFF, &g.mm_off, true)
+        .override_global(names::GLOBAL_THREAD_SP_OFF, &g.thread_sp_off, true)
         .override_global(names::GLOBAL_RUNQ, &g.details, true)
         .override_global(names::GLOBAL_HISTOGRAMS_ON, &g.details, true)
         .override_global(names::GLOBAL_STACK_WALK_FRAMES, &g.walk, true)
@@ -261,6 +269,34 @@ pub struct Probe {
     ebpf: Ebpf,
     config: ProbeConfig,
     ticks: Vec<(&'static str, bool)>,
+    backtraces: Backtraces,
+}
+
+/// Where the loaded programs take backtraces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backtraces {
+    /// At wakeup, only for sleeps that count, from the task's stack cache when it can vouch for
+    /// the backtrace (x86-64, BTF tracepoints and bpf_loop).
+    AtWakeupCached,
+    /// At wakeup, only for sleeps that count; every one walked.
+    AtWakeup,
+    /// Walked at every switch-out (no BTF tracepoints).
+    AtSwitchOut,
+}
+
+/// Offset of the saved kernel stack pointer in `struct task_struct` (`thread.sp`), where the
+/// stack cache knows how to use it (x86-64); 0 otherwise.
+fn thread_sp_offset(btf: &btf::Btf) -> u32 {
+    if !cfg!(target_arch = "x86_64") {
+        return 0;
+    }
+    match (
+        btf.member_offset("task_struct", "thread"),
+        btf.member_offset("thread_struct", "sp"),
+    ) {
+        (Ok(thread), Ok(sp)) => thread + sp,
+        _ => 0,
+    }
 }
 
 impl Probe {
@@ -277,6 +313,11 @@ impl Probe {
         let pid_off = btf.member_offset("task_struct", "pid")?;
         let flags_off = btf.member_offset("task_struct", "flags")?;
         let mm_off = btf.member_offset("task_struct", "mm")?;
+        let thread_sp_off = if config.stack_cache {
+            thread_sp_offset(&btf)
+        } else {
+            0
+        };
 
         let mode = match config.mode {
             Mode::Lazy => MODE_LAZY,
@@ -307,6 +348,7 @@ impl Probe {
             pid_off,
             flags_off,
             mm_off,
+            thread_sp_off,
             details,
             walk,
             spike_ns: config.spike.map_or(u64::MAX, |d| {
@@ -321,19 +363,33 @@ impl Probe {
         // Prefer taking backtraces at wakeup from the BTF tracepoint (only for sleeps that
         // count); kernels without BTF tracepoints get the raw one and walk at every switch-out.
         let kernel_btf = aya::Btf::from_sys_fs().ok().filter(|_| config.btf_wakeup);
-        let ebpf = match kernel_btf
-            .as_ref()
-            .map(|b| load(&globals, &config, Some(b)))
-        {
-            Some(Ok(ebpf)) => ebpf,
-            _ => load(&globals, &config, None)?,
+        // The stack cache needs bpf_loop (Linux 5.17): without it, the BTF wakeup program
+        // without the cache; without BTF tracepoints, the raw one.
+        let no_cache = Globals {
+            thread_sp_off: 0,
+            ..globals.clone()
         };
-        let mut ebpf = ebpf;
+        let loaded = kernel_btf.as_ref().and_then(|b| {
+            let cached = (globals.thread_sp_off != 0)
+                .then(|| load(&globals, &config, Some(b)).ok())
+                .flatten();
+            match cached {
+                Some(ebpf) => Some((ebpf, Backtraces::AtWakeupCached)),
+                None => load(&no_cache, &config, Some(b))
+                    .ok()
+                    .map(|ebpf| (ebpf, Backtraces::AtWakeup)),
+            }
+        });
+        let (mut ebpf, backtraces) = match loaded {
+            Some(loaded) => loaded,
+            None => (load(&no_cache, &config, None)?, Backtraces::AtSwitchOut),
+        };
         let ticks = attach_tick_programs(&mut ebpf)?;
         Ok(Self {
             ebpf,
             config,
             ticks,
+            backtraces,
         })
     }
 
@@ -341,6 +397,12 @@ impl Probe {
     #[must_use]
     pub fn tick_sources(&self) -> &[(&'static str, bool)] {
         &self.ticks
+    }
+
+    /// Where the loaded programs take backtraces.
+    #[must_use]
+    pub fn backtraces(&self) -> Backtraces {
+        self.backtraces
     }
 
     #[must_use]

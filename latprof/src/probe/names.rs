@@ -71,6 +71,7 @@ pub const GLOBAL_RUNQ: &str = "RUNQ";
 pub const GLOBAL_HISTOGRAMS_ON: &str = "HISTOGRAMS_ON";
 pub const GLOBAL_STACK_WALK_FRAMES: &str = "STACK_WALK_FRAMES";
 pub const GLOBAL_STACK_AT_WAKEUP: &str = "STACK_AT_WAKEUP";
+pub const GLOBAL_THREAD_SP_OFF: &str = "THREAD_SP_OFF";
 pub const GLOBAL_SPIKE_NS: &str = "SPIKE_NS";
 pub const GLOBAL_WAKEUP_POLICY: &str = "WAKEUP_POLICY";
 pub const GLOBAL_DEBUG_CHECKS: &str = "DEBUG_CHECKS";
