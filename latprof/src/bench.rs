@@ -27,7 +27,8 @@ pub struct BenchArgs {
     /// Where bench.md and bench.json go.
     #[arg(long, default_value = "target/bench")]
     pub out: PathBuf,
-    /// Only these configurations (none, lazy, normal, offcputime, runqlat, bpftrace, perf-sched).
+    /// Only these configurations (none, lazy, normal, offcputime, runqlat, bpftrace, perf-sched,
+    /// lazy-debug, lazy-walk, lazy+normal, spikes-adaptive, spikes-always).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
 }
@@ -46,6 +47,12 @@ enum Config {
     LazyDebug,
     /// latprof lazy walking every counted sleep's stack (`--no-stack-cache`).
     LazyWalk,
+    /// latprof lazy and latprof normal attached together, the order alternating by round: both
+    /// see the same events in the same run, so the difference between their programs is the
+    /// modes' and not the runs'. Measured as one, reported as `PairedLazy` and `PairedNormal`.
+    Paired,
+    PairedLazy,
+    PairedNormal,
     /// `latprof spikes` on every sleep, reader woken only when it waits.
     SpikesAdaptive,
     /// `latprof spikes` on every sleep, reader woken on every event.
@@ -65,9 +72,12 @@ const MAIN_CONFIGS: [Config; 7] = [
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
 /// and the spikes.
-const EXTRA_CONFIGS: [Config; 4] = [
+const EXTRA_CONFIGS: [Config; 7] = [
     Config::LazyDebug,
     Config::LazyWalk,
+    Config::Paired,
+    Config::PairedLazy,
+    Config::PairedNormal,
     Config::SpikesAdaptive,
     Config::SpikesAlways,
 ];
@@ -91,6 +101,9 @@ impl Config {
             Self::PerfSched => "perf-sched",
             Self::LazyDebug => "lazy-debug",
             Self::LazyWalk => "lazy-walk",
+            Self::Paired => "lazy+normal",
+            Self::PairedLazy => "lazy (paired)",
+            Self::PairedNormal => "normal (paired)",
             Self::SpikesAdaptive => "spikes-adaptive",
             Self::SpikesAlways => "spikes-always",
         }
@@ -98,10 +111,14 @@ impl Config {
 
     fn command(self, latprof: &Path) -> Option<Command> {
         let mut cmd = match self {
-            Self::None => return None,
-            Self::Lazy | Self::Normal => {
+            Self::None | Self::Paired => return None,
+            Self::Lazy | Self::Normal | Self::PairedLazy | Self::PairedNormal => {
                 let mut c = Command::new(latprof);
-                let mode = if self == Self::Lazy { "lazy" } else { "normal" };
+                let mode = if matches!(self, Self::Lazy | Self::PairedLazy) {
+                    "lazy"
+                } else {
+                    "normal"
+                };
                 c.args(["--mode", mode, "stats", "--duration", "1h"]);
                 c
             }
@@ -173,6 +190,8 @@ impl Config {
                 | Self::Normal
                 | Self::LazyDebug
                 | Self::LazyWalk
+                | Self::PairedLazy
+                | Self::PairedNormal
                 | Self::SpikesAdaptive
                 | Self::SpikesAlways
         )
@@ -185,6 +204,9 @@ impl Config {
             | Self::Normal
             | Self::LazyDebug
             | Self::LazyWalk
+            | Self::Paired
+            | Self::PairedLazy
+            | Self::PairedNormal
             | Self::SpikesAdaptive
             | Self::SpikesAlways => true,
             Self::Offcputime => Path::new("/usr/sbin/offcputime").exists(),
@@ -351,24 +373,34 @@ fn stop(tracer: Tracer) -> Result<(u64, u64)> {
     }
 }
 
-fn measure(config: Config, work: &Workload, latprof: &Path) -> Result<Sample> {
-    let tracer = start(config, latprof)?;
-    let ours = |m: &BTreeMap<u32, (String, u64, u64)>| -> BTreeMap<String, (u64, u64)> {
-        let mut out = BTreeMap::new();
-        if let Some(t) = tracer.as_ref() {
-            for (_, (name, ns, n)) in m.iter().filter(|(id, _)| t.programs.contains(id)) {
-                let e: &mut (u64, u64) = out.entry(name.clone()).or_default();
-                e.0 += ns;
-                e.1 += n;
-            }
+/// Runs the workload once under the tracers of `configs` (started in that order; none for
+/// `[Config::None]`) and returns one sample per tracer (one for no tracer).
+fn measure(configs: &[Config], work: &Workload, latprof: &Path) -> Result<Vec<Sample>> {
+    let mut tracers = Vec::new();
+    for &config in configs {
+        if let Some(t) = start(config, latprof)? {
+            tracers.push(t);
+        }
+    }
+    let name = configs
+        .iter()
+        .map(|c| c.name())
+        .collect::<Vec<_>>()
+        .join("+");
+    let ours = |t: &Tracer, m: &BTreeMap<u32, (String, u64, u64)>| {
+        let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for (_, (name, ns, n)) in m.iter().filter(|(id, _)| t.programs.contains(id)) {
+            let e = out.entry(name.clone()).or_default();
+            e.0 += ns;
+            e.1 += n;
         }
         out
     };
     let sum = |m: &BTreeMap<String, (u64, u64)>| {
         m.values().fold((0, 0), |(a, b), (ns, n)| (a + ns, b + n))
     };
-    let before = ours(&loaded());
-    let (ns0, runs0) = sum(&before);
+    let loaded0 = loaded();
+    let before: Vec<_> = tracers.iter().map(|t| ours(t, &loaded0)).collect();
     let ctxt0 = context_switches();
     let t0 = Instant::now();
     let status = Command::new(&work.command[0])
@@ -379,33 +411,42 @@ fn measure(config: Config, work: &Workload, latprof: &Path) -> Result<Sample> {
         .with_context(|| format!("running {}", work.name))?;
     let wall = t0.elapsed();
     let ctxt1 = context_switches();
-    let after = ours(&loaded());
-    let (ns1, runs1) = sum(&after);
-    let per_program = after
-        .iter()
-        .map(|(name, (ns, n))| {
-            let (ns0, n0) = before.get(name).copied().unwrap_or((0, 0));
-            (name.clone(), (ns.saturating_sub(ns0), n.saturating_sub(n0)))
-        })
-        .collect();
+    let loaded1 = loaded();
     if !status.success() {
-        bail!("{} failed under {}: {status}", work.name, config.name());
+        bail!("{} failed under {name}: {status}", work.name);
     }
-    let map_kb = tracer.as_ref().map_or(0, |t| map_memory_kb(t.child.id()));
-    let (cpu, rss) = match tracer {
-        Some(t) => stop(t)?,
-        None => (0, 0),
-    };
-    Ok(Sample {
+    let base = Sample {
         wall_ns: u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX),
         switches: ctxt1.saturating_sub(ctxt0),
-        bpf_ns: ns1.saturating_sub(ns0),
-        bpf_runs: runs1.saturating_sub(runs0),
-        tracer_cpu_ns: cpu,
-        tracer_rss_kb: rss,
-        map_kb,
-        per_program,
-    })
+        ..Sample::default()
+    };
+    if tracers.is_empty() {
+        return Ok(vec![base]);
+    }
+    let mut out = Vec::new();
+    for (tracer, before) in tracers.into_iter().zip(before) {
+        let after = ours(&tracer, &loaded1);
+        let ((ns0, runs0), (ns1, runs1)) = (sum(&before), sum(&after));
+        let per_program = after
+            .iter()
+            .map(|(name, (ns, n))| {
+                let (ns0, n0) = before.get(name).copied().unwrap_or((0, 0));
+                (name.clone(), (ns.saturating_sub(ns0), n.saturating_sub(n0)))
+            })
+            .collect();
+        let map_kb = map_memory_kb(tracer.child.id());
+        let (cpu, rss) = stop(tracer)?;
+        out.push(Sample {
+            bpf_ns: ns1.saturating_sub(ns0),
+            bpf_runs: runs1.saturating_sub(runs0),
+            tracer_cpu_ns: cpu,
+            tracer_rss_kb: rss,
+            map_kb,
+            per_program,
+            ..base.clone()
+        });
+    }
+    Ok(out)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -476,7 +517,11 @@ fn workloads(quick: bool, latprof: &str) -> Vec<Workload> {
             command: s(&[latprof, "workload", "forks", "--count", &forks.to_string()]),
             units: forks,
             unit: "fork",
-            configs: all.clone(),
+            configs: all
+                .iter()
+                .copied()
+                .chain([Config::Paired, Config::PairedLazy, Config::PairedNormal])
+                .collect(),
         },
         Workload {
             name: "idle".into(),
@@ -565,7 +610,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let wanted: Vec<Config> = MAIN_CONFIGS
         .into_iter()
         .chain(EXTRA_CONFIGS)
-        .filter(|c| args.configs.is_empty() || args.configs.iter().any(|n| n == c.name()))
+        .filter(|c| {
+            // The paired halves come with the pair.
+            let name = match c {
+                Config::PairedLazy | Config::PairedNormal => Config::Paired.name(),
+                _ => c.name(),
+            };
+            args.configs.is_empty() || args.configs.iter().any(|n| n == name)
+        })
         .filter(|c| {
             !args.quick
                 || matches!(
@@ -573,6 +625,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     Config::None
                         | Config::Lazy
                         | Config::Normal
+                        | Config::Paired
+                        | Config::PairedLazy
+                        | Config::PairedNormal
                         | Config::SpikesAdaptive
                         | Config::SpikesAlways
                 )
@@ -610,13 +665,27 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 order.rotate_left(shift);
             }
             for config in order {
+                // The paired halves are measured together, as `Paired`, in both orders each
+                // round: the program attached first runs first and meets the colder caches
+                // (about 300 ns more per wakeup in the fork storm).
+                let runs = match config {
+                    Config::PairedLazy | Config::PairedNormal => continue,
+                    Config::Paired => vec![
+                        vec![Config::PairedLazy, Config::PairedNormal],
+                        vec![Config::PairedNormal, Config::PairedLazy],
+                    ],
+                    _ => vec![vec![config]],
+                };
                 eprintln!(
                     "bench: round {round}/{rounds} {} under {}",
                     work.name,
                     config.name()
                 );
-                let sample = measure(config, work, &latprof)?;
-                samples.entry((w, config)).or_default().push(sample);
+                for run in runs {
+                    for (c, sample) in run.iter().zip(measure(&run, work, &latprof)?) {
+                        samples.entry((w, *c)).or_default().push(sample);
+                    }
+                }
             }
         }
     }
@@ -799,7 +868,12 @@ fn report(
             summaries.insert((w, config), sum);
         }
         // latprof's own programs, one by one (medians over the rounds).
-        for config in [Config::Lazy, Config::Normal] {
+        for config in [
+            Config::Lazy,
+            Config::Normal,
+            Config::PairedLazy,
+            Config::PairedNormal,
+        ] {
             let Some(s) = samples.get(&(w, config)) else {
                 continue;
             };
@@ -919,13 +993,25 @@ fn targets(
         get("forkstorm", Config::Lazy),
         get("forkstorm", Config::Normal),
     ) {
+        // Judged on the paired runs where there are some (both orders each round): the
+        // wakeup program, which both modes run, varies more between runs than the modes
+        // differ.
+        let (judged, paired) = match (
+            get("forkstorm", Config::PairedLazy),
+            get("forkstorm", Config::PairedNormal),
+        ) {
+            (Some(l), Some(n)) => ((l, n), "attached together in one run"),
+            _ => ((lazy, normal), "separate runs"),
+        };
         out.push((
             "fork/exit storm: lazy's exit merges cost less than normal's per-event updates"
                 .to_owned(),
-            verdict(lazy.mode_ns_per_unit < normal.mode_ns_per_unit),
+            verdict(judged.0.mode_ns_per_unit < judged.1.mode_ns_per_unit),
             format!(
-                "exit + wakeup programs, where the modes differ: {:.0} ns against {:.0} ns per fork; \
-                 all programs, sched_switch's identical code and its noise included: {:.0} ns against {:.0} ns",
+                "exit + wakeup programs, where the modes differ, {paired}: {:.0} ns against {:.0} ns per fork; \
+                 separate runs: {:.0} ns against {:.0} ns (all programs: {:.0} ns against {:.0} ns)",
+                judged.0.mode_ns_per_unit,
+                judged.1.mode_ns_per_unit,
                 lazy.mode_ns_per_unit,
                 normal.mode_ns_per_unit,
                 lazy.bpf_ns_per_unit,
