@@ -233,6 +233,9 @@ const _: () = assert!(
 #[derive(Clone, Copy, Debug)]
 pub struct CachedStack {
     pub stack: u64,
+    /// The hash of the words at all `CACHE_FRAMES` positions when learnt (the return
+    /// addresses, then zeroes): the hit check compares this.
+    pub check: u64,
     /// Words from the stack pointer to read to see every inner position (0: empty slot).
     pub words: u32,
     pub frames: u16,
@@ -241,7 +244,7 @@ pub struct CachedStack {
     pub outer: u16,
     pub pos: [u16; CACHE_FRAMES],
 }
-const _: () = assert!(size_of::<CachedStack>() == 16 + 2 * CACHE_FRAMES);
+const _: () = assert!(size_of::<CachedStack>() == 24 + 2 * CACHE_FRAMES);
 
 /// Per-CPU counters of the pipeline, indexes into the `COUNTERS` array.
 #[repr(u32)]

@@ -114,6 +114,8 @@ const REGION_WORDS: usize = STACK_REGION / 8;
 const CHUNK_WORDS: usize = STACK_CHUNK / 8;
 /// The stack copy's last word: where the hit check puts the word below the user registers.
 const OUTER_WORD: usize = REGION_WORDS - 1;
+/// A word the hit check zeroes: where the positions past an entry's frames point.
+const ZERO_WORD: usize = REGION_WORDS - 2;
 
 // ---- maps ----
 
@@ -123,6 +125,9 @@ static TASKS: HashMap<u32, TaskState> = HashMap::with_max_entries(8192, 0);
 /// Global causes keyed by stack id: every event in normal mode, exits (and overflow) in lazy.
 #[map]
 static GLOBAL_LATENCY: HashMap<u64, GlobalRecord> = HashMap::with_max_entries(16384, 0);
+/// Lazy mode's exit merges, per CPU; user space adds them to `GLOBAL_LATENCY`.
+#[map]
+static MERGED: PerCpuHashMap<u64, GlobalRecord> = PerCpuHashMap::with_max_entries(16384, 0);
 /// Kernel backtraces keyed by the hash of their frames.
 #[map]
 static STACKS: HashMap<u64, RawStack> = HashMap::with_max_entries(8192, 0);
@@ -150,6 +155,22 @@ static TICKS: PerCpuArray<u64> = PerCpuArray::with_max_entries(TICK_COUNTER_COUN
 /// Per-CPU copy of the part of a sleeping task's kernel stack the stack cache looks at.
 #[map]
 static STACK_COPY: PerCpuArray<[u64; REGION_WORDS]> = PerCpuArray::with_max_entries(1, 0);
+/// Per-CPU: frames of the last walk (in `STACK_BUF`).
+#[map]
+static WALKED_FRAMES: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+/// Per-CPU stack cache, shared by the tasks woken on that CPU.
+#[map]
+static CPU_CACHE: PerCpuArray<CpuCache> = PerCpuArray::with_max_entries(1, 0);
+
+/// A CPU's stack cache: like a task's (`TaskState::cache*`).
+#[repr(C)]
+struct CpuCache {
+    cache: [CachedStack; CACHE_ENTRIES],
+    recent: [u64; CACHE_ENTRIES],
+    recent_next: u32,
+    next: u32,
+}
+
 /// Per-CPU scratch for a stack cache entry being learnt.
 #[map]
 static LEARNT: PerCpuArray<CachedStack> = PerCpuArray::with_max_entries(1, 0);
@@ -422,15 +443,20 @@ fn take_stack(ctx: &RawTracePointContext) -> u64 {
 /// The backtrace of a task that is not running (where it went to sleep), as latencytop takes
 /// it: the kernel leaves out the scheduler's own frames. Also returns how many frames were
 /// walked (they stay in `STACK_BUF`).
-fn task_stack(task: *mut task_struct) -> (u64, usize) {
+fn task_stack(task: *mut task_struct) -> u64 {
     let Some(buf) = STACK_BUF.get_ptr_mut(0) else {
-        return (NO_STACK, 0);
+        return NO_STACK;
     };
     // SAFETY: task is the BTF tracepoint's trusted task pointer; buf as above.
     let len = unsafe { bpf_get_task_stack(task, buf.cast(), walk_size(), 0) };
     count(Counter::StackWalks);
-    let frames = if len > 0 { len as usize / 8 } else { 0 };
-    (store_stack(buf, len), frames)
+    // The frame count goes through map memory, which the verifier does not track: one state
+    // for the code after a walk instead of one per possible count.
+    if let Some(walked) = WALKED_FRAMES.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot.
+        unsafe { *walked = if len > 0 { len as u64 / 8 } else { 0 } };
+    }
+    store_stack(buf, len)
 }
 
 /// The backtrace of the sleeping `task`, from its stack cache when the cache can vouch for it,
@@ -446,74 +472,108 @@ fn sleeping_stack<C: EbpfContext>(
 ) -> u64 {
     let off = THREAD_SP_OFF.load();
     if off == 0 {
-        return task_stack(task).0;
+        return task_stack(task);
     }
     let Ok(sp) = read_field::<u64>(task.cast_const().cast(), off) else {
-        return task_stack(task).0;
+        return task_stack(task);
     };
     // SAFETY: task is the BTF tracepoint's trusted task pointer.
     let regs = unsafe { bpf_task_pt_regs(task) } as u64;
     if let Some(stack) = cached_stack(sp, regs, entry) {
         count(Counter::StackCacheHits);
         if DEBUG_CHECKS.load() == 1 {
-            let (walked, _) = task_stack(task);
+            let walked = task_stack(task);
             if walked != stack {
                 anomaly(ctx, Counter::DebugStackCacheWrong, tid, walked);
             }
         }
         return stack;
     }
-    let (stack, frames) = task_stack(task);
+    let stack = task_stack(task);
     if stack == NO_STACK {
         return stack;
     }
-    remember(sp, regs, stack, frames, entry);
+    remember(sp, regs, stack, entry);
     stack
 }
 
-/// After a walk: learns the backtrace when the task slept with it not long ago (a task that
-/// sleeps once, a short-lived process, or somewhere new each time pays no scan), into the slot
-/// that holds it already (its places changed) or the next one. Not inlined, for the verifier.
+/// After a walk: learns the backtrace when this task, or any task on this CPU, slept with it
+/// not long ago (a task that sleeps once somewhere no other does, or somewhere new each time,
+/// pays no scan), for the task and for this CPU: a new process or thread that sleeps where
+/// others have (a fork storm's children, a pool's workers) then finds it in the CPU's cache.
+/// Not inlined, for the verifier.
 #[inline(never)]
-fn remember(sp: u64, regs: u64, stack: u64, frames: usize, entry: &mut TaskState) {
-    let mut seen = false;
-    for e in 0..CACHE_ENTRIES {
-        seen |= entry.cache_recent[e] == stack;
-    }
-    let next = entry.cache_recent_next as usize % CACHE_ENTRIES;
-    entry.cache_recent[next] = stack;
-    entry.cache_recent_next = (next as u32 + 1) % CACHE_ENTRIES as u32;
+fn remember(sp: u64, regs: u64, stack: u64, entry: &mut TaskState) {
+    let Some(frames) = WALKED_FRAMES.get_ptr(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot, written by the walk just before.
+    let frames = unsafe { *frames } as usize;
+    let Some(cpu) = CPU_CACHE.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's cache; programs on one CPU do not run concurrently.
+    let cpu = unsafe { &mut *cpu };
+    let seen = note_walked(&mut entry.cache_recent, &mut entry.cache_recent_next, stack)
+        | note_walked(&mut cpu.recent, &mut cpu.recent_next, stack);
     if !seen || frames == 0 || frames > CACHE_FRAMES {
         return;
     }
     let Some(learnt) = learn_stack(sp, regs, stack, frames) else {
         return;
     };
+    // SAFETY: this CPU's learnt entry.
+    let learnt = unsafe { &*learnt };
+    keep(&mut entry.cache, &mut entry.cache_next, learnt);
+    keep(&mut cpu.cache, &mut cpu.next, learnt);
+}
+
+/// Adds `stack` to a ring of recently walked backtraces; returns whether it was there.
+#[inline(always)]
+fn note_walked(recent: &mut [u64; CACHE_ENTRIES], next: &mut u32, stack: u64) -> bool {
+    let mut seen = false;
+    for e in 0..CACHE_ENTRIES {
+        seen |= recent[e] == stack;
+    }
+    let at = *next as usize % CACHE_ENTRIES;
+    recent[at] = stack;
+    *next = (at as u32 + 1) % CACHE_ENTRIES as u32;
+    seen
+}
+
+/// Stores a learnt entry in a cache: in the slot that holds its backtrace already (its places
+/// changed), else in the next one round the ring.
+#[inline(never)]
+fn keep(cache: &mut [CachedStack; CACHE_ENTRIES], next: &mut u32, learnt: &CachedStack) {
     let mut slot = CACHE_ENTRIES;
     for e in 0..CACHE_ENTRIES {
-        if entry.cache[e].words != 0 && entry.cache[e].stack == stack {
+        if cache[e].words != 0 && cache[e].stack == learnt.stack {
             slot = e;
         }
     }
     if slot == CACHE_ENTRIES {
-        slot = entry.cache_next as usize % CACHE_ENTRIES;
-        entry.cache_next = (slot as u32 + 1) % CACHE_ENTRIES as u32;
+        slot = *next as usize % CACHE_ENTRIES;
+        *next = (slot as u32 + 1) % CACHE_ENTRIES as u32;
     }
-    // SAFETY: this CPU's learnt entry.
-    entry.cache[slot & (CACHE_ENTRIES - 1)] = unsafe { *learnt };
+    cache[slot & (CACHE_ENTRIES - 1)] = *learnt;
 }
 
 /// A cached backtrace whose return addresses the task's stack holds in their places: the
 /// inner frames at the same distances from the saved stack pointer, the outermost (the entry
 /// code's, above a syscall's random stack offset) at the same distance below the task's user
 /// registers.
-#[inline(always)]
+/// Not inlined: its ways through end in one return for the verifier.
+#[inline(never)]
 fn cached_stack(sp: u64, regs: u64, entry: &TaskState) -> Option<u64> {
+    let cpu = CPU_CACHE.get_ptr(0)?;
+    // SAFETY: this CPU's cache.
+    let cpu = unsafe { &*cpu };
     let mut words = 0;
     for e in 0..CACHE_ENTRIES {
         words = words.max(entry.cache[e].words as usize);
+        words = words.max(cpu.cache[e].words as usize);
     }
-    let words = words.min(OUTER_WORD);
+    let words = words.min(ZERO_WORD);
     if words == 0 {
         return None;
     }
@@ -530,6 +590,7 @@ fn cached_stack(sp: u64, regs: u64, entry: &TaskState) -> Option<u64> {
     // SAFETY: a probe read fails safely on a bad address; the copy as above.
     unsafe {
         (*copy)[OUTER_WORD] = bpf_probe_read_kernel(regs.wrapping_sub(8) as *const u64).ok()?;
+        (*copy)[ZERO_WORD] = 0;
     }
     for e in 0..CACHE_ENTRIES {
         let cached = &entry.cache[e];
@@ -537,24 +598,26 @@ fn cached_stack(sp: u64, regs: u64, entry: &TaskState) -> Option<u64> {
             return Some(cached.stack);
         }
     }
+    for e in 0..CACHE_ENTRIES {
+        let cached = &cpu.cache[e];
+        if cached.words != 0 && cache_entry_matches(copy, cached) {
+            return Some(cached.stack);
+        }
+    }
     None
 }
 
-/// Whether the copied stack holds `cached`'s return addresses in their places. Not inlined, so
-/// the verifier checks it once per entry rather than once per way into it.
-#[inline(never)]
+/// Whether the copied stack holds `cached`'s return addresses in their places: the same
+/// steps for every entry, without a branch.
+#[inline(always)]
 fn cache_entry_matches(copy: *const [u64; REGION_WORDS], cached: &CachedStack) -> bool {
-    let frames = cached.frames as usize;
     let mut h = STACK_HASH_SEED;
     for i in 0..CACHE_FRAMES {
-        if i >= frames {
-            break;
-        }
         let at = cached.pos[i] as usize & (REGION_WORDS - 1);
         // SAFETY: at is in range of the copy.
         h = stack_hash_step(h, unsafe { (*copy)[at] });
     }
-    stack_hash_finish(h) == cached.stack
+    h == cached.check
 }
 
 /// The stack cache's scan over the copied stack: finds, innermost first, the word holding each
@@ -575,8 +638,12 @@ fn learn_stack(sp: u64, regs: u64, stack: u64, frames: usize) -> Option<*const C
     // SAFETY: this CPU's scratch entry.
     let slot = unsafe { &mut *learnt };
     let scan_pos = SCAN_POS.get_ptr_mut(0)?;
-    // SAFETY: this CPU's scan progress.
-    unsafe { (*scan_pos).found = 0 };
+    // SAFETY: this CPU's scan progress. Positions past the frames point at the word the hit
+    // check zeroes, so the check runs the same steps for every entry (no branch).
+    unsafe {
+        (*scan_pos).found = 0;
+        (*scan_pos).pos = [ZERO_WORD as u16; CACHE_FRAMES];
+    }
     let base = sp & !(STACK_CHUNK as u64 - 1);
     let mut scan = Scan {
         base,
@@ -595,32 +662,47 @@ fn learn_stack(sp: u64, regs: u64, stack: u64, frames: usize) -> Option<*const C
         );
     }
     // SAFETY: this CPU's scan result.
-    let ScanPos { found, pos } = unsafe { &*scan_pos };
-    if *found != frames as u64 {
+    let progress = unsafe { &mut *scan_pos };
+    if progress.found != frames as u64 || frames == 0 {
         return None;
     }
-    let last = (frames - 1) & (CACHE_FRAMES - 1);
-    // The entry code calls into C right below the user registers; a syscall then moves the
-    // rest of the stack down by a random offset, so that frame is found from the registers.
-    let last_at = base + u64::from(pos[last]) * 8;
+    // A volatile read keeps the mask, which the compiler would drop as redundant but the
+    // verifier needs (frames came through map memory, so it knows no bound).
+    // SAFETY: reads a local.
+    let last = unsafe { core::ptr::read_volatile(&(frames - 1)) } & (CACHE_FRAMES - 1);
+    // Positions grow outwards. The entry code calls into C right below the user registers; a
+    // syscall then moves the rest of the stack down by a random offset, so that frame is read
+    // from the registers (the copy's OUTER_WORD) and the others from the stack pointer.
+    let last_at = sp + u64::from(progress.pos[last]) * 8;
     let outer = last_at.wrapping_add(8) == regs;
-    let inner = if outer { last } else { frames };
-    let mut words = 0;
-    for i in 0..CACHE_FRAMES {
-        if i >= inner {
-            break;
+    let words = if outer {
+        if last == 0 {
+            0
+        } else {
+            // SAFETY: reads a local, as above.
+            let k = unsafe { core::ptr::read_volatile(&(last - 1)) } & (CACHE_FRAMES - 1);
+            u32::from(progress.pos[k]) + 1
         }
-        let at = u32::from(pos[i]) - scan.start as u32;
-        slot.pos[i] = at as u16;
-        words = at + 1;
-    }
-    if words as usize > OUTER_WORD {
+    } else {
+        u32::from(progress.pos[last]) + 1
+    };
+    if words as usize >= ZERO_WORD {
         return None;
     }
     if outer {
-        slot.pos[last] = OUTER_WORD as u16;
+        progress.pos[last] = OUTER_WORD as u16;
     }
+    // The walk left zeroes past its frames: the check hashes all CACHE_FRAMES of them, as the
+    // hit check does.
+    let ips = STACK_BUF.get_ptr(0)?;
+    let mut check = STACK_HASH_SEED;
+    for i in 0..CACHE_FRAMES {
+        // SAFETY: this CPU's walked frames; i is in range.
+        check = stack_hash_step(check, unsafe { (*ips)[i] });
+    }
+    slot.pos = progress.pos;
     slot.stack = stack;
+    slot.check = check;
     slot.outer = u16::from(outer);
     slot.frames = frames as u16;
     slot.words = words.max(1);
@@ -667,7 +749,7 @@ extern "C" fn scan_word(i: u64, ctx: *mut c_void) -> i64 {
     }
     // SAFETY: word and k are in range of the copy and the walked frames.
     if unsafe { (*copy)[word & (REGION_WORDS - 1)] == (*ips)[k] } {
-        progress.pos[k] = word as u16;
+        progress.pos[k] = (word - scan.start as usize) as u16;
         progress.found += 1;
         if progress.found >= scan.frames {
             return 1;
@@ -834,6 +916,8 @@ fn end_sleep<C: EbpfContext>(ctx: &C, tid: u32, entry: &mut TaskState, wakee: *m
 }
 
 /// Adds one latency to the task's record of `stack` (and, in normal mode, the global one).
+/// Not inlined: the ways through its record search end in one return for the verifier.
+#[inline(never)]
 fn account(entry: &mut TaskState, stack: u64, delta: u64) {
     if HISTOGRAMS_ON.load() == 1 {
         histogram_add(stack, delta);
@@ -868,7 +952,7 @@ fn account(entry: &mut TaskState, stack: u64, delta: u64) {
         } else {
             count(Counter::TaskRecordsFull);
             if MODE.load() == MODE_LAZY && in_global {
-                global_add(stack, 1, delta, delta);
+                merged_add(stack, 1, delta, delta);
             }
         }
     }
@@ -898,6 +982,39 @@ fn histogram_add(stack: u64, delta: u64) {
     if bucket < HIST_BUCKETS {
         // SAFETY: this CPU's copy; bucket is in range.
         unsafe { (*hist)[bucket] += 1 };
+    }
+}
+
+/// Lazy mode's merge: adds to this CPU's part of the global table (user space adds the CPUs'
+/// parts to the shared table when it reads): no atomic operation, no cache line shared with
+/// the other CPUs.
+#[inline(always)]
+fn merged_add(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
+    match MERGED.get_ptr_mut(&stack) {
+        Some(rec) => {
+            // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
+            let rec = unsafe { &mut *rec };
+            rec.count += n;
+            rec.total_ns += total_ns;
+            if max_ns > rec.max_ns {
+                rec.max_ns = max_ns;
+            }
+        }
+        None => {
+            // A new key starts at zero on every CPU but this one.
+            let first = GlobalRecord {
+                count: n,
+                total_ns,
+                max_ns,
+            };
+            if MERGED
+                .insert(&stack, &first, u64::from(BPF_NOEXIST))
+                .is_err()
+            {
+                // Full (or another CPU made the key meanwhile): the shared table still takes it.
+                global_add(stack, n, total_ns, max_ns);
+            }
+        }
     }
 }
 
@@ -974,7 +1091,7 @@ fn try_sched_process_exit(_ctx: &RawTracePointContext) -> Result<i32, i32> {
                 break;
             }
             let rec = &entry.records[i];
-            global_add(rec.stack_id, rec.count, rec.total_ns, rec.max_ns);
+            merged_add(rec.stack_id, rec.count, rec.total_ns, rec.max_ns);
         }
         let _ = TASKS.remove(&tid);
         count(Counter::ExitMerges);

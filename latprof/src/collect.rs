@@ -256,6 +256,8 @@ impl Collector {
             ebpf.map(names::MAP_GLOBAL_LATENCY)
                 .context("no GLOBAL_LATENCY map")?,
         )?;
+        let merged_map: PerCpuHashMap<&MapData, u64, GlobalRecord> =
+            PerCpuHashMap::try_from(ebpf.map(names::MAP_MERGED).context("no MERGED map")?)?;
 
         let read_counters = || -> Result<Counters> {
             let mut c = Counters::default();
@@ -278,10 +280,26 @@ impl Collector {
                 let (tid, state) = item.context("read TASKS")?;
                 tasks.push(task_snapshot(tid, &state));
             }
-            let mut global = Vec::new();
+            // The shared table, plus each CPU's part of lazy mode's exit merges.
+            let mut table: BTreeMap<u64, GlobalRecord> = BTreeMap::new();
             for item in global_map.iter() {
-                global.push(item.context("read GLOBAL_LATENCY")?);
+                let (id, rec) = item.context("read GLOBAL_LATENCY")?;
+                table.insert(id, rec);
             }
+            for item in merged_map.iter() {
+                let (id, per_cpu) = item.context("read MERGED")?;
+                for part in per_cpu.iter().filter(|r| r.count > 0) {
+                    let rec = table.entry(id).or_insert(GlobalRecord {
+                        count: 0,
+                        total_ns: 0,
+                        max_ns: 0,
+                    });
+                    rec.count += part.count;
+                    rec.total_ns += part.total_ns;
+                    rec.max_ns = rec.max_ns.max(part.max_ns);
+                }
+            }
+            let global: Vec<(u64, GlobalRecord)> = table.into_iter().collect();
             let after = read_counters()?;
             let settled = after.get(Counter::MergesBegun) == before.get(Counter::MergesDone);
             if probe.config().mode == Mode::Normal || settled || retries >= MAX_RETRIES {

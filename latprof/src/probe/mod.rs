@@ -199,6 +199,7 @@ fn load(g: &Globals, config: &ProbeConfig, btf: Option<&aya::Btf>) -> Result<Ebp
         .override_global(names::GLOBAL_DEBUG_CHECKS, &g.debug_checks, true)
         .map_max_entries(names::MAP_TASKS, config.max_tasks)
         .map_max_entries(names::MAP_GLOBAL_LATENCY, config.max_records)
+        .map_max_entries(names::MAP_MERGED, config.max_records)
         .map_max_entries(names::MAP_HISTOGRAMS, config.max_records)
         .map_max_entries(names::MAP_STACKS, config.max_stacks);
     let mut ebpf = loader

@@ -2,6 +2,7 @@
 
 pub const MAP_TASKS: &str = "TASKS";
 pub const MAP_GLOBAL_LATENCY: &str = "GLOBAL_LATENCY";
+pub const MAP_MERGED: &str = "MERGED";
 pub const MAP_STACKS: &str = "STACKS";
 pub const MAP_COUNTERS: &str = "COUNTERS";
 pub const MAP_SCRATCH: &str = "SCRATCH";
@@ -10,7 +11,8 @@ pub const MAP_HISTOGRAMS: &str = "HISTOGRAMS";
 pub const MAP_TICKS: &str = "TICKS";
 pub const MAP_SPIKES: &str = "SPIKES";
 pub const MAP_READER: &str = "READER";
-pub const MAPS: [&str; 10] = [
+pub const MAPS: [&str; 11] = [
+    MAP_MERGED,
     MAP_SPIKES,
     MAP_READER,
     MAP_TICKS,
