@@ -236,6 +236,8 @@ pub struct CachedStack {
     /// The hash of the words at all `CACHE_FRAMES` positions when learnt (the return
     /// addresses, then zeroes): the hit check compares this.
     pub check: u64,
+    /// The innermost return address, compared before the hash.
+    pub first: u64,
     /// Words from the stack pointer to read to see every inner position (0: empty slot).
     pub words: u32,
     pub frames: u16,
@@ -244,7 +246,7 @@ pub struct CachedStack {
     pub outer: u16,
     pub pos: [u16; CACHE_FRAMES],
 }
-const _: () = assert!(size_of::<CachedStack>() == 24 + 2 * CACHE_FRAMES);
+const _: () = assert!(size_of::<CachedStack>() == 32 + 2 * CACHE_FRAMES);
 
 /// Per-CPU counters of the pipeline, indexes into the `COUNTERS` array.
 #[repr(u32)]

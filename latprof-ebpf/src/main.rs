@@ -479,6 +479,13 @@ fn sleeping_stack<C: EbpfContext>(
     };
     // SAFETY: task is the BTF tracepoint's trusted task pointer.
     let regs = unsafe { bpf_task_pt_regs(task) } as u64;
+    // The kernel hands the registers' address as a pointer the verifier allows no arithmetic
+    // on; read back through a probe read, it is a number.
+    // SAFETY: reads a local.
+    let regs = unsafe { bpf_probe_read_kernel(&raw const regs) }.unwrap_or(0);
+    if regs <= sp {
+        return task_stack(task);
+    }
     if let Some(stack) = cached_stack(sp, regs, entry) {
         count(Counter::StackCacheHits);
         if DEBUG_CHECKS.load() == 1 {
@@ -568,10 +575,19 @@ fn cached_stack(sp: u64, regs: u64, entry: &TaskState) -> Option<u64> {
     let cpu = CPU_CACHE.get_ptr(0)?;
     // SAFETY: this CPU's cache.
     let cpu = unsafe { &*cpu };
+    // Between the stack pointer and the user registers: all of this task's stack that an
+    // entry can use (a deeper one, from another task, cannot match; reading past the end of
+    // the stack would fail).
+    let avail = ((regs - sp) / 8) as usize;
     let mut words = 0;
     for e in 0..CACHE_ENTRIES {
-        words = words.max(entry.cache[e].words as usize);
-        words = words.max(cpu.cache[e].words as usize);
+        let (own, other) = (entry.cache[e].words as usize, cpu.cache[e].words as usize);
+        if own <= avail {
+            words = words.max(own);
+        }
+        if other <= avail {
+            words = words.max(other);
+        }
     }
     let words = words.min(ZERO_WORD);
     if words == 0 {
@@ -592,15 +608,18 @@ fn cached_stack(sp: u64, regs: u64, entry: &TaskState) -> Option<u64> {
         (*copy)[OUTER_WORD] = bpf_probe_read_kernel(regs.wrapping_sub(8) as *const u64).ok()?;
         (*copy)[ZERO_WORD] = 0;
     }
+    // Only entries within what was read: the copy past it holds another stack's words.
     for e in 0..CACHE_ENTRIES {
         let cached = &entry.cache[e];
-        if cached.words != 0 && cache_entry_matches(copy, cached) {
+        if cached.words != 0 && cached.words as usize <= words && cache_entry_matches(copy, cached)
+        {
             return Some(cached.stack);
         }
     }
     for e in 0..CACHE_ENTRIES {
         let cached = &cpu.cache[e];
-        if cached.words != 0 && cache_entry_matches(copy, cached) {
+        if cached.words != 0 && cached.words as usize <= words && cache_entry_matches(copy, cached)
+        {
             return Some(cached.stack);
         }
     }
@@ -611,6 +630,12 @@ fn cached_stack(sp: u64, regs: u64, entry: &TaskState) -> Option<u64> {
 /// steps for every entry, without a branch.
 #[inline(always)]
 fn cache_entry_matches(copy: *const [u64; REGION_WORDS], cached: &CachedStack) -> bool {
+    // The innermost return address first: most entries that do not match stop here.
+    let first = cached.pos[0] as usize & (REGION_WORDS - 1);
+    // SAFETY: first is in range of the copy.
+    if unsafe { (*copy)[first] } != cached.first {
+        return false;
+    }
     let mut h = STACK_HASH_SEED;
     for i in 0..CACHE_FRAMES {
         let at = cached.pos[i] as usize & (REGION_WORDS - 1);
@@ -703,6 +728,8 @@ fn learn_stack(sp: u64, regs: u64, stack: u64, frames: usize) -> Option<*const C
     slot.pos = progress.pos;
     slot.stack = stack;
     slot.check = check;
+    // SAFETY: as above.
+    slot.first = unsafe { (*ips)[0] };
     slot.outer = u16::from(outer);
     slot.frames = frames as u16;
     slot.words = words.max(1);
