@@ -240,9 +240,11 @@ pub struct CachedStack {
     pub first: u64,
     /// Words from the stack pointer to read to see every inner position (0: empty slot).
     pub words: u32,
+    /// The backtrace's frames, and 1 if its outermost one sits right below the task's user
+    /// registers (the entry code's call, above a syscall's random stack offset) and is read
+    /// from there: the check needs neither (`pos` says it all); they are there for whoever
+    /// inspects the map.
     pub frames: u16,
-    /// 1: the outermost frame sits right below the task's user registers (the entry code's
-    /// call, above a syscall's random stack offset) and is read from there.
     pub outer: u16,
     pub pos: [u16; CACHE_FRAMES],
 }

@@ -42,7 +42,7 @@ use latprof_common::{
     SLEEP_NONE, SPIKE_RUNQ, STACK_CHUNK, STACK_FRAMES, STACK_HASH_SEED, STACK_REGION, SleepVerdict,
     SpikeEvent, TASK_FLAG_KTHREAD, TASK_RECORDS, TICK_COUNTER_COUNT, TICK_DEP_BITS, TaskState,
     TickCounter, WAKEUP_ADAPTIVE, WAKEUP_ALWAYS, hist_bucket, sleep_kind, sleep_verdict,
-    stack_hash, stack_hash_finish, stack_hash_step, tick_dep_counter,
+    stack_hash, stack_hash_step, tick_dep_counter,
 };
 
 // ---- settings, written at load time ----

@@ -57,7 +57,7 @@ pub struct Cli {
     pub debug_checks: bool,
     /// Walk every counted sleep's kernel stack instead of answering a task's repeated sleeps
     /// from its stack cache (for comparison: the numbers are the same, the cost is not).
-    #[arg(long, global = true, hide = true)]
+    #[arg(long, global = true)]
     pub no_stack_cache: bool,
     /// Where latprof's log goes (the eBPF side's --debug-checks lines); default stderr, and
     /// for top and replay latprof-PID.log in the temporary directory.
