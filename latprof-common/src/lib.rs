@@ -209,23 +209,28 @@ pub struct TaskState {
     pub flags: u32,
     pub nr_records: u32,
     pub comm: [u8; 16],
-    /// The stack cache: backtraces of the task's recent sleeps and where their return
-    /// addresses sat on its kernel stack.
-    pub cache: [CachedStack; CACHE_ENTRIES],
-    /// Ids of the backtraces walked at the task's last counted sleeps (a ring): one walked
-    /// again is learnt into `cache`.
-    pub cache_recent: [u64; CACHE_ENTRIES],
-    /// Next `cache_recent` and `cache` slots to replace.
-    pub cache_recent_next: u32,
-    pub cache_next: u32,
+    /// The backtraces of the task's recent sleeps and where their return addresses sat.
+    pub stack_cache: StackCache,
     pub records: [LatencyRecord; TASK_RECORDS],
 }
-const _: () = assert!(
-    size_of::<TaskState>()
-        == 56 + (size_of::<CachedStack>() + 8) * CACHE_ENTRIES + 8 + 32 * TASK_RECORDS
-);
+const _: () = assert!(size_of::<TaskState>() == 56 + size_of::<StackCache>() + 32 * TASK_RECORDS);
 
-/// One backtrace in a task's stack cache: its id and where each of its return addresses sat
+/// A stack cache: a task has one, and each CPU one shared by the tasks woken there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StackCache {
+    pub entries: [CachedStack; CACHE_ENTRIES],
+    /// Ids of the backtraces walked lately (a ring): one walked again is learnt into
+    /// `entries`.
+    pub recent: [u64; CACHE_ENTRIES],
+    /// Next `recent` and `entries` slots to replace.
+    pub recent_next: u32,
+    pub next: u32,
+}
+const _: () =
+    assert!(size_of::<StackCache>() == (size_of::<CachedStack>() + 8) * CACHE_ENTRIES + 8);
+
+/// One backtrace in a stack cache: its id and where each of its return addresses sat
 /// on the task's kernel stack, in 8-byte words from the saved stack pointer. A later sleep
 /// whose stack holds the same return addresses in the same places has the same backtrace: the
 /// unwinder would read exactly those words.

@@ -40,8 +40,8 @@ use latprof_common::{
     CACHE_ENTRIES, CACHE_FRAMES, COUNTER_COUNT, CachedStack, Counter, DEFERRED_STACK, GlobalRecord,
     HIST_BUCKETS, Histogram, LatencyRecord, MODE_LAZY, MODE_NORMAL, NO_STACK, RUNQ_STACK, RawStack,
     SLEEP_NONE, SPIKE_RUNQ, STACK_CHUNK, STACK_FRAMES, STACK_HASH_SEED, STACK_REGION, SleepVerdict,
-    SpikeEvent, TASK_FLAG_KTHREAD, TASK_RECORDS, TICK_COUNTER_COUNT, TICK_DEP_BITS, TaskState,
-    TickCounter, WAKEUP_ADAPTIVE, WAKEUP_ALWAYS, hist_bucket, sleep_kind, sleep_verdict,
+    SpikeEvent, StackCache, TASK_FLAG_KTHREAD, TASK_RECORDS, TICK_COUNTER_COUNT, TICK_DEP_BITS,
+    TaskState, TickCounter, WAKEUP_ADAPTIVE, WAKEUP_ALWAYS, hist_bucket, sleep_kind, sleep_verdict,
     stack_hash, stack_hash_step, tick_dep_counter,
 };
 
@@ -160,16 +160,7 @@ static STACK_COPY: PerCpuArray<[u64; REGION_WORDS]> = PerCpuArray::with_max_entr
 static WALKED_FRAMES: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// Per-CPU stack cache, shared by the tasks woken on that CPU.
 #[map]
-static CPU_CACHE: PerCpuArray<CpuCache> = PerCpuArray::with_max_entries(1, 0);
-
-/// A CPU's stack cache: like a task's (`TaskState::cache*`).
-#[repr(C)]
-struct CpuCache {
-    cache: [CachedStack; CACHE_ENTRIES],
-    recent: [u64; CACHE_ENTRIES],
-    recent_next: u32,
-    next: u32,
-}
+static CPU_CACHE: PerCpuArray<StackCache> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per-CPU scratch for a stack cache entry being learnt.
 #[map]
@@ -441,8 +432,8 @@ fn take_stack(ctx: &RawTracePointContext) -> u64 {
 }
 
 /// The backtrace of a task that is not running (where it went to sleep), as latencytop takes
-/// it: the kernel leaves out the scheduler's own frames. Also returns how many frames were
-/// walked (they stay in `STACK_BUF`).
+/// it: the kernel leaves out the scheduler's own frames. The frames stay in `STACK_BUF`, their
+/// count in `WALKED_FRAMES`.
 fn task_stack(task: *mut task_struct) -> u64 {
     let Some(buf) = STACK_BUF.get_ptr_mut(0) else {
         return NO_STACK;
@@ -460,7 +451,7 @@ fn task_stack(task: *mut task_struct) -> u64 {
 }
 
 /// The backtrace of the sleeping `task`, from its stack cache when the cache can vouch for it,
-/// else walked (and learnt, when the task slept with this backtrace not long ago). Not inlined:
+/// else walked (and learnt, when the task or this CPU walked this backtrace not long ago). Not inlined:
 /// its many ways through (each cache entry, hit or miss, learnt or not) end in one return the
 /// verifier can prune at, instead of each continuing through the accounting after it.
 #[inline(never)]
@@ -521,8 +512,7 @@ fn remember(sp: u64, regs: u64, stack: u64, entry: &mut TaskState) {
     };
     // SAFETY: this CPU's cache; programs on one CPU do not run concurrently.
     let cpu = unsafe { &mut *cpu };
-    let seen = note_walked(&mut entry.cache_recent, &mut entry.cache_recent_next, stack)
-        | note_walked(&mut cpu.recent, &mut cpu.recent_next, stack);
+    let seen = note_walked(&mut entry.stack_cache, stack) | note_walked(cpu, stack);
     if !seen || frames == 0 || frames > CACHE_FRAMES {
         return;
     }
@@ -531,38 +521,38 @@ fn remember(sp: u64, regs: u64, stack: u64, entry: &mut TaskState) {
     };
     // SAFETY: this CPU's learnt entry.
     let learnt = unsafe { &*learnt };
-    keep(&mut entry.cache, &mut entry.cache_next, learnt);
-    keep(&mut cpu.cache, &mut cpu.next, learnt);
+    keep(&mut entry.stack_cache, learnt);
+    keep(cpu, learnt);
 }
 
-/// Adds `stack` to a ring of recently walked backtraces; returns whether it was there.
+/// Adds `stack` to a cache's ring of recently walked backtraces; returns whether it was there.
 #[inline(always)]
-fn note_walked(recent: &mut [u64; CACHE_ENTRIES], next: &mut u32, stack: u64) -> bool {
+fn note_walked(cache: &mut StackCache, stack: u64) -> bool {
     let mut seen = false;
     for e in 0..CACHE_ENTRIES {
-        seen |= recent[e] == stack;
+        seen |= cache.recent[e] == stack;
     }
-    let at = *next as usize % CACHE_ENTRIES;
-    recent[at] = stack;
-    *next = (at as u32 + 1) % CACHE_ENTRIES as u32;
+    let at = cache.recent_next as usize % CACHE_ENTRIES;
+    cache.recent[at] = stack;
+    cache.recent_next = (at as u32 + 1) % CACHE_ENTRIES as u32;
     seen
 }
 
 /// Stores a learnt entry in a cache: in the slot that holds its backtrace already (its places
 /// changed), else in the next one round the ring.
 #[inline(never)]
-fn keep(cache: &mut [CachedStack; CACHE_ENTRIES], next: &mut u32, learnt: &CachedStack) {
+fn keep(cache: &mut StackCache, learnt: &CachedStack) {
     let mut slot = CACHE_ENTRIES;
     for e in 0..CACHE_ENTRIES {
-        if cache[e].words != 0 && cache[e].stack == learnt.stack {
+        if cache.entries[e].words != 0 && cache.entries[e].stack == learnt.stack {
             slot = e;
         }
     }
     if slot == CACHE_ENTRIES {
-        slot = *next as usize % CACHE_ENTRIES;
-        *next = (slot as u32 + 1) % CACHE_ENTRIES as u32;
+        slot = cache.next as usize % CACHE_ENTRIES;
+        cache.next = (slot as u32 + 1) % CACHE_ENTRIES as u32;
     }
-    cache[slot & (CACHE_ENTRIES - 1)] = *learnt;
+    cache.entries[slot & (CACHE_ENTRIES - 1)] = *learnt;
 }
 
 /// A cached backtrace whose return addresses the task's stack holds in their places: the
@@ -579,17 +569,9 @@ fn cached_stack(sp: u64, regs: u64, entry: &TaskState) -> Option<u64> {
     // entry can use (a deeper one, from another task, cannot match; reading past the end of
     // the stack would fail).
     let avail = ((regs - sp) / 8) as usize;
-    let mut words = 0;
-    for e in 0..CACHE_ENTRIES {
-        let (own, other) = (entry.cache[e].words as usize, cpu.cache[e].words as usize);
-        if own <= avail {
-            words = words.max(own);
-        }
-        if other <= avail {
-            words = words.max(other);
-        }
-    }
-    let words = words.min(ZERO_WORD);
+    let words = usable_words(&entry.stack_cache, avail)
+        .max(usable_words(cpu, avail))
+        .min(ZERO_WORD);
     if words == 0 {
         return None;
     }
@@ -608,16 +590,32 @@ fn cached_stack(sp: u64, regs: u64, entry: &TaskState) -> Option<u64> {
         (*copy)[OUTER_WORD] = bpf_probe_read_kernel(regs.wrapping_sub(8) as *const u64).ok()?;
         (*copy)[ZERO_WORD] = 0;
     }
-    // Only entries within what was read: the copy past it holds another stack's words.
+    matching_entry(copy, &entry.stack_cache, words).or_else(|| matching_entry(copy, cpu, words))
+}
+
+/// The most words any entry of `cache` that fits in `avail` words needs read.
+#[inline(always)]
+fn usable_words(cache: &StackCache, avail: usize) -> usize {
+    let mut words = 0;
     for e in 0..CACHE_ENTRIES {
-        let cached = &entry.cache[e];
-        if cached.words != 0 && cached.words as usize <= words && cache_entry_matches(copy, cached)
-        {
-            return Some(cached.stack);
+        let need = cache.entries[e].words as usize;
+        if need <= avail {
+            words = words.max(need);
         }
     }
+    words
+}
+
+/// The backtrace of the first entry of `cache` the copy (of `words` words) matches. Only
+/// entries within what was read: the copy past it holds another stack's words.
+#[inline(always)]
+fn matching_entry(
+    copy: *const [u64; REGION_WORDS],
+    cache: &StackCache,
+    words: usize,
+) -> Option<u64> {
     for e in 0..CACHE_ENTRIES {
-        let cached = &cpu.cache[e];
+        let cached = &cache.entries[e];
         if cached.words != 0 && cached.words as usize <= words && cache_entry_matches(copy, cached)
         {
             return Some(cached.stack);
@@ -830,11 +828,12 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
         (*template).flags = if mm == 0 { TASK_FLAG_KTHREAD } else { 0 };
         (*template).comm = bpf_get_current_comm().unwrap_or([0; 16]);
         (*template).nr_records = 0;
-        (*template).cache_recent = [NO_STACK; CACHE_ENTRIES];
-        (*template).cache_recent_next = 0;
-        (*template).cache_next = 0;
+        let cache = &mut (*template).stack_cache;
+        cache.recent = [NO_STACK; CACHE_ENTRIES];
+        cache.recent_next = 0;
+        cache.next = 0;
         for e in 0..CACHE_ENTRIES {
-            (*template).cache[e].words = 0;
+            cache.entries[e].words = 0;
         }
         if TASKS
             .insert(&tid, &*template, u64::from(BPF_NOEXIST))

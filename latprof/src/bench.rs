@@ -47,8 +47,8 @@ enum Config {
     LazyDebug,
     /// latprof lazy walking every counted sleep's stack (`--no-stack-cache`).
     LazyWalk,
-    /// latprof lazy and latprof normal attached together, the order alternating by round: both
-    /// see the same events in the same run, so the difference between their programs is the
+    /// latprof lazy and latprof normal attached together, in both orders each round: both see
+    /// the same events in the same run, so the difference between their programs is the
     /// modes' and not the runs'. Measured as one, reported as `PairedLazy` and `PairedNormal`.
     Paired,
     PairedLazy,
@@ -71,7 +71,7 @@ const MAIN_CONFIGS: [Config; 7] = [
 ];
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
-/// and the spikes.
+/// lazy and normal together on the fork storm, and the spikes.
 const EXTRA_CONFIGS: [Config; 7] = [
     Config::LazyDebug,
     Config::LazyWalk,

@@ -289,14 +289,12 @@ impl Collector {
             for item in merged_map.iter() {
                 let (id, per_cpu) = item.context("read MERGED")?;
                 for part in per_cpu.iter().filter(|r| r.count > 0) {
-                    let rec = table.entry(id).or_insert(GlobalRecord {
-                        count: 0,
-                        total_ns: 0,
-                        max_ns: 0,
-                    });
-                    rec.count += part.count;
-                    rec.total_ns += part.total_ns;
-                    rec.max_ns = rec.max_ns.max(part.max_ns);
+                    add(
+                        table.entry(id).or_default(),
+                        part.count,
+                        part.total_ns,
+                        part.max_ns,
+                    );
                 }
             }
             let global: Vec<(u64, GlobalRecord)> = table.into_iter().collect();
