@@ -108,8 +108,19 @@ static SPIKE_FILL_MARK: Global<u64> = Global::new(64 * 1024);
 /// 1: count (and log) consistency anomalies; 0: the checks are dead code the verifier removes.
 #[unsafe(no_mangle)]
 static DEBUG_CHECKS: Global<u32> = Global::new(0);
+/// 1: `sched_switch` reads past a map value, which every verifier rejects: the tests' way to
+/// see how latprof reports a rejection. 0: dead code the verifier removes.
+#[unsafe(no_mangle)]
+static FORCE_REJECT: Global<u32> = Global::new(0);
 
 const PF_EXITING: u32 = 0x4;
+
+// Indexes into these are masked with `size - 1` (the verifier needs every index bounded).
+const _: () = assert!(TASK_RECORDS.is_power_of_two());
+const _: () = assert!(CACHE_ENTRIES.is_power_of_two());
+const _: () = assert!(CACHE_FRAMES.is_power_of_two());
+const _: () = assert!(REGION_WORDS.is_power_of_two());
+const _: () = assert!((REGION_WORDS / CHUNK_WORDS).is_power_of_two());
 const REGION_WORDS: usize = STACK_REGION / 8;
 const CHUNK_WORDS: usize = STACK_CHUNK / 8;
 /// The stack copy's last word: where the hit check puts the word below the user registers.
@@ -196,10 +207,19 @@ fn spike(tid: u32, entry: &TaskState, stack: u64, delta: u64, kind: u32) {
     }
     // The kernel tracing fix: wake the reader only if it waits (or the buffer fills). The
     // event that finds it waiting takes the flag, so one wakeup serves a burst.
+    // A plain load and store, not a compare-and-swap (which Linux before 5.12 lacks): two
+    // events that both find the flag raised both wake the reader (one wakeup too many); none
+    // that finds it raised skips the wakeup, so no wakeup is lost.
     let wake = WAKEUP_POLICY.load() == WAKEUP_ALWAYS
         || READER.get_ptr_mut(0).is_some_and(|w| {
-            // SAFETY: a map value pointer, valid for the program's run; atomic access.
-            unsafe { atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(w, 1, 0).0 == 1 }
+            // SAFETY: a map value pointer, valid for the program's run.
+            unsafe {
+                let raised = core::ptr::read_volatile(w) == 1;
+                if raised {
+                    core::ptr::write_volatile(w, 0);
+                }
+                raised
+            }
         })
         || SPIKES.query(u64::from(BPF_RB_AVAIL_DATA)) >= SPIKE_FILL_MARK.load();
     let Some(mut slot) = SPIKES.reserve::<SpikeEvent>(0) else {
@@ -256,6 +276,10 @@ fn anomaly<C: EbpfContext>(ctx: &C, counter: Counter, tid: u32, value: u64) {
             );
         }
         Counter::DebugStackFailed => warn!(ctx, "tid {}: backtrace could not be taken", tid),
+        Counter::DebugStackCacheWrong => warn!(
+            ctx,
+            "tid {}: the stack cache's backtrace differs from the walked one ({})", tid, value
+        ),
         _ => warn!(
             ctx,
             "tid {} exited with {} records merged nowhere", tid, value
@@ -315,7 +339,13 @@ pub fn user_exit(_ctx: RawTracePointContext) -> i32 {
 
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
-    try_sched_switch(&ctx).unwrap_or(1)
+    try_sched_switch::<true>(&ctx).unwrap_or(1)
+}
+
+/// `sched_switch` for kernels without BPF compare-and-swap (before 5.12).
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch_nocas(ctx: RawTracePointContext) -> i32 {
+    try_sched_switch::<false>(&ctx).unwrap_or(1)
 }
 
 /// Reads a field of a kernel object at an offset taken from BTF.
@@ -325,7 +355,7 @@ fn read_field<T>(object: *const u8, offset: u32) -> Result<T, i32> {
     unsafe { bpf_probe_read_kernel(object.add(offset as usize).cast()) }
 }
 
-fn try_sched_switch(ctx: &RawTracePointContext) -> Result<i32, i32> {
+fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
     // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next
     //          [, unsigned int prev_state])
     let preempt: u64 = ctx.arg(0);
@@ -337,10 +367,17 @@ fn try_sched_switch(ctx: &RawTracePointContext) -> Result<i32, i32> {
     };
     let kind = sleep_kind(preempt & 1 != 0, state);
     tick_count(TickCounter::Switches);
+    if FORCE_REJECT.load() == 1
+        && let Some(slot) = COUNTERS.get_ptr(0)
+    {
+        // SAFETY: never runs: the verifier rejects the program for this read (see FORCE_REJECT).
+        let past = unsafe { core::ptr::read_volatile(slot.cast::<u8>().wrapping_add(4096)) };
+        return Ok(i32::from(past));
+    }
 
     // The task coming in stops waiting for the CPU.
     if RUNQ.load() == 1 {
-        runq_end(ctx)?;
+        runq_end::<CAS>(ctx)?;
     }
 
     if kind == SLEEP_NONE {
@@ -350,7 +387,7 @@ fn try_sched_switch(ctx: &RawTracePointContext) -> Result<i32, i32> {
 }
 
 /// Ends the run-queue wait of the task switched in.
-fn runq_end(ctx: &RawTracePointContext) -> Result<(), i32> {
+fn runq_end<const CAS: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
     let next: *const u8 = ctx.arg(2);
     let next_tid = read_field::<i32>(next, TASK_PID_OFF.load())? as u32;
     if next_tid != 0
@@ -362,7 +399,7 @@ fn runq_end(ctx: &RawTracePointContext) -> Result<(), i32> {
             let delta = unsafe { bpf_ktime_get_ns() }.saturating_sub(entry.runq_start_ns);
             entry.runq_start_ns = 0;
             if delta >= MIN_SLEEP_NS.load() {
-                account(entry, RUNQ_STACK, delta);
+                account::<CAS>(entry, RUNQ_STACK, delta);
                 count(Counter::RunqCounted);
                 spike(next_tid, entry, RUNQ_STACK, delta, SPIKE_RUNQ);
             }
@@ -719,7 +756,16 @@ fn learn_stack(sp: u64, regs: u64, stack: u64, frames: usize) -> Option<*const C
     // hit check does.
     let ips = STACK_BUF.get_ptr(0)?;
     let mut check = STACK_HASH_SEED;
-    for i in 0..CACHE_FRAMES {
+    // A loop the compiler cannot unroll (its bound is read through a volatile): unrolled, it
+    // loads all 32 frames first and spills them to the stack (256 bytes), and Linux 6.1 adds
+    // this frame to the scan callback's into a combined stack over its 512-byte limit. The
+    // verifier walks the 32 rounds of this small loop.
+    // SAFETY: reads a local.
+    let rounds = unsafe { core::ptr::read_volatile(&CACHE_FRAMES) };
+    for i in 0..rounds {
+        if i >= CACHE_FRAMES {
+            break;
+        }
         // SAFETY: this CPU's walked frames; i is in range.
         check = stack_hash_step(check, unsafe { (*ips)[i] });
     }
@@ -848,34 +894,70 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
 
 // ---- sched_wakeup: the sleep ends ----
 
+// How a wakeup program gets a counted sleep's backtrace. Each program is built for one (a
+// const parameter), so a program holds no code, helper call or instruction of the others: an
+// older kernel rejects an unknown instruction even where it can never run.
+/// Walked at switch-out already (the raw tracepoint cannot take another task's backtrace).
+const BT_SWITCH_OUT: u8 = 0;
+/// Walked at wakeup from the sleeping task (BTF tracepoint).
+const BT_WALK: u8 = 1;
+/// At wakeup, from the stack cache when it can vouch for it (BTF tracepoint, `bpf_loop`).
+const BT_CACHED: u8 = 2;
+
 #[raw_tracepoint(tracepoint = "sched_wakeup")]
 pub fn sched_wakeup(ctx: RawTracePointContext) -> i32 {
-    try_sched_wakeup(&ctx).unwrap_or(1)
+    try_sched_wakeup::<true>(&ctx).unwrap_or(1)
 }
 
-fn try_sched_wakeup(ctx: &RawTracePointContext) -> Result<i32, i32> {
+/// `sched_wakeup` for kernels without BPF compare-and-swap (before 5.12).
+#[raw_tracepoint(tracepoint = "sched_wakeup")]
+pub fn sched_wakeup_nocas(ctx: RawTracePointContext) -> i32 {
+    try_sched_wakeup::<false>(&ctx).unwrap_or(1)
+}
+
+fn try_sched_wakeup<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
     // TP_PROTO(struct task_struct *p)
     let wakee: *const u8 = ctx.arg(0);
-    wake(ctx, wakee, core::ptr::null_mut())
+    wake::<_, CAS, BT_SWITCH_OUT>(ctx, wakee, core::ptr::null_mut())
 }
 
+/// The wakeup program where BTF tracepoints and `bpf_loop` exist: takes the backtrace of a
+/// counted sleep from the wakee, through the stack cache.
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn sched_wakeup_btf(ctx: BtfTracePointContext) -> i32 {
-    try_sched_wakeup_btf(&ctx).unwrap_or(1)
+    try_sched_wakeup_btf::<true, BT_CACHED>(&ctx).unwrap_or(1)
+}
+
+/// BTF tracepoint wakeup that walks every counted sleep's stack (no `bpf_loop`).
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup_btf_walk(ctx: BtfTracePointContext) -> i32 {
+    try_sched_wakeup_btf::<true, BT_WALK>(&ctx).unwrap_or(1)
+}
+
+/// `sched_wakeup_btf_walk` for kernels without BPF compare-and-swap (before 5.12).
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup_btf_walk_nocas(ctx: BtfTracePointContext) -> i32 {
+    try_sched_wakeup_btf::<false, BT_WALK>(&ctx).unwrap_or(1)
 }
 
 /// The wakeup program where BTF tracepoints exist: the same as `sched_wakeup`, and it takes the
 /// backtrace of a counted sleep from the wakee.
-fn try_sched_wakeup_btf(ctx: &BtfTracePointContext) -> Result<i32, i32> {
+fn try_sched_wakeup_btf<const CAS: bool, const BT: u8>(
+    ctx: &BtfTracePointContext,
+) -> Result<i32, i32> {
     // TP_PROTO(struct task_struct *p)
     let wakee: *mut task_struct = ctx.arg(0);
-    wake(ctx, wakee.cast_const().cast(), wakee)
+    wake::<_, CAS, BT>(ctx, wakee.cast_const().cast(), wakee)
 }
 
 /// A wakeup of `task`: ends its open sleep; `stack_of` (null for the raw program) is the same
 /// task as a pointer the kernel trusts for taking its backtrace.
 #[inline(always)]
-fn wake<C: EbpfContext>(ctx: &C, task: *const u8, stack_of: *mut task_struct) -> Result<i32, i32> {
+fn wake<C: EbpfContext, const CAS: bool, const BT: u8>(
+    ctx: &C,
+    task: *const u8,
+    stack_of: *mut task_struct,
+) -> Result<i32, i32> {
     let tid = read_field::<i32>(task, TASK_PID_OFF.load())? as u32;
     let Some(entry) = TASKS.get_ptr_mut(&tid) else {
         if DEBUG_CHECKS.load() == 1 && tid != 0 {
@@ -889,7 +971,7 @@ fn wake<C: EbpfContext>(ctx: &C, task: *const u8, stack_of: *mut task_struct) ->
     let entry = unsafe { &mut *entry };
     if entry.sleep_kind != SLEEP_NONE {
         count(Counter::Wakeups);
-        end_sleep(ctx, tid, entry, stack_of);
+        end_sleep::<C, CAS, BT>(ctx, tid, entry, stack_of);
         if RUNQ.load() == 1 {
             // From now on the task waits for a CPU.
             entry.runq_start_ns = unsafe { bpf_ktime_get_ns() };
@@ -900,7 +982,12 @@ fn wake<C: EbpfContext>(ctx: &C, task: *const u8, stack_of: *mut task_struct) ->
 
 /// Ends the open sleep of `entry` now: filters it like latencytop and accounts it. With a
 /// `wakee` (and `STACK_AT_WAKEUP`), a counted sleep's backtrace is taken from it now.
-fn end_sleep<C: EbpfContext>(ctx: &C, tid: u32, entry: &mut TaskState, wakee: *mut task_struct) {
+fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
+    ctx: &C,
+    tid: u32,
+    entry: &mut TaskState,
+    wakee: *mut task_struct,
+) {
     let kind = entry.sleep_kind;
     entry.sleep_kind = SLEEP_NONE;
     let now = unsafe { bpf_ktime_get_ns() };
@@ -921,8 +1008,12 @@ fn end_sleep<C: EbpfContext>(ctx: &C, tid: u32, entry: &mut TaskState, wakee: *m
             let stack = if entry.sleep_stack == DEFERRED_STACK {
                 let stack = if wakee.is_null() {
                     NO_STACK
-                } else {
+                } else if BT == BT_CACHED {
                     sleeping_stack(ctx, tid, wakee, entry)
+                } else if BT == BT_WALK {
+                    task_stack(wakee)
+                } else {
+                    NO_STACK
                 };
                 if stack == NO_STACK {
                     count(Counter::StackMissing);
@@ -934,7 +1025,7 @@ fn end_sleep<C: EbpfContext>(ctx: &C, tid: u32, entry: &mut TaskState, wakee: *m
             } else {
                 entry.sleep_stack
             };
-            account(entry, stack, delta);
+            account::<CAS>(entry, stack, delta);
             count(Counter::Counted);
             spike(tid, entry, stack, delta, kind);
         }
@@ -944,7 +1035,7 @@ fn end_sleep<C: EbpfContext>(ctx: &C, tid: u32, entry: &mut TaskState, wakee: *m
 /// Adds one latency to the task's record of `stack` (and, in normal mode, the global one).
 /// Not inlined: the ways through its record search end in one return for the verifier.
 #[inline(never)]
-fn account(entry: &mut TaskState, stack: u64, delta: u64) {
+fn account<const CAS: bool>(entry: &mut TaskState, stack: u64, delta: u64) {
     if HISTOGRAMS_ON.load() == 1 {
         histogram_add(stack, delta);
     }
@@ -968,6 +1059,12 @@ fn account(entry: &mut TaskState, stack: u64, delta: u64) {
     }
     if !found {
         if n < TASK_RECORDS {
+            // The mask looks redundant but is not to Linux 6.1's verifier: it follows this
+            // branch even after the search above proved n >= TASK_RECORDS (an impossible
+            // range it does not prune), and then needs the index bounded. A volatile read keeps
+            // the mask from being optimised away.
+            // SAFETY: reads a local.
+            let n = unsafe { core::ptr::read_volatile(&n) } & (TASK_RECORDS - 1);
             entry.records[n] = LatencyRecord {
                 stack_id: stack,
                 count: 1,
@@ -978,12 +1075,12 @@ fn account(entry: &mut TaskState, stack: u64, delta: u64) {
         } else {
             count(Counter::TaskRecordsFull);
             if MODE.load() == MODE_LAZY && in_global {
-                merged_add(stack, 1, delta, delta);
+                merged_add::<CAS>(stack, 1, delta, delta);
             }
         }
     }
     if MODE.load() == MODE_NORMAL && in_global {
-        global_add(stack, 1, delta, delta);
+        global_add::<CAS>(stack, 1, delta, delta);
     }
 }
 
@@ -1015,7 +1112,7 @@ fn histogram_add(stack: u64, delta: u64) {
 /// parts to the shared table when it reads): no atomic operation, no cache line shared with
 /// the other CPUs.
 #[inline(always)]
-fn merged_add(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
+fn merged_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
     match MERGED.get_ptr_mut(&stack) {
         Some(rec) => {
             // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
@@ -1038,7 +1135,7 @@ fn merged_add(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
                 .is_err()
             {
                 // Full (or another CPU made the key meanwhile): the shared table still takes it.
-                global_add(stack, n, total_ns, max_ns);
+                global_add::<CAS>(stack, n, total_ns, max_ns);
             }
         }
     }
@@ -1046,7 +1143,7 @@ fn merged_add(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
 
 /// Adds to the global record of `stack`: the one structure every CPU shares.
 #[inline(always)]
-fn global_add(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
+fn global_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
     let rec = match GLOBAL_LATENCY.get_ptr_mut(&stack) {
         Some(rec) => rec,
         None => {
@@ -1075,6 +1172,12 @@ fn global_add(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
     unsafe {
         atomic_xadd::<u64, u64, { Relaxed }>(&raw mut (*rec).count, n);
         atomic_xadd::<u64, u64, { Relaxed }>(&raw mut (*rec).total_ns, total_ns);
+        if !CAS {
+            // No compare-and-swap: the maximum goes to this CPU's part instead, which user
+            // space combines with the shared record (exact, at one more lookup).
+            merged_max(stack, max_ns);
+            return;
+        }
         let max = &raw mut (*rec).max_ns;
         // Bounded compare-and-swap: the verifier needs a bounded loop, and a loser only retries
         // while its value is still larger.
@@ -1088,15 +1191,48 @@ fn global_add(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
     }
 }
 
+/// Raises this CPU's part of the maximum of `stack` (for kernels without compare-and-swap).
+#[inline(always)]
+fn merged_max(stack: u64, max_ns: u64) {
+    match MERGED.get_ptr_mut(&stack) {
+        Some(rec) => {
+            // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
+            let rec = unsafe { &mut *rec };
+            if max_ns > rec.max_ns {
+                rec.max_ns = max_ns;
+            }
+        }
+        None => {
+            let first = GlobalRecord {
+                count: 0,
+                total_ns: 0,
+                max_ns,
+            };
+            if MERGED
+                .insert(&stack, &first, u64::from(BPF_NOEXIST))
+                .is_err()
+            {
+                count(Counter::GlobalTableFull);
+            }
+        }
+    }
+}
+
 // ---- sched_process_exit: lazy merge ----
 
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
-    try_sched_process_exit(&ctx).unwrap_or(1)
+    try_sched_process_exit::<true>(&ctx).unwrap_or(1)
+}
+
+/// `sched_process_exit` for kernels without BPF compare-and-swap (before 5.12).
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit_nocas(ctx: RawTracePointContext) -> i32 {
+    try_sched_process_exit::<false>(&ctx).unwrap_or(1)
 }
 
 /// Runs in the exiting task: `current` is the task whose records are merged.
-fn try_sched_process_exit(_ctx: &RawTracePointContext) -> Result<i32, i32> {
+fn try_sched_process_exit<const CAS: bool>(_ctx: &RawTracePointContext) -> Result<i32, i32> {
     let tid = bpf_get_current_pid_tgid() as u32;
     let Some(entry) = TASKS.get_ptr(&tid) else {
         return Ok(0);
@@ -1117,7 +1253,7 @@ fn try_sched_process_exit(_ctx: &RawTracePointContext) -> Result<i32, i32> {
                 break;
             }
             let rec = &entry.records[i];
-            merged_add(rec.stack_id, rec.count, rec.total_ns, rec.max_ns);
+            merged_add::<CAS>(rec.stack_id, rec.count, rec.total_ns, rec.max_ns);
         }
         let _ = TASKS.remove(&tid);
         count(Counter::ExitMerges);

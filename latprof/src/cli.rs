@@ -67,6 +67,13 @@ pub struct Cli {
     #[arg(long, global = true, default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_stacks: u32,
+    /// Take backtraces at switch-out from the raw tracepoints, as on kernels without BTF
+    /// tracepoints (for tests and comparison).
+    #[arg(long, global = true, hide = true)]
+    pub no_btf_wakeup: bool,
+    /// Load a sched_switch program the kernel's verifier rejects (tests the error path).
+    #[arg(long, global = true, hide = true)]
+    pub debug_force_reject: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -332,7 +339,7 @@ impl Cli {
         ProbeConfig {
             stack_depth: self.depth(),
             details,
-            btf_wakeup: true,
+            btf_wakeup: !self.no_btf_wakeup,
             stack_cache: !self.no_stack_cache,
             mode: self.mode,
             pid,
@@ -344,6 +351,7 @@ impl Cli {
             spike: spikes.then_some(self.spike),
             wakeup: self.wakeup,
             debug_checks: self.debug_checks,
+            force_reject: self.debug_force_reject,
         }
     }
 }

@@ -18,6 +18,13 @@ pub struct KernelFacts {
     pub nohz_full_cpus: Vec<u32>,
     /// Each tick program and whether this kernel has its tracepoint.
     pub tick_sources: Vec<(String, bool)>,
+    /// The variant of latprof's programs that ran, in a few words (`stack cache`, `walk at
+    /// wakeup`, ...); `None` where not known (recordings before format 3).
+    pub programs: Option<String>,
+    /// What that variant does and costs next to the best one.
+    pub programs_cost: Option<String>,
+    /// Why each better variant did not load.
+    pub fallbacks: Vec<String>,
 }
 
 /// `y`/`m` -> true, `# CONFIG_X is not set` -> false, absent -> None.
@@ -94,7 +101,7 @@ fn read_config() -> Option<(String, String)> {
 
 /// This machine's facts; `tick_sources` from the probe.
 #[must_use]
-pub fn kernel_facts(tick_sources: &[(&str, bool)]) -> KernelFacts {
+pub fn kernel_facts(probe: &crate::probe::Probe) -> KernelFacts {
     let mut facts = match read_config() {
         Some((text, source)) => from_config(&text, &source),
         None => KernelFacts::default(),
@@ -103,10 +110,14 @@ pub fn kernel_facts(tick_sources: &[(&str, bool)]) -> KernelFacts {
         .ok()
         .and_then(|t| parse_cpulist(&t).ok())
         .unwrap_or_default();
-    facts.tick_sources = tick_sources
+    facts.tick_sources = probe
+        .tick_sources()
         .iter()
         .map(|(name, ok)| ((*name).to_owned(), *ok))
         .collect();
+    facts.programs = Some(probe.variant().short());
+    facts.programs_cost = Some(probe.variant().describe());
+    facts.fallbacks = probe.fallbacks().to_vec();
     facts
 }
 

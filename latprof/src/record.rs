@@ -104,8 +104,9 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     let mut probe = Probe::attach(cli.probe_config(None, details, true))?;
     let mut reader = crate::spikes::SpikeReader::take(&mut probe)?;
     let mut log = crate::debuglog::DebugLog::start(&mut probe, cli, false)?;
+    probe.announce();
     let mut spikes = Vec::new();
-    let kernel = crate::nohz::kernel_facts(probe.tick_sources());
+    let kernel = crate::nohz::kernel_facts(&probe);
     let mut writer = Writer::create(
         &args.output,
         info(cli, args.interval, details, &syms, kernel),

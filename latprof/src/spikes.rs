@@ -239,6 +239,7 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
     let mut probe = Probe::attach(cli.probe_config(args.pid, false, true))?;
     let mut reader = SpikeReader::take(&mut probe)?;
     let mut log = DebugLog::start(&mut probe, cli, false)?;
+    probe.announce();
     let mut collector = Collector::new();
     let mut reason_cache: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
     eprintln!(

@@ -40,12 +40,13 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
     let syms = Kallsyms::load()?;
     let mut probe = Probe::attach(cli.probe_config(args.pid, false, false))?;
     let mut log = crate::debuglog::DebugLog::start(&mut probe, cli, false)?;
+    probe.announce();
     eprintln!(
         "latprof: attached ({} mode); collecting for {}, Ctrl-C to stop early",
         cli.mode.as_str(),
         duration::format(args.duration)
     );
-    let kernel = crate::nohz::kernel_facts(probe.tick_sources());
+    let kernel = crate::nohz::kernel_facts(&probe);
     let mut collector = Collector::new();
     // `--counters` rates are over the collection, from this first snapshot.
     let first = if args.counters {

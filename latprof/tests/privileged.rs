@@ -841,7 +841,7 @@ fn tick_counters_follow_a_busy_and_an_idle_cpu() {
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     assert!(cpus >= 2, "this test needs two CPUs");
     let probe = attach(Mode::Lazy, None);
-    let facts = latprof::nohz::kernel_facts(probe.tick_sources());
+    let facts = latprof::nohz::kernel_facts(&probe);
     // nohz_full as sysfs says (none on this host; the VM test has CPU 1).
     let sysfs = std::fs::read_to_string("/sys/devices/system/cpu/nohz_full").unwrap_or_default();
     assert_eq!(

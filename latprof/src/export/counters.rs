@@ -115,6 +115,12 @@ pub fn render(facts: &KernelFacts, base: Option<&Snapshot>, cur: &Snapshot) -> S
         "latprof counters over {secs:.1}s ({} mode)",
         cur.mode.as_str()
     );
+    if let Some(cost) = &facts.programs_cost {
+        let _ = writeln!(out, "programs: {cost}");
+    }
+    for why in &facts.fallbacks {
+        let _ = writeln!(out, "  not the best variant: {why}");
+    }
     let _ = writeln!(out, "\n{:<22} {:>14} {:>12}", "pipeline", "total", "per s");
     for (i, name) in COUNTER_NAMES.iter().enumerate() {
         let n = cur.counters.0[i].saturating_sub(base.map_or(0, |b| b.counters.0[i]));

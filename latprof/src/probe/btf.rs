@@ -161,6 +161,17 @@ impl Btf {
         }
     }
 
+    /// Whether some enum of the kernel has the enumerator `name` (e.g. `BPF_FUNC_loop` in
+    /// `enum bpf_func_id`: the helpers this kernel knows).
+    #[must_use]
+    pub fn has_enumerator(&self, name: &str) -> bool {
+        self.types.iter().filter(|t| t.kind == KIND_ENUM).any(|t| {
+            (0..t.vlen).any(|i| {
+                u32_at(&self.data, t.members_at + 8 * i).is_ok_and(|off| self.name(off) == name)
+            })
+        })
+    }
+
     /// Follows typedefs and qualifiers (kinds 8-11, 18) to the underlying type.
     fn resolve(&self, mut id: usize) -> usize {
         for _ in 0..16 {
@@ -184,7 +195,7 @@ mod tests {
     /// Builds BTF with `struct s { int a; union { long b; }; }` and
     /// `typedef void (*fp)(void *, int, long)` by hand.
     fn sample() -> Vec<u8> {
-        let strings = b"\0s\0a\0b\0int\0long\0fp\0";
+        let strings = b"\0s\0a\0b\0int\0long\0fp\0E_ONE\0";
         let mut types = Vec::new();
         let mut push = |words: &[u32]| {
             for w in words {
@@ -203,6 +214,8 @@ mod tests {
         push(&[0, (KIND_FUNC_PROTO << 24) | 3, 0, 0, 0, 0, 1, 0, 2]);
         push(&[0, KIND_PTR << 24, 5]);
         push(&[16, KIND_TYPEDEF << 24, 6]);
+        // 8: enum { E_ONE = 1 } (anonymous)
+        push(&[0, (KIND_ENUM << 24) | 1, 4, 19, 1]);
         let mut data = Vec::new();
         data.extend_from_slice(&BTF_MAGIC.to_le_bytes());
         data.extend_from_slice(&[1, 0]);
@@ -235,6 +248,14 @@ mod tests {
         assert_eq!(btf.fn_pointer_arity("fp").unwrap(), 3);
         assert!(btf.fn_pointer_arity("s").is_err());
         assert!(btf.fn_pointer_arity("nope").is_err());
+    }
+
+    #[test]
+    fn finds_enumerators() {
+        let btf = Btf::parse(sample()).unwrap();
+        assert!(btf.has_enumerator("E_ONE"));
+        assert!(!btf.has_enumerator("E_TWO"));
+        assert!(!btf.has_enumerator("s"));
     }
 
     #[test]

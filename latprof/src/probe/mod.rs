@@ -2,6 +2,7 @@
 //! [`Probe`] detaches every program and frees every map.
 pub mod btf;
 pub mod names;
+pub mod verifier;
 
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use aya::{
     programs::{BtfTracePoint, RawTracePoint},
 };
 use latprof_common::{MODE_LAZY, MODE_NORMAL};
+use verifier::Rejection;
 
 /// The eBPF object built by build.rs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latprof"));
@@ -63,6 +65,8 @@ pub struct ProbeConfig {
     pub wakeup: Wakeup,
     /// Count (and log through aya-log) consistency anomalies; off, the checks are not loaded.
     pub debug_checks: bool,
+    /// Load a `sched_switch` the verifier must reject (tests the rejection path).
+    pub force_reject: bool,
 }
 
 /// When the spike reader is woken.
@@ -92,6 +96,7 @@ impl Default for ProbeConfig {
             spike: None,
             wakeup: Wakeup::Adaptive,
             debug_checks: false,
+            force_reject: false,
         }
     }
 }
@@ -156,25 +161,138 @@ struct Globals {
     spike_ns: u64,
     wakeup: u32,
     debug_checks: u32,
+    force_reject: u32,
 }
 
-/// Loads the object, verifies every program, then attaches the programs that end sleeps before
-/// the one that starts them: a sleep that starts while its end is not yet watched would never
-/// be closed (verifying one program takes long enough for that to happen). With `btf`, the
-/// wakeup program is the BTF tracepoint one.
-fn load(g: &Globals, config: &ProbeConfig, btf: Option<&aya::Btf>) -> Result<Ebpf> {
-    fn raw<'a>(ebpf: &'a mut Ebpf, prog: &str) -> Result<&'a mut RawTracePoint> {
-        ebpf.program_mut(prog)
-            .with_context(|| format!("eBPF object has no program {prog}"))?
-            .try_into()
-            .with_context(|| format!("{prog} is not a raw tracepoint program"))
+/// Which programs a session runs: the best the kernel accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    pub backtraces: Backtraces,
+    /// BPF compare-and-swap (Linux 5.12): normal mode raises the shared record's maximum in
+    /// place; without it each CPU keeps its own maximum, combined when read (one more lookup).
+    pub cas: bool,
+}
+
+impl Variant {
+    /// The wakeup program of this variant.
+    fn wakeup_program(self) -> &'static str {
+        match (self.backtraces, self.cas) {
+            (Backtraces::AtWakeupCached, _) => names::PROG_SCHED_WAKEUP_BTF,
+            (Backtraces::AtWakeup, true) => names::PROG_SCHED_WAKEUP_BTF_WALK,
+            (Backtraces::AtWakeup, false) => names::PROG_SCHED_WAKEUP_BTF_WALK_NOCAS,
+            (Backtraces::AtSwitchOut, true) => names::PROG_SCHED_WAKEUP,
+            (Backtraces::AtSwitchOut, false) => names::PROG_SCHED_WAKEUP_NOCAS,
+        }
     }
-    fn btf_tp<'a>(ebpf: &'a mut Ebpf, prog: &str) -> Result<&'a mut BtfTracePoint> {
-        ebpf.program_mut(prog)
-            .with_context(|| format!("eBPF object has no program {prog}"))?
-            .try_into()
-            .with_context(|| format!("{prog} is not a BTF tracepoint program"))
+
+    fn switch_program(self) -> &'static str {
+        if self.cas {
+            names::PROG_SCHED_SWITCH
+        } else {
+            names::PROG_SCHED_SWITCH_NOCAS
+        }
     }
+
+    fn exit_program(self) -> &'static str {
+        if self.cas {
+            names::PROG_SCHED_PROCESS_EXIT
+        } else {
+            names::PROG_SCHED_PROCESS_EXIT_NOCAS
+        }
+    }
+
+    /// The variant in a few words, for headers.
+    #[must_use]
+    pub fn short(self) -> String {
+        let backtraces = match self.backtraces {
+            Backtraces::AtWakeupCached => "stack cache",
+            Backtraces::AtWakeup => "walk at wakeup",
+            Backtraces::AtSwitchOut => "walk at switch-out",
+        };
+        if self.cas {
+            backtraces.to_owned()
+        } else {
+            format!("{backtraces}, no CAS")
+        }
+    }
+
+    /// What this variant does, and what it costs next to the best one, in one line.
+    #[must_use]
+    pub fn describe(self) -> String {
+        let backtraces = match self.backtraces {
+            Backtraces::AtWakeupCached => "backtraces at wakeup through the stack cache",
+            Backtraces::AtWakeup => {
+                "backtraces walked at wakeup, no stack cache (about 3x the kernel time per counted sleep)"
+            }
+            Backtraces::AtSwitchOut => {
+                "backtraces walked at every switch-out (no BTF tracepoints: every sleep pays a walk, counted or not)"
+            }
+        };
+        if self.cas {
+            backtraces.to_owned()
+        } else {
+            format!(
+                "{backtraces}; no BPF compare-and-swap: normal mode keeps maxima per CPU (one more lookup per sleep)"
+            )
+        }
+    }
+}
+
+/// The BTF wakeup programs can run here: their globals and what the kernel knows.
+struct KernelSupport {
+    /// Kernel BTF for the BTF tracepoint programs (`None`: none, or not asked for).
+    btf: Option<aya::Btf>,
+    /// The helpers the stack cache calls exist (`bpf_loop`, `bpf_task_pt_regs`).
+    cache_helpers: bool,
+}
+
+fn prog_mut<'a, T>(ebpf: &'a mut Ebpf, prog: &str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(prog)
+        .with_context(|| format!("eBPF object has no program {prog}"))?
+        .try_into()
+        .with_context(|| format!("{prog} is not the expected kind of program"))
+}
+
+/// Verifies one program; a rejection is said with the verifier's own reason.
+fn load_program(ebpf: &mut Ebpf, prog: &str, btf: Option<&aya::Btf>) -> Result<(), Rejection> {
+    let loaded = match btf {
+        Some(btf) => prog_mut::<BtfTracePoint>(ebpf, prog)
+            .map_err(|e| plain_rejection(prog, &e))?
+            .load("sched_wakeup", btf),
+        None => prog_mut::<RawTracePoint>(ebpf, prog)
+            .map_err(|e| plain_rejection(prog, &e))?
+            .load(),
+    };
+    loaded.map_err(|e| verifier::rejection(prog, &e))
+}
+
+fn plain_rejection(prog: &str, err: &anyhow::Error) -> Rejection {
+    Rejection {
+        program: prog.to_owned(),
+        reason: format!("{err:#}"),
+        instruction: None,
+        log: None,
+    }
+}
+
+/// A kernel without BPF compare-and-swap refuses the instruction wherever it appears (Linux
+/// 5.10 says "BPF_STX uses reserved fields"): that is a missing feature, not a defect.
+fn lacks_cas(rejection: &Rejection) -> bool {
+    rejection.reason.contains("reserved fields") || rejection.reason.contains("unknown opcode")
+}
+
+/// Loads the object with `g`, then verifies the programs of the first of `candidates` the
+/// kernel accepts. Returns the object and the variant, or every rejection.
+fn load_variant(
+    g: &Globals,
+    config: &ProbeConfig,
+    btf: Option<&aya::Btf>,
+    candidates: &[Variant],
+    rejected: &mut Vec<(Variant, Rejection)>,
+) -> Result<Option<(Ebpf, Variant)>> {
     let stack_at_wakeup = u32::from(btf.is_some());
     let mut loader = EbpfLoader::new();
     loader
@@ -197,6 +315,7 @@ fn load(g: &Globals, config: &ProbeConfig, btf: Option<&aya::Btf>) -> Result<Ebp
         .override_global(names::GLOBAL_SPIKE_NS, &g.spike_ns, true)
         .override_global(names::GLOBAL_WAKEUP_POLICY, &g.wakeup, true)
         .override_global(names::GLOBAL_DEBUG_CHECKS, &g.debug_checks, true)
+        .override_global(names::GLOBAL_FORCE_REJECT, &g.force_reject, true)
         .map_max_entries(names::MAP_TASKS, config.max_tasks)
         .map_max_entries(names::MAP_GLOBAL_LATENCY, config.max_records)
         .map_max_entries(names::MAP_MERGED, config.max_records)
@@ -205,41 +324,71 @@ fn load(g: &Globals, config: &ProbeConfig, btf: Option<&aya::Btf>) -> Result<Ebp
     let mut ebpf = loader
         .load(EBPF_OBJECT)
         .context("loading latprof's eBPF object")?;
-    let wakeup = match btf {
-        Some(btf) => {
-            btf_tp(&mut ebpf, names::PROG_SCHED_WAKEUP_BTF)?
-                .load("sched_wakeup", btf)
-                .context("verifier rejected sched_wakeup_btf")?;
-            names::PROG_SCHED_WAKEUP_BTF
+    // Once one program showed that compare-and-swap is missing, its variants are not tried.
+    let mut cas_missing = false;
+    for &variant in candidates {
+        if variant.cas && cas_missing {
+            continue;
         }
-        None => {
-            raw(&mut ebpf, names::PROG_SCHED_WAKEUP)?
-                .load()
-                .context("verifier rejected sched_wakeup")?;
-            names::PROG_SCHED_WAKEUP
+        let programs = [
+            (variant.wakeup_program(), btf),
+            (variant.switch_program(), None),
+            (variant.exit_program(), None),
+        ];
+        let mut loaded = Vec::new();
+        let mut failed = None;
+        for (prog, btf) in programs {
+            match load_program(&mut ebpf, prog, btf) {
+                Ok(()) => loaded.push((prog, btf.is_some())),
+                Err(rejection) => {
+                    failed = Some(rejection);
+                    break;
+                }
+            }
         }
-    };
-    for prog in [names::PROG_SCHED_SWITCH, names::PROG_SCHED_PROCESS_EXIT] {
-        raw(&mut ebpf, prog)?
-            .load()
-            .with_context(|| format!("verifier rejected {prog}"))?;
+        let Some(rejection) = failed else {
+            return Ok(Some((ebpf, variant)));
+        };
+        for (prog, is_btf) in loaded {
+            let _ = if is_btf {
+                prog_mut::<BtfTracePoint>(&mut ebpf, prog).map(|p| p.unload())
+            } else {
+                prog_mut::<RawTracePoint>(&mut ebpf, prog).map(|p| p.unload())
+            };
+        }
+        cas_missing |= variant.cas && lacks_cas(&rejection);
+        rejected.push((variant, rejection));
     }
-    raw(&mut ebpf, names::PROG_SCHED_PROCESS_EXIT)?
+    Ok(None)
+}
+
+/// Attaches the programs that end sleeps before the one that starts them: a sleep that starts
+/// while its end is not yet watched would never be closed.
+fn attach_variant(ebpf: &mut Ebpf, variant: Variant) -> Result<()> {
+    prog_mut::<RawTracePoint>(ebpf, variant.exit_program())?
         .attach("sched_process_exit")
         .context("attach raw tracepoint sched_process_exit")?;
-    if wakeup == names::PROG_SCHED_WAKEUP_BTF {
-        btf_tp(&mut ebpf, wakeup)?
-            .attach()
-            .context("attach BTF tracepoint sched_wakeup")?;
-    } else {
-        raw(&mut ebpf, wakeup)?
+    if variant.backtraces == Backtraces::AtSwitchOut {
+        prog_mut::<RawTracePoint>(ebpf, variant.wakeup_program())?
             .attach("sched_wakeup")
             .context("attach raw tracepoint sched_wakeup")?;
+    } else {
+        prog_mut::<BtfTracePoint>(ebpf, variant.wakeup_program())?
+            .attach()
+            .context("attach BTF tracepoint sched_wakeup")?;
     }
-    raw(&mut ebpf, names::PROG_SCHED_SWITCH)?
+    prog_mut::<RawTracePoint>(ebpf, variant.switch_program())?
         .attach("sched_switch")
         .context("attach raw tracepoint sched_switch")?;
-    Ok(ebpf)
+    Ok(())
+}
+
+/// Why a better variant than the one loaded is not running, for the user.
+fn fallback_reason(variant: Variant, rejection: &Rejection) -> String {
+    if variant.cas && lacks_cas(rejection) {
+        return "no BPF compare-and-swap in this kernel (Linux 5.12)".to_owned();
+    }
+    rejection.to_string()
 }
 
 /// Loads and attaches each tick program whose tracepoint this kernel has; the others are
@@ -270,7 +419,8 @@ pub struct Probe {
     ebpf: Ebpf,
     config: ProbeConfig,
     ticks: Vec<(&'static str, bool)>,
-    backtraces: Backtraces,
+    variant: Variant,
+    fallbacks: Vec<String>,
 }
 
 /// Where the loaded programs take backtraces.
@@ -314,11 +464,21 @@ impl Probe {
         let pid_off = btf.member_offset("task_struct", "pid")?;
         let flags_off = btf.member_offset("task_struct", "flags")?;
         let mm_off = btf.member_offset("task_struct", "mm")?;
-        let thread_sp_off = if config.stack_cache {
-            thread_sp_offset(&btf)
-        } else {
-            0
-        };
+        let mut fallbacks = Vec::new();
+        let thread_sp_off = thread_sp_offset(&btf);
+        // The stack cache: x86-64's saved stack pointer, bpf_loop (5.17), bpf_task_pt_regs (5.15).
+        let cache_helpers =
+            btf.has_enumerator("BPF_FUNC_loop") && btf.has_enumerator("BPF_FUNC_task_pt_regs");
+        if config.stack_cache && config.btf_wakeup {
+            if thread_sp_off == 0 {
+                fallbacks.push("stack cache off: it knows only x86-64's kernel stacks".to_owned());
+            } else if !cache_helpers {
+                fallbacks.push(
+                    "stack cache off: this kernel lacks bpf_loop (Linux 5.17) or bpf_task_pt_regs (5.15)"
+                        .to_owned(),
+                );
+            }
+        }
 
         let mode = match config.mode {
             Mode::Lazy => MODE_LAZY,
@@ -360,38 +520,111 @@ impl Probe {
                 Wakeup::Always => latprof_common::WAKEUP_ALWAYS,
             },
             debug_checks: u32::from(config.debug_checks),
+            force_reject: u32::from(config.force_reject),
         };
-        // Prefer taking backtraces at wakeup from the BTF tracepoint (only for sleeps that
-        // count); kernels without BTF tracepoints get the raw one and walk at every switch-out.
-        let kernel_btf = aya::Btf::from_sys_fs().ok().filter(|_| config.btf_wakeup);
-        // The stack cache needs bpf_loop (Linux 5.17): without it, the BTF wakeup program
-        // without the cache; without BTF tracepoints, the raw one.
-        let no_cache = Globals {
-            thread_sp_off: 0,
-            ..globals.clone()
+        let support = KernelSupport {
+            btf: if config.btf_wakeup {
+                match aya::Btf::from_sys_fs() {
+                    Ok(btf) => Some(btf),
+                    Err(e) => {
+                        fallbacks.push(format!("no BTF tracepoints: reading kernel BTF: {e}"));
+                        None
+                    }
+                }
+            } else {
+                None
+            },
+            cache_helpers: cache_helpers && thread_sp_off != 0 && config.stack_cache,
         };
-        let loaded = kernel_btf.as_ref().and_then(|b| {
-            let cached = (globals.thread_sp_off != 0)
-                .then(|| load(&globals, &config, Some(b)).ok())
-                .flatten();
-            match cached {
-                Some(ebpf) => Some((ebpf, Backtraces::AtWakeupCached)),
-                None => load(&no_cache, &config, Some(b))
-                    .ok()
-                    .map(|ebpf| (ebpf, Backtraces::AtWakeup)),
-            }
-        });
-        let (mut ebpf, backtraces) = match loaded {
-            Some(loaded) => loaded,
-            None => (load(&no_cache, &config, None)?, Backtraces::AtSwitchOut),
-        };
+        let (mut ebpf, variant) = Self::load_best(&globals, &config, &support, &mut fallbacks)?;
+        attach_variant(&mut ebpf, variant)?;
         let ticks = attach_tick_programs(&mut ebpf)?;
         Ok(Self {
             ebpf,
             config,
             ticks,
-            backtraces,
+            variant,
+            fallbacks,
         })
+    }
+
+    /// The best variant the kernel accepts: backtraces at wakeup (through the stack cache where
+    /// it can run) on BTF tracepoints, else walked at switch-out; with compare-and-swap where
+    /// the kernel has it. Each variant passed over is said in `fallbacks`.
+    fn load_best(
+        globals: &Globals,
+        config: &ProbeConfig,
+        support: &KernelSupport,
+        fallbacks: &mut Vec<String>,
+    ) -> Result<(Ebpf, Variant)> {
+        let variant = |backtraces, cas| Variant { backtraces, cas };
+        let mut rejected = Vec::new();
+        if let Some(btf) = &support.btf {
+            let mut candidates = Vec::new();
+            if support.cache_helpers {
+                candidates.push(variant(Backtraces::AtWakeupCached, true));
+            }
+            candidates.push(variant(Backtraces::AtWakeup, true));
+            candidates.push(variant(Backtraces::AtWakeup, false));
+            // Without the stack cache the object needs no saved stack pointer.
+            let g = Globals {
+                thread_sp_off: if support.cache_helpers {
+                    globals.thread_sp_off
+                } else {
+                    0
+                },
+                ..globals.clone()
+            };
+            if let Some(loaded) = load_variant(&g, config, Some(btf), &candidates, &mut rejected)? {
+                fallbacks.extend(rejected.iter().map(|(v, r)| fallback_reason(*v, r)));
+                return Ok(loaded);
+            }
+        }
+        let candidates = [
+            variant(Backtraces::AtSwitchOut, true),
+            variant(Backtraces::AtSwitchOut, false),
+        ];
+        let g = Globals {
+            thread_sp_off: 0,
+            ..globals.clone()
+        };
+        if let Some(loaded) = load_variant(&g, config, None, &candidates, &mut rejected)? {
+            fallbacks.extend(rejected.iter().map(|(v, r)| fallback_reason(*v, r)));
+            return Ok(loaded);
+        }
+        // Nothing loads: the last rejection is of the simplest variant, the one that should
+        // load anywhere; the others are said before it.
+        let (_, last) = rejected
+            .pop()
+            .context("no variant of latprof's programs was tried")?;
+        for (v, r) in rejected.iter().filter(|(_, r)| r.reason != last.reason) {
+            eprintln!(
+                "latprof: {} not loaded: {}",
+                v.describe(),
+                fallback_reason(*v, r)
+            );
+        }
+        Err(anyhow::Error::new(last))
+    }
+
+    /// The programs loaded: which variant, and what it costs next to the best.
+    #[must_use]
+    pub fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    /// Why each better variant did not load (empty when the best one runs).
+    #[must_use]
+    pub fn fallbacks(&self) -> &[String] {
+        &self.fallbacks
+    }
+
+    /// Says on stderr which variant loaded, and why no better one did.
+    pub fn announce(&self) {
+        eprintln!("latprof: programs: {}", self.variant.describe());
+        for why in &self.fallbacks {
+            eprintln!("latprof: note: {why}");
+        }
     }
 
     /// The tick and time-accounting programs and whether this kernel has their tracepoints.
@@ -403,7 +636,7 @@ impl Probe {
     /// Where the loaded programs take backtraces.
     #[must_use]
     pub fn backtraces(&self) -> Backtraces {
-        self.backtraces
+        self.variant.backtraces
     }
 
     #[must_use]

@@ -26,11 +26,19 @@ pub const MAPS: [&str; 11] = [
 ];
 
 pub const PROG_SCHED_SWITCH: &str = "sched_switch";
+/// Programs named `_nocas` are the same without BPF compare-and-swap (before Linux 5.12).
+pub const PROG_SCHED_SWITCH_NOCAS: &str = "sched_switch_nocas";
 /// The wakeup program on a raw tracepoint (kernels without BTF tracepoints).
 pub const PROG_SCHED_WAKEUP: &str = "sched_wakeup";
-/// The wakeup program on the BTF tracepoint: takes backtraces at wakeup.
+pub const PROG_SCHED_WAKEUP_NOCAS: &str = "sched_wakeup_nocas";
+/// The wakeup program on the BTF tracepoint: takes backtraces at wakeup, through the stack
+/// cache.
 pub const PROG_SCHED_WAKEUP_BTF: &str = "sched_wakeup_btf";
+/// The same, every backtrace walked (kernels without bpf_loop, or `--no-stack-cache`).
+pub const PROG_SCHED_WAKEUP_BTF_WALK: &str = "sched_wakeup_btf_walk";
+pub const PROG_SCHED_WAKEUP_BTF_WALK_NOCAS: &str = "sched_wakeup_btf_walk_nocas";
 pub const PROG_SCHED_PROCESS_EXIT: &str = "sched_process_exit";
+pub const PROG_SCHED_PROCESS_EXIT_NOCAS: &str = "sched_process_exit_nocas";
 pub const PROG_LOCAL_TIMER_ENTRY: &str = "local_timer_entry";
 pub const PROG_TICK_STOP: &str = "tick_stop";
 pub const PROG_USER_ENTER: &str = "user_enter";
@@ -43,13 +51,18 @@ pub const TICK_PROGRAMS: [&str; 4] = [
     PROG_USER_ENTER,
     PROG_USER_EXIT,
 ];
-/// Every program in the object; a session loads the three latency programs (one wakeup
-/// program) and the tick programs whose tracepoints exist.
-pub const PROGRAMS: [&str; 8] = [
+/// Every program in the object; a session loads three latency programs (one variant of each)
+/// and the tick programs whose tracepoints exist.
+pub const PROGRAMS: [&str; 13] = [
     PROG_SCHED_SWITCH,
+    PROG_SCHED_SWITCH_NOCAS,
     PROG_SCHED_WAKEUP,
+    PROG_SCHED_WAKEUP_NOCAS,
     PROG_SCHED_WAKEUP_BTF,
+    PROG_SCHED_WAKEUP_BTF_WALK,
+    PROG_SCHED_WAKEUP_BTF_WALK_NOCAS,
     PROG_SCHED_PROCESS_EXIT,
+    PROG_SCHED_PROCESS_EXIT_NOCAS,
     PROG_LOCAL_TIMER_ENTRY,
     PROG_TICK_STOP,
     PROG_USER_ENTER,
@@ -77,3 +90,4 @@ pub const GLOBAL_THREAD_SP_OFF: &str = "THREAD_SP_OFF";
 pub const GLOBAL_SPIKE_NS: &str = "SPIKE_NS";
 pub const GLOBAL_WAKEUP_POLICY: &str = "WAKEUP_POLICY";
 pub const GLOBAL_DEBUG_CHECKS: &str = "DEBUG_CHECKS";
+pub const GLOBAL_FORCE_REJECT: &str = "FORCE_REJECT";

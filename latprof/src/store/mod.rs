@@ -29,7 +29,7 @@ use codec::{Dec, Enc};
 pub const MAGIC: [u8; 8] = *b"\x7fLATPROF";
 /// The version this latprof writes; it reads every version from 1 to this one.
 /// Version 2 added the per-CPU tick counters and the kernel's tick facts.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 pub const FILE_HEADER_LEN: usize = 12;
 pub const SYNC: [u8; 4] = *b"LPF\x1e";
 /// Sync mark, length, kind, flags, decoded length, CRC.
@@ -154,6 +154,27 @@ impl crate::nohz::KernelFacts {
         }
         Ok(f)
     }
+
+    /// The programs that ran (format 3 on).
+    fn encode_programs(&self, e: &mut Enc) {
+        e.str(self.programs.as_deref().unwrap_or(""));
+        e.str(self.programs_cost.as_deref().unwrap_or(""));
+        e.usize(self.fallbacks.len());
+        for why in &self.fallbacks {
+            e.str(why);
+        }
+    }
+
+    fn decode_programs(&mut self, d: &mut Dec<'_>) -> Result<(), FormatError> {
+        let programs = d.str()?;
+        let cost = d.str()?;
+        self.programs = (!programs.is_empty()).then_some(programs);
+        self.programs_cost = (!cost.is_empty()).then_some(cost);
+        for _ in 0..d.len(1)? {
+            self.fallbacks.push(d.str()?);
+        }
+        Ok(())
+    }
 }
 
 impl RecordingInfo {
@@ -174,6 +195,9 @@ impl RecordingInfo {
         if version >= 2 {
             self.kernel.encode(e);
             e.u64(self.spike_ns);
+        }
+        if version >= 3 {
+            self.kernel.encode_programs(e);
         }
     }
 
@@ -197,6 +221,9 @@ impl RecordingInfo {
         if version >= 2 {
             info.kernel = crate::nohz::KernelFacts::decode(d)?;
             info.spike_ns = d.u64()?;
+        }
+        if version >= 3 {
+            info.kernel.decode_programs(d)?;
         }
         Ok(info)
     }
@@ -579,6 +606,9 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
                 no_hz_full: Some(false),
                 nohz_full_cpus: vec![1],
                 tick_sources: vec![("tick_stop".into(), true), ("user_enter".into(), false)],
+                programs: Some("walk at wakeup, no CAS".into()),
+                programs_cost: Some("backtraces walked at wakeup".into()),
+                fallbacks: vec!["no bpf_loop".into(), "no BPF compare-and-swap".into()],
                 ..Default::default()
             },
             sched_text,
@@ -877,7 +907,7 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
         future[8] = 9;
         assert_eq!(
             msg(future),
-            "recording format version 9 is newer than this latprof reads (up to 2); use a newer latprof"
+            "recording format version 9 is newer than this latprof reads (up to 3); use a newer latprof"
         );
         let mut only_header = MAGIC.to_vec();
         only_header.extend_from_slice(&[2, 0, 0, 0]);

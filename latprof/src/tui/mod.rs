@@ -73,7 +73,7 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
     let mut reader = crate::spikes::SpikeReader::take(&mut probe)?;
     let mut log = crate::debuglog::DebugLog::start(&mut probe, cli, true)?;
     let log_path = log.path.clone();
-    let kernel = crate::nohz::kernel_facts(probe.tick_sources());
+    let kernel = crate::nohz::kernel_facts(&probe);
     // The kernel counts the programs' run time while this fd is open; closing it (at exit, in
     // any way) restores whatever the system had before.
     let run_time_stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();

@@ -94,8 +94,14 @@ fn render_header(f: &mut Frame<'_>, app: &App, area: Rect) {
     let mut spans = vec![
         Span::styled("latprof", Style::default().add_modifier(Modifier::BOLD)),
         Span::raw(format!(
-            " {} {}ms up {} {:.0} ev/s ",
+            " {}{} {}ms up {} {:.0} ev/s ",
             app.settings.mode.as_str(),
+            app.settings
+                .kernel
+                .programs
+                .as_deref()
+                .map(|p| format!(" ({p})"))
+                .unwrap_or_default(),
             app.settings.interval_ms,
             fmt_elapsed(h.elapsed_s),
             h.events_per_s
