@@ -316,6 +316,9 @@ pub enum Workload {
         #[arg(long, default_value_t = 100_000)]
         syscall_every: u64,
     },
+    /// Prints the name of every BPF program loaded in the kernel, one a line (tests check that
+    /// none of latprof's is left after it exits).
+    LoadedPrograms,
     /// `procs` processes sleeping `interval` in a loop, at the same kernel backtrace.
     Sleepers {
         #[arg(long, default_value_t = 2)]

@@ -280,7 +280,8 @@ impl Collector {
                 let (tid, state) = item.context("read TASKS")?;
                 tasks.push(task_snapshot(tid, &state));
             }
-            // The shared table, plus each CPU's part of lazy mode's exit merges.
+            // The shared table, plus each CPU's part of lazy mode's exit merges (and, on
+            // kernels without compare-and-swap, normal mode's maxima: parts with no count).
             let mut table: BTreeMap<u64, GlobalRecord> = BTreeMap::new();
             for item in global_map.iter() {
                 let (id, rec) = item.context("read GLOBAL_LATENCY")?;
@@ -288,7 +289,7 @@ impl Collector {
             }
             for item in merged_map.iter() {
                 let (id, per_cpu) = item.context("read MERGED")?;
-                for part in per_cpu.iter().filter(|r| r.count > 0) {
+                for part in per_cpu.iter().filter(|r| r.count > 0 || r.max_ns > 0) {
                     add(
                         table.entry(id).or_default(),
                         part.count,
@@ -343,11 +344,12 @@ impl Collector {
                 }
                 histograms.insert(id, sum);
             }
-            for (name, program) in ebpf.programs() {
-                if let Ok(info) = program.info() {
-                    let ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
-                    programs.push((name.to_owned(), ns, info.run_count()));
-                }
+        }
+        // The kernel's run-time statistics of each loaded program (zero unless turned on).
+        for (name, program) in ebpf.programs() {
+            if let Ok(info) = program.info() {
+                let ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
+                programs.push((name.to_owned(), ns, info.run_count()));
             }
         }
         Ok(Snapshot {

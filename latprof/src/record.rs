@@ -104,7 +104,6 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     let mut probe = Probe::attach(cli.probe_config(None, details, true))?;
     let mut reader = crate::spikes::SpikeReader::take(&mut probe)?;
     let mut log = crate::debuglog::DebugLog::start(&mut probe, cli, false)?;
-    probe.announce();
     let mut spikes = Vec::new();
     let kernel = crate::nohz::kernel_facts(&probe);
     let mut writer = Writer::create(
@@ -123,6 +122,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             .map(|d| format!(" for {}", duration::format(d)))
             .unwrap_or_default()
     );
+    probe.announce();
     let started = Instant::now();
     let mut collector = Collector::with_details();
     let mut reason = "stopped by a signal";

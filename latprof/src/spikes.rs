@@ -239,7 +239,6 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
     let mut probe = Probe::attach(cli.probe_config(args.pid, false, true))?;
     let mut reader = SpikeReader::take(&mut probe)?;
     let mut log = DebugLog::start(&mut probe, cli, false)?;
-    probe.announce();
     let mut collector = Collector::new();
     let mut reason_cache: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
     eprintln!(
@@ -251,6 +250,7 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
             Wakeup::Always => "always",
         }
     );
+    probe.announce();
     let clock = (crate::collect::wall_ns(), monotonic_ns());
     let depth = usize::from(cli.depth());
     let end = args.duration.map(|d| Instant::now() + d);

@@ -40,12 +40,19 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
     let syms = Kallsyms::load()?;
     let mut probe = Probe::attach(cli.probe_config(args.pid, false, false))?;
     let mut log = crate::debuglog::DebugLog::start(&mut probe, cli, false)?;
-    probe.announce();
+    // `--counters` shows latprof's own cost per program run: the kernel counts run time while
+    // this fd is open (closed when stats returns).
+    let _run_time_stats = if args.counters {
+        aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()
+    } else {
+        None
+    };
     eprintln!(
         "latprof: attached ({} mode); collecting for {}, Ctrl-C to stop early",
         cli.mode.as_str(),
         duration::format(args.duration)
     );
+    probe.announce();
     let kernel = crate::nohz::kernel_facts(&probe);
     let mut collector = Collector::new();
     // `--counters` rates are over the collection, from this first snapshot.

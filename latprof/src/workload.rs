@@ -132,6 +132,13 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             finish();
             Ok(())
         }
+        Workload::LoadedPrograms => {
+            for program in aya::programs::loaded_programs() {
+                let info = program.context("listing the kernel's BPF programs")?;
+                println!("{}", info.name_as_str().unwrap_or("?"));
+            }
+            Ok(())
+        }
         Workload::Spin {
             time,
             cpu,

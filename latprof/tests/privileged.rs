@@ -901,3 +901,73 @@ fn tick_counters_follow_a_busy_and_an_idle_cpu() {
         );
     }
 }
+
+/// This kernel (6.18, x86-64) runs the best variant: no fallback, nothing to say about it.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn the_best_variant_loads_here() {
+    let _guard = serial();
+    let probe = Probe::attach(ProbeConfig::default()).expect("attach latprof");
+    let variant = probe.variant();
+    assert_eq!(variant.backtraces, Backtraces::AtWakeupCached);
+    assert!(variant.cas);
+    assert_eq!(probe.fallbacks(), [] as [String; 0]);
+    let walked = Probe::attach(ProbeConfig {
+        stack_cache: false,
+        ..ProbeConfig::default()
+    })
+    .expect("attach latprof without the stack cache");
+    assert_eq!(walked.variant().backtraces, Backtraces::AtWakeup);
+    assert!(walked.variant().cas);
+}
+
+/// A program the verifier rejects (forced through a hidden flag): one error line naming the
+/// program, quoting the verifier's reason (the end of its log, not its first line) and the
+/// rejected instruction, and the whole log in a new file only root reads.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_verifier_rejection_is_said_with_its_reason_and_log() {
+    let _guard = serial();
+    let out = Command::new(LATPROF)
+        .args(["stats", "--debug-force-reject", "--duration", "1s"])
+        .output()
+        .expect("run latprof");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("latprof: error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    let error = errors[0];
+    assert!(error.contains("verifier rejected sched_switch"), "{error}");
+    let path = error
+        .rsplit_once("whole verifier log: ")
+        .map(|(_, p)| std::path::PathBuf::from(p))
+        .unwrap_or_else(|| panic!("no log file named: {error}"));
+    let log = std::fs::read_to_string(&path).expect("the log file exists");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&path).expect("stat").permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+    let last = log
+        .lines()
+        .filter(|l| {
+            !l.trim().is_empty()
+                && !["verification time", "stack depth", "processed "]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+        })
+        .last()
+        .expect("a verifier log");
+    assert!(
+        error.contains(&format!(": {last} (at ")),
+        "the error does not quote the log's reason {last:?}: {error}"
+    );
+    // The same for every log this run wrote (one per variant tried).
+    for line in stderr.lines() {
+        if let Some((_, p)) = line.rsplit_once("whole verifier log: ") {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}

@@ -131,7 +131,12 @@ fn top_in_a_real_terminal() {
     ));
 
     // The workload's reason row, with its numbers.
-    let screen = tmux.wait_for(&["Global causes", "Application requested delay", "ev/s"]);
+    let screen = tmux.wait_for(&[
+        "Global causes",
+        "Application requested delay",
+        "ev/s",
+        "lazy (stack cache)",
+    ]);
     assert!(
         tmux.alternate_screen(),
         "top should own the alternate screen:\n{screen}"
@@ -217,6 +222,8 @@ fn replay_in_a_real_terminal_without_root() {
         "replay ",
         "Application requested delay",
         "showing: since the start",
+        // The variant of the programs that recorded, from the recording's facts.
+        "(stack cache)",
     ]);
     assert!(
         screen.contains("#12/12") || screen.contains("#13/13"),

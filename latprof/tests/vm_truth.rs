@@ -10,11 +10,11 @@
 //!
 //! Needs root and ../shared/vm/run.sh; `cargo xtask test` runs it. Set LATPROF_SKIP_VM=1 to skip
 //! it on a machine without ../shared (xtask says so loudly when it does).
-use std::{collections::BTreeMap, path::PathBuf, process::Command};
+use std::collections::BTreeMap;
 
 mod common;
 
-use common::LATPROF;
+use common::vm::boot;
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vm/truth.sh");
 const NOHZ_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vm/nohz.sh");
 
@@ -60,15 +60,6 @@ fn parse_section(output: &str, start: &str) -> Table {
     table
 }
 
-fn shared_vm() -> Option<PathBuf> {
-    let dir = std::env::var_os("LATPROF_SHARED").map_or_else(
-        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared")),
-        PathBuf::from,
-    );
-    let run = dir.join("vm/run.sh");
-    run.exists().then_some(run)
-}
-
 /// Boots the VM and returns (kernel table, latprof table, whole output). One VM at a time: two
 /// emulated guests on this 2-core machine slow each other enough to push 1 ms sleeps near the
 /// 5 ms cutoff, where the kernel and latprof, measuring between slightly different points, can
@@ -80,56 +71,6 @@ fn run_vm(mode: &str, delay: &str) -> Option<(Table, Table, String)> {
         parse_section(&stdout, "=== latprof"),
         stdout,
     ))
-}
-
-/// Boots the VM with `file` copied in (as /work/NAME) and runs `command`; returns its output.
-/// `None` when LATPROF_SKIP_VM is set.
-fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if std::env::var_os("LATPROF_SKIP_VM").is_some() {
-        eprintln!("LATPROF_SKIP_VM is set: VM test NOT RUN");
-        return None;
-    }
-    let run = shared_vm().expect(
-        "../shared/vm/run.sh not found (set LATPROF_SHARED, or LATPROF_SKIP_VM=1 to skip loudly)",
-    );
-    let dir = tempdir();
-    let script = dir.join("script.sh");
-    std::fs::write(&script, format!("#!/bin/sh\n{command}\n")).expect("write VM script");
-    // The emulated boot very rarely oopses before the script starts; one retry covers that.
-    for attempt in 1..=2 {
-        let out = Command::new("bash")
-            .arg(&run)
-            .args(vm_args)
-            .args(["--bin", LATPROF, "--file", file])
-            .arg(&script)
-            .output()
-            .expect("run ../shared/vm/run.sh");
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        if !out.status.success() && stderr.contains("did not finish") && attempt == 1 {
-            eprintln!("VM did not finish (attempt {attempt}), retrying:\n{stderr}");
-            continue;
-        }
-        assert!(
-            out.status.success(),
-            "VM run failed: {}\n{stdout}\n{stderr}",
-            out.status
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-        return Some(stdout);
-    }
-    unreachable!()
-}
-
-fn tempdir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("latprof-vm-test-{}", std::process::id()));
-    let dir = dir.join(format!("{:?}", std::thread::current().id()).replace(['(', ')'], ""));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
 }
 
 /// The workloads' causes must be there: a truth check over an empty table proves nothing.

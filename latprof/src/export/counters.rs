@@ -95,6 +95,40 @@ fn yes_no(v: Option<bool>) -> &'static str {
     }
 }
 
+/// latprof's own cost: each loaded program's runs and kernel time per run over `base` ->
+/// `cur`, from the kernel's run-time statistics.
+#[expect(clippy::cast_precision_loss, reason = "averages for people")]
+fn render_programs(out: &mut String, base: Option<&Snapshot>, cur: &Snapshot) {
+    let before = |name: &str| {
+        base.and_then(|b| b.programs.iter().find(|(n, _, _)| n == name))
+            .map_or((0, 0), |(_, ns, runs)| (*ns, *runs))
+    };
+    let _ = writeln!(out, "\n{:<28} {:>12} {:>10}", "program", "runs", "ns/run");
+    let (mut all_ns, mut all_runs) = (0u64, 0u64);
+    for (name, ns, runs) in &cur.programs {
+        let (ns0, runs0) = before(name);
+        let (ns, runs) = (ns.saturating_sub(ns0), runs.saturating_sub(runs0));
+        all_ns += ns;
+        all_runs += runs;
+        let per = if runs > 0 {
+            format!("{:.0}", ns as f64 / runs as f64)
+        } else {
+            "-".to_owned()
+        };
+        let _ = writeln!(out, "{name:<28} {runs:>12} {per:>10}");
+    }
+    if all_runs > 0 {
+        let _ = writeln!(
+            out,
+            "{:<28} {all_runs:>12} {:>10.0}",
+            "all",
+            all_ns as f64 / all_runs as f64
+        );
+    } else {
+        let _ = writeln!(out, "(the kernel's BPF run-time statistics are off)");
+    }
+}
+
 /// The counters over `base` -> `cur` as text, rates per second.
 #[must_use]
 #[expect(clippy::cast_precision_loss, reason = "rates for people")]
@@ -126,6 +160,7 @@ pub fn render(facts: &KernelFacts, base: Option<&Snapshot>, cur: &Snapshot) -> S
         let n = cur.counters.0[i].saturating_sub(base.map_or(0, |b| b.counters.0[i]));
         let _ = writeln!(out, "{name:<22} {n:>14} {:>12}", rate(n));
     }
+    render_programs(&mut out, base, cur);
     let _ = writeln!(
         out,
         "\nkernel: HZ {}, NO_HZ_IDLE {}, NO_HZ_FULL {}, VIRT_CPU_ACCOUNTING_GEN {}, CONTEXT_TRACKING_USER {} ({})",

@@ -7,6 +7,8 @@ use std::{
     process::{Child, ChildStderr, Command, Output, Stdio},
 };
 
+pub mod vm;
+
 pub const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
 
 /// Spawns `cmd` (a latprof command; stdout as the caller set it) and waits for its first

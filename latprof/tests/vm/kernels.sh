@@ -1,0 +1,159 @@
+#!/bin/sh
+# Runs inside ../shared/vm on any of its kernels (tests/vm_kernels.rs boots each once): the
+# checks latprof must pass on every kernel it supports. Prints "=== NAME" sections; the test
+# parses them. Every latprof run is stopped with SIGINT, as a user would.
+echo "=== uname"
+uname -r
+
+# step WHAT: a progress line with the guest's uptime (the test ignores "+++" lines), so a run
+# that stops shows where.
+step() {
+    echo "+++ $1 at $(cut -d' ' -f1 /proc/uptime)s"
+}
+
+# A watchdog: all of this takes about 30 s here; if it has not finished after 300 s, say where
+# every task waits and end the guest now instead of at run.sh's 15-minute limit.
+(
+    sleep 300
+    echo "=== watchdog: still running after 300 s"
+    cat /proc/loadavg
+    for d in /proc/[0-9]*; do
+        echo "$(basename "$d") $(cut -d' ' -f2,3 "$d/stat" 2> /dev/null) wchan=$(cat "$d/wchan" 2> /dev/null)"
+        grep -h . "$d/stack" 2> /dev/null | head -12
+    done
+    dmesg | tail -40
+    echo "VM-SCRIPT-END rc=99"
+    poweroff -f
+) &
+WATCHDOG=$!
+
+# attached FILE PID: waits until the latprof writing its stderr to FILE has attached.
+attached() {
+    i=0
+    while ! grep -qs attached "$1"; do
+        if ! kill -0 "$2" 2> /dev/null; then
+            echo "latprof exited before attaching:"; cat "$1"; exit 1
+        fi
+        sleep 0.2; i=$((i + 1))
+        if [ $i -gt 900 ]; then echo "latprof did not attach:"; cat "$1"; exit 1; fi
+    done
+}
+
+step nanosleep
+# 1. The nanosleep exact count, in both modes: 100 sleeps of 2 ms of one process (--pid),
+#    every sleep counted (--all-sleeps), the workload timing its own sleeps.
+for MODE in lazy normal; do
+    mkfifo /tmp/go.$MODE
+    latprof workload --wait --hold sleep --count 100 --interval 2ms < /tmp/go.$MODE > /tmp/w.$MODE &
+    W=$!
+    latprof --mode $MODE --all-sleeps stats --pid $W --duration 900s > /tmp/s.$MODE 2> /tmp/e.$MODE &
+    LP=$!
+    attached /tmp/e.$MODE $LP
+    echo go > /tmp/go.$MODE
+    wait $W
+    kill -INT $LP
+    wait $LP; RC=$?
+    echo "=== nanosleep $MODE rc"; echo $RC
+    echo "=== nanosleep $MODE"; cat /tmp/s.$MODE
+    echo "=== nanosleep $MODE stderr"; cat /tmp/e.$MODE
+    echo "=== nanosleep $MODE workload"; cat /tmp/w.$MODE
+done
+
+step pingpong
+# 2. A pipe ping-pong between two processes, both alive (--hold) when latprof reads: each
+#    side's pipe waits under its own process.
+mkfifo /tmp/go.pp
+latprof workload --wait --hold pingpong --count 200 --processes < /tmp/go.pp > /tmp/w.pp &
+W=$!
+latprof --all-sleeps stats --format json --duration 900s > /tmp/s.pp 2> /tmp/e.pp &
+LP=$!
+attached /tmp/e.pp $LP
+exec 3> /tmp/go.pp
+echo go >&3
+i=0
+while ! grep -qs done /tmp/w.pp; do
+    sleep 0.2; i=$((i + 1))
+    if [ $i -gt 900 ]; then echo "ping-pong did not finish"; exit 1; fi
+done
+echo "=== pingpong pids"
+echo "$W"
+kill -INT $LP
+wait $LP; RC=$?
+echo "=== pingpong rc"; echo $RC
+exec 3>&-
+wait $W
+echo "=== pingpong"; cat /tmp/s.pp
+echo "=== pingpong stderr"; cat /tmp/e.pp
+
+step fsync
+# 3. fsync on the scratch disk (/mnt, ext4): its waits are uninterruptible (spikes' K column)
+#    and sit under fsync's backtrace (stats).
+latprof stats --format json --duration 900s > /tmp/s.fs 2> /tmp/e.fs &
+LP=$!
+latprof spikes --spike 1us > /tmp/k.fs 2> /tmp/ke.fs &
+LK=$!
+attached /tmp/e.fs $LP
+attached /tmp/ke.fs $LK
+latprof workload fsync --count 20 --dir /mnt
+kill -INT $LP $LK
+wait $LP; RS=$?
+wait $LK; RK=$?
+echo "=== fsync rc"; echo "$RS $RK"
+echo "=== fsync"; cat /tmp/s.fs
+echo "=== fsync stderr"; cat /tmp/e.fs
+echo "=== fsync spikes"; cat /tmp/k.fs
+echo "=== fsync spikes stderr"; cat /tmp/ke.fs
+
+step spikes
+# 4. spikes for known long sleeps: 5 nanosleeps of 30 ms over a 20 ms threshold.
+latprof --all-sleeps --spike 20ms spikes > /tmp/k.long 2> /tmp/ke.long &
+LK=$!
+attached /tmp/ke.long $LK
+latprof workload sleep --count 5 --interval 30ms
+kill -INT $LK
+wait $LK; RC=$?
+echo "=== spikes rc"; echo $RC
+echo "=== spikes"; cat /tmp/k.long
+echo "=== spikes stderr"; cat /tmp/ke.long
+
+step counters
+# 5. stats --counters over a ping-pong: the pipeline counters, the variant loaded, and
+#    latprof's own kernel time per program run on this kernel.
+latprof stats --counters --duration 900s > /tmp/s.c 2> /tmp/e.c &
+LP=$!
+attached /tmp/e.c $LP
+step "counters: attached"
+latprof workload pingpong --count 2000
+step "counters: ping-pong done"
+kill -INT $LP
+wait $LP; RC=$?
+echo "=== counters rc"; echo $RC
+echo "=== counters"; cat /tmp/s.c
+echo "=== counters stderr"; cat /tmp/e.c
+
+step reject
+# 6. A program the verifier rejects: one error that names it and quotes the verifier, and the
+#    whole log in a file.
+latprof stats --debug-force-reject --duration 1s > /dev/null 2> /tmp/e.rej; RC=$?
+echo "=== reject rc"; echo $RC
+echo "=== reject"; cat /tmp/e.rej
+echo "=== reject log"
+LOG=$(sed -n 's/.*whole verifier log: \([^ ]*\)$/\1/p' /tmp/e.rej | tail -1)
+# The log's last line before the verifier's statistics.
+if [ -n "$LOG" ] && [ -f "$LOG" ]; then
+    grep -v -e '^verification time' -e '^stack depth' -e '^processed ' -e '^$' "$LOG" | tail -1
+else
+    echo "no log file: '$LOG'"
+fi
+
+step unloaded
+# 7. Every program unloaded once latprof is gone (the kernel frees them a moment later).
+i=0
+while latprof workload loaded-programs | grep -q .; do
+    sleep 0.5; i=$((i + 1))
+    if [ $i -gt 20 ]; then break; fi
+done
+echo "=== loaded programs"
+latprof workload loaded-programs
+kill $WATCHDOG
+echo "=== end"
