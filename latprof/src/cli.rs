@@ -298,6 +298,11 @@ pub enum Workload {
         /// Pin both sides to this CPU (every round trip is then two switches on it).
         #[arg(long)]
         cpu: Option<usize>,
+        /// With --processes: the parent on CPU 0, the child on CPU 1, so that each side's
+        /// read waits for the other CPU's answer (on one CPU, a side the other preempts can
+        /// find its answer already there and never wait).
+        #[arg(long, requires = "processes", conflicts_with = "cpu")]
+        apart: bool,
     },
     /// `count` short-lived children, each sleeping `sleep` once before it exits.
     Forks {

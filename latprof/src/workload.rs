@@ -75,11 +75,12 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             count,
             processes,
             cpu,
+            apart,
         } => {
             if let Some(cpu) = cpu {
                 pin(*cpu)?;
             }
-            pingpong(*count, *processes, finish)
+            pingpong(*count, *processes, *apart, finish)
         }
         Workload::Forks { count, sleep } => {
             for _ in 0..*count {
@@ -248,7 +249,7 @@ fn bounce(count: u32, rx: &mut std::fs::File, tx: &mut std::fs::File, first: boo
     Ok(())
 }
 
-fn pingpong(count: u32, processes: bool, finish: impl FnOnce()) -> Result<()> {
+fn pingpong(count: u32, processes: bool, apart: bool, finish: impl FnOnce()) -> Result<()> {
     let (mut a_rx, mut b_tx) = pipe()?;
     let (mut b_rx, mut a_tx) = pipe()?;
     if processes {
@@ -257,12 +258,17 @@ fn pingpong(count: u32, processes: bool, finish: impl FnOnce()) -> Result<()> {
             -1 => Err(std::io::Error::last_os_error()).context("fork"),
             0 => {
                 drop((a_rx, a_tx));
-                let code = i32::from(bounce(count, &mut b_rx, &mut b_tx, false).is_err());
+                let pinned = !apart || pin(1).is_ok();
+                let code =
+                    i32::from(!pinned || bounce(count, &mut b_rx, &mut b_tx, false).is_err());
                 // SAFETY: leave the child without running the parent's destructors.
                 unsafe { libc::_exit(code) };
             }
             child => {
                 drop((b_rx, b_tx));
+                if apart {
+                    pin(0)?;
+                }
                 let result = bounce(count, &mut a_rx, &mut a_tx, true);
                 finish();
                 drop(a_tx);

@@ -1,5 +1,10 @@
 //! Booting ../shared/vm: one guest at a time, a script copied in, its output back.
-use std::{path::PathBuf, process::Command};
+use std::{
+    io::Read,
+    path::PathBuf,
+    process::{Command, ExitStatus, Stdio},
+    time::{Duration, Instant},
+};
 
 use super::LATPROF;
 
@@ -30,35 +35,121 @@ pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
     let dir = tempdir();
     let script = dir.join("script.sh");
     std::fs::write(&script, format!("#!/bin/sh\n{command}\n")).expect("write VM script");
-    // The emulated boot very rarely oopses before the script starts; one retry covers that.
+    // The emulated guest very rarely oopses before the script starts, or stops making
+    // progress altogether (both vCPUs spinning; seen 2 times in about 40 boots of Debian's
+    // 6.1 kernels under TCG, never reproduced under a debugger). A guest that has not finished
+    // after `guest_limit()` is stopped and booted once more; run.sh prints its console's tail.
     for attempt in 1..=2 {
         let started = std::time::Instant::now();
-        let out = Command::new("bash")
-            .arg(&run)
-            .args(vm_args)
-            .args(["--bin", LATPROF, "--file", file])
-            .arg(&script)
-            .output()
-            .expect("run ../shared/vm/run.sh");
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let (status, stdout, stderr, stopped) = run_with_limit(
+            Command::new("bash")
+                .arg(&run)
+                .args(vm_args)
+                .args(["--bin", LATPROF, "--file", file])
+                .arg(&script),
+        );
         eprintln!(
             "VM {vm_args:?} {command}: {:.0}s",
             started.elapsed().as_secs_f64()
         );
-        if !out.status.success() && stderr.contains("did not finish") && attempt == 1 {
-            eprintln!("VM did not finish (attempt {attempt}), retrying:\n{stderr}");
+        if !status.success() && stderr.contains("did not finish") && attempt == 1 {
+            eprintln!(
+                "VM did not finish (attempt {attempt}{}), retrying:\n{stdout}\n{stderr}",
+                if stopped {
+                    ", stopped after the time limit"
+                } else {
+                    ""
+                }
+            );
             continue;
         }
         assert!(
-            out.status.success(),
-            "VM run failed: {}\n{stdout}\n{stderr}",
-            out.status
+            status.success(),
+            "VM run failed: {status}\n{stdout}\n{stderr}"
         );
         let _ = std::fs::remove_dir_all(&dir);
         return Some(stdout);
     }
     unreachable!()
+}
+
+/// How long a guest may take: its scripts run in about 30 s here. LATPROF_VM_LIMIT_S changes
+/// it (to see the limit work).
+fn guest_limit() -> Duration {
+    let secs = std::env::var("LATPROF_VM_LIMIT_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    Duration::from_secs(secs)
+}
+
+/// Runs run.sh; past `guest_limit()` stops its qemu (through the `timeout` that run.sh starts it
+/// under, which passes the signal on), so that run.sh reports the guest's console and exits.
+/// Returns (status, stdout, stderr, whether it was stopped).
+fn run_with_limit(cmd: &mut Command) -> (ExitStatus, String, String, bool) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ../shared/vm/run.sh");
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let out = read(Box::new(child.stdout.take().expect("stdout")));
+    let err = read(Box::new(child.stderr.take().expect("stderr")));
+    let deadline = Instant::now() + guest_limit();
+    let mut stopped = false;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for run.sh") {
+            break status;
+        }
+        if !stopped && Instant::now() > deadline {
+            stopped = true;
+            for pid in descendants(child.id(), "timeout") {
+                // SAFETY: signalling a process this test started.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    (
+        status,
+        out.join().expect("stdout reader"),
+        err.join().expect("stderr reader"),
+        stopped,
+    )
+}
+
+/// Processes under `root` whose command is `name`.
+fn descendants(root: u32, name: &str) -> Vec<i32> {
+    let mut family = vec![root];
+    let mut found = Vec::new();
+    // A few rounds reach grandchildren, whatever order /proc lists them in.
+    for _ in 0..4 {
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // pid (comm) state ppid ...
+            let Some((comm, rest)) = stat.split_once(" (").and_then(|(_, r)| r.rsplit_once(") "))
+            else {
+                continue;
+            };
+            let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+            if ppid.is_some_and(|p| family.contains(&p)) && !family.contains(&pid) {
+                family.push(pid);
+                if comm == name {
+                    found.push(i32::try_from(pid).expect("pid"));
+                }
+            }
+        }
+    }
+    found
 }
 
 fn tempdir() -> PathBuf {

@@ -60,10 +60,10 @@ for MODE in lazy normal; do
 done
 
 step pingpong
-# 2. A pipe ping-pong between two processes, both alive (--hold) when latprof reads: each
-#    side's pipe waits under its own process.
+# 2. A pipe ping-pong between two processes on two CPUs (--apart), both alive (--hold) when
+#    latprof reads: each side's pipe waits under its own process.
 mkfifo /tmp/go.pp
-latprof workload --wait --hold pingpong --count 200 --processes < /tmp/go.pp > /tmp/w.pp &
+latprof workload --wait --hold pingpong --count 200 --processes --apart < /tmp/go.pp > /tmp/w.pp &
 W=$!
 latprof --all-sleeps stats --format json --duration 900s > /tmp/s.pp 2> /tmp/e.pp &
 LP=$!
@@ -109,10 +109,11 @@ step spikes
 latprof --all-sleeps --spike 20ms spikes > /tmp/k.long 2> /tmp/ke.long &
 LK=$!
 attached /tmp/ke.long $LK
-latprof workload sleep --count 5 --interval 30ms
+latprof workload --hold sleep --count 5 --interval 30ms < /dev/null > /tmp/w.long
 kill -INT $LK
 wait $LK; RC=$?
 echo "=== spikes rc"; echo $RC
+echo "=== spikes workload"; cat /tmp/w.long
 echo "=== spikes"; cat /tmp/k.long
 echo "=== spikes stderr"; cat /tmp/ke.long
 
