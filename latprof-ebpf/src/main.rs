@@ -201,24 +201,28 @@ fn count(counter: Counter) {
 
 /// Sends a sleep or wait of `delta` ns as a spike event when it reaches `SPIKE_NS`.
 #[inline(always)]
-fn spike(tid: u32, entry: &TaskState, stack: u64, delta: u64, kind: u32) {
+fn spike<const CAS: bool>(tid: u32, entry: &TaskState, stack: u64, delta: u64, kind: u32) {
     if delta < SPIKE_NS.load() {
         return;
     }
     // The kernel tracing fix: wake the reader only if it waits (or the buffer fills). The
     // event that finds it waiting takes the flag, so one wakeup serves a burst.
-    // A plain load and store, not a compare-and-swap (which Linux before 5.12 lacks): two
-    // events that both find the flag raised both wake the reader (one wakeup too many); none
-    // that finds it raised skips the wakeup, so no wakeup is lost.
     let wake = WAKEUP_POLICY.load() == WAKEUP_ALWAYS
         || READER.get_ptr_mut(0).is_some_and(|w| {
             // SAFETY: a map value pointer, valid for the program's run.
             unsafe {
-                let raised = core::ptr::read_volatile(w) == 1;
-                if raised {
-                    core::ptr::write_volatile(w, 0);
+                if CAS {
+                    atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(w, 1, 0).0 == 1
+                } else {
+                    // Without compare-and-swap (before 5.12): two events that both find the
+                    // flag raised both wake the reader (one wakeup too many); none that finds
+                    // it raised skips the wakeup, so no wakeup is lost.
+                    let raised = core::ptr::read_volatile(w) == 1;
+                    if raised {
+                        core::ptr::write_volatile(w, 0);
+                    }
+                    raised
                 }
-                raised
             }
         })
         || SPIKES.query(u64::from(BPF_RB_AVAIL_DATA)) >= SPIKE_FILL_MARK.load();
@@ -401,7 +405,7 @@ fn runq_end<const CAS: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
             if delta >= MIN_SLEEP_NS.load() {
                 account::<CAS>(entry, RUNQ_STACK, delta);
                 count(Counter::RunqCounted);
-                spike(next_tid, entry, RUNQ_STACK, delta, SPIKE_RUNQ);
+                spike::<CAS>(next_tid, entry, RUNQ_STACK, delta, SPIKE_RUNQ);
             }
         }
     }
@@ -1027,7 +1031,7 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
             };
             account::<CAS>(entry, stack, delta);
             count(Counter::Counted);
-            spike(tid, entry, stack, delta, kind);
+            spike::<CAS>(tid, entry, stack, delta, kind);
         }
     }
 }

@@ -155,9 +155,11 @@ impl SpikeReader {
         Ok(())
     }
 
-    /// Appends the spikes that are there; when there are none, says it is about to sleep,
-    /// looks once more (an event may have come before the flag), and sleeps in poll until a
-    /// wakeup or `timeout`.
+    /// Appends the spikes that are there; when there are none, says it is about to sleep and
+    /// sleeps in poll until a wakeup or `timeout`. An event that came between the last look
+    /// and the flag needs no second look: the ring buffer's poll returns at once while data
+    /// is pending. So every raised flag is one poll (`sleeps`), and the kernel, which takes
+    /// the flag with a compare-and-swap, sends at most one wakeup for it.
     pub fn read(&mut self, timeout: Duration, out: &mut Vec<Spike>) -> Result<()> {
         let before = out.len();
         self.drain(out);
@@ -165,23 +167,20 @@ impl SpikeReader {
             return Ok(());
         }
         self.set_waiting(true)?;
-        self.drain(out);
-        if out.len() == before {
-            let mut fd = libc::pollfd {
-                fd: self.ring.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-            self.sleeps += 1;
-            // SAFETY: one valid pollfd.
-            let rc = unsafe { libc::poll(&raw mut fd, 1, ms) };
-            if rc < 0 {
-                let err = std::io::Error::last_os_error();
-                if err.kind() != std::io::ErrorKind::Interrupted {
-                    self.set_waiting(false)?;
-                    return Err(err).context("poll on the spike ring buffer");
-                }
+        let mut fd = libc::pollfd {
+            fd: self.ring.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        self.sleeps += 1;
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&raw mut fd, 1, ms) };
+        if rc < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::Interrupted {
+                self.set_waiting(false)?;
+                return Err(err).context("poll on the spike ring buffer");
             }
         }
         self.set_waiting(false)?;
