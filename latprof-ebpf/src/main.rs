@@ -79,8 +79,15 @@ static HISTOGRAMS_ON: Global<u32> = Global::new(1);
 /// can; 0: every backtrace is walked at switch-out.
 #[unsafe(no_mangle)]
 static STACK_AT_WAKEUP: Global<u32> = Global::new(0);
+/// Offset of `stack` (the kernel stack's lowest address) in `struct task_struct`, and where
+/// the user registers sit above it (THREAD_SIZE less `sizeof(struct pt_regs)`): the stack
+/// cache's way to the registers where the kernel has no `bpf_task_pt_regs` (before 5.15).
+#[unsafe(no_mangle)]
+static TASK_STACK_OFF: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static PT_REGS_IN_STACK: Global<u32> = Global::new(0);
 /// Offset of the saved kernel stack pointer (`thread.sp`) in `struct task_struct`, from BTF;
-/// 0: unknown here (or no `bpf_loop`), no stack cache.
+/// 0: unknown here, no stack cache.
 #[unsafe(no_mangle)]
 static THREAD_SP_OFF: Global<u32> = Global::new(0);
 /// Frames walked per backtrace (the shown depth plus room for the frames dropped above it).
@@ -496,7 +503,7 @@ fn task_stack(task: *mut task_struct) -> u64 {
 /// its many ways through (each cache entry, hit or miss, learnt or not) end in one return the
 /// verifier can prune at, instead of each continuing through the accounting after it.
 #[inline(never)]
-fn sleeping_stack<C: EbpfContext>(
+fn sleeping_stack<C: EbpfContext, const HELPERS: bool>(
     ctx: &C,
     tid: u32,
     task: *mut task_struct,
@@ -509,12 +516,18 @@ fn sleeping_stack<C: EbpfContext>(
     let Ok(sp) = read_field::<u64>(task.cast_const().cast(), off) else {
         return task_stack(task);
     };
-    // SAFETY: task is the BTF tracepoint's trusted task pointer.
-    let regs = unsafe { bpf_task_pt_regs(task) } as u64;
-    // The kernel hands the registers' address as a pointer the verifier allows no arithmetic
-    // on; read back through a probe read, it is a number.
-    // SAFETY: reads a local.
-    let regs = unsafe { bpf_probe_read_kernel(&raw const regs) }.unwrap_or(0);
+    let regs = if HELPERS {
+        // SAFETY: task is the BTF tracepoint's trusted task pointer.
+        let regs = unsafe { bpf_task_pt_regs(task) } as u64;
+        // The kernel hands the registers' address as a pointer the verifier allows no
+        // arithmetic on; read back through a probe read, it is a number.
+        // SAFETY: reads a local.
+        unsafe { bpf_probe_read_kernel(&raw const regs) }.unwrap_or(0)
+    } else {
+        // x86-64's task_pt_regs(): at the top of the task's stack.
+        read_field::<u64>(task.cast_const().cast(), TASK_STACK_OFF.load())
+            .map_or(0, |stack| stack + u64::from(PT_REGS_IN_STACK.load()))
+    };
     if regs <= sp {
         return task_stack(task);
     }
@@ -532,7 +545,7 @@ fn sleeping_stack<C: EbpfContext>(
     if stack == NO_STACK {
         return stack;
     }
-    remember(sp, regs, stack, entry);
+    remember::<HELPERS>(sp, regs, stack, entry);
     stack
 }
 
@@ -542,7 +555,7 @@ fn sleeping_stack<C: EbpfContext>(
 /// others have (a fork storm's children, a pool's workers) then finds it in the CPU's cache.
 /// Not inlined, for the verifier.
 #[inline(never)]
-fn remember(sp: u64, regs: u64, stack: u64, entry: &mut TaskState) {
+fn remember<const HELPERS: bool>(sp: u64, regs: u64, stack: u64, entry: &mut TaskState) {
     let Some(frames) = WALKED_FRAMES.get_ptr(0) else {
         return;
     };
@@ -557,7 +570,7 @@ fn remember(sp: u64, regs: u64, stack: u64, entry: &mut TaskState) {
     if !seen || frames == 0 || frames > CACHE_FRAMES {
         return;
     }
-    let Some(learnt) = learn_stack(sp, regs, stack, frames) else {
+    let Some(learnt) = learn_stack::<HELPERS>(sp, regs, stack, frames) else {
         return;
     };
     // SAFETY: this CPU's learnt entry.
@@ -697,7 +710,12 @@ struct Scan {
 /// Finds where each of the `frames` return addresses now in `STACK_BUF` sits on the sleeping
 /// task's stack; returns the cache entry for `stack` (in per-CPU scratch), or `None` if some
 /// is not found.
-fn learn_stack(sp: u64, regs: u64, stack: u64, frames: usize) -> Option<*const CachedStack> {
+fn learn_stack<const HELPERS: bool>(
+    sp: u64,
+    regs: u64,
+    stack: u64,
+    frames: usize,
+) -> Option<*const CachedStack> {
     let learnt = LEARNT.get_ptr_mut(0)?;
     // SAFETY: this CPU's scratch entry.
     let slot = unsafe { &mut *learnt };
@@ -715,15 +733,19 @@ fn learn_stack(sp: u64, regs: u64, stack: u64, frames: usize) -> Option<*const C
         frames: frames as u64,
     };
     let words = REGION_WORDS as u32 - scan.start as u32;
-    // SAFETY: the callback is a static function of this object; scan lives on this stack for
-    // the whole call.
-    unsafe {
-        bpf_loop(
-            words,
-            scan_word as *const () as *mut c_void,
-            (&raw mut scan).cast(),
-            0,
-        );
+    if HELPERS {
+        // SAFETY: the callback is a static function of this object; scan lives on this stack
+        // for the whole call.
+        unsafe {
+            bpf_loop(
+                words,
+                scan_word as *const () as *mut c_void,
+                (&raw mut scan).cast(),
+                0,
+            );
+        }
+    } else {
+        scan_bounded(&scan, words as usize);
     }
     // SAFETY: this CPU's scan result.
     let progress = unsafe { &mut *scan_pos };
@@ -782,6 +804,64 @@ fn learn_stack(sp: u64, regs: u64, stack: u64, frames: usize) -> Option<*const C
     slot.frames = frames as u16;
     slot.words = words.max(1);
     Some(learnt.cast_const())
+}
+
+/// `learn_stack`'s scan without `bpf_loop`: the same steps as `scan_word` in a bounded loop
+/// (Linux 5.3), written for the verifier, which walks every round: no call and no map lookup
+/// per round, and the count of frames found kept in map memory (untracked, so one state per
+/// round). Not inlined: verified once.
+#[inline(never)]
+fn scan_bounded(scan: &Scan, words: usize) {
+    let (Some(copy), Some(ips), Some(pos)) = (
+        STACK_COPY.get_ptr_mut(0),
+        STACK_BUF.get_ptr(0),
+        SCAN_POS.get_ptr_mut(0),
+    ) else {
+        return;
+    };
+    let start = scan.start as usize;
+    let frames = scan.frames as usize;
+    for i in 0..REGION_WORDS {
+        let word = start + i;
+        if i >= words || word >= REGION_WORDS {
+            break;
+        }
+        if i == 0 || word % CHUNK_WORDS == 0 {
+            // The volatile read keeps the mask the compiler finds redundant (word < 512) and
+            // the verifier needs.
+            // SAFETY: reads a local.
+            let chunk = unsafe { core::ptr::read_volatile(&(word / CHUNK_WORDS)) }
+                & (REGION_WORDS / CHUNK_WORDS - 1);
+            // SAFETY: chunk is in range of the copy; a read past the end of the stack fails
+            // safely (and ends the scan).
+            let read = unsafe {
+                generated::bpf_probe_read_kernel(
+                    (*copy).as_mut_ptr().add(chunk * CHUNK_WORDS).cast(),
+                    STACK_CHUNK as u32,
+                    (scan.base + (chunk * STACK_CHUNK) as u64) as *const c_void,
+                )
+            };
+            if read != 0 {
+                break;
+            }
+        }
+        // SAFETY: this CPU's scan progress; a volatile read, so the count stays in map memory.
+        let k = unsafe { core::ptr::read_volatile(&raw const (*pos).found) } as usize;
+        if k >= frames {
+            break;
+        }
+        let k = k & (CACHE_FRAMES - 1);
+        // SAFETY: reads a local (the mask kept as above).
+        let at = unsafe { core::ptr::read_volatile(&word) } & (REGION_WORDS - 1);
+        // SAFETY: at and k are in range of the copy and the walked frames.
+        if unsafe { (*copy)[at] == (*ips)[k] } {
+            // SAFETY: as above.
+            unsafe {
+                (*pos).pos[k] = (word - start) as u16;
+                core::ptr::write_volatile(&raw mut (*pos).found, k as u64 + 1);
+            }
+        }
+    }
 }
 
 /// One step of `learn_stack`'s scan: word `start + i` of the copy (reading each chunk of the
@@ -907,6 +987,9 @@ const BT_SWITCH_OUT: u8 = 0;
 const BT_WALK: u8 = 1;
 /// At wakeup, from the stack cache when it can vouch for it (BTF tracepoint, `bpf_loop`).
 const BT_CACHED: u8 = 2;
+/// The same without `bpf_loop` and `bpf_task_pt_regs` (before 5.17 and 5.15): the stack is
+/// scanned in a bounded loop, the user registers found from the task's stack.
+const BT_CACHED_BOUNDED: u8 = 3;
 
 #[raw_tracepoint(tracepoint = "sched_wakeup")]
 pub fn sched_wakeup(ctx: RawTracePointContext) -> i32 {
@@ -930,6 +1013,18 @@ fn try_sched_wakeup<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, 
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn sched_wakeup_btf(ctx: BtfTracePointContext) -> i32 {
     try_sched_wakeup_btf::<true, BT_CACHED>(&ctx).unwrap_or(1)
+}
+
+/// The stack cache without `bpf_loop` and `bpf_task_pt_regs`.
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup_btf_bounded(ctx: BtfTracePointContext) -> i32 {
+    try_sched_wakeup_btf::<true, BT_CACHED_BOUNDED>(&ctx).unwrap_or(1)
+}
+
+/// `sched_wakeup_btf_bounded` for kernels without BPF compare-and-swap (before 5.12).
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup_btf_bounded_nocas(ctx: BtfTracePointContext) -> i32 {
+    try_sched_wakeup_btf::<false, BT_CACHED_BOUNDED>(&ctx).unwrap_or(1)
 }
 
 /// BTF tracepoint wakeup that walks every counted sleep's stack (no `bpf_loop`).
@@ -1013,7 +1108,9 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
                 let stack = if wakee.is_null() {
                     NO_STACK
                 } else if BT == BT_CACHED {
-                    sleeping_stack(ctx, tid, wakee, entry)
+                    sleeping_stack::<C, true>(ctx, tid, wakee, entry)
+                } else if BT == BT_CACHED_BOUNDED {
+                    sleeping_stack::<C, false>(ctx, tid, wakee, entry)
                 } else if BT == BT_WALK {
                     task_stack(wakee)
                 } else {

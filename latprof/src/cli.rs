@@ -74,6 +74,9 @@ pub struct Cli {
     /// Load a sched_switch program the kernel's verifier rejects (tests the error path).
     #[arg(long, global = true, hide = true)]
     pub debug_force_reject: bool,
+    /// Learn the stack cache in a bounded loop, as on kernels without bpf_loop.
+    #[arg(long, global = true, hide = true)]
+    pub debug_bounded_cache: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -360,6 +363,7 @@ impl Cli {
             wakeup: self.wakeup,
             debug_checks: self.debug_checks,
             force_reject: self.debug_force_reject,
+            bounded_cache: self.debug_bounded_cache,
         }
     }
 }

@@ -35,20 +35,26 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
         } => {
             // The workload's own clock, so that a test can tell latprof's numbers from a stall
             // of this (virtual) machine.
-            let (mut max_ns, mut total_ns) = (0u128, 0u128);
+            // And whether each nanosleep really slept: on a slow (emulated) CPU the timer can
+            // expire before the task leaves the CPU, and then there is no sleep to count.
+            let (mut max_ns, mut total_ns, mut slept) = (0u128, 0u128, 0u32);
             for _ in 0..*count {
+                let switches = voluntary_switches();
                 let t = std::time::Instant::now();
                 nanosleep(*interval);
                 let ns = t.elapsed().as_nanos();
                 max_ns = max_ns.max(ns);
                 total_ns += ns;
+                slept += u32::from(voluntary_switches() > switches);
             }
             if *print_proc_latency {
                 let text = std::fs::read_to_string("/proc/self/latency")
                     .context("reading /proc/self/latency (kernel without CONFIG_LATENCYTOP?)")?;
                 print!("{text}");
             }
-            finish_with(&format!(" max_ns={max_ns} total_ns={total_ns}"));
+            finish_with(&format!(
+                " max_ns={max_ns} total_ns={total_ns} slept={slept}"
+            ));
             Ok(())
         }
         Workload::Fsync { count, dir } => {
@@ -196,6 +202,16 @@ fn reap(child: libc::pid_t) {
 }
 
 /// Pins this process (and the children it forks later) to one CPU.
+/// This thread's voluntary context switches so far (each one a sleep).
+fn voluntary_switches() -> i64 {
+    // SAFETY: getrusage fills the zeroed struct.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &raw mut usage);
+        usage.ru_nvcsw
+    }
+}
+
 fn pin(cpu: usize) -> Result<()> {
     // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET stays in bounds for cpu < 1024.
     unsafe {

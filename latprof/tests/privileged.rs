@@ -385,7 +385,7 @@ fn pipe_pingpong_counts_both_sides() {
 /// The stack cache answers a task's repeated sleeps without walking its stack; a second probe
 /// that walks every counted sleep sees the same causes, and with `--debug-checks` the cached
 /// probe walks every hit too and counts any difference.
-fn stack_cache_attempt(work_args: &[&str], min_hits: u64) {
+fn stack_cache_attempt(work_args: &[&str], min_hits: u64, bounded: bool) {
     let syms = Kallsyms::load().expect("kallsyms");
     let mut work = Workload::spawn(work_args);
     let config = ProbeConfig {
@@ -393,6 +393,7 @@ fn stack_cache_attempt(work_args: &[&str], min_hits: u64) {
         pid: Some(work.pid()),
         inter_cutoff: None,
         debug_checks: true,
+        bounded_cache: bounded,
         ..ProbeConfig::default()
     };
     let cached = Probe::attach(config.clone()).expect("attach latprof");
@@ -404,8 +405,13 @@ fn stack_cache_attempt(work_args: &[&str], min_hits: u64) {
     .expect("attach latprof without the stack cache");
     assert_eq!(
         cached.backtraces(),
-        Backtraces::AtWakeupCached,
-        "this kernel (x86-64, BTF tracepoints, bpf_loop) should load the stack cache"
+        if bounded {
+            Backtraces::AtWakeupCachedBounded
+        } else {
+            Backtraces::AtWakeupCached
+        },
+        "this kernel (x86-64, BTF tracepoints, bpf_loop) should load the stack cache: {:?}",
+        cached.fallbacks()
     );
     assert_eq!(walked.backtraces(), Backtraces::AtWakeup);
     work.go();
@@ -460,13 +466,30 @@ fn stack_cache_gives_the_walked_backtraces() {
     let _guard = serial();
     // Two pipe readers sleeping at one place, each syscall at a new random stack offset.
     twice("stack cache on the ping-pong", || {
-        stack_cache_attempt(&["pingpong", "--count", "2000"], 1000);
+        stack_cache_attempt(&["pingpong", "--count", "2000"], 1000, false);
     });
     // Writes and fsyncs: uninterruptible sleeps at several places in the filesystem.
     let dir = std::env::var("LATPROF_FSYNC_DIR")
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned());
     twice("stack cache on fsync", || {
-        stack_cache_attempt(&["fsync", "--count", "60", "--dir", &dir], 1);
+        stack_cache_attempt(&["fsync", "--count", "60", "--dir", &dir], 1, false);
+    });
+}
+
+/// The stack cache's form for kernels without bpf_loop and bpf_task_pt_regs (a bounded scan,
+/// the user registers found from the task's stack), forced here where both forms load: the
+/// same backtraces as walking, checked on every hit.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn bounded_stack_cache_gives_the_walked_backtraces() {
+    let _guard = serial();
+    twice("bounded stack cache on the ping-pong", || {
+        stack_cache_attempt(&["pingpong", "--count", "2000"], 1000, true);
+    });
+    let dir = std::env::var("LATPROF_FSYNC_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned());
+    twice("bounded stack cache on fsync", || {
+        stack_cache_attempt(&["fsync", "--count", "60", "--dir", &dir], 1, true);
     });
 }
 

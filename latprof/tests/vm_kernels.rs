@@ -19,8 +19,8 @@ const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vm/kernels.sh")
 
 /// What `stats` says it loaded where the best variant runs.
 const CACHED: &str = "backtraces at wakeup through the stack cache";
-/// Debian 11's 5.10: no bpf_loop, no BPF compare-and-swap.
-const WALK_NOCAS: &str = "backtraces walked at wakeup, no stack cache (about 3x the kernel time per counted sleep); no BPF compare-and-swap: normal mode keeps maxima per CPU (one more lookup per sleep)";
+/// Debian 11's 5.10: no bpf_loop, no bpf_task_pt_regs, no BPF compare-and-swap.
+const BOUNDED_NOCAS: &str = "backtraces at wakeup through the stack cache, learnt in a bounded loop (no bpf_loop: a little more per new backtrace); no BPF compare-and-swap: normal mode keeps maxima per CPU (one more lookup per sleep)";
 
 fn rc(out: &str, name: &str) -> String {
     section(out, &format!("{name} rc")).join(" ")
@@ -39,8 +39,8 @@ fn fact(line: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("workload did not report {key}: {line}"))
 }
 
-/// 100 nanosleeps of 2 ms of one process: all counted, under one backtrace, and inside what
-/// the workload timed around them itself.
+/// 100 nanosleeps of 2 ms of one process: every one that slept counted, under one backtrace,
+/// and inside what the workload timed around them itself.
 fn check_nanosleep(out: &str, mode: &str, variant: &str) {
     assert_eq!(rc(out, &format!("nanosleep {mode}")), "0", "{out}");
     let stderr = section(out, &format!("nanosleep {mode} stderr")).join("\n");
@@ -60,12 +60,23 @@ fn check_nanosleep(out: &str, mode: &str, variant: &str) {
     let f: Vec<&str> = cause[0].split(' ').collect();
     let (count, total_us, max_us) = (num(f[0], "count"), num(f[1], "total"), num(f[2], "max"));
     assert_eq!(f[3], "hrtimer_nanosleep", "{mode}: {}", cause[0]);
-    assert_eq!(count, 100, "{mode}: {}", cause[0]);
+    // Every sleep the workload really slept: under emulation a 2 ms timer can expire before
+    // the task leaves the CPU (a slow interrupt in between), and that nanosleep never sleeps
+    // (seen once on 5.10: 99 of 100).
+    let slept = fact(&own, "slept");
+    assert!(
+        slept >= 90,
+        "{mode}: the workload slept only {slept} times: {own}"
+    );
+    assert_eq!(
+        count, slept,
+        "{mode}: {lines:#?}\nstderr:\n{stderr}\nworkload: {own}"
+    );
     // latprof times each sleep from switch-out to wakeup, inside the workload's own interval
     // around nanosleep. The timer starts a little before the switch-out (under emulation up
     // to a few hundred microseconds: 1,867 us measured for a 2 ms sleep on 5.10), so a sleep
     // measures at least 1.5 ms here.
-    assert!(total_us >= 100 * 1500, "{mode}: total {total_us} us");
+    assert!(total_us >= slept * 1500, "{mode}: total {total_us} us");
     assert!(
         total_us <= fact(&own, "total_ns") / 1000 + 1,
         "{mode}: total {total_us} us over the workload's own {own}"
@@ -311,5 +322,5 @@ fn debian_12_stock_6_1_rt() {
 #[test]
 #[ignore = "needs root and ../shared/vm: run `cargo xtask test`"]
 fn debian_11_stock_5_10() {
-    check_kernel("debian-5.10", "5.10.0-46-amd64", WALK_NOCAS, false);
+    check_kernel("debian-5.10", "5.10.0-46-amd64", BOUNDED_NOCAS, true);
 }

@@ -161,6 +161,16 @@ impl Btf {
         }
     }
 
+    /// Size in bytes of `struct name`.
+    pub fn struct_size(&self, name: &str) -> Result<u32> {
+        let t = self
+            .types
+            .iter()
+            .find(|t| t.kind == KIND_STRUCT && t.vlen > 0 && self.name(t.name_off) == name)
+            .ok_or_else(|| anyhow!("BTF has no struct {name}"))?;
+        u32_at(&self.data, t.members_at - 4)
+    }
+
     /// Whether some enum of the kernel has the enumerator `name` (e.g. `BPF_FUNC_loop` in
     /// `enum bpf_func_id`: the helpers this kernel knows).
     #[must_use]
@@ -240,6 +250,8 @@ mod tests {
         assert_eq!(btf.member_offset("s", "b").unwrap(), 8);
         assert!(btf.member_offset("s", "c").is_err());
         assert!(btf.member_offset("t", "a").is_err());
+        assert_eq!(btf.struct_size("s").unwrap(), 16);
+        assert!(btf.struct_size("t").is_err());
     }
 
     #[test]

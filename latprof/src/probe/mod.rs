@@ -67,6 +67,9 @@ pub struct ProbeConfig {
     pub debug_checks: bool,
     /// Load a `sched_switch` the verifier must reject (tests the rejection path).
     pub force_reject: bool,
+    /// Learn the stack cache in a bounded loop as on kernels without `bpf_loop`, even where
+    /// the kernel has it (tests that form here).
+    pub bounded_cache: bool,
 }
 
 /// When the spike reader is woken.
@@ -97,6 +100,7 @@ impl Default for ProbeConfig {
             wakeup: Wakeup::Adaptive,
             debug_checks: false,
             force_reject: false,
+            bounded_cache: false,
         }
     }
 }
@@ -156,6 +160,9 @@ struct Globals {
     mm_off: u32,
     /// `thread.sp` in task_struct; 0: no stack cache.
     thread_sp_off: u32,
+    /// `stack` in task_struct, and the user registers' place above it.
+    task_stack_off: u32,
+    pt_regs_in_stack: u32,
     details: u32,
     walk: u32,
     spike_ns: u64,
@@ -178,6 +185,10 @@ impl Variant {
     fn wakeup_program(self) -> &'static str {
         match (self.backtraces, self.cas) {
             (Backtraces::AtWakeupCached, _) => names::PROG_SCHED_WAKEUP_BTF,
+            (Backtraces::AtWakeupCachedBounded, true) => names::PROG_SCHED_WAKEUP_BTF_BOUNDED,
+            (Backtraces::AtWakeupCachedBounded, false) => {
+                names::PROG_SCHED_WAKEUP_BTF_BOUNDED_NOCAS
+            }
             (Backtraces::AtWakeup, true) => names::PROG_SCHED_WAKEUP_BTF_WALK,
             (Backtraces::AtWakeup, false) => names::PROG_SCHED_WAKEUP_BTF_WALK_NOCAS,
             (Backtraces::AtSwitchOut, true) => names::PROG_SCHED_WAKEUP,
@@ -206,6 +217,7 @@ impl Variant {
     pub fn short(self) -> String {
         let backtraces = match self.backtraces {
             Backtraces::AtWakeupCached => "stack cache",
+            Backtraces::AtWakeupCachedBounded => "stack cache, bounded loop",
             Backtraces::AtWakeup => "walk at wakeup",
             Backtraces::AtSwitchOut => "walk at switch-out",
         };
@@ -221,6 +233,9 @@ impl Variant {
     pub fn describe(self) -> String {
         let backtraces = match self.backtraces {
             Backtraces::AtWakeupCached => "backtraces at wakeup through the stack cache",
+            Backtraces::AtWakeupCachedBounded => {
+                "backtraces at wakeup through the stack cache, learnt in a bounded loop (no bpf_loop: a little more per new backtrace)"
+            }
             Backtraces::AtWakeup => {
                 "backtraces walked at wakeup, no stack cache (about 3x the kernel time per counted sleep)"
             }
@@ -242,7 +257,9 @@ impl Variant {
 struct KernelSupport {
     /// Kernel BTF for the BTF tracepoint programs (`None`: none, or not asked for).
     btf: Option<aya::Btf>,
-    /// The helpers the stack cache calls exist (`bpf_loop`, `bpf_task_pt_regs`).
+    /// The stack cache is wanted and knows this architecture's stacks.
+    cache: bool,
+    /// The helpers of the stack cache's best form exist (`bpf_loop`, `bpf_task_pt_regs`).
     cache_helpers: bool,
 }
 
@@ -308,6 +325,8 @@ fn load_variant(
         .override_global(names::GLOBAL_TASK_FLAGS_OFF, &g.flags_off, true)
         .override_global(names::GLOBAL_TASK_MM_OFF, &g.mm_off, true)
         .override_global(names::GLOBAL_THREAD_SP_OFF, &g.thread_sp_off, true)
+        .override_global(names::GLOBAL_TASK_STACK_OFF, &g.task_stack_off, true)
+        .override_global(names::GLOBAL_PT_REGS_IN_STACK, &g.pt_regs_in_stack, true)
         .override_global(names::GLOBAL_RUNQ, &g.details, true)
         .override_global(names::GLOBAL_HISTOGRAMS_ON, &g.details, true)
         .override_global(names::GLOBAL_STACK_WALK_FRAMES, &g.walk, true)
@@ -429,10 +448,30 @@ pub enum Backtraces {
     /// At wakeup, only for sleeps that count, from the task's stack cache when it can vouch for
     /// the backtrace (x86-64, BTF tracepoints and bpf_loop).
     AtWakeupCached,
+    /// The same where the kernel has no `bpf_loop` (before 5.17): the stack is scanned in a
+    /// bounded loop, the user registers found from the task's stack.
+    AtWakeupCachedBounded,
     /// At wakeup, only for sleeps that count; every one walked.
     AtWakeup,
     /// Walked at every switch-out (no BTF tracepoints).
     AtSwitchOut,
+}
+
+/// Where x86-64 keeps a task's user registers: `task_struct.stack` and their distance from it
+/// (THREAD_SIZE, 16 KiB without KASAN, less `sizeof(struct pt_regs)`); (0, 0) where unknown. A
+/// wrong guess costs cache hits, never a wrong backtrace: a hit needs every return address in
+/// its place.
+fn pt_regs_place(btf: &btf::Btf) -> (u32, u32) {
+    const THREAD_SIZE: u32 = 16 * 1024;
+    match (
+        btf.member_offset("task_struct", "stack"),
+        btf.struct_size("pt_regs"),
+    ) {
+        (Ok(stack), Ok(regs)) if cfg!(target_arch = "x86_64") && regs < THREAD_SIZE => {
+            (stack, THREAD_SIZE - regs)
+        }
+        _ => (0, 0),
+    }
 }
 
 /// Offset of the saved kernel stack pointer in `struct task_struct` (`thread.sp`), where the
@@ -466,15 +505,17 @@ impl Probe {
         let mm_off = btf.member_offset("task_struct", "mm")?;
         let mut fallbacks = Vec::new();
         let thread_sp_off = thread_sp_offset(&btf);
-        // The stack cache: x86-64's saved stack pointer, bpf_loop (5.17), bpf_task_pt_regs (5.15).
+        // The stack cache: x86-64's saved stack pointer; bpf_loop (5.17) and bpf_task_pt_regs
+        // (5.15) where the kernel has them, a bounded loop and the task's stack elsewhere.
         let cache_helpers =
             btf.has_enumerator("BPF_FUNC_loop") && btf.has_enumerator("BPF_FUNC_task_pt_regs");
+        let (task_stack_off, pt_regs_in_stack) = pt_regs_place(&btf);
         if config.stack_cache && config.btf_wakeup {
             if thread_sp_off == 0 {
                 fallbacks.push("stack cache off: it knows only x86-64's kernel stacks".to_owned());
             } else if !cache_helpers {
                 fallbacks.push(
-                    "stack cache off: this kernel lacks bpf_loop (Linux 5.17) or bpf_task_pt_regs (5.15)"
+                    "stack cache learnt in a bounded loop: this kernel lacks bpf_loop (Linux 5.17) or bpf_task_pt_regs (5.15)"
                         .to_owned(),
                 );
             }
@@ -510,6 +551,8 @@ impl Probe {
             flags_off,
             mm_off,
             thread_sp_off,
+            task_stack_off,
+            pt_regs_in_stack,
             details,
             walk,
             spike_ns: config.spike.map_or(u64::MAX, |d| {
@@ -534,7 +577,8 @@ impl Probe {
             } else {
                 None
             },
-            cache_helpers: cache_helpers && thread_sp_off != 0 && config.stack_cache,
+            cache: config.stack_cache && thread_sp_off != 0,
+            cache_helpers: cache_helpers && !config.bounded_cache,
         };
         let (mut ebpf, variant) = Self::load_best(&globals, &config, &support, &mut fallbacks)?;
         attach_variant(&mut ebpf, variant)?;
@@ -561,14 +605,18 @@ impl Probe {
         let mut rejected = Vec::new();
         if let Some(btf) = &support.btf {
             let mut candidates = Vec::new();
-            if support.cache_helpers {
+            if support.cache && support.cache_helpers {
                 candidates.push(variant(Backtraces::AtWakeupCached, true));
             }
-            candidates.push(variant(Backtraces::AtWakeup, true));
-            candidates.push(variant(Backtraces::AtWakeup, false));
+            for cas in [true, false] {
+                if support.cache && !support.cache_helpers {
+                    candidates.push(variant(Backtraces::AtWakeupCachedBounded, cas));
+                }
+                candidates.push(variant(Backtraces::AtWakeup, cas));
+            }
             // Without the stack cache the object needs no saved stack pointer.
             let g = Globals {
-                thread_sp_off: if support.cache_helpers {
+                thread_sp_off: if support.cache {
                     globals.thread_sp_off
                 } else {
                     0

@@ -34,7 +34,10 @@ pub const PROG_SCHED_WAKEUP_NOCAS: &str = "sched_wakeup_nocas";
 /// The wakeup program on the BTF tracepoint: takes backtraces at wakeup, through the stack
 /// cache.
 pub const PROG_SCHED_WAKEUP_BTF: &str = "sched_wakeup_btf";
-/// The same, every backtrace walked (kernels without bpf_loop, or `--no-stack-cache`).
+/// The stack cache without bpf_loop and bpf_task_pt_regs (a bounded loop; before 5.17).
+pub const PROG_SCHED_WAKEUP_BTF_BOUNDED: &str = "sched_wakeup_btf_bounded";
+pub const PROG_SCHED_WAKEUP_BTF_BOUNDED_NOCAS: &str = "sched_wakeup_btf_bounded_nocas";
+/// The same, every backtrace walked (`--no-stack-cache`, or a kernel that refuses the cache).
 pub const PROG_SCHED_WAKEUP_BTF_WALK: &str = "sched_wakeup_btf_walk";
 pub const PROG_SCHED_WAKEUP_BTF_WALK_NOCAS: &str = "sched_wakeup_btf_walk_nocas";
 pub const PROG_SCHED_PROCESS_EXIT: &str = "sched_process_exit";
@@ -53,12 +56,14 @@ pub const TICK_PROGRAMS: [&str; 4] = [
 ];
 /// Every program in the object; a session loads three latency programs (one variant of each)
 /// and the tick programs whose tracepoints exist.
-pub const PROGRAMS: [&str; 13] = [
+pub const PROGRAMS: [&str; 15] = [
     PROG_SCHED_SWITCH,
     PROG_SCHED_SWITCH_NOCAS,
     PROG_SCHED_WAKEUP,
     PROG_SCHED_WAKEUP_NOCAS,
     PROG_SCHED_WAKEUP_BTF,
+    PROG_SCHED_WAKEUP_BTF_BOUNDED,
+    PROG_SCHED_WAKEUP_BTF_BOUNDED_NOCAS,
     PROG_SCHED_WAKEUP_BTF_WALK,
     PROG_SCHED_WAKEUP_BTF_WALK_NOCAS,
     PROG_SCHED_PROCESS_EXIT,
@@ -87,6 +92,8 @@ pub const GLOBAL_HISTOGRAMS_ON: &str = "HISTOGRAMS_ON";
 pub const GLOBAL_STACK_WALK_FRAMES: &str = "STACK_WALK_FRAMES";
 pub const GLOBAL_STACK_AT_WAKEUP: &str = "STACK_AT_WAKEUP";
 pub const GLOBAL_THREAD_SP_OFF: &str = "THREAD_SP_OFF";
+pub const GLOBAL_TASK_STACK_OFF: &str = "TASK_STACK_OFF";
+pub const GLOBAL_PT_REGS_IN_STACK: &str = "PT_REGS_IN_STACK";
 pub const GLOBAL_SPIKE_NS: &str = "SPIKE_NS";
 pub const GLOBAL_WAKEUP_POLICY: &str = "WAKEUP_POLICY";
 pub const GLOBAL_DEBUG_CHECKS: &str = "DEBUG_CHECKS";
