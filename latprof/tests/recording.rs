@@ -100,7 +100,8 @@ fn workload(count: &str) -> Child {
         .expect("spawn workload")
 }
 
-fn go_and_wait(work: &mut Child) {
+/// Starts the workload and waits for its work to end; returns its own longest nanosleep (ns).
+fn go_and_wait(work: &mut Child) -> u64 {
     let stdin = work.stdin.as_mut().expect("stdin");
     stdin
         .write_all(b"go\n")
@@ -111,6 +112,10 @@ fn go_and_wait(work: &mut Child) {
         .read_line(&mut line)
         .expect("workload output");
     assert!(line.starts_with("done"), "workload: {line}");
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("max_ns="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("workload did not report max_ns: {line}"))
 }
 
 #[test]
@@ -135,7 +140,7 @@ fn record_then_dump_without_root_matches_stats() {
         path,
     ]);
     let (stats, stats_err) = start(&["stats", "--all-sleeps", "--duration", "60s", "--pid", &pid]);
-    go_and_wait(&mut work);
+    let own_max_us = go_and_wait(&mut work) / 1000;
     // A snapshot after the work holds all of it.
     std::thread::sleep(Duration::from_millis(600));
     let (stats_out, _) = interrupt(stats, stats_err);
@@ -159,18 +164,23 @@ fn record_then_dump_without_root_matches_stats() {
     let (dc, dt, dm, df) = line_with(&dump_text, "hrtimer_nanosleep");
     // Two probes saw the same sleeps: same count and frames. Each reads the clock itself, a
     // few nanoseconds after the other, unless the (virtual) CPU is taken away between the two
-    // reads: CI once saw one sleep 22 us longer to one probe. The totals agree to 1%, and the
-    // max moves by no more than the totals may.
+    // reads: CI once saw one sleep 22 us longer to one probe, and a fresh clone 2.5 ms over the
+    // 100 sleeps. Such a stall also stretches the workload's own longest sleep past its 2 ms:
+    // the totals agree to 1% plus that stretch, and the max moves by no more than that.
     assert_eq!(
         (dc, &df),
         (sc, &sf),
         "dump:\n{dump_text}\nstats:\n{stats_text}"
     );
     assert!(sc >= 99, "stats counted {sc} of 100 nanosleeps");
-    assert!(dt.abs_diff(st) * 100 <= st, "totals {dt} vs {st} us");
+    let stall_us = own_max_us.saturating_sub(2000);
     assert!(
-        dm.abs_diff(sm) * 100 <= st,
-        "max {dm} vs {sm} us (totals {st} us)"
+        dt.abs_diff(st) <= st / 100 + stall_us,
+        "totals {dt} vs {st} us (workload's own longest sleep {own_max_us} us)"
+    );
+    assert!(
+        dm.abs_diff(sm) <= st / 100 + stall_us,
+        "max {dm} vs {sm} us (totals {st} us, workload's own longest sleep {own_max_us} us)"
     );
 
     // JSON carries the same numbers.
