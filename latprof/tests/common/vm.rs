@@ -1,6 +1,6 @@
 //! Booting ../shared/vm: one guest at a time, a script copied in, its output back.
 use std::{
-    io::Read,
+    io::{Read, Write as _},
     path::PathBuf,
     process::{Command, ExitStatus, Stdio},
     time::{Duration, Instant},
@@ -53,7 +53,10 @@ pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
             started.elapsed().as_secs_f64()
         );
         if !status.success() && stderr.contains("did not finish") && attempt == 1 {
-            eprintln!(
+            // Written to stderr itself, not through eprintln!, which the test harness keeps
+            // to itself when the test then passes: a retry must show in every run's log.
+            let _ = writeln!(
+                std::io::stderr(),
                 "VM did not finish (attempt {attempt}{}), retrying:\n{stdout}\n{stderr}",
                 if stopped {
                     ", stopped after the time limit"
