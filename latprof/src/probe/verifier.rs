@@ -56,11 +56,10 @@ fn is_statistics(line: &str) -> bool {
 /// An instruction line: `1719: (7b) *(u64 *)(r3 +24) = r9`, with any register state after it
 /// (`; R1_w=...`) left out.
 fn instruction(line: &str) -> Option<&str> {
-    let (num, rest) = line.split_once(": (")?;
+    let (num, _) = line.split_once(": (")?;
     if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let _ = rest;
     Some(line.split(" ; ").next().unwrap_or(line).trim_end())
 }
 
