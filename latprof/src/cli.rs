@@ -5,9 +5,9 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    duration,
     export::Format,
     probe::{Mode, ProbeConfig, Wakeup},
+    time,
 };
 
 #[derive(Debug, Parser)]
@@ -26,7 +26,7 @@ pub struct Cli {
     pub stack_depth: Option<u16>,
     /// Interruptible sleeps longer than this are not counted (usually requested waits: poll,
     /// select, nanosleep of seconds).
-    #[arg(long, global = true, value_parser = duration::parse, default_value = "5ms")]
+    #[arg(long, global = true, value_parser = time::parse_duration, default_value = "5ms")]
     pub inter_cutoff: Duration,
     /// Count every sleep, however long (removes --inter-cutoff).
     #[arg(long, global = true)]
@@ -44,7 +44,7 @@ pub struct Cli {
     pub max_records: u32,
     /// Sleeps and run-queue waits at least this long are spikes: sent one by one to `top`'s
     /// recent spikes, `record` and `latprof spikes`.
-    #[arg(long, global = true, value_parser = duration::parse, default_value = "10ms")]
+    #[arg(long, global = true, value_parser = time::parse_duration, default_value = "10ms")]
     pub spike: Duration,
     /// When the kernel wakes the spike reader: adaptive (only when it waits, or the buffer
     /// fills) or always (every event).
@@ -96,18 +96,12 @@ pub enum Command {
     /// Print a recording's numbers at a moment, or between two, as text, JSON, folded or
     /// OpenMetrics; no root needed.
     Dump(DumpArgs),
-    /// The overhead benchmark: latprof against no tracer and its peers (`cargo xtask bench`).
-    #[command(hide = true)]
-    Bench(crate::bench::BenchArgs),
-    /// Deterministic workloads for latprof's tests and benchmarks.
-    #[command(hide = true)]
-    Workload(WorkloadArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// How long to collect; Ctrl-C or SIGTERM stops early and still prints.
-    #[arg(long, value_parser = duration::parse, default_value = "5s")]
+    #[arg(long, value_parser = time::parse_duration, default_value = "5s")]
     pub duration: Duration,
     /// Only this process (all its threads).
     #[arg(long, short = 'p')]
@@ -125,7 +119,7 @@ pub struct StatsArgs {
 #[derive(Debug, Args)]
 pub struct SpikesArgs {
     /// Stop after this long (default: until Ctrl-C or SIGTERM).
-    #[arg(long, value_parser = duration::parse)]
+    #[arg(long, value_parser = time::parse_duration)]
     pub duration: Option<Duration>,
     /// Only this process.
     #[arg(long, short = 'p')]
@@ -141,10 +135,10 @@ pub struct RecordArgs {
     #[arg(long)]
     pub force: bool,
     /// Stop after this long (default: until Ctrl-C or SIGTERM).
-    #[arg(long, value_parser = duration::parse)]
+    #[arg(long, value_parser = time::parse_duration)]
     pub duration: Option<Duration>,
     /// Time between snapshots.
-    #[arg(long, value_parser = duration::parse, default_value = "1s")]
+    #[arg(long, value_parser = time::parse_duration, default_value = "1s")]
     pub interval: Duration,
     /// Start a new file when this one reaches SIZE (e.g. 100M); older files become
     /// FILE.1, FILE.2, ... up to --keep.
@@ -239,7 +233,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Refresh interval.
-    #[arg(long, value_parser = duration::parse, default_value = "1s")]
+    #[arg(long, value_parser = time::parse_duration, default_value = "1s")]
     pub interval: Duration,
     /// Start with the processes filtered to this pid.
     #[arg(long, short = 'p')]
@@ -250,92 +244,6 @@ pub struct TopArgs {
     /// Extra reasons (latencytop.trans format: PRIORITY FUNCTION REASON), overriding built-ins.
     #[arg(long)]
     pub reasons: Option<PathBuf>,
-}
-
-#[derive(Debug, Args)]
-pub struct WorkloadArgs {
-    /// Wait for a line (or end of file) on stdin before starting.
-    #[arg(long)]
-    pub wait: bool,
-    /// After the work, stay alive until end of file on stdin.
-    #[arg(long)]
-    pub hold: bool,
-    #[command(subcommand)]
-    pub kind: Workload,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Workload {
-    /// `count` nanosleeps of `interval`.
-    Sleep {
-        #[arg(long, default_value_t = 200)]
-        count: u32,
-        #[arg(long, value_parser = duration::parse, default_value = "2ms")]
-        interval: Duration,
-        /// Print the kernel's /proc/self/latency at the end (kernels with CONFIG_LATENCYTOP).
-        #[arg(long)]
-        print_proc_latency: bool,
-    },
-    /// `count` times: write 4 KiB to a file in `dir` and fsync it.
-    Fsync {
-        #[arg(long, default_value_t = 50)]
-        count: u32,
-        #[arg(long)]
-        dir: PathBuf,
-    },
-    /// `count` threads, each sleeping `interval` in a loop for `seconds`.
-    Threads {
-        #[arg(long, default_value_t = 1000)]
-        count: u32,
-        #[arg(long, value_parser = duration::parse, default_value = "10ms")]
-        interval: Duration,
-        #[arg(long, default_value_t = 10)]
-        seconds: u64,
-    },
-    /// Two threads (or processes) passing a byte over pipes `count` times.
-    Pingpong {
-        #[arg(long, default_value_t = 1000)]
-        count: u32,
-        #[arg(long)]
-        processes: bool,
-        /// Pin both sides to this CPU (every round trip is then two switches on it).
-        #[arg(long)]
-        cpu: Option<usize>,
-        /// With --processes: the parent on CPU 0, the child on CPU 1, so that each side's
-        /// read waits for the other CPU's answer (on one CPU, a side the other preempts can
-        /// find its answer already there and never wait).
-        #[arg(long, requires = "processes", conflicts_with = "cpu")]
-        apart: bool,
-    },
-    /// `count` short-lived children, each sleeping `sleep` once before it exits.
-    Forks {
-        #[arg(long, default_value_t = 1000)]
-        count: u32,
-        #[arg(long, value_parser = duration::parse, default_value = "50us")]
-        sleep: Duration,
-    },
-    /// Keeps a CPU busy in user space for `time`, with a system call every `syscall_every`
-    /// iterations (0: none), so that context tracking sees user entries and exits.
-    Spin {
-        #[arg(long, value_parser = duration::parse, default_value = "2s")]
-        time: Duration,
-        #[arg(long)]
-        cpu: Option<usize>,
-        #[arg(long, default_value_t = 100_000)]
-        syscall_every: u64,
-    },
-    /// Prints the name of every BPF program loaded in the kernel, one a line (tests check that
-    /// none of latprof's is left after it exits).
-    LoadedPrograms,
-    /// `procs` processes sleeping `interval` in a loop, at the same kernel backtrace.
-    Sleepers {
-        #[arg(long, default_value_t = 2)]
-        procs: u32,
-        #[arg(long, value_parser = duration::parse, default_value = "100us")]
-        interval: Duration,
-        #[arg(long, value_parser = duration::parse, default_value = "2s")]
-        time: Duration,
-    },
 }
 
 impl Cli {

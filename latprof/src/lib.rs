@@ -1,24 +1,21 @@
 //! latprof: latencytop's accounting in eBPF, with a lazy mode that keeps the global table off the
 //! scheduler's hot path.
-pub mod bench;
+//!
+//! The data path: `probe` (load and attach the kernel programs) -> `collect` (read their maps
+//! into raw snapshots and spikes) -> `model` (what a view shows: causes, rates, rows) -> `tui`
+//! (draw); beside it `store` (recordings) and `export` (text, JSON, folded, OpenMetrics).
+//! `cmd` holds every subcommand's `run`.
 pub mod cli;
-pub mod clock;
+pub mod cmd;
 pub mod collect;
-pub mod debuglog;
-pub mod dump;
-pub mod duration;
 pub mod export;
 pub mod model;
-pub mod nohz;
 pub mod probe;
 pub mod reasons;
-pub mod record;
-pub mod spikes;
-pub mod stats;
 pub mod store;
 pub mod symbols;
+pub mod time;
 pub mod tui;
-pub mod workload;
 
 /// Failures a caller branches on (for the exit code).
 #[derive(Debug, thiserror::Error)]

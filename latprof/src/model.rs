@@ -1,23 +1,18 @@
 //! Snapshot -> what a view shows: causes named by their frames, merged and sorted.
 use std::collections::HashMap;
 
-use latprof_common::{GlobalRecord, NO_STACK, RUNQ_STACK};
+use latprof_common::{GlobalRecord, RUNQ_STACK};
 
 use crate::{
-    collect::{Snapshot, add},
-    symbols::Kallsyms,
+    collect::{Snapshot, Spike, add},
+    reasons::Reasons,
+    symbols::{Backtrace, Kallsyms},
 };
-
-/// Frame text used for sleeps whose backtrace the kernel could not store.
-pub const UNAVAILABLE: &str = "[stack unavailable]";
-/// Frame text of run-queue latency (from wakeup to running).
-pub const WAITING_FOR_CPU: &str = "[waiting for CPU]";
 
 /// One cause as a user sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cause {
-    /// Cause frames, innermost first.
-    pub frames: Vec<String>,
+    pub backtrace: Backtrace,
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
@@ -32,23 +27,16 @@ pub fn causes(
     syms: &Kallsyms,
     depth: usize,
 ) -> Vec<Cause> {
-    let mut merged: HashMap<Vec<String>, GlobalRecord> = HashMap::new();
+    let mut merged: HashMap<Backtrace, GlobalRecord> = HashMap::new();
     for (stack, rec) in records {
-        let frames = if stack == NO_STACK {
-            vec![UNAVAILABLE.to_owned()]
-        } else if stack == RUNQ_STACK {
-            vec![WAITING_FOR_CPU.to_owned()]
-        } else {
-            let raw = snap.stacks.get(&stack).map_or(&[][..], Vec::as_slice);
-            let frames = syms.cause_frames(raw, depth);
-            if frames.is_empty() {
-                vec![UNAVAILABLE.to_owned()]
-            } else {
-                frames
-            }
-        };
+        let backtrace = Backtrace::of(
+            stack,
+            snap.stacks.get(&stack).map(Vec::as_slice),
+            syms,
+            depth,
+        );
         add(
-            merged.entry(frames).or_default(),
+            merged.entry(backtrace).or_default(),
             rec.count,
             rec.total_ns,
             rec.max_ns,
@@ -56,8 +44,8 @@ pub fn causes(
     }
     let mut out: Vec<Cause> = merged
         .into_iter()
-        .map(|(frames, r)| Cause {
-            frames,
+        .map(|(backtrace, r)| Cause {
+            backtrace,
             count: r.count,
             total_ns: r.total_ns,
             max_ns: r.max_ns,
@@ -66,9 +54,22 @@ pub fn causes(
     out.sort_by(|a, b| {
         b.total_ns
             .cmp(&a.total_ns)
-            .then_with(|| a.frames.cmp(&b.frames))
+            .then_with(|| a.backtrace.cmp(&b.backtrace))
     });
     out
+}
+
+/// A spike's reason, from the backtraces a snapshot (or a recording) holds.
+#[must_use]
+pub fn spike_reason(
+    spike: &Spike,
+    snap: &Snapshot,
+    syms: &Kallsyms,
+    reasons: &Reasons,
+    depth: usize,
+) -> String {
+    let raw = snap.stacks.get(&spike.stack_id).map(Vec::as_slice);
+    reasons.reason(&Backtrace::of(spike.stack_id, raw, syms, depth))
 }
 
 /// The global table: sleep causes and run-queue latency.
@@ -214,8 +215,8 @@ pub struct Row {
     /// What the row shows: the reason, or the backtrace.
     pub label: String,
     pub reason: String,
-    /// The distinct backtraces (cause frames) in this row.
-    pub backtraces: Vec<Vec<String>>,
+    /// The distinct backtraces in this row.
+    pub backtraces: Vec<Backtrace>,
     /// The kernel stack ids in this row.
     pub stacks: Vec<u64>,
     pub count: u64,
@@ -233,7 +234,7 @@ impl Row {
 /// What views are computed with.
 pub struct ViewContext<'a> {
     pub syms: &'a Kallsyms,
-    pub reasons: &'a crate::reasons::Reasons,
+    pub reasons: &'a Reasons,
     pub depth: usize,
     pub group: Group,
     pub sort: SortKey,
@@ -291,18 +292,18 @@ pub fn rows(records: &[(u64, GlobalRecord)], snap: &Snapshot, ctx: &ViewContext<
         let Some(cause) = cause.into_iter().next() else {
             continue;
         };
-        let reason = ctx.reasons.reason(&cause.frames);
+        let reason = ctx.reasons.reason(&cause.backtrace);
         let label = match ctx.group {
             Group::Reason => reason.clone(),
-            Group::Backtrace => cause.frames.join(" "),
+            Group::Backtrace => cause.backtrace.join(" "),
         };
         let row = by_label.entry(label.clone()).or_insert_with(|| Row {
             label,
             reason,
             ..Row::default()
         });
-        if !row.backtraces.contains(&cause.frames) {
-            row.backtraces.push(cause.frames);
+        if !row.backtraces.contains(&cause.backtrace) {
+            row.backtraces.push(cause.backtrace);
         }
         row.stacks.push(*stack);
         row.count += rec.count;
@@ -542,7 +543,7 @@ pub fn header(first: &Snapshot, prev: Option<&Snapshot>, cur: &Snapshot) -> Head
 
 #[cfg(test)]
 mod tests {
-    use latprof_common::LatencyRecord;
+    use latprof_common::{LatencyRecord, NO_STACK};
 
     use super::*;
     use crate::{collect::TaskSnapshot, probe::Mode};
@@ -624,13 +625,13 @@ ffffffff81401000 T __sched_text_end
             causes,
             vec![
                 Cause {
-                    frames: vec!["hrtimer_nanosleep".into()],
+                    backtrace: Backtrace::Frames(vec!["hrtimer_nanosleep".into()]),
                     count: 3,
                     total_ns: 9_000,
                     max_ns: 5_000
                 },
                 Cause {
-                    frames: vec!["pipe_read".into()],
+                    backtrace: Backtrace::Frames(vec!["pipe_read".into()]),
                     count: 5,
                     total_ns: 500,
                     max_ns: 100
@@ -653,7 +654,7 @@ ffffffff81401000 T __sched_text_end
         let mut snap = snapshot(Mode::Lazy);
         snap.skip_kthreads = false;
         let causes = global_causes(&snap, &syms, 12);
-        assert_eq!(causes[0].frames, ["pipe_read"]);
+        assert_eq!(causes[0].backtrace.lines(), ["pipe_read"]);
         assert_eq!(causes[0].count, 105);
     }
 
@@ -661,7 +662,7 @@ ffffffff81401000 T __sched_text_end
     fn process_causes_sum_threads() {
         let syms = Kallsyms::parse(KALLSYMS).unwrap();
         let causes = process_causes(&snapshot(Mode::Lazy), 10, &syms, 12);
-        assert_eq!(causes[0].frames, ["hrtimer_nanosleep"]);
+        assert_eq!(causes[0].backtrace.lines(), ["hrtimer_nanosleep"]);
         assert_eq!(causes[1].count, 5);
         assert!(process_causes(&snapshot(Mode::Lazy), 99, &syms, 12).is_empty());
     }
@@ -678,6 +679,9 @@ ffffffff81401000 T __sched_text_end
                 max_ns: 7,
             },
         )];
-        assert_eq!(global_causes(&snap, &syms, 12)[0].frames, [UNAVAILABLE]);
+        assert_eq!(
+            global_causes(&snap, &syms, 12)[0].backtrace,
+            Backtrace::Unavailable
+        );
     }
 }

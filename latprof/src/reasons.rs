@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::model::{UNAVAILABLE, WAITING_FOR_CPU};
+use crate::symbols::Backtrace;
 
 /// The built-in table, written for Linux 6.x function names.
 pub const BUILTIN: &str = include_str!("reasons.trans");
@@ -100,16 +100,18 @@ impl Reasons {
         Ok(Self { rules })
     }
 
-    /// The reason of a cause given its frames (innermost first). Unknown backtraces show their
-    /// most telling frame, the innermost, in brackets, as latencytop does.
+    /// The reason of a backtrace. Unknown backtraces show their most telling frame, the
+    /// innermost, in brackets, as latencytop does.
     #[must_use]
-    pub fn reason(&self, frames: &[String]) -> String {
-        match frames.first().map(String::as_str) {
-            Some(WAITING_FOR_CPU) => return "Waiting for CPU".to_owned(),
-            Some(UNAVAILABLE) => return UNAVAILABLE.to_owned(),
-            None => return UNAVAILABLE.to_owned(),
-            Some(_) => {}
-        }
+    pub fn reason(&self, backtrace: &Backtrace) -> String {
+        let frames = match backtrace {
+            Backtrace::WaitingForCpu => return "Waiting for CPU".to_owned(),
+            Backtrace::Unavailable => return Backtrace::UNAVAILABLE.to_owned(),
+            Backtrace::Frames(frames) if frames.is_empty() => {
+                return Backtrace::UNAVAILABLE.to_owned();
+            }
+            Backtrace::Frames(frames) => frames,
+        };
         let mut best: Option<&Rule> = None;
         for frame in frames {
             let f = function(frame);
@@ -133,12 +135,12 @@ mod tests {
     /// Real `latprof stats --all-sleeps` output captured on this project's 6.18 kernel.
     const FIXTURE: &str = include_str!("../tests/fixtures/latency_stats-6.18.txt");
 
-    fn frames_of(line_containing: &str) -> Vec<String> {
+    fn frames_of(line_containing: &str) -> Backtrace {
         let line = FIXTURE
             .lines()
             .find(|l| l.contains(line_containing))
             .unwrap_or_else(|| panic!("fixture has no line with {line_containing}"));
-        line.split(' ').skip(3).map(str::to_owned).collect()
+        Backtrace::Frames(line.split(' ').skip(3).map(str::to_owned).collect())
     }
 
     #[test]
@@ -197,20 +199,24 @@ mod tests {
     #[test]
     fn unknown_backtraces_show_their_first_frame() {
         let r = Reasons::builtin();
-        let frames = vec![
+        let frames = Backtrace::Frames(vec![
             "mystery_wait.constprop.0".to_owned(),
             "do_syscall_64".to_owned(),
-        ];
+        ]);
         assert_eq!(r.reason(&frames), "[mystery_wait]");
-        assert_eq!(r.reason(&[WAITING_FOR_CPU.to_owned()]), "Waiting for CPU");
-        assert_eq!(r.reason(&[]), UNAVAILABLE);
+        assert_eq!(r.reason(&Backtrace::WaitingForCpu), "Waiting for CPU");
+        assert_eq!(r.reason(&Backtrace::Unavailable), Backtrace::UNAVAILABLE);
+        assert_eq!(
+            r.reason(&Backtrace::Frames(Vec::new())),
+            Backtrace::UNAVAILABLE
+        );
     }
 
     #[test]
     fn priority_decides_and_prefixes_match() {
         let rules = parse("1 a Generic\n5 b Specific\n3 c* Prefixed\n", "t").unwrap();
         let r = Reasons { rules };
-        let f = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let f = |v: &[&str]| Backtrace::Frames(v.iter().map(|s| (*s).to_owned()).collect());
         assert_eq!(r.reason(&f(&["b", "a"])), "Specific");
         assert_eq!(r.reason(&f(&["a", "b"])), "Specific");
         assert_eq!(r.reason(&f(&["a", "c_thing"])), "Prefixed");

@@ -128,6 +128,70 @@ impl Kallsyms {
     }
 }
 
+/// A cause's backtrace as people read it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Backtrace {
+    /// Kernel frames, innermost first, the function that chose to sleep first.
+    Frames(Vec<String>),
+    /// Run-queue latency (from wakeup to running): no backtrace to take.
+    WaitingForCpu,
+    /// A sleep whose backtrace the kernel could not store.
+    Unavailable,
+}
+
+impl Backtrace {
+    /// The text shown for [`Backtrace::Unavailable`], also its reason.
+    pub const UNAVAILABLE: &'static str = "[stack unavailable]";
+    /// The text shown for [`Backtrace::WaitingForCpu`].
+    pub const WAITING_FOR_CPU: &'static str = "[waiting for CPU]";
+
+    /// The backtrace of a stack id, from its raw instruction pointers where they are known.
+    #[must_use]
+    pub fn of(stack_id: u64, raw: Option<&[u64]>, syms: &Kallsyms, depth: usize) -> Self {
+        if stack_id == latprof_common::RUNQ_STACK {
+            return Self::WaitingForCpu;
+        }
+        let frames = raw
+            .filter(|_| stack_id != latprof_common::NO_STACK)
+            .map(|raw| syms.cause_frames(raw, depth))
+            .unwrap_or_default();
+        if frames.is_empty() {
+            Self::Unavailable
+        } else {
+            Self::Frames(frames)
+        }
+    }
+
+    /// The lines shown for it: its frames, or one bracketed word for the two without.
+    #[must_use]
+    pub fn lines(&self) -> Vec<&str> {
+        match self {
+            Self::Frames(frames) => frames.iter().map(String::as_str).collect(),
+            Self::WaitingForCpu => vec![Self::WAITING_FOR_CPU],
+            Self::Unavailable => vec![Self::UNAVAILABLE],
+        }
+    }
+
+    /// Its lines joined by `sep`.
+    #[must_use]
+    pub fn join(&self, sep: &str) -> String {
+        self.lines().join(sep)
+    }
+}
+
+impl Ord for Backtrace {
+    /// By the text shown, so that tables list ties in the order people read.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.lines().cmp(&other.lines())
+    }
+}
+
+impl PartialOrd for Backtrace {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,8 +6,8 @@
 //! Without privileges they fail, never pass silently.
 use std::{
     collections::HashSet,
-    io::{BufRead as _, BufReader, Write as _},
-    process::{Child, Command, Stdio},
+    io::{BufRead as _, BufReader},
+    process::{Command, Stdio},
     sync::{Mutex, MutexGuard},
     time::{Duration, Instant},
 };
@@ -16,13 +16,13 @@ use latprof::{
     collect::{Collector, Snapshot},
     model::{self, Cause},
     probe::{Backtraces, Mode, Probe, ProbeConfig, names},
-    symbols::Kallsyms,
+    symbols::{Backtrace, Kallsyms},
 };
 use latprof_common::Counter;
 
 mod common;
 
-use common::LATPROF;
+use common::{LATPROF, Workload};
 const MS: u64 = 1_000_000;
 
 /// One test at a time owns the kernel side, so program-id checks see only their own programs.
@@ -47,60 +47,6 @@ fn twice(what: &str, attempt: impl Fn()) {
     }
 }
 
-/// A workload that waits for `go` and, after its work, stays alive until `release`.
-struct Workload {
-    child: Child,
-}
-
-impl Workload {
-    fn spawn(args: &[&str]) -> Self {
-        let child = Command::new(LATPROF)
-            .args(["workload", "--wait", "--hold"])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn workload");
-        Self { child }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn go(&mut self) {
-        let stdin = self.child.stdin.as_mut().expect("workload stdin");
-        stdin.write_all(b"go\n").expect("start workload");
-        stdin.flush().expect("start workload");
-    }
-
-    /// Blocks until the workload finished its work: every sleep of it has been accounted.
-    /// Returns what it reported about its work (`key=value` facts).
-    fn wait_done(&mut self) -> Vec<(String, u64)> {
-        let mut line = String::new();
-        BufReader::new(self.child.stdout.as_mut().expect("workload stdout"))
-            .read_line(&mut line)
-            .expect("read workload stdout");
-        let mut words = line.split_whitespace();
-        assert_eq!(
-            words.next(),
-            Some("done"),
-            "workload did not finish its work: {line}"
-        );
-        words
-            .filter_map(|w| w.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.parse().expect("a number")))
-            .collect()
-    }
-
-    /// Lets the workload exit and checks that it succeeded.
-    fn release(mut self) {
-        drop(self.child.stdin.take());
-        let status = self.child.wait().expect("wait for workload");
-        assert!(status.success(), "workload failed: {status}");
-    }
-}
-
 fn attach(mode: Mode, pid: Option<u32>) -> Probe {
     Probe::attach(ProbeConfig {
         mode,
@@ -113,7 +59,7 @@ fn attach(mode: Mode, pid: Option<u32>) -> Probe {
 fn frames_with<'a>(causes: &'a [Cause], needle: &str) -> Vec<&'a Cause> {
     causes
         .iter()
-        .filter(|c| c.frames.iter().any(|f| f.contains(needle)))
+        .filter(|c| c.backtrace.lines().iter().any(|f| f.contains(needle)))
         .collect()
 }
 
@@ -194,7 +140,7 @@ fn nanosleep_causes_with(mode: Mode, btf_wakeup: bool) -> Measured {
 fn check_nanosleep(cause: &Cause, lost: u64, own: OwnClock) {
     assert!(lost <= 2, "{lost} sleeps lost");
     assert_eq!(cause.count + lost, 200, "{cause:?}, {lost} lost");
-    assert_eq!(cause.frames[0], "hrtimer_nanosleep", "{cause:?}");
+    assert_eq!(cause.backtrace.lines()[0], "hrtimer_nanosleep", "{cause:?}");
     // latprof measures from the switch-out to the wakeup, inside the workload's own interval.
     assert!(
         cause.total_ns <= own.total_ns,
@@ -305,7 +251,7 @@ fn normal_and_lazy_attempt() {
         normal_after.count + normal_lost,
         lazy_after.count + lazy_lost
     );
-    assert_eq!(normal_after.frames, lazy_after.frames);
+    assert_eq!(normal_after.backtrace, lazy_after.backtrace);
 }
 
 #[test]
@@ -331,7 +277,7 @@ fn fsync_shows_as_uninterruptible_writeback() {
     assert!(
         fsync
             .iter()
-            .all(|c| c.frames.iter().any(|f| f.contains("fsync")))
+            .all(|c| c.backtrace.lines().iter().any(|f| f.contains("fsync")))
     );
 }
 
@@ -425,17 +371,13 @@ fn stack_cache_attempt(work_args: &[&str], min_hits: u64, bounded: bool) {
     assert!(c.get(Counter::StackCacheHits) >= min_hits, "{c:?}");
     assert_eq!(b.counters.get(Counter::StackCacheHits), 0);
     assert!(b.counters.get(Counter::StackWalks) >= b.counters.get(Counter::Counted));
-    let causes = |s: &Snapshot| -> std::collections::BTreeMap<Vec<String>, u64> {
+    let causes = |s: &Snapshot| -> std::collections::BTreeMap<Backtrace, u64> {
         model::process_causes(s, pid, &syms, 12)
             .into_iter()
             // Run-queue waits under 1 us are not counted, and each probe's own cost moves
             // them across that line: only the sleeps must agree.
-            .filter(|c| {
-                c.frames
-                    .first()
-                    .is_some_and(|f| f != model::WAITING_FOR_CPU)
-            })
-            .map(|c| (c.frames, c.count))
+            .filter(|c| c.backtrace != Backtrace::WaitingForCpu)
+            .map(|c| (c.backtrace, c.count))
             .collect()
     };
     let (ca, cb) = (causes(&a), causes(&b));
@@ -764,7 +706,7 @@ fn full_tables_are_counted_not_silent() {
     );
     if c.get(Counter::StackMissing) > c.get(Counter::SleepLost) {
         assert!(
-            causes.iter().any(|c| c.frames == [model::UNAVAILABLE]),
+            causes.iter().any(|c| c.backtrace == Backtrace::Unavailable),
             "{causes:#?}"
         );
         assert!(
@@ -864,18 +806,18 @@ fn tick_counters_follow_a_busy_and_an_idle_cpu() {
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     assert!(cpus >= 2, "this test needs two CPUs");
     let probe = attach(Mode::Lazy, None);
-    let facts = latprof::nohz::kernel_facts(&probe);
+    let facts = latprof::probe::facts::kernel_facts(&probe);
     // nohz_full as sysfs says (none on this host; the VM test has CPU 1).
     let sysfs = std::fs::read_to_string("/sys/devices/system/cpu/nohz_full").unwrap_or_default();
     assert_eq!(
         facts.nohz_full_cpus,
-        latprof::nohz::parse_cpulist(&sysfs).expect("cpulist")
+        latprof::probe::facts::parse_cpulist(&sysfs).expect("cpulist")
     );
     let mut collector = Collector::new();
     let before = collector.snapshot(&probe).expect("snapshot");
     // CPU 1 busy in user space for 1.5 s.
-    let spin = Command::new(LATPROF)
-        .args(["workload", "spin", "--time", "1500ms", "--cpu", "1"])
+    let spin = Command::new(common::workload_bin())
+        .args(["spin", "--time", "1500ms", "--cpu", "1"])
         .output()
         .expect("spin");
     assert!(spin.status.success());

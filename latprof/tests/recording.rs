@@ -5,7 +5,7 @@
 //! The recorder needs root, so those tests are `#[ignore]`d for a plain `cargo test`;
 //! `cargo xtask test` (and CI, as root) runs them. The bad-file tests need no root.
 use std::{
-    io::{BufRead as _, BufReader, Write as _},
+    io::{BufReader, Write as _},
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
@@ -13,7 +13,7 @@ use std::{
 
 mod common;
 
-use common::{LATPROF, interrupt};
+use common::{LATPROF, Workload, interrupt};
 
 /// A directory every user can read (dump runs as `nobody`), removed at the end.
 struct TempDir(PathBuf);
@@ -82,42 +82,6 @@ fn line_with(text: &str, needle: &str) -> (u64, u64, u64, String) {
     (c, t, m, words.next().expect("frames").to_owned())
 }
 
-fn workload(count: &str) -> Child {
-    Command::new(LATPROF)
-        .args([
-            "workload",
-            "--wait",
-            "--hold",
-            "sleep",
-            "--count",
-            count,
-            "--interval",
-            "2ms",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn workload")
-}
-
-/// Starts the workload and waits for its work to end; returns its own longest nanosleep (ns).
-fn go_and_wait(work: &mut Child) -> u64 {
-    let stdin = work.stdin.as_mut().expect("stdin");
-    stdin
-        .write_all(b"go\n")
-        .and_then(|()| stdin.flush())
-        .expect("start workload");
-    let mut line = String::new();
-    BufReader::new(work.stdout.as_mut().expect("stdout"))
-        .read_line(&mut line)
-        .expect("workload output");
-    assert!(line.starts_with("done"), "workload: {line}");
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix("max_ns="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("workload did not report max_ns: {line}"))
-}
-
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn record_then_dump_without_root_matches_stats() {
@@ -125,8 +89,8 @@ fn record_then_dump_without_root_matches_stats() {
     let dir = TempDir::new("roundtrip");
     let file = dir.file("run.lpr");
     let path = file.to_str().expect("utf-8 path");
-    let mut work = workload("100");
-    let pid = work.id().to_string();
+    let mut work = Workload::spawn(&["sleep", "--count", "100", "--interval", "2ms"]);
+    let pid = work.pid().to_string();
     let (recorder, rec_err) = start(&[
         "record",
         "--all-sleeps",
@@ -140,7 +104,8 @@ fn record_then_dump_without_root_matches_stats() {
         path,
     ]);
     let (stats, stats_err) = start(&["stats", "--all-sleeps", "--duration", "60s", "--pid", &pid]);
-    let own_max_us = go_and_wait(&mut work) / 1000;
+    // The workload's own longest nanosleep.
+    let own_max_us = work.run("max_ns").expect("the workload reports max_ns") / 1000;
     // A snapshot after the work holds all of it.
     std::thread::sleep(Duration::from_millis(600));
     let (stats_out, _) = interrupt(stats, stats_err);
@@ -269,8 +234,7 @@ fn record_then_dump_without_root_matches_stats() {
         !String::from_utf8_lossy(&tail.stdout).contains("hrtimer_nanosleep"),
         "nothing slept in the last two snapshot intervals"
     );
-    drop(work.stdin.take());
-    assert!(work.wait().expect("wait").success());
+    work.release();
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //!
 //! Needs root; `cargo xtask test` runs it (`#[ignore]`d for a plain `cargo test`).
 use std::{
-    io::{BufRead as _, BufReader, Write as _},
+    io::BufReader,
     process::{Child, Command, Stdio},
     sync::{Mutex, MutexGuard},
     time::Duration,
@@ -11,7 +11,7 @@ use std::{
 
 mod common;
 
-use common::LATPROF;
+use common::{LATPROF, Workload};
 
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
@@ -90,34 +90,6 @@ struct Summary {
     lost: u64,
 }
 
-fn workload(args: &[&str]) -> Child {
-    Command::new(LATPROF)
-        .args(["workload", "--wait", "--hold"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn workload")
-}
-
-fn run(work: &mut Child) {
-    let stdin = work.stdin.as_mut().expect("stdin");
-    stdin
-        .write_all(b"go\n")
-        .and_then(|()| stdin.flush())
-        .expect("go");
-    let mut line = String::new();
-    BufReader::new(work.stdout.as_mut().expect("stdout"))
-        .read_line(&mut line)
-        .expect("done");
-    assert!(line.starts_with("done"), "{line}");
-}
-
-fn release(mut work: Child) {
-    drop(work.stdin.take());
-    assert!(work.wait().expect("wait").success());
-}
-
 /// 30 nanosleeps of 12 ms with a 10 ms threshold: exactly 30 spike lines at nanosleep, in
 /// both policies, each with the workload's pid and a duration of at least 12 ms.
 #[test]
@@ -125,14 +97,15 @@ fn release(mut work: Child) {
 fn known_long_sleeps_are_exactly_the_spikes() {
     let _guard = serial();
     for policy in ["adaptive", "always"] {
-        let mut work = workload(&["sleep", "--count", "30", "--interval", "12ms"]);
-        let pid = work.id();
+        let mut work = Workload::spawn(&["sleep", "--count", "30", "--interval", "12ms"]);
+        let pid = work.pid();
         let wakeup = format!("--wakeup={policy}");
         let (child, stderr) = spikes(&["--all-sleeps", "--spike", "10ms", &wakeup], pid);
-        run(&mut work);
+        work.go();
+        work.wait_done();
         std::thread::sleep(Duration::from_millis(300));
         let (lines, sum) = stop(child, stderr, pid);
-        release(work);
+        work.release();
         assert!(lines[0].starts_with("TIME"), "{lines:?}");
         let naps: Vec<&String> = lines
             .iter()
@@ -172,7 +145,7 @@ fn known_long_sleeps_are_exactly_the_spikes() {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn adaptive_wakeups_are_far_fewer_than_events() {
     let _guard = serial();
-    let mut work = workload(&[
+    let mut work = Workload::spawn(&[
         "threads",
         "--count",
         "40",
@@ -181,11 +154,12 @@ fn adaptive_wakeups_are_far_fewer_than_events() {
         "--seconds",
         "2",
     ]);
-    let pid = work.id();
+    let pid = work.pid();
     let (child, stderr) = spikes(&["--all-sleeps", "--spike", "10ms"], pid);
-    run(&mut work);
+    work.go();
+    work.wait_done();
     let (lines, sum) = stop(child, stderr, pid);
-    release(work);
+    work.release();
     assert!(sum.submitted >= 1000, "{sum:?}");
     assert_eq!(sum.dropped, 0, "{sum:?}");
     assert_eq!(sum.submitted, lines.len() as u64 - 1, "{sum:?}");
@@ -202,9 +176,9 @@ fn debug_checks_count_an_injected_anomaly() {
     let _guard = serial();
     for debug in [true, false] {
         // Asleep on stdin before latprof attaches; woken by the "go" line after.
-        let mut work = workload(&["sleep", "--count", "1", "--interval", "1ms"]);
+        let mut work = Workload::spawn(&["sleep", "--count", "1", "--interval", "1ms"]);
         std::thread::sleep(Duration::from_millis(200));
-        let pid = work.id();
+        let pid = work.pid();
         let mut args = vec!["stats", "--counters", "--duration", "60s"];
         if debug {
             args.insert(0, "--debug-checks");
@@ -213,10 +187,11 @@ fn debug_checks_count_an_injected_anomaly() {
             Command::new(LATPROF).args(&args).stdout(Stdio::piped()),
             "attached",
         );
-        run(&mut work);
+        work.go();
+        work.wait_done();
         std::thread::sleep(Duration::from_millis(300));
         let (out, rest) = common::interrupt(stats, stderr);
-        release(work);
+        work.release();
         let text = String::from_utf8(out.stdout).expect("utf-8");
         let count: u64 = text
             .lines()

@@ -7,7 +7,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
+mod common;
+
+use common::LATPROF;
 
 struct Tmux {
     session: String,
@@ -96,15 +98,8 @@ impl Workload {
     /// Sleeps 3 ms in a loop until killed.
     fn sleeper() -> Self {
         Self(
-            Command::new(LATPROF)
-                .args([
-                    "workload",
-                    "sleep",
-                    "--count",
-                    "1000000",
-                    "--interval",
-                    "3ms",
-                ])
+            Command::new(common::workload_bin())
+                .args(["sleep", "--count", "1000000", "--interval", "3ms"])
                 .stdout(Stdio::null())
                 .spawn()
                 .expect("spawn workload"),

@@ -6,7 +6,7 @@ use latprof_common::{TICK_COUNTER_COUNT, TickCounter};
 
 use crate::{
     collect::{COUNTER_NAMES, Snapshot, TickCounts},
-    nohz::KernelFacts,
+    probe::KernelFacts,
 };
 
 /// Tick dependency names as the kernel's trace output prints them, by `TICK_DEP_BIT_*`.

@@ -12,7 +12,8 @@ pub fn render(causes: &[Cause]) -> String {
         if us == 0 {
             continue;
         }
-        let frames: Vec<&str> = c.frames.iter().rev().map(String::as_str).collect();
+        let mut frames = c.backtrace.lines();
+        frames.reverse();
         let _ = writeln!(out, "{} {us}", frames.join(";"));
     }
     out
@@ -21,18 +22,22 @@ pub fn render(causes: &[Cause]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::symbols::Backtrace;
 
     #[test]
     fn outermost_frame_first_value_last() {
         let causes = [
             Cause {
-                frames: vec!["hrtimer_nanosleep".into(), "do_syscall_64".into()],
+                backtrace: Backtrace::Frames(vec![
+                    "hrtimer_nanosleep".into(),
+                    "do_syscall_64".into(),
+                ]),
                 count: 2,
                 total_ns: 4_000_999,
                 max_ns: 2_000_000,
             },
             Cause {
-                frames: vec!["ext4_sync_file [ext4]".into()],
+                backtrace: Backtrace::Frames(vec!["ext4_sync_file [ext4]".into()]),
                 count: 1,
                 total_ns: 999,
                 max_ns: 999,

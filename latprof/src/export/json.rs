@@ -7,10 +7,11 @@ use serde::Serialize;
 
 use super::Scope;
 use crate::{
-    clock,
     collect::{COUNTER_NAMES, Snapshot},
     model,
     store::RecordingInfo,
+    symbols::Backtrace,
+    time,
 };
 
 pub const SCHEMA: &str = "latprof-export/1";
@@ -30,7 +31,7 @@ pub struct Document<'a> {
     /// Pipeline counters over the interval.
     pub counters: BTreeMap<&'static str, u64>,
     /// The kernel's tick facts (absent: a recording made before latprof recorded them).
-    pub kernel: Option<&'a crate::nohz::KernelFacts>,
+    pub kernel: Option<&'a crate::probe::KernelFacts>,
     /// Tick accounting per CPU over the interval.
     pub cpus: Vec<super::counters::CpuTicks>,
     /// Spike events of the interval (dump of a recording), oldest first.
@@ -65,7 +66,7 @@ pub struct Moment {
 impl Moment {
     fn of(s: &Snapshot) -> Self {
         Self {
-            time: clock::rfc3339_utc(s.wall_ns),
+            time: time::rfc3339_utc(s.wall_ns),
             wall_ns: s.wall_ns,
             monotonic_ns: s.taken_ns,
         }
@@ -100,16 +101,16 @@ fn causes_json(scope: &Scope<'_>, records: Vec<(u64, GlobalRecord)>) -> Vec<Caus
     model::causes(records, scope.cur, scope.syms, scope.depth)
         .into_iter()
         .map(|c| {
-            let kind = match c.frames.first().map(String::as_str) {
-                Some(model::WAITING_FOR_CPU) => "runqueue",
-                Some(model::UNAVAILABLE) => "unavailable",
-                _ => "sleep",
+            let kind = match c.backtrace {
+                Backtrace::WaitingForCpu => "runqueue",
+                Backtrace::Unavailable => "unavailable",
+                Backtrace::Frames(_) => "sleep",
             };
             CauseJson {
-                reason: scope.reasons.reason(&c.frames),
+                reason: scope.reasons.reason(&c.backtrace),
                 kind,
                 average_ns: c.total_ns.checked_div(c.count).unwrap_or(0),
-                frames: c.frames,
+                frames: c.backtrace.lines().into_iter().map(str::to_owned).collect(),
                 count: c.count,
                 total_ns: c.total_ns,
                 max_ns: c.max_ns,
@@ -181,10 +182,9 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
             .iter()
             .filter(|s| scope.pid.is_none_or(|p| p == s.tgid))
             .map(|s| {
-                let wall =
-                    crate::spikes::wall_ns(s.end_ns, (scope.cur.wall_ns, scope.cur.taken_ns));
+                let wall = time::wall_of(s.end_ns, (scope.cur.wall_ns, scope.cur.taken_ns));
                 SpikeJson {
-                    time: clock::rfc3339_utc(wall),
+                    time: time::rfc3339_utc(wall),
                     monotonic_ns: s.end_ns,
                     pid: s.tgid,
                     tid: s.tid,
@@ -192,7 +192,13 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
                     kind: s.kind_letter(),
                     duration_ns: s.duration_ns,
                     cpu: s.cpu,
-                    reason: s.reason(scope.cur, scope.syms, scope.reasons, scope.depth),
+                    reason: model::spike_reason(
+                        s,
+                        scope.cur,
+                        scope.syms,
+                        scope.reasons,
+                        scope.depth,
+                    ),
                 }
             })
             .collect(),

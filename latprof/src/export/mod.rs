@@ -40,9 +40,9 @@ pub struct Scope<'a> {
     /// The recording's facts, when the numbers come from one.
     pub info: Option<&'a RecordingInfo>,
     /// The kernel's tick facts (from the recording, or of this machine).
-    pub kernel: Option<&'a crate::nohz::KernelFacts>,
+    pub kernel: Option<&'a crate::probe::KernelFacts>,
     /// Spike events of the interval (a recording's), oldest first.
-    pub spikes: &'a [crate::spikes::Spike],
+    pub spikes: &'a [crate::collect::Spike],
     /// The spike reader's sleeps by `cur` (a recording's).
     pub reader_sleeps: Option<u64>,
 }

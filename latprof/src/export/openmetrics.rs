@@ -43,8 +43,8 @@ pub fn render(scope: &Scope<'_>) -> String {
         .map(|c| {
             format!(
                 "reason=\"{}\",stack=\"{}\"",
-                label(&scope.reasons.reason(&c.frames)),
-                label(&c.frames.join(";"))
+                label(&scope.reasons.reason(&c.backtrace)),
+                label(&c.backtrace.join(";"))
             )
         })
         .collect();

@@ -12,7 +12,7 @@ pub fn latency_stats(causes: &[Cause]) -> String {
     let mut out = String::from(HEADER);
     for c in causes {
         let _ = write!(out, "{} {} {}", c.count, c.total_ns / 1000, c.max_ns / 1000);
-        for f in &c.frames {
+        for f in c.backtrace.lines() {
             out.push(' ');
             out.push_str(f);
         }
@@ -24,18 +24,22 @@ pub fn latency_stats(causes: &[Cause]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::symbols::Backtrace;
 
     #[test]
     fn matches_the_kernel_format() {
         let causes = [
             Cause {
-                frames: vec!["hrtimer_nanosleep".into(), "common_nsleep".into()],
+                backtrace: Backtrace::Frames(vec![
+                    "hrtimer_nanosleep".into(),
+                    "common_nsleep".into(),
+                ]),
                 count: 200,
                 total_ns: 412_345_999,
                 max_ns: 2_100_999,
             },
             Cause {
-                frames: vec!["ext4_sync_file [ext4]".into()],
+                backtrace: Backtrace::Frames(vec!["ext4_sync_file [ext4]".into()]),
                 count: 1,
                 total_ns: 999,
                 max_ns: 999,

@@ -1,8 +1,12 @@
 //! Loads latprof's eBPF object, configures it for one run, attaches it and owns it: dropping the
 //! [`Probe`] detaches every program and frees every map.
 pub mod btf;
+pub mod facts;
+pub mod log;
 pub mod names;
 pub mod verifier;
+
+pub use facts::KernelFacts;
 
 use std::time::Duration;
 

@@ -82,7 +82,7 @@ pub struct RecordingInfo {
     /// Run-queue latency and histograms were collected.
     pub details: bool,
     /// The kernel's tick and time-accounting facts (version 2 on).
-    pub kernel: crate::nohz::KernelFacts,
+    pub kernel: crate::probe::KernelFacts,
     /// The spike threshold of the recording (version 2 on; `u64::MAX`: none).
     pub spike_ns: u64,
     #[serde(skip)]
@@ -108,7 +108,7 @@ fn decode_opt_bool(d: &mut Dec<'_>) -> Result<Option<bool>, FormatError> {
     }
 }
 
-impl crate::nohz::KernelFacts {
+impl crate::probe::KernelFacts {
     fn encode(&self, e: &mut Enc) {
         e.str(self.config_source.as_deref().unwrap_or(""));
         e.u64(self.hz.map_or(0, |hz| u64::from(hz) + 1));
@@ -215,11 +215,11 @@ impl RecordingInfo {
             details: d.bool()?,
             sched_text: d.u64()?..d.u64()?,
             lock_text: d.u64()?..d.u64()?,
-            kernel: crate::nohz::KernelFacts::default(),
+            kernel: crate::probe::KernelFacts::default(),
             spike_ns: u64::MAX,
         };
         if version >= 2 {
-            info.kernel = crate::nohz::KernelFacts::decode(d)?;
+            info.kernel = crate::probe::KernelFacts::decode(d)?;
             info.spike_ns = d.u64()?;
         }
         if version >= 3 {
@@ -510,14 +510,14 @@ impl State {
 /// Spikes in time order; each end time as the difference from the one before.
 pub fn encode_spikes(
     e: &mut Enc,
-    spikes: &[crate::spikes::Spike],
+    spikes: &[crate::collect::Spike],
     reader_sleeps: u64,
     not_recorded: u64,
 ) {
     e.u64(reader_sleeps);
     e.u64(not_recorded);
     e.usize(spikes.len());
-    let mut sorted: Vec<&crate::spikes::Spike> = spikes.iter().collect();
+    let mut sorted: Vec<&crate::collect::Spike> = spikes.iter().collect();
     sorted.sort_by_key(|s| s.end_ns);
     let mut prev = 0;
     for s in sorted {
@@ -536,7 +536,7 @@ pub fn encode_spikes(
 /// (spikes, reader sleeps, spikes left out so far).
 pub fn decode_spikes(
     d: &mut Dec<'_>,
-) -> Result<(Vec<crate::spikes::Spike>, u64, u64), FormatError> {
+) -> Result<(Vec<crate::collect::Spike>, u64, u64), FormatError> {
     let sleeps = d.u64()?;
     let not_recorded = d.u64()?;
     let mut out = Vec::new();
@@ -545,7 +545,7 @@ pub fn decode_spikes(
         end_ns = end_ns
             .checked_add(d.u64()?)
             .ok_or(FormatError::Malformed("spike time overflows"))?;
-        out.push(crate::spikes::Spike {
+        out.push(crate::collect::Spike {
             end_ns,
             duration_ns: d.u64()?,
             stack_id: d.u64()?,
@@ -600,7 +600,7 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
             stack_depth: 12,
             details: true,
             spike_ns: 10_000_000,
-            kernel: crate::nohz::KernelFacts {
+            kernel: crate::probe::KernelFacts {
                 config_source: Some("/boot/config-6.18.0".into()),
                 hz: Some(250),
                 no_hz_full: Some(false),
@@ -821,7 +821,7 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
         let syms = Kallsyms::parse(KALLSYMS).unwrap();
         let mut w = Writer::create(&path, info(), Options::default()).unwrap();
         let snaps = snapshots(5);
-        let spike = |end_ns: u64| crate::spikes::Spike {
+        let spike = |end_ns: u64| crate::collect::Spike {
             end_ns,
             duration_ns: 12_000_000,
             stack_id: 1,
@@ -867,7 +867,7 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
         let r = Recording::from_bytes(bytes).unwrap();
         assert_eq!(r.version, 1);
         assert_eq!(r.len(), 3);
-        assert_eq!(r.info.kernel, crate::nohz::KernelFacts::default());
+        assert_eq!(r.info.kernel, crate::probe::KernelFacts::default());
         assert_eq!(r.info.hostname, info().hostname);
         let mut expect = snaps[2].clone();
         expect.ticks.clear();

@@ -33,7 +33,7 @@ pub struct Recording {
     /// Why the recorder stopped, when it finished cleanly.
     pub end: Option<String>,
     /// Spike events in the order they ended, with the reader's sleep count at each frame.
-    pub spikes: Vec<(crate::spikes::Spike, u64)>,
+    pub spikes: Vec<(crate::collect::Spike, u64)>,
     /// Spikes the recorder left out (over `record --max-spikes` in an interval).
     pub spikes_not_recorded: u64,
     data: Vec<u8>,
@@ -286,7 +286,7 @@ impl Recording {
     /// The last `max` spikes that ended by `until_ns` (CLOCK_MONOTONIC), and the reader's
     /// sleep count then.
     #[must_use]
-    pub fn spikes_until(&self, until_ns: u64, max: usize) -> (Vec<crate::spikes::Spike>, u64) {
+    pub fn spikes_until(&self, until_ns: u64, max: usize) -> (Vec<crate::collect::Spike>, u64) {
         let n = self.spikes.partition_point(|(s, _)| s.end_ns <= until_ns);
         let from = n.saturating_sub(max);
         let sleeps = n.checked_sub(1).map_or(0, |i| self.spikes[i].1);
@@ -376,7 +376,7 @@ impl Recording {
             };
         }
         if let Some(d) = spec.strip_prefix('+') {
-            let d = crate::duration::parse(d)?;
+            let d = crate::time::parse_duration(d)?;
             // The snapshot nearest to the time asked for, not one interval early.
             let t = first_mono
                 .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
@@ -384,7 +384,7 @@ impl Recording {
             if t > last_mono + self.info.interval_ns {
                 return Err(format!(
                     "'{spec}' is after the recording ends (+{})",
-                    crate::duration::format(std::time::Duration::from_nanos(
+                    crate::time::format_duration(std::time::Duration::from_nanos(
                         last_mono - first_mono
                     ))
                 ));
@@ -392,7 +392,7 @@ impl Recording {
             return at_or_before(&mono, t);
         }
         if let Some(d) = spec.strip_prefix('-') {
-            let d = crate::duration::parse(d)?;
+            let d = crate::time::parse_duration(d)?;
             let t = last_mono
                 .checked_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
                 .ok_or_else(|| format!("'{spec}' is before the recording starts"))?
@@ -411,7 +411,7 @@ impl Recording {
                 if s >= 60 {
                     return Err(format!("'{spec}' is not a time of day"));
                 }
-                let (start_of_day, midnight) = crate::clock::local_day(first_wall);
+                let (start_of_day, midnight) = crate::time::local_day(first_wall);
                 let mut secs = h * 3600 + m * 60 + s;
                 // A time earlier in the day than the start means the next day.
                 if secs < start_of_day {
@@ -422,8 +422,8 @@ impl Recording {
                 if target > wall(last) + self.info.interval_ns {
                     return Err(format!(
                         "'{spec}' is outside the recording ({} to {})",
-                        crate::clock::local_hms(first_wall),
-                        crate::clock::local_hms(wall(last))
+                        crate::time::local_hms(first_wall),
+                        crate::time::local_hms(wall(last))
                     ));
                 }
                 at_or_before(&wall, target + 999_999_999)

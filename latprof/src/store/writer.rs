@@ -272,7 +272,7 @@ impl Writer {
     /// that follows them.
     pub fn append_spikes(
         &mut self,
-        spikes: &[crate::spikes::Spike],
+        spikes: &[crate::collect::Spike],
         reader_sleeps: u64,
         not_recorded: u64,
     ) -> Result<Appended> {

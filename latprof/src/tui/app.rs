@@ -3,8 +3,10 @@ use std::collections::BTreeSet;
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
+use latprof_common::{GlobalRecord, Histogram};
+
 use crate::{
-    collect::Snapshot,
+    collect::{Snapshot, Spike},
     model::{self, Group, Header, ProcLine, Row, SortKey, ViewContext},
     probe::Mode,
     reasons::Reasons,
@@ -37,7 +39,7 @@ pub struct Settings {
     pub syms: Kallsyms,
     pub reasons: Reasons,
     /// The kernel's tick facts, for the counters tab.
-    pub kernel: crate::nohz::KernelFacts,
+    pub kernel: crate::probe::KernelFacts,
     /// The spike threshold (`--spike`), for the pane's title.
     pub spike_ns: u64,
 }
@@ -71,7 +73,7 @@ pub struct App {
     /// Replaces the key hints in the footer.
     pub footer: Option<String>,
     /// Recent spikes, newest last (at most `MAX_SPIKES`).
-    pub spikes: std::collections::VecDeque<crate::spikes::Spike>,
+    pub spikes: std::collections::VecDeque<Spike>,
     /// Times the spike reader went to sleep (user-side counter of the pipeline).
     pub reader_sleeps: u64,
     // Derived from the above by `refresh`.
@@ -124,7 +126,7 @@ impl App {
     }
 
     /// New spikes from the reader (or a recording), and its sleep count.
-    pub fn on_spikes(&mut self, spikes: Vec<crate::spikes::Spike>, reader_sleeps: u64) {
+    pub fn on_spikes(&mut self, spikes: Vec<Spike>, reader_sleeps: u64) {
         self.spikes.extend(spikes);
         while self.spikes.len() > MAX_SPIKES {
             self.spikes.pop_front();
@@ -247,6 +249,58 @@ impl App {
             self.selected[2] = 0;
             self.refresh();
         }
+    }
+
+    /// The counters pane's text: pipeline and tick counters with rates since the previous
+    /// snapshot.
+    #[must_use]
+    pub fn counters_text(&self) -> String {
+        match &self.cur {
+            Some(cur) => {
+                crate::export::counters::render(&self.settings.kernel, self.prev.as_ref(), cur)
+            }
+            None => "waiting for the first snapshot".to_owned(),
+        }
+    }
+
+    /// A row's live processes (pid, command, numbers since the baseline), largest first.
+    #[must_use]
+    pub fn row_processes(&self, row: &Row) -> Vec<(u32, String, GlobalRecord)> {
+        self.cur.as_ref().map_or_else(Vec::new, |cur| {
+            model::row_processes(cur, self.baseline.as_ref(), row)
+        })
+    }
+
+    /// A row's latency histogram since the baseline.
+    #[must_use]
+    pub fn row_histogram(&self, row: &Row) -> Option<Histogram> {
+        self.cur
+            .as_ref()
+            .map(|cur| model::row_histogram(cur, self.baseline.as_ref(), row))
+    }
+
+    /// The newest `n` spikes, newest first, each with its wall-clock time (ns) and reason.
+    #[must_use]
+    pub fn recent_spikes(&self, n: usize) -> Vec<(&Spike, u64, String)> {
+        let Some(cur) = &self.cur else {
+            return Vec::new();
+        };
+        self.spikes
+            .iter()
+            .rev()
+            .take(n)
+            .map(|s| {
+                let wall = crate::time::wall_of(s.end_ns, (cur.wall_ns, cur.taken_ns));
+                let reason = model::spike_reason(
+                    s,
+                    cur,
+                    &self.settings.syms,
+                    &self.settings.reasons,
+                    self.settings.depth,
+                );
+                (s, wall, reason)
+            })
+            .collect()
     }
 
     /// The row the cursor is on in a causes pane.
@@ -467,7 +521,7 @@ mod tests {
                 depth: 12,
                 syms: Kallsyms::parse(KALLSYMS).unwrap(),
                 reasons: Reasons::builtin(),
-                kernel: crate::nohz::KernelFacts::default(),
+                kernel: crate::probe::KernelFacts::default(),
                 spike_ns: 10_000_000,
             },
             String::new(),
@@ -568,7 +622,9 @@ mod tests {
         let detail = app.detail.clone().expect("detail");
         assert_eq!(
             detail.row.backtraces,
-            [vec!["hrtimer_nanosleep".to_owned()]]
+            [crate::symbols::Backtrace::Frames(vec![
+                "hrtimer_nanosleep".to_owned()
+            ])]
         );
         // The detail follows new numbers.
         app.on_snapshot(snapshot(2));

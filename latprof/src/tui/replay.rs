@@ -1,26 +1,11 @@
-//! `latprof replay`: the `top` screens over a recording, with time navigation. The App gets
-//! exactly the snapshots the live view had at the same moment; no root, no eBPF.
-use std::{
-    sync::atomic::Ordering,
-    time::{Duration, Instant},
-};
+//! The `top` screens over a recording, with time navigation. The App gets exactly the
+//! snapshots the live view had at the same moment.
+use std::time::Duration;
 
-use anyhow::{Result, anyhow};
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use super::{
-    TerminalGuard,
-    app::{App, Settings},
-    ui,
-};
-use crate::{
-    cli::{Cli, ReplayArgs},
-    clock,
-    collect::Snapshot,
-    duration,
-    reasons::Reasons,
-    store::reader::Recording,
-};
+use super::app::{App, Settings};
+use crate::{collect::Snapshot, store::reader::Recording, time};
 
 pub const FOOTER: &str = "q quit ? help ]/[ step }/{ x10 p play t jump m mark A M clear A c counters Tab pane Enter detail";
 
@@ -93,10 +78,10 @@ impl Replay {
         let (mono, wall) = self.rec.times(self.pos);
         let (first_mono, _) = self.rec.times(0);
         let offset =
-            |m: u64| duration::format(Duration::from_secs((m - first_mono) / 1_000_000_000));
+            |m: u64| time::format_duration(Duration::from_secs((m - first_mono) / 1_000_000_000));
         let mut s = format!(
             "replay {} +{} #{}/{}{}",
-            clock::local_hms(wall),
+            time::local_hms(wall),
             offset(mono),
             self.pos,
             self.rec.len() - 1,
@@ -107,9 +92,9 @@ impl Replay {
                 let (a_mono, a_wall) = self.rec.times(a);
                 s.push_str(&format!(
                     "  showing A {} (+{}) -> now: {}",
-                    clock::local_hms(a_wall),
+                    time::local_hms(a_wall),
                     offset(a_mono),
-                    duration::format(Duration::from_millis(
+                    time::format_duration(Duration::from_millis(
                         mono.saturating_sub(a_mono) / 1_000_000
                     ))
                 ));
@@ -219,58 +204,19 @@ impl Replay {
     }
 }
 
-pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
-    let rec = Recording::open(&args.file)?;
-    let reasons = Reasons::load(args.reasons.as_deref())?;
-    let find = |spec: &str| rec.find(spec).map_err(|e| anyhow!("{e}"));
-    let at = match &args.at {
-        Some(at) => find(at)?,
-        None => rec.len() - 1,
-    };
-    let mark = args.from.as_deref().map(find).transpose()?;
-    for p in &rec.problems {
-        eprintln!("latprof: warning: {}: {p}", args.file.display());
-    }
-    let settings = Settings {
-        mode: rec.info.mode,
-        interval_ms: rec.info.interval_ns / 1_000_000,
-        depth: usize::from(cli.stack_depth.unwrap_or(rec.info.stack_depth)),
-        syms: rec.syms.clone(),
-        reasons,
-        kernel: rec.info.kernel.clone(),
-        spike_ns: rec.info.spike_ns,
-    };
-    let interval = Duration::from_nanos(rec.info.interval_ns.max(10_000_000));
-    let stop = crate::stats::stop_flag()?;
-    let mut replay = Replay::new(rec, settings, at, mark);
-    let mut guard = TerminalGuard::new()?;
-    let mut last_tick = Instant::now();
-    while !replay.app.quit && !stop.load(Ordering::Relaxed) {
-        guard.terminal.draw(|f| ui::render(f, &replay.app))?;
-        if event::poll(Duration::from_millis(50))?
-            && let Event::Key(key) = event::read()?
-        {
-            replay.handle_key(key);
-        }
-        if last_tick.elapsed() >= interval {
-            last_tick = Instant::now();
-            replay.tick();
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use ratatui::{Terminal, backend::TestBackend};
 
     use super::*;
     use crate::{
+        reasons::Reasons,
         store::{
             tests::{KALLSYMS, record, snapshots},
             writer::Options,
         },
         symbols::Kallsyms,
+        tui::ui,
     };
 
     fn key(c: char) -> KeyEvent {
@@ -284,7 +230,7 @@ mod tests {
             depth: 12,
             syms,
             reasons: Reasons::builtin(),
-            kernel: crate::nohz::KernelFacts::default(),
+            kernel: crate::probe::KernelFacts::default(),
             spike_ns: 10_000_000,
         }
     }

@@ -8,22 +8,10 @@ use ratatui::{
 };
 
 use super::app::{App, Focus};
-use crate::model::{self, Group, Row};
-
-/// A duration for a table cell: `850us`, `2.07ms`, `413ms`, `1.23s`.
-#[must_use]
-pub fn fmt_ns(ns: u64) -> String {
-    let us = ns as f64 / 1e3;
-    if us < 1000.0 {
-        format!("{us:.0}us")
-    } else if us < 10_000.0 {
-        format!("{:.2}ms", us / 1e3)
-    } else if us < 1_000_000.0 {
-        format!("{:.0}ms", us / 1e3)
-    } else {
-        format!("{:.2}s", us / 1e6)
-    }
-}
+use crate::{
+    model::{Group, Row},
+    time::{self, fmt_ns},
+};
 
 fn fmt_elapsed(s: f64) -> String {
     let s = s as u64;
@@ -44,12 +32,7 @@ pub fn render(f: &mut Frame<'_>, app: &App) {
     render_spikes(f, app, chunks[2]);
     render_header(f, app, chunks[0]);
     if app.counters {
-        let text = match &app.cur {
-            Some(cur) => {
-                crate::export::counters::render(&app.settings.kernel, app.prev.as_ref(), cur)
-            }
-            None => "waiting for the first snapshot".to_owned(),
-        };
+        let text = app.counters_text();
         f.render_widget(
             Paragraph::new(text.lines().map(Line::from).collect::<Vec<_>>()).block(block(
                 "Counters (rates since the previous snapshot; c: back)",
@@ -282,7 +265,11 @@ fn render_detail(f: &mut Frame<'_>, app: &App, row: &Row, area: Rect) {
             format!("Backtrace {}", i + 1),
             Style::default().add_modifier(Modifier::UNDERLINED),
         )));
-        text.extend(bt.iter().map(|frame| Line::from(format!("  {frame}"))));
+        text.extend(
+            bt.lines()
+                .into_iter()
+                .map(|frame| Line::from(format!("  {frame}"))),
+        );
     }
     f.render_widget(
         Paragraph::new(text)
@@ -295,17 +282,12 @@ fn render_detail(f: &mut Frame<'_>, app: &App, row: &Row, area: Rect) {
         .constraints([Constraint::Percentage(45), Constraint::Percentage(55)])
         .split(parts[1]);
     let mut lines = Vec::new();
-    if let Some(cur) = &app.cur {
-        for (tgid, comm, r) in model::row_processes(cur, app.baseline.as_ref(), row)
-            .iter()
-            .take(50)
-        {
-            lines.push(Line::from(format!(
-                "{tgid:>7} {comm:<16} {:>6} {:>8}",
-                r.count,
-                fmt_ns(r.total_ns)
-            )));
-        }
+    for (tgid, comm, r) in app.row_processes(row).iter().take(50) {
+        lines.push(Line::from(format!(
+            "{tgid:>7} {comm:<16} {:>6} {:>8}",
+            r.count,
+            fmt_ns(r.total_ns)
+        )));
     }
     if lines.is_empty() {
         lines.push(Line::from("(no live process; exited ones are merged)"));
@@ -314,10 +296,7 @@ fn render_detail(f: &mut Frame<'_>, app: &App, row: &Row, area: Rect) {
         Paragraph::new(lines).block(block("Processes", false)),
         right[0],
     );
-    let hist = app
-        .cur
-        .as_ref()
-        .map(|cur| model::row_histogram(cur, app.baseline.as_ref(), row));
+    let hist = app.row_histogram(row);
     let mut lines = Vec::new();
     if let Some(hist) = hist {
         let max = hist.iter().copied().max().unwrap_or(0).max(1);
@@ -355,33 +334,21 @@ fn render_spikes(f: &mut Frame<'_>, app: &App, area: Rect) {
             app.reader_sleeps
         )
     };
-    let lines: Vec<Line<'_>> = match &app.cur {
-        Some(cur) => app
-            .spikes
-            .iter()
-            .rev()
-            .take(usize::from(area.height.saturating_sub(2)))
-            .map(|s| {
-                let wall = crate::spikes::wall_ns(s.end_ns, (cur.wall_ns, cur.taken_ns));
-                let reason = s.reason(
-                    cur,
-                    &app.settings.syms,
-                    &app.settings.reasons,
-                    app.settings.depth,
-                );
-                Line::from(format!(
-                    "{}.{:03} {:>7} {:<15} {} {:>9} {reason}",
-                    crate::clock::local_hms(wall),
-                    (wall / 1_000_000) % 1000,
-                    s.tgid,
-                    s.comm,
-                    s.kind_letter(),
-                    fmt_ns(s.duration_ns)
-                ))
-            })
-            .collect(),
-        None => Vec::new(),
-    };
+    let lines: Vec<Line<'_>> = app
+        .recent_spikes(usize::from(area.height.saturating_sub(2)))
+        .into_iter()
+        .map(|(s, wall, reason)| {
+            Line::from(format!(
+                "{}.{:03} {:>7} {:<15} {} {:>9} {reason}",
+                time::local_hms(wall),
+                (wall / 1_000_000) % 1000,
+                s.tgid,
+                s.comm,
+                s.kind_letter(),
+                fmt_ns(s.duration_ns)
+            ))
+        })
+        .collect();
     f.render_widget(Paragraph::new(lines).block(block(&title, false)), area);
 }
 

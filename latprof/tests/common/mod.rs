@@ -3,13 +3,87 @@
 #![allow(dead_code)]
 
 use std::{
-    io::{BufRead as _, BufReader},
+    io::{BufRead as _, BufReader, Write as _},
+    path::PathBuf,
     process::{Child, ChildStderr, Command, Output, Stdio},
 };
 
 pub mod vm;
 
 pub const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
+
+/// latprof-workload (crate latprof-bench), built by the same `cargo test` beside latprof.
+pub fn workload_bin() -> PathBuf {
+    let path = std::path::Path::new(LATPROF).with_file_name("latprof-workload");
+    assert!(
+        path.is_file(),
+        "{} is missing: run the tests of the whole workspace (`cargo xtask test`, or `cargo test` at the root), which builds it",
+        path.display()
+    );
+    path
+}
+
+/// A workload that waits for `go` and, after its work, stays alive until `release`.
+pub struct Workload {
+    child: Child,
+}
+
+impl Workload {
+    pub fn spawn(args: &[&str]) -> Self {
+        let child = Command::new(workload_bin())
+            .args(["--wait", "--hold"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn workload");
+        Self { child }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn go(&mut self) {
+        let stdin = self.child.stdin.as_mut().expect("workload stdin");
+        stdin.write_all(b"go\n").expect("start workload");
+        stdin.flush().expect("start workload");
+    }
+
+    /// Blocks until the workload finished its work: every sleep of it has been accounted.
+    /// Returns what it reported about its work (`key=value` facts).
+    pub fn wait_done(&mut self) -> Vec<(String, u64)> {
+        let mut line = String::new();
+        BufReader::new(self.child.stdout.as_mut().expect("workload stdout"))
+            .read_line(&mut line)
+            .expect("read workload stdout");
+        let mut words = line.split_whitespace();
+        assert_eq!(
+            words.next(),
+            Some("done"),
+            "workload did not finish its work: {line}"
+        );
+        words
+            .filter_map(|w| w.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.parse().expect("a number")))
+            .collect()
+    }
+
+    /// Starts the work and waits for it to end; returns the fact `key` it reported.
+    pub fn run(&mut self, key: &str) -> Option<u64> {
+        self.go();
+        self.wait_done()
+            .into_iter()
+            .find_map(|(k, v)| (k == key).then_some(v))
+    }
+
+    /// Lets the workload exit and checks that it succeeded.
+    pub fn release(mut self) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().expect("wait for workload");
+        assert!(status.success(), "workload failed: {status}");
+    }
+}
 
 /// Spawns `cmd` (a latprof command; stdout as the caller set it) and waits for its first
 /// stderr line, which must contain `ready` ("attached", or "recording to").

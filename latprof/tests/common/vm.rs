@@ -45,7 +45,9 @@ pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
             Command::new("bash")
                 .arg(&run)
                 .args(vm_args)
-                .args(["--bin", LATPROF, "--file", file])
+                .args(["--bin", LATPROF, "--bin"])
+                .arg(super::workload_bin())
+                .args(["--file", file])
                 .arg(&script),
         );
         eprintln!(

@@ -44,7 +44,7 @@ step nanosleep
 #    every sleep counted (--all-sleeps), the workload timing its own sleeps.
 for MODE in lazy normal; do
     mkfifo /tmp/go.$MODE
-    latprof workload --wait --hold sleep --count 100 --interval 2ms < /tmp/go.$MODE > /tmp/w.$MODE &
+    latprof-workload --wait --hold sleep --count 100 --interval 2ms < /tmp/go.$MODE > /tmp/w.$MODE &
     W=$!
     latprof --mode $MODE --all-sleeps stats --pid $W --duration 900s > /tmp/s.$MODE 2> /tmp/e.$MODE &
     LP=$!
@@ -63,7 +63,7 @@ step pingpong
 # 2. A pipe ping-pong between two processes on two CPUs (--apart), both alive (--hold) when
 #    latprof reads: each side's pipe waits under its own process.
 mkfifo /tmp/go.pp
-latprof workload --wait --hold pingpong --count 200 --processes --apart < /tmp/go.pp > /tmp/w.pp &
+latprof-workload --wait --hold pingpong --count 200 --processes --apart < /tmp/go.pp > /tmp/w.pp &
 W=$!
 latprof --all-sleeps stats --format json --duration 900s > /tmp/s.pp 2> /tmp/e.pp &
 LP=$!
@@ -94,7 +94,7 @@ latprof spikes --spike 1us > /tmp/k.fs 2> /tmp/ke.fs &
 LK=$!
 attached /tmp/e.fs $LP
 attached /tmp/ke.fs $LK
-latprof workload fsync --count 20 --dir /mnt
+latprof-workload fsync --count 20 --dir /mnt
 kill -INT $LP $LK
 wait $LP; RS=$?
 wait $LK; RK=$?
@@ -109,7 +109,7 @@ step spikes
 latprof --all-sleeps --spike 20ms spikes > /tmp/k.long 2> /tmp/ke.long &
 LK=$!
 attached /tmp/ke.long $LK
-latprof workload --hold sleep --count 5 --interval 30ms < /dev/null > /tmp/w.long
+latprof-workload --hold sleep --count 5 --interval 30ms < /dev/null > /tmp/w.long
 kill -INT $LK
 wait $LK; RC=$?
 echo "=== spikes rc"; echo $RC
@@ -124,7 +124,7 @@ latprof stats --counters --duration 900s > /tmp/s.c 2> /tmp/e.c &
 LP=$!
 attached /tmp/e.c $LP
 step "counters: attached"
-latprof workload pingpong --count 2000
+latprof-workload pingpong --count 2000
 step "counters: ping-pong done"
 kill -INT $LP
 wait $LP; RC=$?
@@ -150,11 +150,11 @@ fi
 step unloaded
 # 7. Every program unloaded once latprof is gone (the kernel frees them a moment later).
 i=0
-while latprof workload loaded-programs | grep -q .; do
+while latprof-workload loaded-programs | grep -q .; do
     sleep 0.5; i=$((i + 1))
     if [ $i -gt 20 ]; then break; fi
 done
 echo "=== loaded programs"
-latprof workload loaded-programs
+latprof-workload loaded-programs
 kill $WATCHDOG
 echo "=== end"

@@ -10,7 +10,7 @@ while ! grep -q attached /tmp/c.err; do
     sleep 0.2; i=$((i + 1))
     if [ $i -gt 600 ]; then echo "latprof did not attach"; cat /tmp/c.err; exit 1; fi
 done
-latprof workload spin --time 4s --cpu 1 --syscall-every 20000
+latprof-workload spin --time 4s --cpu 1 --syscall-every 20000
 kill -INT $LP
 wait $LP
 echo "=== counters"

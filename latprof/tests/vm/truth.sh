@@ -22,9 +22,9 @@ while ! grep -q attached /tmp/lp.err; do
 done
 sleep 1
 echo clear > /proc/latency_stats
-latprof workload sleep --count 100 --interval 1ms
-latprof workload fsync --count 20 --dir /mnt
-latprof workload pingpong --count 200
+latprof-workload sleep --count 100 --interval 1ms
+latprof-workload fsync --count 20 --dir /mnt
+latprof-workload pingpong --count 200
 while read -r line; do echo "$line"; done < /proc/latency_stats > /tmp/kernel.txt
 kill -INT $LP
 wait $LP

@@ -5,9 +5,11 @@ use anyhow::{Context as _, Result, anyhow};
 
 use crate::{
     cli::{Cli, DumpArgs},
-    clock, export,
+    collect::Spike,
+    export,
     reasons::Reasons,
     store::reader::Recording,
+    time,
 };
 
 pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
@@ -37,8 +39,8 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
             "latprof: {}: {} snapshots, {} to {} (UTC), {} mode, every {} ms, host {} kernel {} ({} CPUs), latprof {}, {}",
             args.file.display(),
             rec.len(),
-            clock::rfc3339_utc(first),
-            clock::rfc3339_utc(last),
+            time::rfc3339_utc(first),
+            time::rfc3339_utc(last),
             i.mode.as_str(),
             i.interval_ns / 1_000_000,
             i.hostname,
@@ -60,7 +62,7 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
     let cur = rec.snapshot(at);
     let base = base.map(|b| rec.snapshot(b));
     let after = base.as_ref().map_or(0, |b| b.taken_ns);
-    let spikes: Vec<crate::spikes::Spike> = rec
+    let spikes: Vec<Spike> = rec
         .spikes
         .iter()
         .map(|(s, _)| s)

@@ -1,11 +1,11 @@
-//! `--debug-checks`: the eBPF side's anomaly lines (aya-log) go to latprof's log, stderr or
-//! `--log FILE` (top and replay own the terminal, so there a file in the temporary directory).
+//! `--debug-checks`: the eBPF side's anomaly lines (aya-log) go to latprof's log, stderr or a
+//! file (`--log FILE`; top owns the terminal, so there a file in the temporary directory).
 use std::{fs::File, io::Write as _, path::PathBuf, sync::Mutex};
 
 use anyhow::{Context as _, Result};
 use aya_log::EbpfLogger;
 
-use crate::{cli::Cli, probe::Probe};
+use super::Probe;
 
 /// Writes log records as lines to a file or stderr.
 pub struct LineLog {
@@ -46,18 +46,14 @@ pub struct DebugLog {
 }
 
 impl DebugLog {
-    /// `owns_terminal`: the TUI runs, so the log goes to a file even without --log.
-    pub fn start(probe: &mut Probe, cli: &Cli, owns_terminal: bool) -> Result<Self> {
-        if !cli.debug_checks {
+    /// With `enabled` (`--debug-checks`), reads the programs' log into `path`, or stderr.
+    pub fn start(probe: &mut Probe, enabled: bool, path: Option<PathBuf>) -> Result<Self> {
+        if !enabled {
             return Ok(Self {
                 logger: None,
                 path: None,
             });
         }
-        let path = cli.log.clone().or_else(|| {
-            owns_terminal
-                .then(|| std::env::temp_dir().join(format!("latprof-{}.log", std::process::id())))
-        });
         let file = match &path {
             Some(p) => Some(
                 File::create(p).with_context(|| format!("cannot create log {}", p.display()))?,

@@ -1,14 +1,106 @@
-//! Deterministic workloads that latprof's tests and benchmarks spawn (`latprof workload ...`).
+//! Deterministic workloads that latprof's tests and benchmarks spawn (`latprof-workload ...`).
 use std::{
     fs::OpenOptions,
     io::{Read as _, Write as _},
     os::fd::{FromRawFd as _, OwnedFd},
+    path::PathBuf,
     time::Duration,
 };
 
 use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+use latprof::time;
 
-use crate::cli::{Workload, WorkloadArgs};
+#[derive(Debug, Parser)]
+#[command(
+    name = "latprof-workload",
+    version,
+    about = "Deterministic workloads for latprof's tests and benchmarks"
+)]
+pub struct WorkloadArgs {
+    /// Wait for a line (or end of file) on stdin before starting.
+    #[arg(long)]
+    pub wait: bool,
+    /// After the work, stay alive until end of file on stdin.
+    #[arg(long)]
+    pub hold: bool,
+    #[command(subcommand)]
+    pub kind: Workload,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Workload {
+    /// `count` nanosleeps of `interval`.
+    Sleep {
+        #[arg(long, default_value_t = 200)]
+        count: u32,
+        #[arg(long, value_parser = time::parse_duration, default_value = "2ms")]
+        interval: Duration,
+        /// Print the kernel's /proc/self/latency at the end (kernels with CONFIG_LATENCYTOP).
+        #[arg(long)]
+        print_proc_latency: bool,
+    },
+    /// `count` times: write 4 KiB to a file in `dir` and fsync it.
+    Fsync {
+        #[arg(long, default_value_t = 50)]
+        count: u32,
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// `count` threads, each sleeping `interval` in a loop for `seconds`.
+    Threads {
+        #[arg(long, default_value_t = 1000)]
+        count: u32,
+        #[arg(long, value_parser = time::parse_duration, default_value = "10ms")]
+        interval: Duration,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+    /// Two threads (or processes) passing a byte over pipes `count` times.
+    Pingpong {
+        #[arg(long, default_value_t = 1000)]
+        count: u32,
+        #[arg(long)]
+        processes: bool,
+        /// Pin both sides to this CPU (every round trip is then two switches on it).
+        #[arg(long)]
+        cpu: Option<usize>,
+        /// With --processes: the parent on CPU 0, the child on CPU 1, so that each side's
+        /// read waits for the other CPU's answer (on one CPU, a side the other preempts can
+        /// find its answer already there and never wait).
+        #[arg(long, requires = "processes", conflicts_with = "cpu")]
+        apart: bool,
+    },
+    /// `count` short-lived children, each sleeping `sleep` once before it exits.
+    Forks {
+        #[arg(long, default_value_t = 1000)]
+        count: u32,
+        #[arg(long, value_parser = time::parse_duration, default_value = "50us")]
+        sleep: Duration,
+    },
+    /// Keeps a CPU busy in user space for `time`, with a system call every `syscall_every`
+    /// iterations (0: none), so that context tracking sees user entries and exits.
+    Spin {
+        #[arg(long, value_parser = time::parse_duration, default_value = "2s")]
+        time: Duration,
+        #[arg(long)]
+        cpu: Option<usize>,
+        #[arg(long, default_value_t = 100_000)]
+        syscall_every: u64,
+    },
+    /// Prints the name of every BPF program loaded in the kernel, one a line (tests check that
+    /// none of latprof's is left after it exits).
+    LoadedPrograms,
+    /// `procs` processes sleeping `interval` in a loop, at the same kernel backtrace.
+    Sleepers {
+        #[arg(long, default_value_t = 2)]
+        procs: u32,
+        #[arg(long, value_parser = time::parse_duration, default_value = "100us")]
+        interval: Duration,
+        #[arg(long, value_parser = time::parse_duration, default_value = "2s")]
+        time: Duration,
+    },
+}
 
 pub fn run(args: &WorkloadArgs) -> Result<()> {
     if args.wait {

@@ -1,76 +1,62 @@
 //! `latprof stats`: collect for a while, print /proc/latency_stats-compatible text.
 use std::{
     io::Write as _,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::atomic::Ordering,
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use latprof_common::Counter;
 
+use super::session::{Needs, Session};
 use crate::{
     cli::{Cli, StatsArgs},
     collect::Collector,
-    duration, export,
-    probe::{self, Probe},
+    export,
     reasons::Reasons,
-    symbols::Kallsyms,
+    time,
 };
 
-/// Set by SIGINT and SIGTERM.
-pub fn stop_flag() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("install signal handler")?;
-    }
-    Ok(stop)
-}
-
 pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
-    probe::check_privileges()?;
-    if let Some(pid) = args.pid
-        && std::fs::metadata(format!("/proc/{pid}")).is_err()
-    {
-        bail!("no process with pid {pid}");
-    }
-    let stop = stop_flag()?;
-    let syms = Kallsyms::load()?;
-    let mut probe = Probe::attach(cli.probe_config(args.pid, false, false))?;
-    let mut log = crate::debuglog::DebugLog::start(&mut probe, cli, false)?;
-    // `--counters` shows latprof's own cost per program run: the kernel counts run time while
-    // this fd is open (closed when stats returns).
-    let _run_time_stats = if args.counters {
-        aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()
-    } else {
-        None
-    };
+    // `--counters` shows latprof's own cost per program run.
+    let mut session = Session::start(
+        cli,
+        Needs {
+            pid: args.pid,
+            run_time_stats: args.counters,
+            ..Needs::default()
+        },
+    )?;
     eprintln!(
         "latprof: attached ({} mode); collecting for {}, Ctrl-C to stop early",
         cli.mode.as_str(),
-        duration::format(args.duration)
+        time::format_duration(args.duration)
     );
-    probe.announce();
-    let kernel = crate::nohz::kernel_facts(&probe);
+    session.announce();
     let mut collector = Collector::new();
     // `--counters` rates are over the collection, from this first snapshot.
     let first = if args.counters {
-        Some(collector.snapshot(&probe)?)
+        Some(collector.snapshot(&session.probe)?)
     } else {
         None
     };
     let deadline = Instant::now() + args.duration;
-    while !stop.load(Ordering::Relaxed) {
+    while !session.stop.load(Ordering::Relaxed) {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             break;
         }
         std::thread::sleep(left.min(Duration::from_millis(50)));
-        log.flush();
+        session.log.flush();
     }
-    let snap = collector.snapshot(&probe)?;
+    let snap = collector.snapshot(&session.probe)?;
+    let Session {
+        probe,
+        mut log,
+        syms,
+        kernel,
+        ..
+    } = session;
     log.flush();
     drop(probe);
     let reasons = Reasons::builtin();

@@ -3,18 +3,19 @@
 //! statistics, and write its report. No timing is asserted.
 use std::process::Command;
 
-const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
+const BENCH: &str = env!("CARGO_BIN_EXE_latprof-bench");
 
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn quick_bench_runs_end_to_end() {
     latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
     let out = std::env::temp_dir().join(format!("latprof-bench-test-{}", std::process::id()));
-    let run = Command::new(LATPROF)
-        .args(["bench", "--quick", "--out"])
+    // The harness runs latprof from beside itself: the workspace's `cargo test` builds both.
+    let run = Command::new(BENCH)
+        .args(["--quick", "--out"])
         .arg(&out)
         .output()
-        .expect("run latprof bench");
+        .expect("run latprof-bench");
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(
         run.status.success(),

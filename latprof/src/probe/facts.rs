@@ -101,7 +101,7 @@ fn read_config() -> Option<(String, String)> {
 
 /// This machine's facts; `tick_sources` from the probe.
 #[must_use]
-pub fn kernel_facts(probe: &crate::probe::Probe) -> KernelFacts {
+pub fn kernel_facts(probe: &super::Probe) -> KernelFacts {
     let mut facts = match read_config() {
         Some((text, source)) => from_config(&text, &source),
         None => KernelFacts::default(),

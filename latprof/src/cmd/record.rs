@@ -5,19 +5,19 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 
+use super::session::{Needs, Session};
 use crate::{
     cli::{Cli, RecordArgs},
-    collect::Collector,
-    duration,
-    probe::{self, Probe},
-    stats::stop_flag,
+    collect::{Collector, Spike},
+    probe::{self, KernelFacts},
     store::{
         RecordingInfo,
         writer::{Appended, Options, Writer},
     },
     symbols::Kallsyms,
+    time,
 };
 
 fn uname() -> (String, String, String) {
@@ -45,7 +45,7 @@ pub fn info(
     interval: Duration,
     details: bool,
     syms: &Kallsyms,
-    kernel: crate::nohz::KernelFacts,
+    kernel: KernelFacts,
 ) -> RecordingInfo {
     let (hostname, kernel_release, kernel_version) = uname();
     // SAFETY: sysconf has no memory effects.
@@ -92,8 +92,6 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             args.output.display()
         );
     }
-    let stop = stop_flag()?;
-    let syms = Kallsyms::load()?;
     let details = !args.lean;
     let options = Options {
         compress: !args.no_compress,
@@ -101,28 +99,47 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
         keep: args.keep,
         max_size: args.max_size,
     };
-    let mut probe = Probe::attach(cli.probe_config(None, details, true))?;
-    let mut reader = crate::spikes::SpikeReader::take(&mut probe)?;
-    let mut log = crate::debuglog::DebugLog::start(&mut probe, cli, false)?;
-    let mut spikes = Vec::new();
-    let kernel = crate::nohz::kernel_facts(&probe);
+    let session = Session::start(
+        cli,
+        Needs {
+            details,
+            spikes: true,
+            run_time_stats: true,
+            ..Needs::default()
+        },
+    )?;
     let mut writer = Writer::create(
         &args.output,
-        info(cli, args.interval, details, &syms, kernel),
+        info(
+            cli,
+            args.interval,
+            details,
+            &session.syms,
+            session.kernel.clone(),
+        ),
         options,
     )?;
-    // The programs' run time is counted while this fd is open (closed at exit, in any way).
-    let run_time_stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
     eprintln!(
         "latprof: recording to {} every {} ({} mode){}; Ctrl-C to stop",
         args.output.display(),
-        duration::format(args.interval),
+        time::format_duration(args.interval),
         cli.mode.as_str(),
         args.duration
-            .map(|d| format!(" for {}", duration::format(d)))
+            .map(|d| format!(" for {}", time::format_duration(d)))
             .unwrap_or_default()
     );
-    probe.announce();
+    session.announce();
+    let Session {
+        probe,
+        spikes: reader,
+        mut log,
+        syms,
+        stop,
+        run_time_stats,
+        ..
+    } = session;
+    let mut reader = reader.context("the session has no spike reader")?;
+    let mut spikes = Vec::new();
     let started = Instant::now();
     let mut collector = Collector::with_details();
     let mut reason = "stopped by a signal";
@@ -131,24 +148,22 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     // their backtraces.
     let mut not_recorded = 0u64;
     let max_spikes = args.max_spikes;
-    let mut save = |writer: &mut Writer,
-                    spikes: &mut Vec<crate::spikes::Spike>,
-                    sleeps: u64|
-     -> Result<Appended> {
-        if spikes.len() > max_spikes {
-            spikes.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
-            not_recorded += (spikes.len() - max_spikes) as u64;
-            spikes.truncate(max_spikes);
-        }
-        if !spikes.is_empty()
-            && writer.append_spikes(spikes, sleeps, not_recorded)? == Appended::Full
-        {
-            return Ok(Appended::Full);
-        }
-        spikes.clear();
-        let snap = collector.snapshot(&probe)?;
-        writer.append(&snap, &syms)
-    };
+    let mut save =
+        |writer: &mut Writer, spikes: &mut Vec<Spike>, sleeps: u64| -> Result<Appended> {
+            if spikes.len() > max_spikes {
+                spikes.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
+                not_recorded += (spikes.len() - max_spikes) as u64;
+                spikes.truncate(max_spikes);
+            }
+            if !spikes.is_empty()
+                && writer.append_spikes(spikes, sleeps, not_recorded)? == Appended::Full
+            {
+                return Ok(Appended::Full);
+            }
+            spikes.clear();
+            let snap = collector.snapshot(&probe)?;
+            writer.append(&snap, &syms)
+        };
     loop {
         if save(&mut writer, &mut spikes, reader.sleeps)? == Appended::Full {
             reason = "--max-size reached";

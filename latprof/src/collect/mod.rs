@@ -1,4 +1,9 @@
-//! Reads the probe's maps into a [`Snapshot`]: raw cumulative numbers, nothing derived.
+//! Reads the probe's maps into a [`Snapshot`]: raw cumulative numbers, nothing derived; and
+//! the spike ring buffer into [`Spike`]s.
+pub mod spikes;
+
+pub use spikes::{Spike, SpikeReader};
+
 use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{Context as _, Result};
@@ -363,8 +368,8 @@ impl Collector {
             histograms,
             programs,
             ticks: read_ticks(probe)?,
-            taken_ns: monotonic_ns(),
-            wall_ns: clock_ns(libc::CLOCK_REALTIME),
+            taken_ns: crate::time::monotonic_ns(),
+            wall_ns: crate::time::wall_ns(),
         })
     }
 }
@@ -384,28 +389,6 @@ fn read_ticks(probe: &Probe) -> Result<Vec<TickCounts>> {
         }
     }
     Ok(out)
-}
-
-/// CLOCK_REALTIME in nanoseconds since the Unix epoch.
-#[must_use]
-pub fn wall_ns() -> u64 {
-    clock_ns(libc::CLOCK_REALTIME)
-}
-
-/// CLOCK_MONOTONIC in nanoseconds (the clock of bpf_ktime_get_ns).
-#[must_use]
-pub fn monotonic_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out pointer.
-    unsafe { libc::clock_gettime(clock, &raw mut ts) };
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
 /// A kernel `comm` (NUL-padded, at most 16 bytes) as text.

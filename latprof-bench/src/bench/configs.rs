@@ -1,0 +1,321 @@
+//! What the benchmark runs: the tracer configurations and the workloads.
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+};
+
+/// A tracer configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Config {
+    None,
+    Lazy,
+    Normal,
+    Offcputime,
+    Runqlat,
+    Bpftrace,
+    PerfSched,
+    /// latprof lazy with `--debug-checks` (the cost of the checks).
+    LazyDebug,
+    /// latprof lazy walking every counted sleep's stack (`--no-stack-cache`).
+    LazyWalk,
+    /// latprof lazy and latprof normal attached together, in both orders each round: both see
+    /// the same events in the same run, so the difference between their programs is the
+    /// modes' and not the runs'. Measured as one, reported as `PairedLazy` and `PairedNormal`.
+    Paired,
+    PairedLazy,
+    PairedNormal,
+    /// `latprof spikes` on every sleep, reader woken only when it waits.
+    SpikesAdaptive,
+    /// `latprof spikes` on every sleep, reader woken on every event.
+    SpikesAlways,
+}
+
+/// The configurations of the main workloads.
+pub(super) const MAIN_CONFIGS: [Config; 7] = [
+    Config::None,
+    Config::Lazy,
+    Config::Normal,
+    Config::Offcputime,
+    Config::Runqlat,
+    Config::Bpftrace,
+    Config::PerfSched,
+];
+
+/// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
+/// lazy and normal together on the fork storm, and the spikes.
+pub(super) const EXTRA_CONFIGS: [Config; 7] = [
+    Config::LazyDebug,
+    Config::LazyWalk,
+    Config::Paired,
+    Config::PairedLazy,
+    Config::PairedNormal,
+    Config::SpikesAdaptive,
+    Config::SpikesAlways,
+];
+
+/// bpftrace's off-CPU time keyed by kernel stack, on tracepoints (no kprobes here).
+pub(super) const BPFTRACE_OFFCPU: &str = "tracepoint:sched:sched_switch { \
+    @start[args->prev_pid] = nsecs; @stk[args->prev_pid] = kstack; \
+    $s = @start[args->next_pid]; \
+    if ($s) { @off[@stk[args->next_pid]] = sum(nsecs - $s); \
+    delete(@start[args->next_pid]); delete(@stk[args->next_pid]); } }";
+
+impl Config {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Lazy => "lazy",
+            Self::Normal => "normal",
+            Self::Offcputime => "offcputime",
+            Self::Runqlat => "runqlat",
+            Self::Bpftrace => "bpftrace",
+            Self::PerfSched => "perf-sched",
+            Self::LazyDebug => "lazy-debug",
+            Self::LazyWalk => "lazy-walk",
+            Self::Paired => "lazy+normal",
+            Self::PairedLazy => "lazy (paired)",
+            Self::PairedNormal => "normal (paired)",
+            Self::SpikesAdaptive => "spikes-adaptive",
+            Self::SpikesAlways => "spikes-always",
+        }
+    }
+
+    pub(super) fn command(self, latprof: &Path) -> Option<Command> {
+        let mut cmd = match self {
+            Self::None | Self::Paired => return None,
+            Self::Lazy | Self::Normal | Self::PairedLazy | Self::PairedNormal => {
+                let mut c = Command::new(latprof);
+                let mode = if matches!(self, Self::Lazy | Self::PairedLazy) {
+                    "lazy"
+                } else {
+                    "normal"
+                };
+                c.args(["--mode", mode, "stats", "--duration", "1h"]);
+                c
+            }
+            Self::LazyWalk => {
+                let mut c = Command::new(latprof);
+                c.args(["--no-stack-cache", "stats", "--duration", "1h"]);
+                c
+            }
+            Self::LazyDebug => {
+                let mut c = Command::new(latprof);
+                c.args([
+                    "--debug-checks",
+                    "--log",
+                    "/dev/null",
+                    "stats",
+                    "--duration",
+                    "1h",
+                ]);
+                c
+            }
+            Self::SpikesAdaptive | Self::SpikesAlways => {
+                let mut c = Command::new(latprof);
+                let policy = if self == Self::SpikesAlways {
+                    "always"
+                } else {
+                    "adaptive"
+                };
+                // Every counted sleep is a spike.
+                c.args([
+                    "--all-sleeps",
+                    "--spike",
+                    "1us",
+                    "--wakeup",
+                    policy,
+                    "spikes",
+                ]);
+                c
+            }
+            Self::Offcputime => Command::new("/usr/sbin/offcputime"),
+            Self::Runqlat => Command::new("/usr/sbin/runqlat"),
+            Self::Bpftrace => {
+                let mut c = Command::new("bpftrace");
+                c.args(["-e", BPFTRACE_OFFCPU]);
+                c
+            }
+            Self::PerfSched => {
+                let mut c = Command::new("perf");
+                c.args([
+                    "sched",
+                    "record",
+                    "-a",
+                    "-o",
+                    "/tmp/latprof-bench-perf.data",
+                ]);
+                c
+            }
+        };
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        Some(cmd)
+    }
+
+    /// latprof itself (it says on stderr when it is attached).
+    pub(super) fn is_latprof(self) -> bool {
+        matches!(
+            self,
+            Self::Lazy
+                | Self::Normal
+                | Self::LazyDebug
+                | Self::LazyWalk
+                | Self::PairedLazy
+                | Self::PairedNormal
+                | Self::SpikesAdaptive
+                | Self::SpikesAlways
+        )
+    }
+
+    pub(super) fn available(self) -> bool {
+        match self {
+            Self::None
+            | Self::Lazy
+            | Self::Normal
+            | Self::LazyDebug
+            | Self::LazyWalk
+            | Self::Paired
+            | Self::PairedLazy
+            | Self::PairedNormal
+            | Self::SpikesAdaptive
+            | Self::SpikesAlways => true,
+            Self::Offcputime => Path::new("/usr/sbin/offcputime").exists(),
+            Self::Runqlat => Path::new("/usr/sbin/runqlat").exists(),
+            Self::Bpftrace => which("bpftrace"),
+            Self::PerfSched => which("perf"),
+        }
+    }
+}
+
+pub(super) fn which(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// A workload: a command and what one run of it is made of.
+pub(super) struct Workload {
+    pub(super) name: String,
+    pub(super) command: Vec<String>,
+    /// Units per run (round trips, forks) for per-unit numbers; 0 for none.
+    pub(super) units: u64,
+    pub(super) unit: &'static str,
+    /// Configurations this workload runs under (the contention series uses latprof only).
+    pub(super) configs: Vec<Config>,
+}
+
+/// The workloads, run by `workload` (latprof-workload) where they are latprof's own.
+pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    let (trips, forks, idle) = if quick {
+        (3_000, 200, "1")
+    } else {
+        (100_000, 2_000, "5")
+    };
+    let all: Vec<Config> = MAIN_CONFIGS.to_vec();
+    let mut out = vec![
+        Workload {
+            name: "pingpong".into(),
+            command: s(&[
+                workload,
+                "pingpong",
+                "--processes",
+                "--cpu",
+                "0",
+                "--count",
+                &trips.to_string(),
+            ]),
+            units: trips,
+            unit: "round trip",
+            configs: all
+                .iter()
+                .copied()
+                .chain([Config::LazyDebug, Config::LazyWalk])
+                .collect(),
+        },
+        Workload {
+            name: "forkstorm".into(),
+            command: s(&[workload, "forks", "--count", &forks.to_string()]),
+            units: forks,
+            unit: "fork",
+            configs: all
+                .iter()
+                .copied()
+                .chain([Config::Paired, Config::PairedLazy, Config::PairedNormal])
+                .collect(),
+        },
+        Workload {
+            name: "idle".into(),
+            command: s(&["sleep", idle]),
+            units: 0,
+            unit: "",
+            configs: all.clone(),
+        },
+    ];
+    if !quick && which("hackbench") {
+        for (name, kind) in [
+            ("hackbench-process", "--process"),
+            ("hackbench-thread", "--threads"),
+        ] {
+            out.push(Workload {
+                name: name.into(),
+                command: s(&[
+                    "hackbench",
+                    "-g",
+                    "8",
+                    kind,
+                    "--pipe",
+                    "-l",
+                    "2000",
+                    "-s",
+                    "512",
+                ]),
+                units: 0,
+                unit: "",
+                configs: all.clone(),
+            });
+        }
+    }
+    // 1, 2, 4 ... up to 4 x cores processes sleeping 100 us in a loop, at one backtrace.
+    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    let counts: Vec<usize> = std::iter::successors(Some(1), |n| Some(n * 2))
+        .take_while(|n| *n <= cores * 4)
+        .collect();
+    let sleepers = |name: String, n: usize, time: &str, configs: Vec<Config>| Workload {
+        name,
+        command: s(&[
+            workload,
+            "sleepers",
+            "--procs",
+            &n.to_string(),
+            "--interval",
+            "100us",
+            "--time",
+            time,
+        ]),
+        units: 0,
+        unit: "",
+        configs,
+    };
+    if !quick {
+        for &n in &counts {
+            out.push(sleepers(
+                format!("contention-{n}"),
+                n,
+                "2s",
+                vec![Config::None, Config::Lazy, Config::Normal],
+            ));
+        }
+    }
+    // Spikes: every sleep is an event for the reader; the two wakeup policies.
+    let spike_counts = if quick { vec![2] } else { counts };
+    for n in spike_counts {
+        out.push(sleepers(
+            format!("spikes-{n}"),
+            n,
+            if quick { "1s" } else { "2s" },
+            vec![Config::None, Config::SpikesAdaptive, Config::SpikesAlways],
+        ));
+    }
+    out
+}

@@ -1,0 +1,141 @@
+//! The overhead benchmark: each workload under no tracer, latprof (lazy, normal) and the peers
+//! that are installed, interleaved round by round, with the kernel's own BPF run-time
+//! statistics for every tracer's programs. Prints ratios against the no-tracer runs of the same
+//! invocation; never asserts timings.
+mod configs;
+mod measure;
+mod report;
+
+use std::{collections::BTreeMap, path::PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+
+use configs::{Config, EXTRA_CONFIGS, MAIN_CONFIGS, workloads};
+use measure::{Sample, measure};
+use report::report;
+
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "latprof-bench",
+    about = "latprof's overhead benchmark: latprof against no tracer and its peers"
+)]
+pub struct BenchArgs {
+    /// Rounds; each runs every workload under every configuration once, interleaved.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: u32,
+    /// A short run that checks the harness end to end (CI): small workloads, one round,
+    /// no tracer and latprof only.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where bench.md and bench.json go.
+    #[arg(long, default_value = "target/bench")]
+    pub out: PathBuf,
+    /// Only these configurations (none, lazy, normal, offcputime, runqlat, bpftrace, perf-sched,
+    /// lazy-debug, lazy-walk, lazy+normal, spikes-adaptive, spikes-always).
+    #[arg(long, value_delimiter = ',')]
+    pub configs: Vec<String>,
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    latprof::probe::check_privileges()?;
+    let latprof = crate::sibling("latprof")?;
+    let workload = crate::sibling("latprof-workload")?;
+    let workload_s = workload.to_string_lossy().into_owned();
+    // The kernel measures every program's run time while this is held.
+    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .context("enabling BPF run-time statistics")?;
+    let wanted: Vec<Config> = MAIN_CONFIGS
+        .into_iter()
+        .chain(EXTRA_CONFIGS)
+        .filter(|c| {
+            // The paired halves come with the pair.
+            let name = match c {
+                Config::PairedLazy | Config::PairedNormal => Config::Paired.name(),
+                _ => c.name(),
+            };
+            args.configs.is_empty() || args.configs.iter().any(|n| n == name)
+        })
+        .filter(|c| {
+            !args.quick
+                || matches!(
+                    c,
+                    Config::None
+                        | Config::Lazy
+                        | Config::Normal
+                        | Config::Paired
+                        | Config::PairedLazy
+                        | Config::PairedNormal
+                        | Config::SpikesAdaptive
+                        | Config::SpikesAlways
+                )
+        })
+        .collect();
+    let mut skipped = Vec::new();
+    let configs: Vec<Config> = wanted
+        .into_iter()
+        .filter(|c| {
+            let ok = c.available();
+            if !ok {
+                skipped.push(c.name());
+            }
+            ok
+        })
+        .collect();
+    if !configs.contains(&Config::None) {
+        bail!("the benchmark needs the 'none' configuration as its baseline");
+    }
+    let rounds = if args.quick { 1 } else { args.rounds.max(1) };
+    let works = workloads(args.quick, &workload_s);
+    let mut samples: BTreeMap<(usize, Config), Vec<Sample>> = BTreeMap::new();
+    for round in 1..=rounds {
+        for (w, work) in works.iter().enumerate() {
+            // Interleaved, and each round starts one configuration later, so that no
+            // configuration always runs right after the same one (the first tracer after
+            // the no-tracer run measured slower every round when the order was fixed).
+            let mut order: Vec<Config> = configs
+                .iter()
+                .copied()
+                .filter(|c| work.configs.contains(c))
+                .collect();
+            if !order.is_empty() {
+                let shift = (round as usize - 1) % order.len();
+                order.rotate_left(shift);
+            }
+            for config in order {
+                // The paired halves are measured together, as `Paired`, in both orders each
+                // round: the program attached first runs first and meets the colder caches
+                // (about 300 ns more per wakeup in the fork storm).
+                let runs = match config {
+                    Config::PairedLazy | Config::PairedNormal => continue,
+                    Config::Paired => vec![
+                        vec![Config::PairedLazy, Config::PairedNormal],
+                        vec![Config::PairedNormal, Config::PairedLazy],
+                    ],
+                    _ => vec![vec![config]],
+                };
+                eprintln!(
+                    "bench: round {round}/{rounds} {} under {}",
+                    work.name,
+                    config.name()
+                );
+                for run in runs {
+                    for (c, sample) in run.iter().zip(measure(&run, work, &latprof)?) {
+                        samples.entry((w, *c)).or_default().push(sample);
+                    }
+                }
+            }
+        }
+    }
+    let report = report(&works, &configs, &samples, rounds, &skipped);
+    print!("{}", report.0);
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    std::fs::write(args.out.join("bench.md"), &report.0)?;
+    std::fs::write(args.out.join("bench.json"), &report.1)?;
+    eprintln!(
+        "bench: wrote {} and {}",
+        args.out.join("bench.md").display(),
+        args.out.join("bench.json").display()
+    );
+    Ok(())
+}

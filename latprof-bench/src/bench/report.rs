@@ -1,0 +1,431 @@
+//! The report: medians and ratios against the no-tracer runs, as Markdown and JSON.
+use std::{collections::BTreeMap, fmt::Write as _};
+
+use super::{
+    configs::{Config, Workload},
+    measure::{Sample, median},
+};
+
+/// Summary of one (workload, configuration) over the rounds.
+#[derive(Debug, Default)]
+pub(super) struct Summary {
+    pub(super) wall_ms: f64,
+    pub(super) wall_min_ms: f64,
+    pub(super) wall_max_ms: f64,
+    pub(super) ratio: f64,
+    pub(super) added_ns_per_switch: f64,
+    pub(super) bpf_ns_per_event: f64,
+    pub(super) bpf_ns_per_unit: f64,
+    /// BPF ns per unit in the programs whose work depends on the mode (every one but
+    /// sched_switch, which runs the same code in lazy and normal mode).
+    pub(super) mode_ns_per_unit: f64,
+    pub(super) bpf_cpu_percent: f64,
+    /// Context switches per second on the machine during the run (throughput of the sleepers).
+    pub(super) switches_per_s: f64,
+    pub(super) tracer_cpu_ms: f64,
+    pub(super) tracer_rss_mb: f64,
+    pub(super) map_kb: u64,
+}
+
+pub(super) fn summarize(samples: &[Sample], none: &[Sample], units: u64) -> Summary {
+    let ms = |s: &Sample| s.wall_ns as f64 / 1e6;
+    let walls: Vec<f64> = samples.iter().map(ms).collect();
+    let base = median(none.iter().map(ms).collect());
+    let base_switches = median(none.iter().map(|s| s.switches as f64).collect());
+    let wall = median(walls.clone());
+    Summary {
+        wall_ms: wall,
+        wall_min_ms: walls.iter().copied().fold(f64::INFINITY, f64::min),
+        wall_max_ms: walls.iter().copied().fold(0.0, f64::max),
+        ratio: if base > 0.0 { wall / base } else { 0.0 },
+        added_ns_per_switch: if base_switches > 0.0 {
+            (wall - base) * 1e6 / base_switches
+        } else {
+            0.0
+        },
+        bpf_ns_per_event: median(
+            samples
+                .iter()
+                .filter(|s| s.bpf_runs > 0)
+                .map(|s| s.bpf_ns as f64 / s.bpf_runs as f64)
+                .collect(),
+        ),
+        bpf_ns_per_unit: if units > 0 {
+            median(
+                samples
+                    .iter()
+                    .map(|s| s.bpf_ns as f64 / units as f64)
+                    .collect(),
+            )
+        } else {
+            0.0
+        },
+        mode_ns_per_unit: if units > 0 {
+            median(
+                samples
+                    .iter()
+                    .map(|s| {
+                        s.per_program
+                            .iter()
+                            .filter(|(name, _)| !name.starts_with("sched_switch"))
+                            .map(|(_, (ns, _))| *ns as f64)
+                            .sum::<f64>()
+                            / units as f64
+                    })
+                    .collect(),
+            )
+        } else {
+            0.0
+        },
+        bpf_cpu_percent: median(
+            samples
+                .iter()
+                .map(|s| s.bpf_ns as f64 * 100.0 / s.wall_ns.max(1) as f64)
+                .collect(),
+        ),
+        switches_per_s: median(
+            samples
+                .iter()
+                .map(|s| s.switches as f64 * 1e9 / s.wall_ns.max(1) as f64)
+                .collect(),
+        ),
+        tracer_cpu_ms: median(
+            samples
+                .iter()
+                .map(|s| s.tracer_cpu_ns as f64 / 1e6)
+                .collect(),
+        ),
+        tracer_rss_mb: samples.iter().map(|s| s.tracer_rss_kb).max().unwrap_or(0) as f64 / 1024.0,
+        map_kb: samples.iter().map(|s| s.map_kb).max().unwrap_or(0),
+    }
+}
+
+/// The markdown table (with the targets' verdicts) and the JSON document.
+pub(super) fn report(
+    works: &[Workload],
+    configs: &[Config],
+    samples: &BTreeMap<(usize, Config), Vec<Sample>>,
+    rounds: u32,
+    skipped: &[&str],
+) -> (String, String) {
+    let mut md = String::new();
+    let mut json = String::from("{\n  \"rounds\": ");
+    let _ = write!(
+        json,
+        "{rounds},\n  \"machine\": {:?},\n  \"results\": [\n",
+        machine()
+    );
+    let _ = writeln!(md, "# latprof overhead benchmark\n");
+    let _ = writeln!(
+        md,
+        "Machine: {}. Rounds: {rounds}, interleaved; medians, min-max.",
+        machine()
+    );
+    if !skipped.is_empty() {
+        let _ = writeln!(md, "Not installed, skipped: {}.", skipped.join(", "));
+    }
+    let mut summaries: BTreeMap<(usize, Config), Summary> = BTreeMap::new();
+    let mut first = true;
+    for (w, work) in works.iter().enumerate() {
+        let Some(none) = samples.get(&(w, Config::None)) else {
+            continue;
+        };
+        let _ = writeln!(
+            md,
+            "\n## {} (`{}`)\n\n| config | wall ms (min-max) | ratio | +ns/switch | BPF ns/event | BPF ns/{} | BPF %CPU | tracer CPU ms | RSS MB | maps KiB |\n|---|---|---|---|---|---|---|---|---|---|",
+            work.name,
+            work.command
+                .iter()
+                .skip(1)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" "),
+            if work.units > 0 { work.unit } else { "run" }
+        );
+        for &config in configs.iter().filter(|c| work.configs.contains(c)) {
+            let Some(s) = samples.get(&(w, config)) else {
+                continue;
+            };
+            let sum = summarize(s, none, work.units);
+            let _ = writeln!(
+                md,
+                "| {} | {:.1} ({:.1}-{:.1}) | {:.3} | {:.0} | {:.0} | {:.0} | {:.3} | {:.0} | {:.1} | {} |",
+                config.name(),
+                sum.wall_ms,
+                sum.wall_min_ms,
+                sum.wall_max_ms,
+                sum.ratio,
+                sum.added_ns_per_switch,
+                sum.bpf_ns_per_event,
+                sum.bpf_ns_per_unit,
+                sum.bpf_cpu_percent,
+                sum.tracer_cpu_ms,
+                sum.tracer_rss_mb,
+                sum.map_kb
+            );
+            if !first {
+                json.push_str(",\n");
+            }
+            first = false;
+            let _ = write!(
+                json,
+                "    {{\"workload\": {:?}, \"config\": {:?}, \"wall_ms\": {:.3}, \"wall_min_ms\": {:.3}, \"wall_max_ms\": {:.3}, \"ratio\": {:.4}, \"added_ns_per_switch\": {:.1}, \"bpf_ns_per_event\": {:.1}, \"bpf_ns_per_{}\": {:.1}, \"bpf_cpu_percent\": {:.4}, \"tracer_cpu_ms\": {:.1}, \"tracer_rss_mb\": {:.2}, \"map_kib\": {}}}",
+                work.name,
+                config.name(),
+                sum.wall_ms,
+                sum.wall_min_ms,
+                sum.wall_max_ms,
+                sum.ratio,
+                sum.added_ns_per_switch,
+                sum.bpf_ns_per_event,
+                if work.units > 0 {
+                    work.unit.replace(' ', "_")
+                } else {
+                    "run".into()
+                },
+                sum.bpf_ns_per_unit,
+                sum.bpf_cpu_percent,
+                sum.tracer_cpu_ms,
+                sum.tracer_rss_mb,
+                sum.map_kb
+            );
+            summaries.insert((w, config), sum);
+        }
+        // latprof's own programs, one by one (medians over the rounds).
+        for config in [
+            Config::Lazy,
+            Config::Normal,
+            Config::PairedLazy,
+            Config::PairedNormal,
+        ] {
+            let Some(s) = samples.get(&(w, config)) else {
+                continue;
+            };
+            let names: Vec<String> = s[0].per_program.keys().cloned().collect();
+            let parts: Vec<String> = names
+                .iter()
+                .map(|name| {
+                    let per_event = median(
+                        s.iter()
+                            .filter_map(|x| x.per_program.get(name))
+                            .filter(|(_, n)| *n > 0)
+                            .map(|(ns, n)| *ns as f64 / *n as f64)
+                            .collect(),
+                    );
+                    let runs = median(
+                        s.iter()
+                            .filter_map(|x| x.per_program.get(name))
+                            .map(|(_, n)| *n as f64)
+                            .collect(),
+                    );
+                    format!("{name} {per_event:.0} ns x {runs:.0}")
+                })
+                .collect();
+            if !parts.is_empty() {
+                let _ = writeln!(md, "\n{} per program: {}.", config.name(), parts.join(", "));
+            }
+        }
+    }
+    json.push_str("\n  ],\n  \"targets\": [\n");
+    let _ = writeln!(md, "\n## Targets\n");
+    let targets = targets(works, &summaries);
+    for (i, (name, verdict, detail)) in targets.iter().enumerate() {
+        let _ = writeln!(md, "- {verdict}: {name} ({detail})");
+        let _ = write!(
+            json,
+            "{}    {{\"target\": {name:?}, \"verdict\": {verdict:?}, \"detail\": {detail:?}}}",
+            if i > 0 { ",\n" } else { "" }
+        );
+    }
+    json.push_str("\n  ]\n}\n");
+    (md, json)
+}
+
+pub(super) fn machine() -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    format!("Linux {}, {cpus} CPUs", kernel.trim())
+}
+
+/// The issue's targets, each with a verdict from this run's numbers.
+pub(super) fn targets(
+    works: &[Workload],
+    s: &BTreeMap<(usize, Config), Summary>,
+) -> Vec<(String, &'static str, String)> {
+    let find = |name: &str| works.iter().position(|w| w.name == name);
+    let get = |name: &str, c: Config| find(name).and_then(|w| s.get(&(w, c)));
+    let verdict = |ok: bool| if ok { "MET" } else { "MISSED" };
+    let mut out = Vec::new();
+    if let (Some(lazy), Some(bt)) = (
+        get("pingpong", Config::Lazy),
+        get("pingpong", Config::Bpftrace),
+    ) {
+        out.push((
+            "lazy BPF time per round trip at most half of the bpftrace off-CPU script's".to_owned(),
+            verdict(lazy.bpf_ns_per_unit <= bt.bpf_ns_per_unit / 2.0),
+            format!(
+                "{:.0} ns against {:.0} ns",
+                lazy.bpf_ns_per_unit, bt.bpf_ns_per_unit
+            ),
+        ));
+    }
+    if let (Some(lazy), Some(rq)) = (
+        get("pingpong", Config::Lazy),
+        get("pingpong", Config::Runqlat),
+    ) {
+        out.push((
+            "lazy near runqlat per round trip (for reference)".to_owned(),
+            verdict(lazy.bpf_ns_per_unit <= rq.bpf_ns_per_unit * 1.5),
+            format!(
+                "{:.0} ns against {:.0} ns",
+                lazy.bpf_ns_per_unit, rq.bpf_ns_per_unit
+            ),
+        ));
+    }
+    for hb in ["hackbench-process", "hackbench-thread"] {
+        if let Some(lazy) = get(hb, Config::Lazy) {
+            out.push((
+                format!("lazy adds at most 3% to {hb}"),
+                verdict(lazy.ratio <= 1.03),
+                format!("ratio {:.3}", lazy.ratio),
+            ));
+        }
+    }
+    if let Some(lazy) = get("idle", Config::Lazy) {
+        out.push((
+            "lazy idle cost under 0.1% of one CPU".to_owned(),
+            verdict(lazy.bpf_cpu_percent < 0.1),
+            format!("{:.3}% in BPF", lazy.bpf_cpu_percent),
+        ));
+    }
+    if let (Some(lazy), Some(normal)) = (
+        get("pingpong", Config::Lazy),
+        get("pingpong", Config::Normal),
+    ) {
+        out.push((
+            "lazy per-event cost lower than normal's".to_owned(),
+            verdict(lazy.bpf_ns_per_event < normal.bpf_ns_per_event),
+            format!(
+                "{:.0} ns against {:.0} ns ({:+.0}%)",
+                lazy.bpf_ns_per_event,
+                normal.bpf_ns_per_event,
+                (lazy.bpf_ns_per_event / normal.bpf_ns_per_event - 1.0) * 100.0
+            ),
+        ));
+    }
+    if let (Some(lazy), Some(normal)) = (
+        get("forkstorm", Config::Lazy),
+        get("forkstorm", Config::Normal),
+    ) {
+        // Judged on the paired runs where there are some (both orders each round): the
+        // wakeup program, which both modes run, varies more between runs than the modes
+        // differ.
+        let (judged, paired) = match (
+            get("forkstorm", Config::PairedLazy),
+            get("forkstorm", Config::PairedNormal),
+        ) {
+            (Some(l), Some(n)) => ((l, n), "attached together in one run"),
+            _ => ((lazy, normal), "separate runs"),
+        };
+        out.push((
+            "fork/exit storm: lazy's exit merges cost less than normal's per-event updates"
+                .to_owned(),
+            verdict(judged.0.mode_ns_per_unit < judged.1.mode_ns_per_unit),
+            format!(
+                "exit + wakeup programs, where the modes differ, {paired}: {:.0} ns against {:.0} ns per fork; \
+                 separate runs: {:.0} ns against {:.0} ns (all programs: {:.0} ns against {:.0} ns)",
+                judged.0.mode_ns_per_unit,
+                judged.1.mode_ns_per_unit,
+                lazy.mode_ns_per_unit,
+                normal.mode_ns_per_unit,
+                lazy.bpf_ns_per_unit,
+                normal.bpf_ns_per_unit
+            ),
+        ));
+    }
+    if let (Some(lazy), Some(walk)) = (
+        get("pingpong", Config::Lazy),
+        get("pingpong", Config::LazyWalk),
+    ) {
+        out.push((
+            "stack cache: lazy against lazy walking every counted sleep's stack (--no-stack-cache)"
+                .to_owned(),
+            "INFO",
+            format!(
+                "{:.0} ns against {:.0} ns per round trip ({:+.0}%)",
+                lazy.bpf_ns_per_unit,
+                walk.bpf_ns_per_unit,
+                (lazy.bpf_ns_per_unit / walk.bpf_ns_per_unit - 1.0) * 100.0
+            ),
+        ));
+    }
+    if let (Some(lazy), Some(debug)) = (
+        get("pingpong", Config::Lazy),
+        get("pingpong", Config::LazyDebug),
+    ) {
+        out.push((
+            "debug checks: their cost per event with --debug-checks (without, they are not loaded)"
+                .to_owned(),
+            "INFO",
+            format!(
+                "lazy {:.0} ns/event, lazy --debug-checks {:.0} ns/event ({:+.0}%)",
+                lazy.bpf_ns_per_event,
+                debug.bpf_ns_per_event,
+                (debug.bpf_ns_per_event / lazy.bpf_ns_per_event - 1.0) * 100.0
+            ),
+        ));
+    }
+    let spikes: Vec<String> = works
+        .iter()
+        .filter(|w| w.name.starts_with("spikes-"))
+        .filter_map(|w| {
+            let a = get(&w.name, Config::SpikesAdaptive)?;
+            let b = get(&w.name, Config::SpikesAlways)?;
+            Some(format!(
+                "{}: adaptive {:.0} ns/event at {:.0} switches/s, always {:.0} ns/event at {:.0} switches/s",
+                w.name, a.bpf_ns_per_event, a.switches_per_s, b.bpf_ns_per_event, b.switches_per_s
+            ))
+        })
+        .collect();
+    if !spikes.is_empty() {
+        // With one process the reader has drained every event before the next one comes, so it
+        // is always waiting and both policies wake it every time: judged from 2 processes on.
+        let cheaper = works
+            .iter()
+            .filter(|w| w.name.starts_with("spikes-") && w.name != "spikes-1")
+            .filter_map(|w| {
+                Some(
+                    get(&w.name, Config::SpikesAdaptive)?.bpf_ns_per_event
+                        <= get(&w.name, Config::SpikesAlways)?.bpf_ns_per_event,
+                )
+            })
+            .all(|ok| ok);
+        out.push((
+            "spikes: adaptive reader wakeups cost no more per event than waking on every event (2+ processes)"
+                .to_owned(),
+            verdict(cheaper),
+            spikes.join("; "),
+        ));
+    }
+    let series: Vec<(&str, f64, f64)> = works
+        .iter()
+        .filter(|w| w.name.starts_with("contention-"))
+        .filter_map(|w| {
+            let l = get(&w.name, Config::Lazy)?;
+            let n = get(&w.name, Config::Normal)?;
+            Some((w.name.as_str(), l.bpf_ns_per_event, n.bpf_ns_per_event))
+        })
+        .collect();
+    if let (Some(first), Some(last)) = (series.first(), series.last()) {
+        out.push((
+            "contention: lazy per-event cost flat as processes grow (within 25%)".to_owned(),
+            verdict(last.1 <= first.1 * 1.25),
+            series
+                .iter()
+                .map(|(n, l, nm)| format!("{n}: lazy {l:.0} ns, normal {nm:.0} ns"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ));
+    }
+    out
+}

@@ -1,0 +1,56 @@
+//! `latprof replay`: the `top` screens over a recording, with time navigation; no root, no eBPF.
+use std::{
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Result, anyhow};
+use ratatui::crossterm::event::{self, Event};
+
+use crate::{
+    cli::{Cli, ReplayArgs},
+    reasons::Reasons,
+    store::reader::Recording,
+    tui::{TerminalGuard, app::Settings, replay::Replay, ui},
+};
+
+pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
+    let rec = Recording::open(&args.file)?;
+    let reasons = Reasons::load(args.reasons.as_deref())?;
+    let find = |spec: &str| rec.find(spec).map_err(|e| anyhow!("{e}"));
+    let at = match &args.at {
+        Some(at) => find(at)?,
+        None => rec.len() - 1,
+    };
+    let mark = args.from.as_deref().map(find).transpose()?;
+    for p in &rec.problems {
+        eprintln!("latprof: warning: {}: {p}", args.file.display());
+    }
+    let settings = Settings {
+        mode: rec.info.mode,
+        interval_ms: rec.info.interval_ns / 1_000_000,
+        depth: usize::from(cli.stack_depth.unwrap_or(rec.info.stack_depth)),
+        syms: rec.syms.clone(),
+        reasons,
+        kernel: rec.info.kernel.clone(),
+        spike_ns: rec.info.spike_ns,
+    };
+    let interval = Duration::from_nanos(rec.info.interval_ns.max(10_000_000));
+    let stop = super::stop_flag()?;
+    let mut replay = Replay::new(rec, settings, at, mark);
+    let mut guard = TerminalGuard::new()?;
+    let mut last_tick = Instant::now();
+    while !replay.app.quit && !stop.load(Ordering::Relaxed) {
+        guard.terminal.draw(|f| ui::render(f, &replay.app))?;
+        if event::poll(Duration::from_millis(50))?
+            && let Event::Key(key) = event::read()?
+        {
+            replay.handle_key(key);
+        }
+        if last_tick.elapsed() >= interval {
+            last_tick = Instant::now();
+            replay.tick();
+        }
+    }
+    Ok(())
+}

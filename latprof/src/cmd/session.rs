@@ -1,0 +1,99 @@
+//! A live session, started and stopped the same way for every command that watches the kernel
+//! (`stats`, `top`, `record`, `spikes`): privileges first, then the signal flag, the kernel's
+//! symbols, the programs loaded and attached, the spike reader, the eBPF debug log, the
+//! kernel's facts and, where latprof shows its own cost, the kernel's run-time statistics.
+use std::{
+    os::fd::OwnedFd,
+    sync::{Arc, atomic::AtomicBool},
+};
+
+use anyhow::{Result, bail};
+
+use crate::{
+    cli::Cli,
+    collect::SpikeReader,
+    probe::{self, KernelFacts, Probe, log::DebugLog},
+    symbols::Kallsyms,
+};
+
+/// What a command needs from its session.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Needs {
+    /// Only this process (checked to exist before anything loads).
+    pub pid: Option<u32>,
+    /// Run-queue latency and histograms.
+    pub details: bool,
+    /// The spike ring buffer and its reader.
+    pub spikes: bool,
+    /// The command draws on the terminal, so the debug log goes to a file.
+    pub owns_terminal: bool,
+    /// latprof's own cost per program run: the kernel counts run time while the session lives.
+    pub run_time_stats: bool,
+}
+
+/// Everything a live command works with. Dropping it detaches the programs.
+pub struct Session {
+    pub probe: Probe,
+    /// Taken out of the probe when `Needs::spikes`.
+    pub spikes: Option<SpikeReader>,
+    pub log: DebugLog,
+    pub kernel: KernelFacts,
+    pub syms: Kallsyms,
+    /// Set by SIGINT and SIGTERM.
+    pub stop: Arc<AtomicBool>,
+    /// Open while the kernel counts the programs' run time; closing it (at exit, in any way)
+    /// restores whatever the system had before.
+    pub run_time_stats: Option<OwnedFd>,
+}
+
+impl Session {
+    pub fn start(cli: &Cli, needs: Needs) -> Result<Self> {
+        probe::check_privileges()?;
+        if let Some(pid) = needs.pid
+            && std::fs::metadata(format!("/proc/{pid}")).is_err()
+        {
+            bail!("no process with pid {pid}");
+        }
+        let stop = super::stop_flag()?;
+        let syms = Kallsyms::load()?;
+        let mut probe = Probe::attach(cli.probe_config(needs.pid, needs.details, needs.spikes))?;
+        let spikes = if needs.spikes {
+            Some(SpikeReader::take(&mut probe)?)
+        } else {
+            None
+        };
+        let log_path = cli.log.clone().or_else(|| {
+            needs
+                .owns_terminal
+                .then(|| std::env::temp_dir().join(format!("latprof-{}.log", std::process::id())))
+        });
+        let log = DebugLog::start(&mut probe, cli.debug_checks, log_path)?;
+        let kernel = probe::facts::kernel_facts(&probe);
+        let run_time_stats = if needs.run_time_stats {
+            aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()
+        } else {
+            None
+        };
+        Ok(Self {
+            probe,
+            spikes,
+            log,
+            kernel,
+            syms,
+            stop,
+            run_time_stats,
+        })
+    }
+
+    /// Says which variant of the programs runs and why better ones did not load; after the
+    /// command's own first line, which tests and scripts wait for.
+    pub fn announce(&self) {
+        self.probe.announce();
+    }
+
+    /// Writes out the last of the debug log and detaches the programs.
+    pub fn stop(mut self) {
+        self.log.flush();
+        drop(self);
+    }
+}

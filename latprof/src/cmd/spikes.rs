@@ -1,0 +1,122 @@
+//! `latprof spikes`: every sleep or run-queue wait over `--spike`, one line each, as it happens.
+use std::{
+    collections::HashMap,
+    io::Write as _,
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+
+use super::session::{Needs, Session};
+use crate::{
+    cli::{Cli, SpikesArgs},
+    collect::{Collector, Spike},
+    probe::Wakeup,
+    reasons::Reasons,
+    symbols::Backtrace,
+    time,
+};
+
+/// One line: time, pid, tid, comm, kind, duration, cpu, reason.
+#[must_use]
+pub fn line(s: &Spike, at: &str, reason: &str) -> String {
+    format!(
+        "{at} {:>7} {:>7} {:<16} {} {:>10} cpu{:<3} {reason}",
+        s.tgid,
+        s.tid,
+        s.comm,
+        s.kind_letter(),
+        time::fmt_ns(s.duration_ns),
+        s.cpu
+    )
+}
+
+pub const HEADER: &str =
+    "TIME                PID     TID COMM             K   DURATION CPU    REASON";
+
+pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
+    let reasons = Reasons::builtin();
+    let session = Session::start(
+        cli,
+        Needs {
+            pid: args.pid,
+            spikes: true,
+            ..Needs::default()
+        },
+    )?;
+    eprintln!(
+        "latprof: attached ({} mode); printing sleeps and run-queue waits of {} or more ({} wakeups), Ctrl-C to stop",
+        cli.mode.as_str(),
+        time::format_duration(cli.spike),
+        match cli.wakeup {
+            Wakeup::Adaptive => "adaptive",
+            Wakeup::Always => "always",
+        }
+    );
+    session.announce();
+    let Session {
+        probe,
+        spikes: reader,
+        mut log,
+        syms,
+        stop,
+        ..
+    } = session;
+    let mut reader = reader.context("the session has no spike reader")?;
+    let mut collector = Collector::new();
+    let mut reason_cache: HashMap<u64, String> = HashMap::new();
+    let clock = (time::wall_ns(), time::monotonic_ns());
+    let depth = usize::from(cli.depth());
+    let end = args.duration.map(|d| Instant::now() + d);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{HEADER}").context("writing to stdout")?;
+    let mut total = 0u64;
+    let mut spikes = Vec::new();
+    let mut last_round = false;
+    loop {
+        let stopping = stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e);
+        spikes.clear();
+        // When stopping, one more look without sleeping: what came after the last read.
+        let timeout = if stopping {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(100)
+        };
+        reader.read(timeout, &mut spikes)?;
+        log.flush();
+        for s in &spikes {
+            if !reason_cache.contains_key(&s.stack_id) {
+                let raw = collector.stack(&probe, s.stack_id)?;
+                let backtrace = Backtrace::of(s.stack_id, raw.as_deref(), &syms, depth);
+                let reason = reasons.reason(&backtrace);
+                reason_cache.insert(s.stack_id, reason);
+            }
+            let reason = &reason_cache[&s.stack_id];
+            writeln!(
+                out,
+                "{}",
+                line(s, &time::local_hms_us(s.end_ns, clock), reason)
+            )
+            .context("writing to stdout")?;
+        }
+        out.flush().context("writing to stdout")?;
+        total += spikes.len() as u64;
+        if last_round {
+            break;
+        }
+        last_round = stopping;
+    }
+    let last = collector.snapshot(&probe)?;
+    log.flush();
+    let c = &last.counters;
+    let (submitted, woken, suppressed, dropped) = c.spike_pipeline();
+    eprintln!(
+        "latprof: {total} spikes; submitted {submitted}, reader wakeups sent {woken}, suppressed {suppressed}, dropped {dropped}, reader sleeps {}",
+        reader.sleeps
+    );
+    for loss in c.losses() {
+        eprintln!("latprof: warning: {loss}");
+    }
+    Ok(())
+}

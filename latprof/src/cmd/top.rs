@@ -1,0 +1,137 @@
+//! `latprof top`: the live TUI. A collector thread owns the probe and sends snapshots; the UI
+//! thread owns the terminal and the App.
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc::{self, RecvTimeoutError},
+    },
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+use ratatui::crossterm::event::{self, Event};
+
+use super::session::{Needs, Session};
+use crate::{
+    cli::{Cli, TopArgs},
+    collect::Collector,
+    reasons::Reasons,
+    tui::{TerminalGuard, app, ui},
+};
+
+pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
+    let reasons = Reasons::load(args.reasons.as_deref())?;
+    let session = Session::start(
+        cli,
+        Needs {
+            details: true,
+            spikes: true,
+            owns_terminal: true,
+            run_time_stats: true,
+            ..Needs::default()
+        },
+    )?;
+    let Session {
+        probe,
+        spikes: reader,
+        mut log,
+        kernel,
+        syms,
+        stop,
+        run_time_stats,
+        ..
+    } = session;
+    let mut reader = reader.context("the session has no spike reader")?;
+    let log_path = log.path.clone();
+
+    let (snapshots, inbox) = mpsc::channel();
+    let (hangup, hung_up) = mpsc::channel::<()>();
+    let interval = args.interval;
+    let collector = std::thread::Builder::new()
+        .name("collector".into())
+        .spawn(move || {
+            let mut collector = Collector::with_details();
+            loop {
+                log.flush();
+                let result = collector.snapshot(&probe);
+                let failed = result.is_err();
+                if snapshots.send(result).is_err() || failed {
+                    break;
+                }
+                match hung_up.recv_timeout(interval) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => break,
+                }
+            }
+            drop(probe);
+        })
+        .context("starting the collector thread")?;
+    // The spike reader sleeps in poll; the kernel wakes it (adaptive: only when it waits).
+    let (spike_tx, spike_inbox) = mpsc::channel();
+    let spikes_done = Arc::new(AtomicBool::new(false));
+    let spikes_thread = {
+        let done = Arc::clone(&spikes_done);
+        std::thread::Builder::new()
+            .name("spikes".into())
+            .spawn(move || {
+                let mut batch = Vec::new();
+                while !done.load(Ordering::Relaxed) {
+                    batch.clear();
+                    if reader.read(Duration::from_millis(200), &mut batch).is_err() {
+                        break;
+                    }
+                    if spike_tx.send((batch.clone(), reader.sleeps)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .context("starting the spike reader thread")?
+    };
+
+    let filter = match (args.pid, &args.comm) {
+        (Some(pid), _) => pid.to_string(),
+        (None, Some(comm)) => comm.clone(),
+        (None, None) => String::new(),
+    };
+    let mut app = app::App::new(
+        app::Settings {
+            mode: cli.mode,
+            interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
+            depth: usize::from(cli.depth()),
+            syms,
+            reasons,
+            kernel,
+            spike_ns: u64::try_from(cli.spike.as_nanos()).unwrap_or(u64::MAX),
+        },
+        filter,
+    );
+    let result = (|| -> Result<()> {
+        let mut guard = TerminalGuard::new()?;
+        while !app.quit && !stop.load(Ordering::Relaxed) {
+            guard.terminal.draw(|f| ui::render(f, &app))?;
+            if event::poll(Duration::from_millis(100))? {
+                if let Event::Key(key) = event::read()? {
+                    app.handle_key(key);
+                }
+            }
+            while let Ok(snapshot) = inbox.try_recv() {
+                app.on_snapshot(snapshot?);
+            }
+            while let Ok((spikes, sleeps)) = spike_inbox.try_recv() {
+                app.on_spikes(spikes, sleeps);
+            }
+        }
+        Ok(())
+    })();
+    drop(hangup);
+    spikes_done.store(true, Ordering::Relaxed);
+    drop(spike_inbox);
+    let _ = spikes_thread.join();
+    let _ = collector.join();
+    if let Some(path) = &log_path {
+        eprintln!("latprof: the eBPF debug log is in {}", path.display());
+    }
+    drop(run_time_stats);
+    result
+}
