@@ -3,8 +3,8 @@
 use anyhow::{Context as _, anyhow};
 use aya_build::{Package, Toolchain};
 
-/// The nightly whose LLVM (22) matches bpf-linker's. Keep in sync with xtask's setup.
-const EBPF_TOOLCHAIN: &str = "nightly-2026-07-10";
+/// The nightly whose LLVM (22) matches bpf-linker's: the one pin, which xtask's setup installs.
+const EBPF_TOOLCHAIN: &str = include_str!("../latprof-ebpf/NIGHTLY").trim_ascii();
 
 fn main() -> anyhow::Result<()> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

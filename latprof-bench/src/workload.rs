@@ -251,7 +251,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             let mut syscalls: u64 = 0;
             loop {
                 n = std::hint::black_box(n.wrapping_add(1));
-                if *syscall_every > 0 && n % syscall_every == 0 {
+                if *syscall_every > 0 && n.is_multiple_of(*syscall_every) {
                     // SAFETY: getppid has no effects.
                     std::hint::black_box(unsafe { libc::getppid() });
                     syscalls += 1;
@@ -260,7 +260,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
                         break;
                     }
                 } else if *syscall_every == 0
-                    && n % 1_000_000 == 0
+                    && n.is_multiple_of(1_000_000)
                     && std::time::Instant::now() >= until
                 {
                     break;

@@ -3,6 +3,9 @@
 //! Layouts are `#[repr(C)]` without implicit padding and checked by size assertions, so the eBPF
 //! programs and the user-space reader can never disagree on a field offset.
 #![no_std]
+// The helpers here run inside the eBPF programs too, where a call that is not inlined becomes a
+// BPF-to-BPF call whose frame counts against the verifier's 512-byte stack limit.
+#![allow(clippy::inline_always)]
 
 use core::mem::size_of;
 
@@ -322,6 +325,99 @@ pub enum Counter {
 /// Number of entries in the `COUNTERS` array.
 pub const COUNTER_COUNT: u32 = Counter::DebugStackCacheWrong as u32 + 1;
 
+impl Counter {
+    /// Every counter, in index order.
+    pub const ALL: [Self; COUNTER_COUNT as usize] = [
+        Self::SleepsTracked,
+        Self::Wakeups,
+        Self::Counted,
+        Self::SkippedCutoff,
+        Self::SkippedZero,
+        Self::StackMissing,
+        Self::TaskTableFull,
+        Self::TaskRecordsFull,
+        Self::GlobalTableFull,
+        Self::ExitMerges,
+        Self::ExitingSkipped,
+        Self::MergesBegun,
+        Self::MergesDone,
+        Self::SleepLost,
+        Self::RunqCounted,
+        Self::HistTableFull,
+        Self::SpikesSubmitted,
+        Self::SpikeWakeups,
+        Self::SpikeWakeupsSuppressed,
+        Self::SpikesDropped,
+        Self::DebugWakeupWithoutSleep,
+        Self::DebugTimeBackwards,
+        Self::DebugStackFailed,
+        Self::DebugExitWithRecords,
+        Self::StackWalks,
+        Self::StackCacheHits,
+        Self::DebugStackCacheWrong,
+    ];
+
+    /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::SleepsTracked => "sleeps_tracked",
+            Self::Wakeups => "wakeups",
+            Self::Counted => "counted",
+            Self::SkippedCutoff => "skipped_cutoff",
+            Self::SkippedZero => "skipped_zero",
+            Self::StackMissing => "stack_missing",
+            Self::TaskTableFull => "task_table_full",
+            Self::TaskRecordsFull => "task_records_full",
+            Self::GlobalTableFull => "global_table_full",
+            Self::ExitMerges => "exit_merges",
+            Self::ExitingSkipped => "exiting_skipped",
+            Self::MergesBegun => "merges_begun",
+            Self::MergesDone => "merges_done",
+            Self::SleepLost => "sleep_lost",
+            Self::RunqCounted => "runq_counted",
+            Self::HistTableFull => "hist_table_full",
+            Self::SpikesSubmitted => "spikes_submitted",
+            Self::SpikeWakeups => "spike_wakeups",
+            Self::SpikeWakeupsSuppressed => "spike_wakeups_suppressed",
+            Self::SpikesDropped => "spikes_dropped",
+            Self::DebugWakeupWithoutSleep => "debug_wakeup_without_sleep",
+            Self::DebugTimeBackwards => "debug_time_backwards",
+            Self::DebugStackFailed => "debug_stack_failed",
+            Self::DebugExitWithRecords => "debug_exit_with_records",
+            Self::StackWalks => "stack_walks",
+            Self::StackCacheHits => "stack_cache_hits",
+            Self::DebugStackCacheWrong => "debug_stack_cache_wrong",
+        }
+    }
+
+    /// What a non-zero value lost or left out, for the user's warning line; `None` for the
+    /// counters that lose nothing. The header's "drops" is the sum of these.
+    #[must_use]
+    pub const fn loss(self) -> Option<&'static str> {
+        match self {
+            Self::StackMissing => {
+                Some("backtraces not stored: stack table full (raise --max-stacks)")
+            }
+            Self::TaskTableFull => Some("sleeps not tracked: task table full (raise --max-tasks)"),
+            Self::GlobalTableFull => Some("records lost: global table full (raise --max-records)"),
+            Self::ExitingSkipped => Some("sleeps of already-exiting tasks not tracked"),
+            Self::SleepLost => Some("sleeps lost: the kernel did not run latprof for their wakeup"),
+            Self::HistTableFull => Some("histogram updates lost: table full (raise --max-records)"),
+            Self::SpikesDropped => Some("spike events lost: the ring buffer was full"),
+            _ => None,
+        }
+    }
+}
+
+const _: () = {
+    let mut i = 0;
+    while i < Counter::ALL.len() {
+        assert!(Counter::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
 /// What a spike was.
 pub const SPIKE_SLEEP_INTERRUPTIBLE: u32 = SLEEP_INTERRUPTIBLE;
 pub const SPIKE_SLEEP_UNINTERRUPTIBLE: u32 = SLEEP_UNINTERRUPTIBLE;
@@ -382,7 +478,7 @@ pub const TICK_DEP_BITS: u32 = 6;
 
 /// The counter of a tick dependency bit (`TICK_DEP_BIT_*`), if latprof knows it.
 #[must_use]
-pub fn tick_dep_counter(bit: u32) -> Option<TickCounter> {
+pub const fn tick_dep_counter(bit: u32) -> Option<TickCounter> {
     match bit {
         0 => Some(TickCounter::DepPosixTimer),
         1 => Some(TickCounter::DepPerfEvents),
@@ -391,6 +487,23 @@ pub fn tick_dep_counter(bit: u32) -> Option<TickCounter> {
         4 => Some(TickCounter::DepRcu),
         5 => Some(TickCounter::DepRcuExp),
         _ => None,
+    }
+}
+
+impl TickCounter {
+    /// A tick dependency's name as the kernel's trace output prints it (`TICK_DEP_MASK_*`);
+    /// `None` for the counters that are not dependencies.
+    #[must_use]
+    pub const fn dep_name(self) -> Option<&'static str> {
+        match self {
+            Self::DepPosixTimer => Some("POSIX_TIMER"),
+            Self::DepPerfEvents => Some("PERF_EVENTS"),
+            Self::DepSched => Some("SCHED"),
+            Self::DepClockUnstable => Some("CLOCK_UNSTABLE"),
+            Self::DepRcu => Some("RCU"),
+            Self::DepRcuExp => Some("RCU_EXP"),
+            _ => None,
+        }
     }
 }
 

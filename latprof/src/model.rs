@@ -254,6 +254,10 @@ fn minus(cur: GlobalRecord, base: Option<&GlobalRecord>) -> GlobalRecord {
 
 /// Records of `cur` less those of `base` (the moment of the last reset), empty ones dropped.
 #[must_use]
+#[expect(
+    clippy::implicit_hasher,
+    reason = "every record map in latprof uses the standard hasher"
+)]
 pub fn since(
     cur: HashMap<u64, GlobalRecord>,
     base: Option<&HashMap<u64, GlobalRecord>>,
@@ -335,6 +339,9 @@ pub struct ProcLine {
     pub top: String,
 }
 
+/// A process's threads: (tid, command, records since the baseline).
+type Threads = Vec<(u32, String, Vec<(u64, GlobalRecord)>)>;
+
 /// Processes (threads folded in, `expanded` ones followed by their threads) matching `filter`
 /// (a pid, or part of a command name), sorted like the causes.
 #[must_use]
@@ -346,8 +353,7 @@ pub fn processes(
     expanded: &std::collections::BTreeSet<u32>,
 ) -> Vec<ProcLine> {
     let filter = filter.trim().to_lowercase();
-    let mut by_tgid: std::collections::BTreeMap<u32, Vec<(u32, String, Vec<(u64, GlobalRecord)>)>> =
-        std::collections::BTreeMap::new();
+    let mut by_tgid: std::collections::BTreeMap<u32, Threads> = std::collections::BTreeMap::new();
     for task in &cur.tasks {
         let records = task_since(cur, base, task.tid);
         if records.is_empty() {
@@ -504,18 +510,7 @@ pub struct Header {
 /// Header of `cur`, with rates over `prev` -> `cur` and elapsed time since `first`.
 #[must_use]
 pub fn header(first: &Snapshot, prev: Option<&Snapshot>, cur: &Snapshot) -> Header {
-    use latprof_common::Counter;
-    let c = &cur.counters;
-    let drops = [
-        Counter::TaskTableFull,
-        Counter::GlobalTableFull,
-        Counter::StackMissing,
-        Counter::SleepLost,
-        Counter::HistTableFull,
-    ]
-    .iter()
-    .map(|k| c.get(*k))
-    .sum();
+    let drops = cur.counters.lost();
     let runs = |s: &Snapshot| -> (u64, u64) {
         s.programs
             .iter()
@@ -664,7 +659,7 @@ ffffffff81401000 T __sched_text_end
         let causes = process_causes(&snapshot(Mode::Lazy), 10, &syms, 12);
         assert_eq!(causes[0].backtrace.lines(), ["hrtimer_nanosleep"]);
         assert_eq!(causes[1].count, 5);
-        assert!(process_causes(&snapshot(Mode::Lazy), 99, &syms, 12).is_empty());
+        assert_eq!(process_causes(&snapshot(Mode::Lazy), 99, &syms, 12), []);
     }
 
     #[test]

@@ -366,9 +366,16 @@ fn stack_cache_attempt(work_args: &[&str], min_hits: u64, bounded: bool) {
     let a = Collector::new().snapshot(&cached).expect("snapshot");
     let b = Collector::new().snapshot(&walked).expect("snapshot");
     work.release();
-    let c = &a.counters;
-    assert_eq!(c.get(Counter::DebugStackCacheWrong), 0, "{c:?}");
-    assert!(c.get(Counter::StackCacheHits) >= min_hits, "{c:?}");
+    let counters = &a.counters;
+    assert_eq!(
+        counters.get(Counter::DebugStackCacheWrong),
+        0,
+        "{counters:?}"
+    );
+    assert!(
+        counters.get(Counter::StackCacheHits) >= min_hits,
+        "{counters:?}"
+    );
     assert_eq!(b.counters.get(Counter::StackCacheHits), 0);
     assert!(b.counters.get(Counter::StackWalks) >= b.counters.get(Counter::Counted));
     let causes = |s: &Snapshot| -> std::collections::BTreeMap<Backtrace, u64> {
@@ -382,7 +389,7 @@ fn stack_cache_attempt(work_args: &[&str], min_hits: u64, bounded: bool) {
     };
     let (ca, cb) = (causes(&a), causes(&b));
     // Each probe may miss a wakeup the kernel did not run it for (it says so in SleepLost).
-    let lost = c.get(Counter::SleepLost) + b.counters.get(Counter::SleepLost);
+    let lost = counters.get(Counter::SleepLost) + b.counters.get(Counter::SleepLost);
     let differ: u64 = ca
         .keys()
         .chain(cb.keys())
@@ -642,8 +649,8 @@ fn stats_cli_kill9_leaves_nothing_loaded() {
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn unprivileged_run_says_what_is_missing() {
-    let _guard = serial();
     use std::os::unix::process::CommandExt as _;
+    let _guard = serial();
     let out = Command::new(LATPROF)
         .args(["stats", "--duration", "1s"])
         .uid(65534)
@@ -657,7 +664,7 @@ fn unprivileged_run_says_what_is_missing() {
         stderr.contains("root") && stderr.contains("CAP_BPF"),
         "{stderr}"
     );
-    assert!(out.stdout.is_empty());
+    assert_eq!(out.stdout, [] as [u8; 0]);
 }
 
 #[test]
@@ -906,10 +913,10 @@ fn a_verifier_rejection_is_said_with_its_reason_and_log() {
     assert_eq!(errors.len(), 1, "{stderr}");
     let error = errors[0];
     assert!(error.contains("verifier rejected sched_switch"), "{error}");
-    let path = error
-        .rsplit_once("whole verifier log: ")
-        .map(|(_, p)| std::path::PathBuf::from(p))
-        .unwrap_or_else(|| panic!("no log file named: {error}"));
+    let path = error.rsplit_once("whole verifier log: ").map_or_else(
+        || panic!("no log file named: {error}"),
+        |(_, p)| std::path::PathBuf::from(p),
+    );
     let log = std::fs::read_to_string(&path).expect("the log file exists");
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(&path).expect("stat").permissions(),
@@ -917,13 +924,12 @@ fn a_verifier_rejection_is_said_with_its_reason_and_log() {
     assert_eq!(mode & 0o777, 0o600, "{}", path.display());
     let last = log
         .lines()
-        .filter(|l| {
+        .rfind(|l| {
             !l.trim().is_empty()
                 && !["verification time", "stack depth", "processed "]
                     .iter()
                     .any(|p| l.starts_with(p))
         })
-        .last()
         .expect("a verifier log");
     assert!(
         error.contains(&format!(": {last} (at ")),

@@ -35,8 +35,10 @@ fn num(text: &str, what: &str) -> u64 {
 fn fact(line: &str, key: &str) -> u64 {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix(&format!("{key}=")))
-        .map(|v| num(v, key))
-        .unwrap_or_else(|| panic!("workload did not report {key}: {line}"))
+        .map_or_else(
+            || panic!("workload did not report {key}: {line}"),
+            |v| num(v, key),
+        )
 }
 
 /// 100 nanosleeps of 2 ms of one process: every one that slept counted, under one backtrace,
@@ -188,8 +190,7 @@ fn check_fsync(out: &str) {
 fn micros(text: &str) -> f64 {
     let (n, unit) = text
         .find(|c: char| c.is_ascii_alphabetic())
-        .map(|i| text.split_at(i))
-        .unwrap_or_else(|| panic!("no unit in {text:?}"));
+        .map_or_else(|| panic!("no unit in {text:?}"), |i| text.split_at(i));
     let n: f64 = n
         .parse()
         .unwrap_or_else(|_| panic!("bad duration {text:?}"));

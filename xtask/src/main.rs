@@ -10,9 +10,9 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-/// Nightly for the eBPF build; its LLVM (22) must match bpf-linker's. Keep in sync with
-/// latprof/build.rs.
-const NIGHTLY: &str = "nightly-2026-07-10";
+/// Nightly for the eBPF build; its LLVM (22) must match bpf-linker's. The one pin, which
+/// latprof/build.rs reads too.
+const NIGHTLY: &str = include_str!("../../latprof-ebpf/NIGHTLY").trim_ascii();
 /// Stable for latprof itself (aya 0.16 needs >= 1.98).
 const STABLE: &str = "1.99.1";
 const BPF_LINKER: &str = "0.13.0";
@@ -232,14 +232,18 @@ fn cargo() -> Command {
 /// sudo otherwise (it loads eBPF programs).
 fn latprof() -> Result<Command> {
     run_cmd(cargo().args(["build", "--release", "--package", "latprof"]))?;
-    let bin = root_dir().join("target/release/latprof");
-    Ok(if is_root() {
-        Command::new(&bin)
+    Ok(as_root(&root_dir().join("target/release/latprof")))
+}
+
+/// A command that runs `bin` as root: directly when root, through sudo otherwise.
+fn as_root(bin: &Path) -> Command {
+    if is_root() {
+        Command::new(bin)
     } else {
         let mut sudo = Command::new("sudo");
-        sudo.arg(&bin);
+        sudo.arg(bin);
         sudo
-    })
+    }
 }
 
 /// `cargo xtask run -- ARGS`: build latprof (release) and run it, with sudo when not root.
@@ -276,9 +280,17 @@ fn bench(args: &[String]) -> Result<()> {
         }
     }
     let args = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
-    let mut cmd = latprof()?;
-    cmd.arg("bench")
-        .args(["--out", &root_dir().join("target/bench").to_string_lossy()])
+    // The harness runs latprof and latprof-workload from beside itself.
+    run_cmd(cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "latprof",
+        "--package",
+        "latprof-bench",
+    ]))?;
+    let mut cmd = as_root(&root_dir().join("target/release/latprof-bench"));
+    cmd.args(["--out", &root_dir().join("target/bench").to_string_lossy()])
         .args(args);
     run_cmd(&mut cmd)
 }
@@ -289,6 +301,8 @@ fn test(args: &[String]) -> Result<()> {
     setup()?;
     let extra = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
     run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
+    // Lints with warnings denied: the user-space crates, then the eBPF crate.
+    run_cmd(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
     let vm =
         env::var_os("LATPROF_SHARED").map_or_else(|| root_dir().join("../shared"), PathBuf::from);
     let vm_missing = !vm.join("vm/run.sh").exists();

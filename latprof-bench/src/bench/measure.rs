@@ -131,6 +131,10 @@ pub(super) fn start(config: Config, latprof: &Path) -> Result<Option<Tracer>> {
 }
 
 /// Stops a tracer with SIGINT and returns its CPU time (ns) and peak RSS (KiB).
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the tracer ends here: no caller may use it again"
+)]
 pub(super) fn stop(tracer: Tracer) -> Result<(u64, u64)> {
     let pid = i32::try_from(tracer.child.id())?;
     // SAFETY: signalling and reaping our own child; rusage is a plain out struct.

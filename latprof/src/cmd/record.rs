@@ -151,7 +151,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     let mut save =
         |writer: &mut Writer, spikes: &mut Vec<Spike>, sleeps: u64| -> Result<Appended> {
             if spikes.len() > max_spikes {
-                spikes.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
+                spikes.sort_by_key(|s| std::cmp::Reverse(s.duration_ns));
                 not_recorded += (spikes.len() - max_spikes) as u64;
                 spikes.truncate(max_spikes);
             }

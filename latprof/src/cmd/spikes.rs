@@ -86,11 +86,11 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
         reader.read(timeout, &mut spikes)?;
         log.flush();
         for s in &spikes {
-            if !reason_cache.contains_key(&s.stack_id) {
+            if let std::collections::hash_map::Entry::Vacant(e) = reason_cache.entry(s.stack_id) {
                 let raw = collector.stack(&probe, s.stack_id)?;
                 let backtrace = Backtrace::of(s.stack_id, raw.as_deref(), &syms, depth);
                 let reason = reasons.reason(&backtrace);
-                reason_cache.insert(s.stack_id, reason);
+                e.insert(reason);
             }
             let reason = &reason_cache[&s.stack_id];
             writeln!(

@@ -110,10 +110,10 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
         let mut guard = TerminalGuard::new()?;
         while !app.quit && !stop.load(Ordering::Relaxed) {
             guard.terminal.draw(|f| ui::render(f, &app))?;
-            if event::poll(Duration::from_millis(100))? {
-                if let Event::Key(key) = event::read()? {
-                    app.handle_key(key);
-                }
+            if event::poll(Duration::from_millis(100))?
+                && let Event::Key(key) = event::read()?
+            {
+                app.handle_key(key);
             }
             while let Ok(snapshot) = inbox.try_recv() {
                 app.on_snapshot(snapshot?);

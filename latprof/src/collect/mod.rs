@@ -19,37 +19,6 @@ use crate::probe::{Mode, Probe, names};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters(pub [u64; COUNTER_COUNT as usize]);
 
-/// Names of the counters in exports (JSON keys, OpenMetrics labels), by `Counter` index.
-pub const COUNTER_NAMES: [&str; COUNTER_COUNT as usize] = [
-    "sleeps_tracked",
-    "wakeups",
-    "counted",
-    "skipped_cutoff",
-    "skipped_zero",
-    "stack_missing",
-    "task_table_full",
-    "task_records_full",
-    "global_table_full",
-    "exit_merges",
-    "exiting_skipped",
-    "merges_begun",
-    "merges_done",
-    "sleep_lost",
-    "runq_counted",
-    "hist_table_full",
-    "spikes_submitted",
-    "spike_wakeups",
-    "spike_wakeups_suppressed",
-    "spikes_dropped",
-    "debug_wakeup_without_sleep",
-    "debug_time_backwards",
-    "debug_stack_failed",
-    "debug_exit_with_records",
-    "stack_walks",
-    "stack_cache_hits",
-    "debug_stack_cache_wrong",
-];
-
 impl Counters {
     #[must_use]
     pub fn get(&self, counter: Counter) -> u64 {
@@ -70,42 +39,22 @@ impl Counters {
     /// Human lines for every counter that means something was lost or approximated.
     #[must_use]
     pub fn losses(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut say = |c: Counter, what: &str| {
-            let n = self.get(c);
-            if n > 0 {
-                out.push(format!("{n} {what}"));
-            }
-        };
-        say(
-            Counter::TaskTableFull,
-            "sleeps not tracked: task table full (raise --max-tasks)",
-        );
-        say(
-            Counter::GlobalTableFull,
-            "records lost: global table full (raise --max-records)",
-        );
-        say(
-            Counter::StackMissing,
-            "backtraces not stored: stack table full (raise --max-stacks)",
-        );
-        say(
-            Counter::ExitingSkipped,
-            "sleeps of already-exiting tasks not tracked",
-        );
-        say(
-            Counter::SleepLost,
-            "sleeps lost: the kernel did not run latprof for their wakeup",
-        );
-        say(
-            Counter::HistTableFull,
-            "histogram updates lost: table full (raise --max-records)",
-        );
-        say(
-            Counter::SpikesDropped,
-            "spike events lost: the ring buffer was full",
-        );
-        out
+        Counter::ALL
+            .iter()
+            .filter_map(|&c| Some((self.get(c), c.loss()?)))
+            .filter(|&(n, _)| n > 0)
+            .map(|(n, what)| format!("{n} {what}"))
+            .collect()
+    }
+
+    /// Everything lost or left out, summed (the header's "drops").
+    #[must_use]
+    pub fn lost(&self) -> u64 {
+        Counter::ALL
+            .iter()
+            .filter(|c| c.loss().is_some())
+            .map(|&c| self.get(c))
+            .sum()
     }
 }
 
@@ -281,18 +230,18 @@ impl Collector {
         let (mut tasks, mut global, counters) = loop {
             let before = read_counters()?;
             let mut tasks = Vec::new();
-            for item in tasks_map.iter() {
+            for item in &tasks_map {
                 let (tid, state) = item.context("read TASKS")?;
                 tasks.push(task_snapshot(tid, &state));
             }
             // The shared table, plus each CPU's part of lazy mode's exit merges (and, on
             // kernels without compare-and-swap, normal mode's maxima: parts with no count).
             let mut table: BTreeMap<u64, GlobalRecord> = BTreeMap::new();
-            for item in global_map.iter() {
+            for item in &global_map {
                 let (id, rec) = item.context("read GLOBAL_LATENCY")?;
                 table.insert(id, rec);
             }
-            for item in merged_map.iter() {
+            for item in &merged_map {
                 let (id, per_cpu) = item.context("read MERGED")?;
                 for part in per_cpu.iter().filter(|r| r.count > 0 || r.max_ns > 0) {
                     add(
@@ -319,14 +268,13 @@ impl Collector {
             if id == NO_STACK || id == RUNQ_STACK || stacks.contains_key(&id) {
                 continue;
             }
-            let frames = match self.stacks.get(&id) {
-                Some(frames) => frames.clone(),
-                None => {
-                    let raw = stack_map.get(&id, 0).context("read STACKS")?;
-                    let frames: Vec<u64> = raw.iter().copied().take_while(|&ip| ip != 0).collect();
-                    self.stacks.insert(id, frames.clone());
-                    frames
-                }
+            let frames = if let Some(frames) = self.stacks.get(&id) {
+                frames.clone()
+            } else {
+                let raw = stack_map.get(&id, 0).context("read STACKS")?;
+                let frames: Vec<u64> = raw.iter().copied().take_while(|&ip| ip != 0).collect();
+                self.stacks.insert(id, frames.clone());
+                frames
             };
             stacks.insert(id, frames);
         }
@@ -339,7 +287,7 @@ impl Collector {
                 ebpf.map(names::MAP_HISTOGRAMS)
                     .context("no HISTOGRAMS map")?,
             )?;
-            for item in map.iter() {
+            for item in &map {
                 let (id, per_cpu) = item.context("read HISTOGRAMS")?;
                 let mut sum = [0u32; HIST_BUCKETS];
                 for cpu in per_cpu.iter() {

@@ -2,22 +2,12 @@
 //! tick accounting per CPU, as totals and rates over an interval.
 use std::fmt::Write as _;
 
-use latprof_common::{TICK_COUNTER_COUNT, TickCounter};
+use latprof_common::{Counter, TICK_COUNTER_COUNT, TICK_DEP_BITS, TickCounter, tick_dep_counter};
 
 use crate::{
-    collect::{COUNTER_NAMES, Snapshot, TickCounts},
+    collect::{Snapshot, TickCounts},
     probe::KernelFacts,
 };
-
-/// Tick dependency names as the kernel's trace output prints them, by `TICK_DEP_BIT_*`.
-pub const DEP_NAMES: [(&str, TickCounter); 6] = [
-    ("POSIX_TIMER", TickCounter::DepPosixTimer),
-    ("PERF_EVENTS", TickCounter::DepPerfEvents),
-    ("SCHED", TickCounter::DepSched),
-    ("CLOCK_UNSTABLE", TickCounter::DepClockUnstable),
-    ("RCU", TickCounter::DepRcu),
-    ("RCU_EXP", TickCounter::DepRcuExp),
-];
 
 /// The tracepoint each tick program counts.
 #[must_use]
@@ -74,9 +64,9 @@ pub fn cpu_ticks(facts: &KernelFacts, base: Option<&Snapshot>, cur: &Snapshot) -
                 timer_ticks: d(TickCounter::TimerTicks),
                 tick_stopped: d(TickCounter::TickStopOk),
                 tick_kept: d(TickCounter::TickStopFail),
-                kept_by: DEP_NAMES
-                    .iter()
-                    .map(|(name, c)| (*name, d(*c)))
+                kept_by: (0..TICK_DEP_BITS)
+                    .filter_map(tick_dep_counter)
+                    .filter_map(|c| Some((c.dep_name()?, d(c))))
                     .filter(|(_, n)| *n > 0)
                     .collect(),
                 switches: d(TickCounter::Switches),
@@ -156,9 +146,12 @@ pub fn render(facts: &KernelFacts, base: Option<&Snapshot>, cur: &Snapshot) -> S
         let _ = writeln!(out, "  not the best variant: {why}");
     }
     let _ = writeln!(out, "\n{:<22} {:>14} {:>12}", "pipeline", "total", "per s");
-    for (i, name) in COUNTER_NAMES.iter().enumerate() {
-        let n = cur.counters.0[i].saturating_sub(base.map_or(0, |b| b.counters.0[i]));
-        let _ = writeln!(out, "{name:<22} {n:>14} {:>12}", rate(n));
+    for c in Counter::ALL {
+        let n = cur
+            .counters
+            .get(c)
+            .saturating_sub(base.map_or(0, |b| b.counters.get(c)));
+        let _ = writeln!(out, "{:<22} {n:>14} {:>12}", c.name(), rate(n));
     }
     render_programs(&mut out, base, cur);
     let _ = writeln!(

@@ -2,17 +2,11 @@
 //! version is the `schema` field.
 use std::collections::BTreeMap;
 
-use latprof_common::GlobalRecord;
+use latprof_common::{Counter, GlobalRecord};
 use serde::Serialize;
 
 use super::Scope;
-use crate::{
-    collect::{COUNTER_NAMES, Snapshot},
-    model,
-    store::RecordingInfo,
-    symbols::Backtrace,
-    time,
-};
+use crate::{collect::Snapshot, model, store::RecordingInfo, symbols::Backtrace, time};
 
 pub const SCHEMA: &str = "latprof-export/1";
 
@@ -154,12 +148,11 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
         })
         .collect();
     processes.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
-    let counters = COUNTER_NAMES
+    let counters = Counter::ALL
         .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            let base = scope.base.map_or(0, |b| b.counters.0[i]);
-            (*name, scope.cur.counters.0[i].saturating_sub(base))
+        .map(|&c| {
+            let base = scope.base.map_or(0, |b| b.counters.get(c));
+            (c.name(), scope.cur.counters.get(c).saturating_sub(base))
         })
         .collect();
     Document {

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::Scope;
-use crate::collect::COUNTER_NAMES;
+use latprof_common::Counter;
 
 /// A label value with `\`, `"` and newlines escaped.
 fn label(value: &str) -> String {
@@ -94,12 +94,13 @@ pub fn render(scope: &Scope<'_>) -> String {
         None,
         "latprof's own event pipeline: what it tracked, skipped and lost.",
     );
-    for (i, name) in COUNTER_NAMES.iter().enumerate() {
-        let base = scope.base.map_or(0, |b| b.counters.0[i]);
+    for c in Counter::ALL {
+        let base = scope.base.map_or(0, |b| b.counters.get(c));
         let _ = writeln!(
             out,
-            "latprof_pipeline_events_total{{counter=\"{name}\"}} {}",
-            scope.cur.counters.0[i].saturating_sub(base)
+            "latprof_pipeline_events_total{{counter=\"{}\"}} {}",
+            c.name(),
+            scope.cur.counters.get(c).saturating_sub(base)
         );
     }
     if let Some(sleeps) = scope.reader_sleeps {

@@ -229,13 +229,8 @@ mod tests {
         let mut data = Vec::new();
         data.extend_from_slice(&BTF_MAGIC.to_le_bytes());
         data.extend_from_slice(&[1, 0]);
-        for w in [
-            24u32,
-            0,
-            types.len() as u32,
-            types.len() as u32,
-            strings.len() as u32,
-        ] {
+        let len = |v: &[u8]| u32::try_from(v.len()).expect("a small test BTF");
+        for w in [24u32, 0, len(&types), len(&types), len(strings)] {
             data.extend_from_slice(&w.to_le_bytes());
         }
         data.extend_from_slice(&types);

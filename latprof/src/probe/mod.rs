@@ -374,9 +374,9 @@ fn load_variant(
         };
         for (prog, is_btf) in loaded {
             let _ = if is_btf {
-                prog_mut::<BtfTracePoint>(&mut ebpf, prog).map(|p| p.unload())
+                prog_mut::<BtfTracePoint>(&mut ebpf, prog).map(aya::programs::BtfTracePoint::unload)
             } else {
-                prog_mut::<RawTracePoint>(&mut ebpf, prog).map(|p| p.unload())
+                prog_mut::<RawTracePoint>(&mut ebpf, prog).map(aya::programs::RawTracePoint::unload)
             };
         }
         cas_missing |= variant.cas && lacks_cas(&rejection);
@@ -717,5 +717,24 @@ mod tests {
         assert_eq!(cutoff >> 10, 5000);
         assert_eq!((cutoff + 1) >> 10, 5001);
         assert_eq!(latencytop_cutoff_ns(Duration::MAX), u64::MAX);
+    }
+
+    /// Every map and program the object has is named in `names`, and every name there is in
+    /// the object: the two lists cannot drift apart unnoticed.
+    #[test]
+    fn names_match_the_object_both_ways() {
+        use std::collections::BTreeSet;
+        let object = aya_obj::Object::parse(EBPF_OBJECT).expect("the embedded object parses");
+        // The globals' sections and aya-log's buffers are maps too, but not latprof's.
+        let not_ours = |name: &str| name.starts_with('.') || name.starts_with("AYA_LOG");
+        let maps: BTreeSet<&str> = object
+            .maps
+            .keys()
+            .map(String::as_str)
+            .filter(|m| !not_ours(m))
+            .collect();
+        assert_eq!(maps, names::MAPS.into_iter().collect());
+        let programs: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
+        assert_eq!(programs, names::PROGRAMS.into_iter().collect());
     }
 }

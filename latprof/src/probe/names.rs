@@ -1,28 +1,58 @@
 //! The one place user space names the eBPF object's maps, programs and globals.
 
+/// Live tasks: each one's open sleep and its own records.
 pub const MAP_TASKS: &str = "TASKS";
+/// The global table: every event (normal mode) or exited tasks' records (lazy mode).
 pub const MAP_GLOBAL_LATENCY: &str = "GLOBAL_LATENCY";
+/// Per-CPU parts of exit merges (lazy) and of maxima without compare-and-swap.
 pub const MAP_MERGED: &str = "MERGED";
+/// Kernel backtraces by stack id.
 pub const MAP_STACKS: &str = "STACKS";
-pub const MAP_COUNTERS: &str = "COUNTERS";
-pub const MAP_SCRATCH: &str = "SCRATCH";
-pub const MAP_STACK_BUF: &str = "STACK_BUF";
+/// Latency histograms by stack id, per CPU.
 pub const MAP_HISTOGRAMS: &str = "HISTOGRAMS";
-pub const MAP_TICKS: &str = "TICKS";
+/// Per-CPU scratch for one backtrace.
+pub const MAP_STACK_BUF: &str = "STACK_BUF";
+/// The pipeline counters, per CPU, by `Counter`.
+pub const MAP_COUNTERS: &str = "COUNTERS";
+/// The spike ring buffer.
 pub const MAP_SPIKES: &str = "SPIKES";
+/// The spike reader's "I am about to sleep" flag.
 pub const MAP_READER: &str = "READER";
-pub const MAPS: [&str; 11] = [
-    MAP_MERGED,
-    MAP_SPIKES,
-    MAP_READER,
-    MAP_TICKS,
-    MAP_HISTOGRAMS,
+/// `--debug-checks`: each CPU's log line budget.
+pub const MAP_DEBUG_LOG_BUDGET: &str = "DEBUG_LOG_BUDGET";
+/// Tick and time-accounting counters, per CPU, by `TickCounter`.
+pub const MAP_TICKS: &str = "TICKS";
+/// The stack cache: a copy of the sleeping task's kernel stack, per CPU.
+pub const MAP_STACK_COPY: &str = "STACK_COPY";
+/// The stack cache: frames the last walk found, per CPU.
+pub const MAP_WALKED_FRAMES: &str = "WALKED_FRAMES";
+/// The stack cache: each CPU's cache of backtraces by stack shape.
+pub const MAP_CPU_CACHE: &str = "CPU_CACHE";
+/// The stack cache: the shape being learnt, per CPU.
+pub const MAP_LEARNT: &str = "LEARNT";
+/// The stack cache's bounded scan: where it is, per CPU (kernels without bpf_loop).
+pub const MAP_SCAN_POS: &str = "SCAN_POS";
+/// Per-CPU scratch for a task's state.
+pub const MAP_SCRATCH: &str = "SCRATCH";
+/// Every map of the eBPF object that is latprof's (a test checks both ways).
+pub const MAPS: [&str; 17] = [
     MAP_TASKS,
     MAP_GLOBAL_LATENCY,
+    MAP_MERGED,
     MAP_STACKS,
-    MAP_COUNTERS,
-    MAP_SCRATCH,
+    MAP_HISTOGRAMS,
     MAP_STACK_BUF,
+    MAP_COUNTERS,
+    MAP_SPIKES,
+    MAP_READER,
+    MAP_DEBUG_LOG_BUDGET,
+    MAP_TICKS,
+    MAP_STACK_COPY,
+    MAP_WALKED_FRAMES,
+    MAP_CPU_CACHE,
+    MAP_LEARNT,
+    MAP_SCAN_POS,
+    MAP_SCRATCH,
 ];
 
 pub const PROG_SCHED_SWITCH: &str = "sched_switch";

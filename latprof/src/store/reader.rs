@@ -402,7 +402,7 @@ impl Recording {
         let parts: Vec<&str> = spec.split(':').collect();
         let nums: Option<Vec<u64>> = parts.iter().map(|p| p.parse().ok()).collect();
         match nums.as_deref() {
-            Some(&[h, m]) | Some(&[h, m, _]) if h < 24 && m < 60 => {
+            Some(&[h, m] | &[h, m, _]) if h < 24 && m < 60 => {
                 let s = if parts.len() == 3 {
                     nums.as_ref().map_or(0, |n| n[2])
                 } else {

@@ -1,6 +1,6 @@
 //! The `top` screens over a recording, with time navigation. The App gets exactly the
 //! snapshots the live view had at the same moment.
-use std::time::Duration;
+use std::{fmt::Write as _, time::Duration};
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
@@ -90,14 +90,15 @@ impl Replay {
         match self.mark {
             Some(a) => {
                 let (a_mono, a_wall) = self.rec.times(a);
-                s.push_str(&format!(
+                let _ = write!(
+                    s,
                     "  showing A {} (+{}) -> now: {}",
                     time::local_hms(a_wall),
                     offset(a_mono),
                     time::format_duration(Duration::from_millis(
                         mono.saturating_sub(a_mono) / 1_000_000
                     ))
-                ));
+                );
             }
             None => s.push_str("  showing: since the start"),
         }
@@ -241,7 +242,11 @@ mod tests {
         let buf = t.backend().buffer().clone();
         buf.content()
             .chunks(120)
-            .map(|row| row.iter().map(|c| c.symbol()).collect::<String>())
+            .map(|row| {
+                row.iter()
+                    .map(ratatui::buffer::Cell::symbol)
+                    .collect::<String>()
+            })
             .collect::<Vec<_>>()
             .join("\n")
     }

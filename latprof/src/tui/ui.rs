@@ -14,6 +14,11 @@ use crate::{
 };
 
 fn fmt_elapsed(s: f64) -> String {
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "whole seconds of a positive time"
+    )]
     let s = s as u64;
     format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
 }
@@ -196,20 +201,19 @@ fn render_procs(f: &mut Frame<'_>, app: &App, area: Rect) {
     let header = TableRow::new(["PID", "Command", "Total", "Top cause"])
         .style(Style::default().add_modifier(Modifier::BOLD));
     let lines = app.procs.iter().map(|p| {
-        let (pid, name) = match p.tid {
-            Some(tid) => (format!("  {tid}"), format!("  {}", p.comm)),
-            None => {
-                let mark = if p.threads > 1 {
-                    if app.expanded.contains(&p.tgid) {
-                        "-"
-                    } else {
-                        "+"
-                    }
+        let (pid, name) = if let Some(tid) = p.tid {
+            (format!("  {tid}"), format!("  {}", p.comm))
+        } else {
+            let mark = if p.threads > 1 {
+                if app.expanded.contains(&p.tgid) {
+                    "-"
                 } else {
-                    " "
-                };
-                (format!("{mark}{}", p.tgid), p.comm.clone())
-            }
+                    "+"
+                }
+            } else {
+                " "
+            };
+            (format!("{mark}{}", p.tgid), p.comm.clone())
         };
         TableRow::new(vec![
             Cell::from(pid),

@@ -1,0 +1,534 @@
+//! The recording format's tests: round trips, recovery from damage, and fuzzing of the reader.
+use latprof_common::{Counter, RUNQ_STACK};
+
+use super::{
+    reader::Recording,
+    writer::{Options, Writer},
+    *,
+};
+use crate::symbols::Kallsyms;
+
+pub const KALLSYMS: &str = "\
+ffffffff81000000 T _stext
+ffffffff81200000 T hrtimer_nanosleep
+ffffffff81300000 T anon_pipe_read
+ffffffff81400000 T __sched_text_start
+ffffffff81400010 T schedule
+ffffffff81401000 T __sched_text_end
+ffffffffc0000000 t ext4_sync_file\t[ext4]
+";
+
+pub fn info() -> RecordingInfo {
+    let syms = Kallsyms::parse(KALLSYMS).unwrap();
+    let (sched_text, lock_text) = syms.ranges();
+    RecordingInfo {
+        latprof_version: "0.1.0".into(),
+        hostname: "test".into(),
+        kernel_release: "6.18.0".into(),
+        kernel_version: "#1 SMP".into(),
+        cpus: 2,
+        mode: Mode::Lazy,
+        interval_ns: 1_000_000_000,
+        stack_depth: 12,
+        details: true,
+        spike_ns: 10_000_000,
+        kernel: crate::probe::KernelFacts {
+            config_source: Some("/boot/config-6.18.0".into()),
+            hz: Some(250),
+            no_hz_full: Some(false),
+            nohz_full_cpus: vec![1],
+            tick_sources: vec![("tick_stop".into(), true), ("user_enter".into(), false)],
+            programs: Some("walk at wakeup, no CAS".into()),
+            programs_cost: Some("backtraces walked at wakeup".into()),
+            fallbacks: vec!["no bpf_loop".into(), "no BPF compare-and-swap".into()],
+            ..Default::default()
+        },
+        sched_text,
+        lock_text,
+    }
+}
+
+fn rec(stack_id: u64, count: u64) -> LatencyRecord {
+    LatencyRecord {
+        stack_id,
+        count,
+        total_ns: count * 2_000_000,
+        max_ns: 2_100_000 + count,
+    }
+}
+
+/// A run that changes: tasks come and go, records grow, backtraces appear.
+pub fn snapshots(n: u64) -> Vec<Snapshot> {
+    (0..n)
+        .map(|i| {
+            let mut s = Snapshot {
+                mode: Mode::Lazy,
+                skip_kthreads: true,
+                taken_ns: 1_000_000_000 * (i + 1),
+                wall_ns: 1_790_000_000_000_000_000 + 1_000_000_000 * i,
+                ..Snapshot::default()
+            };
+            s.counters.0[Counter::Counted as usize] = 100 * i;
+            s.stacks
+                .insert(1, vec![0xffff_ffff_8140_0020, 0xffff_ffff_8120_0010]);
+            s.tasks.push(TaskSnapshot {
+                tid: 100,
+                tgid: 100,
+                comm: "sleeper".into(),
+                kthread: false,
+                records: vec![rec(1, 10 * i + 1), rec(RUNQ_STACK, i + 1)],
+            });
+            // A short-lived process every third snapshot, merged into the global table after.
+            if i % 3 == 1 {
+                s.stacks
+                    .insert(2, vec![0xffff_ffff_8140_0020, 0xffff_ffff_c000_0042]);
+                s.tasks.push(TaskSnapshot {
+                    tid: 1000 + u32::try_from(i).unwrap(),
+                    tgid: 1000 + u32::try_from(i).unwrap(),
+                    comm: "fsyncer".into(),
+                    kthread: false,
+                    records: vec![rec(2, 3)],
+                });
+            }
+            if i >= 2 {
+                s.stacks
+                    .insert(2, vec![0xffff_ffff_8140_0020, 0xffff_ffff_c000_0042]);
+                s.global.push((
+                    2,
+                    GlobalRecord {
+                        count: 3 * ((i + 1) / 3),
+                        total_ns: 6_000_000 * ((i + 1) / 3),
+                        max_ns: 2_100_003,
+                    },
+                ));
+            }
+            let mut h = [0u32; HIST_BUCKETS];
+            h[11] = u32::try_from(10 * i + 1).unwrap();
+            s.histograms.insert(1, h);
+            s.programs = vec![("sched_switch".into(), 1000 * i, 10 * i)];
+            s.ticks = vec![
+                [250 * i; TICK_COUNTER_COUNT as usize],
+                [3 * i; TICK_COUNTER_COUNT as usize],
+            ];
+            s
+        })
+        .collect()
+}
+
+pub fn record(snaps: &[Snapshot], options: Options) -> Vec<u8> {
+    let dir = std::env::temp_dir().join(format!(
+        "latprof-store-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.lpr");
+    let syms = Kallsyms::parse(KALLSYMS).unwrap();
+    let mut w = Writer::create(&path, info(), options).unwrap();
+    for s in snaps {
+        w.append(s, &syms).unwrap();
+    }
+    w.finish("test").unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    bytes
+}
+
+#[test]
+fn every_snapshot_comes_back_as_it_was_written() {
+    let snaps = snapshots(150);
+    for compress in [true, false] {
+        let bytes = record(
+            &snaps,
+            Options {
+                compress,
+                ..Options::default()
+            },
+        );
+        let r = Recording::from_bytes(bytes).unwrap();
+        assert!(r.problems.is_empty(), "{:?}", r.problems);
+        assert_eq!(r.end.as_deref(), Some("test"));
+        assert_eq!(r.info, info());
+        assert_eq!(r.len(), snaps.len());
+        // Forward, backward and jumping across key frames.
+        for i in (0..snaps.len())
+            .chain((0..snaps.len()).rev())
+            .chain([3, 140, 61, 59, 0])
+        {
+            assert_eq!(r.snapshot(i), snaps[i], "snapshot {i}, compress {compress}");
+        }
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        for ip in [
+            0xffff_ffff_8120_0010,
+            0xffff_ffff_c000_0042,
+            0xffff_ffff_8140_0020,
+        ] {
+            assert_eq!(r.syms.name(ip), syms.name(ip));
+        }
+    }
+}
+
+#[test]
+fn deltas_and_compression_keep_the_file_small() {
+    let snaps = snapshots(120);
+    let packed = record(&snaps, Options::default()).len();
+    let plain = record(
+        &snaps,
+        Options {
+            compress: false,
+            ..Options::default()
+        },
+    )
+    .len();
+    assert!(packed < plain, "{packed} >= {plain}");
+    // Two key frames; the deltas carry only the changed task, histogram and counters
+    // (about 140 bytes each with the frame header), not the whole snapshot again.
+    assert!(packed < 120 * 200, "{packed} bytes for 120 snapshots");
+}
+
+#[test]
+fn a_cut_file_replays_up_to_its_last_whole_frame() {
+    let snaps = snapshots(70);
+    let bytes = record(&snaps, Options::default());
+    // Every cut point: never a panic; the count of snapshots only grows with the length.
+    let mut prev = 0;
+    for cut in (FILE_HEADER_LEN..bytes.len())
+        .step_by(3)
+        .chain([bytes.len() - 1])
+    {
+        match Recording::from_bytes(bytes[..cut].to_vec()) {
+            Ok(r) => {
+                assert!(r.len() >= prev, "cut at {cut}");
+                prev = r.len();
+                assert!(r.end.is_none() || cut + 1 >= bytes.len() - 20);
+                let i = r.len() - 1;
+                assert_eq!(r.snapshot(i), snaps[i]);
+            }
+            Err(e) => assert!(matches!(e, FormatError::NoSnapshot(_)), "cut at {cut}: {e}"),
+        }
+    }
+    // Only the end frame is missing at the last cut.
+    assert_eq!(prev, 70);
+}
+
+#[test]
+fn a_flipped_byte_costs_the_frames_up_to_the_next_key_frame() {
+    let snaps = snapshots(130);
+    let bytes = record(&snaps, Options::default());
+    let r = Recording::from_bytes(bytes.clone()).unwrap();
+    assert_eq!(r.len(), 130);
+    // Damage the third delta frame (inside its payload).
+    let mut frames = Vec::new();
+    let mut pos = FILE_HEADER_LEN;
+    while pos + FRAME_HEADER_LEN <= bytes.len() {
+        frames.push(pos);
+        let len = u32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().unwrap()) as usize;
+        pos += FRAME_HEADER_LEN + len;
+    }
+    let mut bad = bytes.clone();
+    bad[frames[3] + FRAME_HEADER_LEN + 2] ^= 0x10;
+    let r = Recording::from_bytes(bad).unwrap();
+    // Snapshots 0..3 stay, 3..60 are lost, 60.. come back from the next key frame.
+    assert_eq!(r.len(), 3 + 70);
+    assert_eq!(r.snapshot(3), snaps[60]);
+    assert_eq!(r.snapshot(r.len() - 1), snaps[129]);
+    assert!(
+        r.problems.iter().any(|p| p.contains("checksum")),
+        "{:?}",
+        r.problems
+    );
+    // A damaged length field: the reader finds the next frame mark.
+    let mut bad = bytes.clone();
+    bad[frames[5] + 5] ^= 0x40;
+    let r = Recording::from_bytes(bad).unwrap();
+    assert_eq!(r.len(), 5 + 70);
+    assert_eq!(r.snapshot(5), snaps[60]);
+}
+
+#[test]
+fn spike_frames_come_back_in_time_order() {
+    let dir = std::env::temp_dir().join(format!("latprof-spikes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.lpr");
+    let syms = Kallsyms::parse(KALLSYMS).unwrap();
+    let mut w = Writer::create(&path, info(), Options::default()).unwrap();
+    let snaps = snapshots(5);
+    let spike = |end_ns: u64| crate::collect::Spike {
+        end_ns,
+        duration_ns: 12_000_000,
+        stack_id: 1,
+        tid: 100,
+        tgid: 100,
+        cpu: 1,
+        kind: latprof_common::SPIKE_SLEEP_INTERRUPTIBLE,
+        comm: "sleeper".into(),
+    };
+    for (i, s) in snaps.iter().enumerate() {
+        let t = s.taken_ns;
+        w.append_spikes(&[spike(t - 100), spike(t - 500)], 10 * i as u64, 0)
+            .unwrap();
+        w.append(s, &syms).unwrap();
+    }
+    w.finish("test").unwrap();
+    let r = Recording::open(&path).unwrap();
+    assert_eq!(r.len(), 5);
+    assert_eq!(r.spikes.len(), 10);
+    let (upto, sleeps) = r.spikes_until(snaps[2].taken_ns, 200);
+    assert_eq!(upto.len(), 6);
+    assert_eq!(sleeps, 20);
+    let (last, _) = r.spikes_until(snaps[4].taken_ns, 3);
+    assert_eq!(last.len(), 3);
+    assert_eq!(last[2], spike(snaps[4].taken_ns - 100));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Version 1 recordings (no tick counters) are still read.
+#[test]
+fn version_1_is_still_read() {
+    let snaps = snapshots(3);
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&1u16.to_le_bytes());
+    bytes.extend_from_slice(&[0, 0]);
+    // Key frames only: each holds its whole snapshot.
+    for snap in &snaps {
+        let mut e = Enc::default();
+        info().encode(&mut e, 1);
+        writer_body(snap).encode(&mut e, 1);
+        bytes.extend_from_slice(&writer::frame(KIND_KEY, &e.buf, true));
+    }
+    let r = Recording::from_bytes(bytes).unwrap();
+    assert_eq!(r.version, 1);
+    assert_eq!(r.len(), 3);
+    assert_eq!(r.info.kernel, crate::probe::KernelFacts::default());
+    assert_eq!(r.info.hostname, info().hostname);
+    let mut expect = snaps[2].clone();
+    expect.ticks.clear();
+    assert_eq!(r.snapshot(2), expect);
+}
+
+/// A whole snapshot as a frame body (a key frame's).
+fn writer_body(snap: &Snapshot) -> Body {
+    Body {
+        taken_ns: snap.taken_ns,
+        wall_ns: snap.wall_ns,
+        stacks: snap.stacks.iter().map(|(k, v)| (*k, v.clone())).collect(),
+        syms: Vec::new(),
+        mode: snap.mode,
+        skip_kthreads: snap.skip_kthreads,
+        retries: snap.retries,
+        counters: counter_values(&snap.counters),
+        programs: snap.programs.clone(),
+        tasks_gone: Vec::new(),
+        tasks: snap.tasks.clone(),
+        global_gone: Vec::new(),
+        global: snap.global.clone(),
+        hist_gone: Vec::new(),
+        histograms: snap.histograms.iter().map(|(k, v)| (*k, *v)).collect(),
+        ticks: snap.ticks.clone(),
+    }
+}
+
+#[test]
+fn bad_files_are_refused_with_one_line() {
+    let msg = |bytes: Vec<u8>| Recording::from_bytes(bytes).err().unwrap().to_string();
+    assert_eq!(msg(Vec::new()), "empty file, not a latprof recording");
+    assert!(msg(b"Latency Top version : v0.1\n".to_vec()).starts_with("not a latprof recording"));
+    let mut future = record(&snapshots(2), Options::default());
+    future[8] = 9;
+    assert_eq!(
+        msg(future),
+        "recording format version 9 is newer than this latprof reads (up to 3); use a newer latprof"
+    );
+    let mut only_header = MAGIC.to_vec();
+    only_header.extend_from_slice(&[2, 0, 0, 0]);
+    assert!(msg(only_header).starts_with("the recording holds no complete snapshot"));
+    assert_ne!(msg(MAGIC[..4].to_vec()), "");
+}
+
+#[test]
+fn rotation_keeps_a_bounded_set_of_complete_files() {
+    let dir = std::env::temp_dir().join(format!("latprof-rotate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.lpr");
+    let syms = Kallsyms::parse(KALLSYMS).unwrap();
+    let options = Options {
+        rotate: Some(2000),
+        keep: 2,
+        ..Options::default()
+    };
+    let mut w = Writer::create(&path, info(), options).unwrap();
+    let snaps = snapshots(300);
+    for s in &snaps {
+        assert_eq!(w.append(s, &syms).unwrap(), writer::Appended::Written);
+    }
+    let stats = w.finish("test").unwrap();
+    assert!(stats.rotations >= 3, "{stats:?}");
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["run.lpr", "run.lpr.1", "run.lpr.2"]);
+    // Each file opens on its own and ends where the next begins.
+    let newest = Recording::open(&path).unwrap();
+    let older = Recording::open(&dir.join("run.lpr.1")).unwrap();
+    assert_eq!(older.end.as_deref(), Some("rotated"));
+    assert_eq!(newest.snapshot(newest.len() - 1), snaps[299]);
+    assert_eq!(older.snapshot(older.len() - 1), snaps[299 - newest.len()]);
+    for name in &names {
+        assert!(std::fs::metadata(dir.join(name)).unwrap().len() < 4000);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn max_size_stops_before_the_limit() {
+    let dir = std::env::temp_dir().join(format!("latprof-maxsize-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.lpr");
+    let syms = Kallsyms::parse(KALLSYMS).unwrap();
+    let options = Options {
+        max_size: Some(3000),
+        ..Options::default()
+    };
+    let mut w = Writer::create(&path, info(), options).unwrap();
+    let mut written = 0;
+    for s in &snapshots(300) {
+        if w.append(s, &syms).unwrap() == writer::Appended::Full {
+            break;
+        }
+        written += 1;
+    }
+    w.finish("size limit").unwrap();
+    assert!(written > 10 && written < 300, "{written}");
+    assert!(std::fs::metadata(&path).unwrap().len() <= 3000);
+    let r = Recording::open(&path).unwrap();
+    assert_eq!(r.len(), written);
+    assert_eq!(r.end.as_deref(), Some("size limit"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The reader against arbitrary bytes and against real recordings with bytes flipped, cut,
+/// inserted or removed: it returns an error or what is intact, never panics, and every
+/// snapshot it offers can be rebuilt.
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::super::{MAGIC, VERSION, reader::Recording, tests, writer::Options};
+
+    fn exercise(bytes: Vec<u8>) {
+        if let Ok(r) = Recording::from_bytes(bytes) {
+            assert!(!r.is_empty());
+            for i in 0..r.len() {
+                let _ = r.snapshot(i);
+            }
+            let _ = r.find("+1s");
+            let _ = r.find("12:00");
+        }
+    }
+
+    fn recording() -> &'static [u8] {
+        static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        BYTES.get_or_init(|| tests::record(&tests::snapshots(70), Options::default()))
+    }
+
+    fn plain_recording() -> &'static [u8] {
+        static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        BYTES.get_or_init(|| {
+            tests::record(
+                &tests::snapshots(20),
+                Options {
+                    compress: false,
+                    ..Options::default()
+                },
+            )
+        })
+    }
+
+    #[derive(Clone, Debug)]
+    enum Edit {
+        Flip(usize, u8),
+        Cut(usize),
+        Insert(usize, Vec<u8>),
+        Remove(usize, usize),
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        prop_oneof![
+            (any::<usize>(), 1..=255u8).prop_map(|(at, bits)| Edit::Flip(at, bits)),
+            any::<usize>().prop_map(Edit::Cut),
+            (
+                any::<usize>(),
+                proptest::collection::vec(any::<u8>(), 1..64)
+            )
+                .prop_map(|(at, b)| Edit::Insert(at, b)),
+            (any::<usize>(), 1..200usize).prop_map(|(at, n)| Edit::Remove(at, n)),
+        ]
+    }
+
+    fn apply(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
+        for e in edits {
+            let len = bytes.len().max(1);
+            match e {
+                Edit::Flip(at, bits) => {
+                    if let Some(b) = bytes.get_mut(at % len) {
+                        *b ^= bits;
+                    }
+                }
+                Edit::Cut(at) => bytes.truncate(at % len),
+                Edit::Insert(at, b) => {
+                    let at = at % len.min(bytes.len() + 1);
+                    bytes.splice(at..at, b.iter().copied());
+                }
+                Edit::Remove(at, n) => {
+                    let at = (at % len).min(bytes.len());
+                    let end = (at + n).min(bytes.len());
+                    bytes.drain(at..end);
+                }
+            }
+        }
+        bytes
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        #[test]
+        fn arbitrary_bytes(tail in proptest::collection::vec(any::<u8>(), 0..4096), header in any::<bool>()) {
+            let mut bytes = Vec::new();
+            if header {
+                bytes.extend_from_slice(&MAGIC);
+                bytes.extend_from_slice(&VERSION.to_le_bytes());
+                bytes.extend_from_slice(&[0, 0]);
+            }
+            bytes.extend_from_slice(&tail);
+            exercise(bytes);
+        }
+
+        #[test]
+        fn mutated_recordings(edits in proptest::collection::vec(edit(), 1..6)) {
+            exercise(apply(recording().to_vec(), &edits));
+        }
+
+        #[test]
+        fn checksummed_garbage_frames(
+            frames in proptest::collection::vec(
+                (1..=4u8, proptest::collection::vec(any::<u8>(), 0..512), any::<bool>()),
+                1..8,
+            ),
+        ) {
+            // Frames with valid checksums but arbitrary contents, after a real recording.
+            let mut bytes = plain_recording().to_vec();
+            for (kind, payload, compress) in &frames {
+                bytes.extend_from_slice(&super::writer::frame(*kind, payload, *compress));
+            }
+            exercise(bytes);
+        }
+
+        #[test]
+        fn mutated_uncompressed_recordings(edits in proptest::collection::vec(edit(), 1..6)) {
+            // Without compression a flipped byte lands in the encoded snapshot itself.
+            exercise(apply(plain_recording().to_vec(), &edits));
+        }
+    }
+}
