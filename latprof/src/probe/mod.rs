@@ -1,14 +1,17 @@
 //! Loads latprof's eBPF object, configures it for one run, attaches it and owns it: dropping the
 //! [`Probe`] detaches every program and frees every map.
 pub mod btf;
+mod config;
 pub mod facts;
 pub mod log;
 pub mod names;
+mod variant;
 pub mod verifier;
 
+use config::{LATENCYTOP_UNIT_NS, STACK_SLACK_FRAMES};
+pub use config::{Mode, ProbeConfig, Wakeup, latencytop_cutoff_ns};
 pub use facts::KernelFacts;
-
-use std::time::Duration;
+pub use variant::{Backtraces, Variant};
 
 use anyhow::{Context as _, Result};
 use aya::{
@@ -20,113 +23,6 @@ use verifier::Rejection;
 
 /// The eBPF object built by build.rs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latprof"));
-
-/// How accounted sleeps reach the global table.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mode {
-    /// Per-task records only; merged into the global table when the task exits.
-    #[default]
-    Lazy,
-    /// Every accounted sleep also updates the global table (latencytop's mode 1).
-    Normal,
-}
-
-impl Mode {
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Lazy => "lazy",
-            Self::Normal => "normal",
-        }
-    }
-}
-
-/// Everything fixed for one run.
-#[derive(Clone, Debug)]
-pub struct ProbeConfig {
-    pub mode: Mode,
-    /// Only this process (tgid); `None` traces all.
-    pub pid: Option<u32>,
-    pub include_self: bool,
-    /// Interruptible sleeps longer than this are not counted; `None` counts all.
-    pub inter_cutoff: Option<Duration>,
-    pub max_tasks: u32,
-    pub max_records: u32,
-    pub max_stacks: u32,
-    /// Frames shown per backtrace (the walk takes this many plus room for dropped ones).
-    pub stack_depth: u16,
-    /// Also keep run-queue latency and per-cause histograms (what `top` shows).
-    pub details: bool,
-    /// Take backtraces at wakeup from the BTF tracepoint where the kernel has one (false forces
-    /// the raw-tracepoint fallback that walks at every switch-out, as on older kernels).
-    pub btf_wakeup: bool,
-    /// With the BTF wakeup program, answer a task's repeated sleeps from its stack cache
-    /// instead of walking its stack each time (false walks every counted sleep).
-    pub stack_cache: bool,
-    /// Sleeps and run-queue waits at least this long go to the spike ring buffer; `None`: no
-    /// spike events.
-    pub spike: Option<Duration>,
-    pub wakeup: Wakeup,
-    /// Count (and log through aya-log) consistency anomalies; off, the checks are not loaded.
-    pub debug_checks: bool,
-    /// Load a `sched_switch` the verifier must reject (tests the rejection path).
-    pub force_reject: bool,
-    /// Learn the stack cache in a bounded loop as on kernels without `bpf_loop`, even where
-    /// the kernel has it (tests that form here).
-    pub bounded_cache: bool,
-}
-
-/// When the spike reader is woken.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Wakeup {
-    /// Only when the reader said it is about to sleep, or the buffer passes its fill mark.
-    #[default]
-    Adaptive,
-    /// On every event.
-    Always,
-}
-
-impl Default for ProbeConfig {
-    fn default() -> Self {
-        Self {
-            mode: Mode::Lazy,
-            pid: None,
-            include_self: false,
-            inter_cutoff: Some(Duration::from_millis(5)),
-            max_tasks: 8192,
-            max_records: 16384,
-            max_stacks: 8192,
-            stack_depth: 12,
-            details: true,
-            btf_wakeup: true,
-            stack_cache: true,
-            spike: None,
-            wakeup: Wakeup::Adaptive,
-            debug_checks: false,
-            force_reject: false,
-            bounded_cache: false,
-        }
-    }
-}
-
-/// Frames walked beyond the shown depth: the tracing frames and the scheduler's own, which
-/// are dropped before the cause frames.
-const STACK_SLACK_FRAMES: u32 = 16;
-
-/// latencytop measures in units of 1024 ns (`ns >> 10`, which it calls usecs).
-const LATENCYTOP_UNIT_NS: u64 = 1024;
-
-/// The longest interruptible sleep that still counts, compared the way latencytop compares: it
-/// drops a sleep when `ns >> 10 > limit_in_usecs`, so `--inter-cutoff 5ms` keeps sleeps up to
-/// 5000 * 1024 + 1023 ns, exactly the sleeps the kernel's latencytop keeps. Sleeps shorter than
-/// one unit (`ns >> 10 == 0`) are dropped the same way (`MIN_SLEEP_NS`).
-#[must_use]
-pub fn latencytop_cutoff_ns(limit: Duration) -> u64 {
-    let usecs = u64::try_from(limit.as_micros()).unwrap_or(u64::MAX);
-    usecs
-        .saturating_mul(LATENCYTOP_UNIT_NS)
-        .saturating_add(LATENCYTOP_UNIT_NS - 1)
-}
 
 /// Capability bits from linux/capability.h.
 const CAP_SYS_ADMIN: u32 = 21;
@@ -173,88 +69,6 @@ struct Globals {
     wakeup: u32,
     debug_checks: u32,
     force_reject: u32,
-}
-
-/// Which programs a session runs: the best the kernel accepts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Variant {
-    pub backtraces: Backtraces,
-    /// BPF compare-and-swap (Linux 5.12): normal mode raises the shared record's maximum in
-    /// place; without it each CPU keeps its own maximum, combined when read (one more lookup).
-    pub cas: bool,
-}
-
-impl Variant {
-    /// The wakeup program of this variant.
-    fn wakeup_program(self) -> &'static str {
-        match (self.backtraces, self.cas) {
-            (Backtraces::AtWakeupCached, _) => names::PROG_SCHED_WAKEUP_BTF,
-            (Backtraces::AtWakeupCachedBounded, true) => names::PROG_SCHED_WAKEUP_BTF_BOUNDED,
-            (Backtraces::AtWakeupCachedBounded, false) => {
-                names::PROG_SCHED_WAKEUP_BTF_BOUNDED_NOCAS
-            }
-            (Backtraces::AtWakeup, true) => names::PROG_SCHED_WAKEUP_BTF_WALK,
-            (Backtraces::AtWakeup, false) => names::PROG_SCHED_WAKEUP_BTF_WALK_NOCAS,
-            (Backtraces::AtSwitchOut, true) => names::PROG_SCHED_WAKEUP,
-            (Backtraces::AtSwitchOut, false) => names::PROG_SCHED_WAKEUP_NOCAS,
-        }
-    }
-
-    fn switch_program(self) -> &'static str {
-        if self.cas {
-            names::PROG_SCHED_SWITCH
-        } else {
-            names::PROG_SCHED_SWITCH_NOCAS
-        }
-    }
-
-    fn exit_program(self) -> &'static str {
-        if self.cas {
-            names::PROG_SCHED_PROCESS_EXIT
-        } else {
-            names::PROG_SCHED_PROCESS_EXIT_NOCAS
-        }
-    }
-
-    /// The variant in a few words, for headers.
-    #[must_use]
-    pub fn short(self) -> String {
-        let backtraces = match self.backtraces {
-            Backtraces::AtWakeupCached => "stack cache",
-            Backtraces::AtWakeupCachedBounded => "stack cache, bounded loop",
-            Backtraces::AtWakeup => "walk at wakeup",
-            Backtraces::AtSwitchOut => "walk at switch-out",
-        };
-        if self.cas {
-            backtraces.to_owned()
-        } else {
-            format!("{backtraces}, no CAS")
-        }
-    }
-
-    /// What this variant does, and what it costs next to the best one, in one line.
-    #[must_use]
-    pub fn describe(self) -> String {
-        let backtraces = match self.backtraces {
-            Backtraces::AtWakeupCached => "backtraces at wakeup through the stack cache",
-            Backtraces::AtWakeupCachedBounded => {
-                "backtraces at wakeup through the stack cache, learnt in a bounded loop (no bpf_loop: a little more per new backtrace)"
-            }
-            Backtraces::AtWakeup => {
-                "backtraces walked at wakeup, no stack cache (about 3x the kernel time per counted sleep)"
-            }
-            Backtraces::AtSwitchOut => {
-                "backtraces walked at every switch-out (no BTF tracepoints: every sleep pays a walk, counted or not)"
-            }
-        };
-        if self.cas {
-            backtraces.to_owned()
-        } else {
-            format!(
-                "{backtraces}; no BPF compare-and-swap: normal mode keeps maxima per CPU (one more lookup per sleep)"
-            )
-        }
-    }
 }
 
 /// The BTF wakeup programs can run here: their globals and what the kernel knows.
@@ -444,21 +258,6 @@ pub struct Probe {
     ticks: Vec<(&'static str, bool)>,
     variant: Variant,
     fallbacks: Vec<String>,
-}
-
-/// Where the loaded programs take backtraces.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backtraces {
-    /// At wakeup, only for sleeps that count, from the task's stack cache when it can vouch for
-    /// the backtrace (x86-64, BTF tracepoints and bpf_loop).
-    AtWakeupCached,
-    /// The same where the kernel has no `bpf_loop` (before 5.17): the stack is scanned in a
-    /// bounded loop, the user registers found from the task's stack.
-    AtWakeupCachedBounded,
-    /// At wakeup, only for sleeps that count; every one walked.
-    AtWakeup,
-    /// Walked at every switch-out (no BTF tracepoints).
-    AtSwitchOut,
 }
 
 /// Where x86-64 keeps a task's user registers: `task_struct.stack` and their distance from it
@@ -709,15 +508,6 @@ impl Probe {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cutoff_matches_latencytop_units() {
-        let cutoff = latencytop_cutoff_ns(Duration::from_millis(5));
-        // latencytop: `if (inter && usecs > 5000) return;` with usecs = ns >> 10.
-        assert_eq!(cutoff >> 10, 5000);
-        assert_eq!((cutoff + 1) >> 10, 5001);
-        assert_eq!(latencytop_cutoff_ns(Duration::MAX), u64::MAX);
-    }
 
     /// Every map and program the object has is named in `names`, and every name there is in
     /// the object: the two lists cannot drift apart unnoticed.

@@ -1,0 +1,124 @@
+//! The settings of one run: what the user asked for, as the loader writes it into the
+//! programs' globals and map sizes.
+use std::time::Duration;
+
+/// How accounted sleeps reach the global table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Per-task records only; merged into the global table when the task exits.
+    #[default]
+    Lazy,
+    /// Every accounted sleep also updates the global table (latencytop's mode 1).
+    Normal,
+}
+
+impl Mode {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Lazy => "lazy",
+            Self::Normal => "normal",
+        }
+    }
+}
+
+/// Everything fixed for one run.
+#[derive(Clone, Debug)]
+pub struct ProbeConfig {
+    pub mode: Mode,
+    /// Only this process (tgid); `None` traces all.
+    pub pid: Option<u32>,
+    pub include_self: bool,
+    /// Interruptible sleeps longer than this are not counted; `None` counts all.
+    pub inter_cutoff: Option<Duration>,
+    pub max_tasks: u32,
+    pub max_records: u32,
+    pub max_stacks: u32,
+    /// Frames shown per backtrace (the walk takes this many plus room for dropped ones).
+    pub stack_depth: u16,
+    /// Also keep run-queue latency and per-cause histograms (what `top` shows).
+    pub details: bool,
+    /// Take backtraces at wakeup from the BTF tracepoint where the kernel has one (false forces
+    /// the raw-tracepoint fallback that walks at every switch-out, as on older kernels).
+    pub btf_wakeup: bool,
+    /// With the BTF wakeup program, answer a task's repeated sleeps from its stack cache
+    /// instead of walking its stack each time (false walks every counted sleep).
+    pub stack_cache: bool,
+    /// Sleeps and run-queue waits at least this long go to the spike ring buffer; `None`: no
+    /// spike events.
+    pub spike: Option<Duration>,
+    pub wakeup: Wakeup,
+    /// Count (and log through aya-log) consistency anomalies; off, the checks are not loaded.
+    pub debug_checks: bool,
+    /// Load a `sched_switch` the verifier must reject (tests the rejection path).
+    pub force_reject: bool,
+    /// Learn the stack cache in a bounded loop as on kernels without `bpf_loop`, even where
+    /// the kernel has it (tests that form here).
+    pub bounded_cache: bool,
+}
+
+/// When the spike reader is woken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Wakeup {
+    /// Only when the reader said it is about to sleep, or the buffer passes its fill mark.
+    #[default]
+    Adaptive,
+    /// On every event.
+    Always,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Lazy,
+            pid: None,
+            include_self: false,
+            inter_cutoff: Some(Duration::from_millis(5)),
+            max_tasks: 8192,
+            max_records: 16384,
+            max_stacks: 8192,
+            stack_depth: 12,
+            details: true,
+            btf_wakeup: true,
+            stack_cache: true,
+            spike: None,
+            wakeup: Wakeup::Adaptive,
+            debug_checks: false,
+            force_reject: false,
+            bounded_cache: false,
+        }
+    }
+}
+
+/// Frames walked beyond the shown depth: the tracing frames and the scheduler's own, which
+/// are dropped before the cause frames.
+pub(super) const STACK_SLACK_FRAMES: u32 = 16;
+
+/// latencytop measures in units of 1024 ns (`ns >> 10`, which it calls usecs).
+pub(super) const LATENCYTOP_UNIT_NS: u64 = 1024;
+
+/// The longest interruptible sleep that still counts, compared the way latencytop compares: it
+/// drops a sleep when `ns >> 10 > limit_in_usecs`, so `--inter-cutoff 5ms` keeps sleeps up to
+/// 5000 * 1024 + 1023 ns, exactly the sleeps the kernel's latencytop keeps. Sleeps shorter than
+/// one unit (`ns >> 10 == 0`) are dropped the same way (`MIN_SLEEP_NS`).
+#[must_use]
+pub fn latencytop_cutoff_ns(limit: Duration) -> u64 {
+    let usecs = u64::try_from(limit.as_micros()).unwrap_or(u64::MAX);
+    usecs
+        .saturating_mul(LATENCYTOP_UNIT_NS)
+        .saturating_add(LATENCYTOP_UNIT_NS - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cutoff_matches_latencytop_units() {
+        let cutoff = latencytop_cutoff_ns(Duration::from_millis(5));
+        // latencytop: `if (inter && usecs > 5000) return;` with usecs = ns >> 10.
+        assert_eq!(cutoff >> 10, 5000);
+        assert_eq!((cutoff + 1) >> 10, 5001);
+        assert_eq!(latencytop_cutoff_ns(Duration::MAX), u64::MAX);
+    }
+}
