@@ -735,6 +735,7 @@ fn kernel_threads_stay_out_of_the_global_table() {
         "--dir",
         env!("CARGO_TARGET_TMPDIR"),
     ]);
+    let work_pid = work.pid();
     work.go();
     work.wait_done();
     let snap = Collector::new().snapshot(&probe).expect("snapshot");
@@ -748,10 +749,7 @@ fn kernel_threads_stay_out_of_the_global_table() {
             .map(|t| (&t.comm, t.kthread))
             .collect::<Vec<_>>()
     );
-    let workload = snap
-        .tasks
-        .iter()
-        .find(|t| t.tgid == work_pid(&snap, "latprof"));
+    let workload = snap.tasks.iter().find(|t| t.tgid == work_pid);
     assert!(
         workload.is_some_and(|t| !t.kthread),
         "the workload is not a kernel thread"
@@ -777,13 +775,6 @@ fn kernel_threads_stay_out_of_the_global_table() {
         leaked.is_empty(),
         "kernel-thread causes in the global table: {leaked:?}"
     );
-}
-
-fn work_pid(snap: &Snapshot, comm: &str) -> u32 {
-    snap.tasks
-        .iter()
-        .find(|t| t.comm == comm && t.tgid != std::process::id())
-        .map_or(0, |t| t.tgid)
 }
 
 #[test]
