@@ -94,10 +94,14 @@ pub(super) fn start(config: Config, latprof: &Path) -> Result<Option<Tracer>> {
             // latprof says when it is attached.
             let mut line = String::new();
             let stderr = child.stderr.take().context("latprof stderr")?;
-            BufReader::new(stderr).read_line(&mut line)?;
+            let mut stderr = BufReader::new(stderr);
+            stderr.read_line(&mut line)?;
             if !line.contains("attached") {
                 bail!("latprof did not attach: {line}");
             }
+            // The rest of its stderr is read to the end: a closed pipe would fail its next
+            // line (the programs it loaded, its summary) and end it early.
+            std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
         }
         Config::PerfSched => std::thread::sleep(Duration::from_secs(1)),
         _ => {
