@@ -40,6 +40,18 @@ pub fn local_hms_us(mono_ns: u64, clock: (u64, u64)) -> String {
     format!("{}.{:06}", local_hms(wall), (wall / 1000) % 1_000_000)
 }
 
+/// Time since the start as `H:MM:SS`.
+#[must_use]
+pub fn fmt_elapsed(secs: f64) -> String {
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "whole seconds of a positive time"
+    )]
+    let s = secs as u64;
+    format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
 /// A duration for a table cell: `850us`, `2.07ms`, `413ms`, `1.23s`.
 #[must_use]
 pub fn fmt_ns(ns: u64) -> String {

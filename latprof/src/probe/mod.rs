@@ -474,7 +474,7 @@ impl Probe {
     pub fn announce(&self) {
         eprintln!("latprof: programs: {}", self.variant.describe());
         for why in &self.fallbacks {
-            eprintln!("latprof: note: {why}");
+            eprintln!("latprof: warning: {why}");
         }
     }
 

@@ -13,16 +13,6 @@ use crate::{
     time::{self, fmt_ns},
 };
 
-fn fmt_elapsed(s: f64) -> String {
-    #[expect(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        reason = "whole seconds of a positive time"
-    )]
-    let s = s as u64;
-    format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-}
-
 pub fn render(f: &mut Frame<'_>, app: &App) {
     let area = f.area();
     let chunks = Layout::default()
@@ -91,7 +81,7 @@ fn render_header(f: &mut Frame<'_>, app: &App, area: Rect) {
                 .map(|p| format!(" ({p})"))
                 .unwrap_or_default(),
             app.settings.interval_ms,
-            fmt_elapsed(h.elapsed_s),
+            time::fmt_elapsed(h.elapsed_s),
             h.events_per_s
         )),
     ];
