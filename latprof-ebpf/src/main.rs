@@ -22,7 +22,7 @@
 use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
-    EbpfContext, Global,
+    EbpfContext,
     bindings::task_struct,
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     cty::c_void,
@@ -31,94 +31,32 @@ use aya_ebpf::{
         bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     helpers::{bpf_get_task_stack, bpf_loop, bpf_task_pt_regs, generated},
-    macros::{btf_tracepoint, map, raw_tracepoint},
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    macros::{btf_tracepoint, raw_tracepoint},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use aya_log_ebpf::warn;
+
+mod maps;
+mod settings;
+
 use latprof_common::{
-    CACHE_ENTRIES, CACHE_FRAMES, COUNTER_COUNT, CachedStack, Counter, DEFERRED_STACK, GlobalRecord,
-    HIST_BUCKETS, Histogram, LatencyRecord, MODE_LAZY, MODE_NORMAL, NO_STACK, RUNQ_STACK, RawStack,
-    SLEEP_NONE, SPIKE_RUNQ, STACK_CHUNK, STACK_FRAMES, STACK_HASH_SEED, STACK_REGION, SleepVerdict,
-    SpikeEvent, StackCache, TASK_FLAG_KTHREAD, TASK_RECORDS, TICK_COUNTER_COUNT, TICK_DEP_BITS,
-    TaskState, TickCounter, WAKEUP_ADAPTIVE, WAKEUP_ALWAYS, hist_bucket, sleep_kind, sleep_verdict,
-    stack_hash, stack_hash_step, tick_dep_counter,
+    CACHE_ENTRIES, CACHE_FRAMES, CachedStack, Counter, DEFERRED_STACK, GlobalRecord, HIST_BUCKETS,
+    Histogram, LatencyRecord, MODE_LAZY, MODE_NORMAL, NO_STACK, RUNQ_STACK, RawStack, SLEEP_NONE,
+    SPIKE_RUNQ, STACK_CHUNK, STACK_FRAMES, STACK_HASH_SEED, SleepVerdict, SpikeEvent, StackCache,
+    TASK_FLAG_KTHREAD, TASK_RECORDS, TICK_DEP_BITS, TaskState, TickCounter, WAKEUP_ALWAYS,
+    hist_bucket, sleep_kind, sleep_verdict, stack_hash, stack_hash_step, tick_dep_counter,
 };
-
-// ---- settings, written at load time ----
-
-#[unsafe(no_mangle)]
-static MODE: Global<u32> = Global::new(MODE_LAZY);
-/// Only this process (tgid) is traced; 0 traces every process.
-#[unsafe(no_mangle)]
-static FILTER_TGID: Global<u32> = Global::new(0);
-/// latprof's own tgid, left out unless `--include-self`; 0 leaves nobody out.
-#[unsafe(no_mangle)]
-static SELF_TGID: Global<u32> = Global::new(0);
-/// 1: kernel threads stay out of the global table (latencytop's rule).
-#[unsafe(no_mangle)]
-static SKIP_KTHREADS: Global<u32> = Global::new(1);
-/// Interruptible sleeps longer than this are not counted; `u64::MAX` counts all.
-#[unsafe(no_mangle)]
-static INTER_CUTOFF_NS: Global<u64> = Global::new(5_000_000);
-/// Sleeps shorter than this are not counted (latencytop drops zero-microsecond sleeps).
-#[unsafe(no_mangle)]
-static MIN_SLEEP_NS: Global<u64> = Global::new(1_000);
-/// 1 when the sched_switch tracepoint passes `prev_state` (Linux 5.18 and later); otherwise it
-/// is read from the task at `TASK_STATE_OFF`.
-#[unsafe(no_mangle)]
-static SWITCH_HAS_PREV_STATE: Global<u32> = Global::new(1);
-/// 1: keep run-queue latency ("waiting for CPU"); costs a task lookup on every switch.
-#[unsafe(no_mangle)]
-static RUNQ: Global<u32> = Global::new(1);
-/// 1: keep per-cause latency histograms; costs a per-CPU map update per counted event.
-#[unsafe(no_mangle)]
-static HISTOGRAMS_ON: Global<u32> = Global::new(1);
-/// 1: the BTF wakeup program is loaded and can take a sleeping task's backtrace, so every
-/// backtrace is taken at wakeup, only for sleeps that count, and from the stack cache when it
-/// can; 0: every backtrace is walked at switch-out.
-#[unsafe(no_mangle)]
-static STACK_AT_WAKEUP: Global<u32> = Global::new(0);
-/// Offset of `stack` (the kernel stack's lowest address) in `struct task_struct`, and where
-/// the user registers sit above it (THREAD_SIZE less `sizeof(struct pt_regs)`): the stack
-/// cache's way to the registers where the kernel has no `bpf_task_pt_regs` (before 5.15).
-#[unsafe(no_mangle)]
-static TASK_STACK_OFF: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
-static PT_REGS_IN_STACK: Global<u32> = Global::new(0);
-/// Offset of the saved kernel stack pointer (`thread.sp`) in `struct task_struct`, from BTF;
-/// 0: unknown here, no stack cache.
-#[unsafe(no_mangle)]
-static THREAD_SP_OFF: Global<u32> = Global::new(0);
-/// Frames walked per backtrace (the shown depth plus room for the frames dropped above it).
-#[unsafe(no_mangle)]
-static STACK_WALK_FRAMES: Global<u32> = Global::new(STACK_FRAMES as u32);
-/// Offsets of `__state` (or `state`) and `pid` in `struct task_struct`, from vmlinux BTF.
-#[unsafe(no_mangle)]
-static TASK_STATE_OFF: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
-static TASK_PID_OFF: Global<u32> = Global::new(0);
-/// Offsets of `flags` and `mm` in `struct task_struct`, from vmlinux BTF.
-#[unsafe(no_mangle)]
-static TASK_FLAGS_OFF: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
-static TASK_MM_OFF: Global<u32> = Global::new(0);
-/// Sleeps and run-queue waits at least this long are sent as spike events; `u64::MAX`: none.
-#[unsafe(no_mangle)]
-static SPIKE_NS: Global<u64> = Global::new(u64::MAX);
-/// `WAKEUP_ADAPTIVE`: wake the reader only when it said it is about to sleep, or when the
-/// buffer holds more than `SPIKE_FILL_MARK` bytes; `WAKEUP_ALWAYS`: on every event.
-#[unsafe(no_mangle)]
-static WAKEUP_POLICY: Global<u32> = Global::new(WAKEUP_ADAPTIVE);
-#[unsafe(no_mangle)]
-static SPIKE_FILL_MARK: Global<u64> = Global::new(64 * 1024);
-/// 1: count (and log) consistency anomalies; 0: the checks are dead code the verifier removes.
-#[unsafe(no_mangle)]
-static DEBUG_CHECKS: Global<u32> = Global::new(0);
-/// 1: `sched_switch` reads past a map value, which every verifier rejects: the tests' way to
-/// see how latprof reports a rejection. 0: dead code the verifier removes.
-#[unsafe(no_mangle)]
-static FORCE_REJECT: Global<u32> = Global::new(0);
+use maps::{
+    COUNTERS, CPU_CACHE, DEBUG_LOG_BUDGET, GLOBAL_LATENCY, HISTOGRAMS, LEARNT, MERGED, READER,
+    REGION_WORDS, SCAN_POS, SCRATCH, SPIKES, STACK_BUF, STACK_COPY, STACKS, TASKS, WALKED_FRAMES,
+    count, tick_count,
+};
+use settings::{
+    DEBUG_CHECKS, FILTER_TGID, FORCE_REJECT, HISTOGRAMS_ON, INTER_CUTOFF_NS, MIN_SLEEP_NS, MODE,
+    PT_REGS_IN_STACK, RUNQ, SELF_TGID, SKIP_KTHREADS, SPIKE_FILL_MARK, SPIKE_NS, STACK_AT_WAKEUP,
+    STACK_WALK_FRAMES, SWITCH_HAS_PREV_STATE, TASK_FLAGS_OFF, TASK_MM_OFF, TASK_PID_OFF,
+    TASK_STACK_OFF, TASK_STATE_OFF, THREAD_SP_OFF, WAKEUP_POLICY, read_field,
+};
 
 const PF_EXITING: u32 = 0x4;
 
@@ -128,83 +66,11 @@ const _: () = assert!(CACHE_ENTRIES.is_power_of_two());
 const _: () = assert!(CACHE_FRAMES.is_power_of_two());
 const _: () = assert!(REGION_WORDS.is_power_of_two());
 const _: () = assert!((REGION_WORDS / CHUNK_WORDS).is_power_of_two());
-const REGION_WORDS: usize = STACK_REGION / 8;
 const CHUNK_WORDS: usize = STACK_CHUNK / 8;
 /// The stack copy's last word: where the hit check puts the word below the user registers.
 const OUTER_WORD: usize = REGION_WORDS - 1;
 /// A word the hit check zeroes: where the positions past an entry's frames point.
 const ZERO_WORD: usize = REGION_WORDS - 2;
-
-// ---- maps ----
-
-/// Per-task state, keyed by tid. Only events of that task touch its entry.
-#[map]
-static TASKS: HashMap<u32, TaskState> = HashMap::with_max_entries(8192, 0);
-/// Global causes keyed by stack id: every event in normal mode, exits (and overflow) in lazy.
-#[map]
-static GLOBAL_LATENCY: HashMap<u64, GlobalRecord> = HashMap::with_max_entries(16384, 0);
-/// Lazy mode's exit merges, per CPU; user space adds them to `GLOBAL_LATENCY`.
-#[map]
-static MERGED: PerCpuHashMap<u64, GlobalRecord> = PerCpuHashMap::with_max_entries(16384, 0);
-/// Kernel backtraces keyed by the hash of their frames.
-#[map]
-static STACKS: HashMap<u64, RawStack> = HashMap::with_max_entries(8192, 0);
-/// Latency histograms per cause (stack id), per CPU: no cache line is shared between CPUs.
-#[map]
-static HISTOGRAMS: PerCpuHashMap<u64, Histogram> = PerCpuHashMap::with_max_entries(16384, 0);
-/// Per-CPU buffer the stack is walked into.
-#[map]
-static STACK_BUF: PerCpuArray<RawStack> = PerCpuArray::with_max_entries(1, 0);
-/// Pipeline counters, one slot per `Counter`, per CPU so no cache line is shared.
-#[map]
-static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT, 0);
-/// Spike events for user space.
-#[map]
-static SPIKES: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
-/// Slot 0 is 1 while the spike reader is about to sleep (or sleeping) and wants a wakeup.
-#[map]
-static READER: Array<u64> = Array::with_max_entries(1, 0);
-/// Per CPU: (second, anomalies logged in it), to rate-limit debug logging.
-#[map]
-static DEBUG_LOG_BUDGET: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
-/// Tick and time-accounting counters, one slot per `TickCounter`, per CPU.
-#[map]
-static TICKS: PerCpuArray<u64> = PerCpuArray::with_max_entries(TICK_COUNTER_COUNT, 0);
-/// Per-CPU copy of the part of a sleeping task's kernel stack the stack cache looks at.
-#[map]
-static STACK_COPY: PerCpuArray<[u64; REGION_WORDS]> = PerCpuArray::with_max_entries(1, 0);
-/// Per-CPU: frames of the last walk (in `STACK_BUF`).
-#[map]
-static WALKED_FRAMES: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
-/// Per-CPU stack cache, shared by the tasks woken on that CPU.
-#[map]
-static CPU_CACHE: PerCpuArray<StackCache> = PerCpuArray::with_max_entries(1, 0);
-
-/// Per-CPU scratch for a stack cache entry being learnt.
-#[map]
-static LEARNT: PerCpuArray<CachedStack> = PerCpuArray::with_max_entries(1, 0);
-/// Per-CPU progress of the stack cache's scan. Kept in a map rather than in the callback's
-/// context: the verifier tracks no map memory, so it verifies the callback once for any count
-/// found so far instead of once per count.
-#[map]
-static SCAN_POS: PerCpuArray<ScanPos> = PerCpuArray::with_max_entries(1, 0);
-
-#[repr(C)]
-struct ScanPos {
-    found: u64,
-    pos: [u16; CACHE_FRAMES],
-}
-/// Per-CPU scratch space to build a new task entry (too large for the 512-byte stack).
-#[map]
-static SCRATCH: PerCpuArray<TaskState> = PerCpuArray::with_max_entries(1, 0);
-
-#[inline(always)]
-fn count(counter: Counter) {
-    if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
-        // SAFETY: per-CPU slot; programs on one CPU do not run concurrently.
-        unsafe { *slot += 1 };
-    }
-}
 
 /// Sends a sleep or wait of `delta` ns as a spike event when it reaches `SPIKE_NS`.
 #[inline(always)]
@@ -298,14 +164,6 @@ fn anomaly<C: EbpfContext>(ctx: &C, counter: Counter, tid: u32, value: u64) {
     }
 }
 
-#[inline(always)]
-fn tick_count(counter: TickCounter) {
-    if let Some(slot) = TICKS.get_ptr_mut(counter as u32) {
-        // SAFETY: per-CPU slot; programs on one CPU do not run concurrently.
-        unsafe { *slot += 1 };
-    }
-}
-
 // ---- tick and time accounting: per-CPU counters only ----
 
 #[raw_tracepoint(tracepoint = "local_timer_entry")]
@@ -357,13 +215,6 @@ pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn sched_switch_nocas(ctx: RawTracePointContext) -> i32 {
     try_sched_switch::<false>(&ctx).unwrap_or(1)
-}
-
-/// Reads a field of a kernel object at an offset taken from BTF.
-#[inline(always)]
-fn read_field<T>(object: *const u8, offset: u32) -> Result<T, i32> {
-    // SAFETY: a probe read fails safely on a bad address.
-    unsafe { bpf_probe_read_kernel(object.add(offset as usize).cast()) }
 }
 
 fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
