@@ -19,44 +19,46 @@
 #![feature(core_intrinsics)]
 #![expect(internal_features, reason = "atomic intrinsics, see above")]
 
+mod debug;
+mod maps;
+mod settings;
+mod spikes;
+mod ticks;
+
 use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
     EbpfContext,
+    bindings::BPF_NOEXIST,
     bindings::task_struct,
-    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     cty::c_void,
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
-        bpf_get_smp_processor_id, bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack,
+        bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     helpers::{bpf_get_task_stack, bpf_loop, bpf_task_pt_regs, generated},
     macros::{btf_tracepoint, raw_tracepoint},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
-use aya_log_ebpf::warn;
-
-mod maps;
-mod settings;
-
+use debug::anomaly;
 use latprof_common::{
     CACHE_ENTRIES, CACHE_FRAMES, CachedStack, Counter, DEFERRED_STACK, GlobalRecord, HIST_BUCKETS,
     Histogram, LatencyRecord, MODE_LAZY, MODE_NORMAL, NO_STACK, RUNQ_STACK, RawStack, SLEEP_NONE,
-    SPIKE_RUNQ, STACK_CHUNK, STACK_FRAMES, STACK_HASH_SEED, SleepVerdict, SpikeEvent, StackCache,
-    TASK_FLAG_KTHREAD, TASK_RECORDS, TICK_DEP_BITS, TaskState, TickCounter, WAKEUP_ALWAYS,
-    hist_bucket, sleep_kind, sleep_verdict, stack_hash, stack_hash_step, tick_dep_counter,
+    SPIKE_RUNQ, STACK_CHUNK, STACK_FRAMES, STACK_HASH_SEED, SleepVerdict, StackCache,
+    TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState, TickCounter, hist_bucket, sleep_kind,
+    sleep_verdict, stack_hash, stack_hash_step,
 };
 use maps::{
-    COUNTERS, CPU_CACHE, DEBUG_LOG_BUDGET, GLOBAL_LATENCY, HISTOGRAMS, LEARNT, MERGED, READER,
-    REGION_WORDS, SCAN_POS, SCRATCH, SPIKES, STACK_BUF, STACK_COPY, STACKS, TASKS, WALKED_FRAMES,
-    count, tick_count,
+    COUNTERS, CPU_CACHE, GLOBAL_LATENCY, HISTOGRAMS, LEARNT, MERGED, REGION_WORDS, SCAN_POS,
+    SCRATCH, STACK_BUF, STACK_COPY, STACKS, TASKS, WALKED_FRAMES, count, tick_count,
 };
 use settings::{
     DEBUG_CHECKS, FILTER_TGID, FORCE_REJECT, HISTOGRAMS_ON, INTER_CUTOFF_NS, MIN_SLEEP_NS, MODE,
-    PT_REGS_IN_STACK, RUNQ, SELF_TGID, SKIP_KTHREADS, SPIKE_FILL_MARK, SPIKE_NS, STACK_AT_WAKEUP,
-    STACK_WALK_FRAMES, SWITCH_HAS_PREV_STATE, TASK_FLAGS_OFF, TASK_MM_OFF, TASK_PID_OFF,
-    TASK_STACK_OFF, TASK_STATE_OFF, THREAD_SP_OFF, WAKEUP_POLICY, read_field,
+    PT_REGS_IN_STACK, RUNQ, SELF_TGID, SKIP_KTHREADS, STACK_AT_WAKEUP, STACK_WALK_FRAMES,
+    SWITCH_HAS_PREV_STATE, TASK_FLAGS_OFF, TASK_MM_OFF, TASK_PID_OFF, TASK_STACK_OFF,
+    TASK_STATE_OFF, THREAD_SP_OFF, read_field,
 };
+use spikes::spike;
 
 const PF_EXITING: u32 = 0x4;
 
@@ -71,138 +73,6 @@ const CHUNK_WORDS: usize = STACK_CHUNK / 8;
 const OUTER_WORD: usize = REGION_WORDS - 1;
 /// A word the hit check zeroes: where the positions past an entry's frames point.
 const ZERO_WORD: usize = REGION_WORDS - 2;
-
-/// Sends a sleep or wait of `delta` ns as a spike event when it reaches `SPIKE_NS`.
-#[inline(always)]
-fn spike<const CAS: bool>(tid: u32, entry: &TaskState, stack: u64, delta: u64, kind: u32) {
-    if delta < SPIKE_NS.load() {
-        return;
-    }
-    // The kernel tracing fix: wake the reader only if it waits (or the buffer fills). The
-    // event that finds it waiting takes the flag, so one wakeup serves a burst.
-    let wake = WAKEUP_POLICY.load() == WAKEUP_ALWAYS
-        || READER.get_ptr_mut(0).is_some_and(|w| {
-            // SAFETY: a map value pointer, valid for the program's run.
-            unsafe {
-                if CAS {
-                    atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(w, 1, 0).0 == 1
-                } else {
-                    // Without compare-and-swap (before 5.12): two events that both find the
-                    // flag raised both wake the reader (one wakeup too many); none that finds
-                    // it raised skips the wakeup, so no wakeup is lost.
-                    let raised = core::ptr::read_volatile(w) == 1;
-                    if raised {
-                        core::ptr::write_volatile(w, 0);
-                    }
-                    raised
-                }
-            }
-        })
-        || SPIKES.query(u64::from(BPF_RB_AVAIL_DATA)) >= SPIKE_FILL_MARK.load();
-    let Some(mut slot) = SPIKES.reserve::<SpikeEvent>(0) else {
-        count(Counter::SpikesDropped);
-        return;
-    };
-    slot.write(SpikeEvent {
-        end_ns: unsafe { bpf_ktime_get_ns() },
-        duration_ns: delta,
-        stack_id: stack,
-        tid,
-        tgid: entry.tgid,
-        cpu: unsafe { bpf_get_smp_processor_id() },
-        kind,
-        comm: entry.comm,
-    });
-    if wake {
-        slot.submit(u64::from(BPF_RB_FORCE_WAKEUP));
-        count(Counter::SpikeWakeups);
-    } else {
-        slot.submit(u64::from(BPF_RB_NO_WAKEUP));
-        count(Counter::SpikeWakeupsSuppressed);
-    }
-    count(Counter::SpikesSubmitted);
-}
-
-/// `--debug-checks`: counts an anomaly and logs it, at most 10 lines per CPU per second.
-/// Every call sits behind `DEBUG_CHECKS`, so without the flag the verifier removes it.
-#[inline(always)]
-fn anomaly<C: EbpfContext>(ctx: &C, counter: Counter, tid: u32, value: u64) {
-    count(counter);
-    let Some(budget) = DEBUG_LOG_BUDGET.get_ptr_mut(0) else {
-        return;
-    };
-    let second = unsafe { bpf_ktime_get_ns() } / 1_000_000_000;
-    // SAFETY: this CPU's slot.
-    let budget = unsafe { &mut *budget };
-    if budget[0] != second {
-        budget[0] = second;
-        budget[1] = 0;
-    }
-    if budget[1] >= 10 {
-        return;
-    }
-    budget[1] += 1;
-    match counter {
-        Counter::DebugWakeupWithoutSleep => {
-            warn!(ctx, "wakeup of tid {} with no recorded sleep", tid);
-        }
-        Counter::DebugTimeBackwards => {
-            warn!(
-                ctx,
-                "tid {}: clock {} ns before its sleep began", tid, value
-            );
-        }
-        Counter::DebugStackFailed => warn!(ctx, "tid {}: backtrace could not be taken", tid),
-        Counter::DebugStackCacheWrong => warn!(
-            ctx,
-            "tid {}: the stack cache's backtrace differs from the walked one ({})", tid, value
-        ),
-        _ => warn!(
-            ctx,
-            "tid {} exited with {} records merged nowhere", tid, value
-        ),
-    }
-}
-
-// ---- tick and time accounting: per-CPU counters only ----
-
-#[raw_tracepoint(tracepoint = "local_timer_entry")]
-pub fn local_timer_entry(_ctx: RawTracePointContext) -> i32 {
-    tick_count(TickCounter::TimerTicks);
-    0
-}
-
-/// TP_PROTO(int success, int dependency): `dependency` is a mask of `TICK_DEP_MASK_*`.
-#[raw_tracepoint(tracepoint = "tick_stop")]
-pub fn tick_stop(ctx: RawTracePointContext) -> i32 {
-    let success: u64 = ctx.arg(0);
-    let dependency: u64 = ctx.arg(1);
-    if success & 0xffff_ffff != 0 {
-        tick_count(TickCounter::TickStopOk);
-        return 0;
-    }
-    tick_count(TickCounter::TickStopFail);
-    for bit in 0..TICK_DEP_BITS {
-        if dependency & (1 << bit) != 0
-            && let Some(counter) = tick_dep_counter(bit)
-        {
-            tick_count(counter);
-        }
-    }
-    0
-}
-
-#[raw_tracepoint(tracepoint = "user_enter")]
-pub fn user_enter(_ctx: RawTracePointContext) -> i32 {
-    tick_count(TickCounter::UserEnter);
-    0
-}
-
-#[raw_tracepoint(tracepoint = "user_exit")]
-pub fn user_exit(_ctx: RawTracePointContext) -> i32 {
-    tick_count(TickCounter::UserExit);
-    0
-}
 
 // ---- sched_switch: a sleep begins ----
 
