@@ -18,11 +18,11 @@ use crate::{
     settings::{DEBUG_CHECKS, HISTOGRAMS_ON, MODE, SKIP_KTHREADS},
 };
 
-// Indexes into the task's records are masked with `size - 1`.
+// A record index is masked (rule 2 of the verifier rules in `stack_cache`).
 const _: () = assert!(TASK_RECORDS.is_power_of_two());
 
 /// Adds one latency to the task's record of `stack` (and, in normal mode, the global one).
-/// Not inlined: the ways through its record search end in one return for the verifier.
+// Not inlined: its record search ends in one return (verifier rule 4 in `stack_cache`).
 #[inline(never)]
 pub(crate) fn account<const CAS: bool>(entry: &mut TaskState, stack: u64, delta: u64) {
     if HISTOGRAMS_ON.load() == 1 {
@@ -48,10 +48,9 @@ pub(crate) fn account<const CAS: bool>(entry: &mut TaskState, stack: u64, delta:
     }
     if !found {
         if n < TASK_RECORDS {
-            // The mask looks redundant but is not to Linux 6.1's verifier: it follows this
-            // branch even after the search above proved n >= TASK_RECORDS (an impossible
-            // range it does not prune), and then needs the index bounded. A volatile read keeps
-            // the mask from being optimised away.
+            // The mask kept (verifier rule 1 in `stack_cache`): 6.1's verifier follows this
+            // branch even after the search proved n >= TASK_RECORDS, and then needs the index
+            // bounded.
             // SAFETY: reads a local.
             let n = unsafe { core::ptr::read_volatile(&n) } & (TASK_RECORDS - 1);
             entry.records[n] = LatencyRecord {

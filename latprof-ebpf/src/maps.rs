@@ -62,9 +62,8 @@ pub(crate) static CPU_CACHE: PerCpuArray<StackCache> = PerCpuArray::with_max_ent
 /// Per-CPU scratch for a stack cache entry being learnt.
 #[map]
 pub(crate) static LEARNT: PerCpuArray<CachedStack> = PerCpuArray::with_max_entries(1, 0);
-/// Per-CPU progress of the stack cache's scan. Kept in a map rather than in the callback's
-/// context: the verifier tracks no map memory, so it verifies the callback once for any count
-/// found so far instead of once per count.
+/// Per-CPU progress of the stack cache's scan, in a map rather than in the callback's context
+/// so the verifier does not track the count (verifier rule 3 in `stack_cache`).
 #[map]
 pub(crate) static SCAN_POS: PerCpuArray<ScanPos> = PerCpuArray::with_max_entries(1, 0);
 

@@ -1,4 +1,78 @@
-//! The stack cache.
+//! The stack cache: a sleeping task's backtrace at its wakeup without walking its kernel stack.
+//!
+//! # Algorithm
+//!
+//! A walk (`bpf_get_task_stack`) is most of what a counted wakeup costs. A task that sleeps
+//! again where it slept before has the same return addresses at the same places on its stack,
+//! and the unwinder would read exactly those words: where they all hold what they held, the
+//! walk would give the same backtrace. Each task (`TaskState::stack_cache`) and each CPU
+//! (`CPU_CACHE`, for a new process or thread that sleeps where others did: a fork storm's
+//! children, a pool's workers) keeps `CACHE_ENTRIES` learnt backtraces.
+//!
+//! * **Lookup** (`cached_stack`): copy the task's stack from its saved stack pointer
+//!   (`thread.sp`, at `THREAD_SP_OFF`) towards its user registers into `STACK_COPY`, as far as
+//!   the deepest entry that fits needs (an entry deeper than this stack, from another task,
+//!   cannot match), and the word right below the registers into the copy's `OUTER_WORD`. An
+//!   entry matches when the copy holds its innermost return address at its first position and
+//!   the hash of the words at all its `CACHE_FRAMES` positions is the hash it learnt. The
+//!   task's entries are tried first, then the CPU's. A hit returns the entry's stack id;
+//!   anything else walks.
+//! * **Positions**: the inner frames sit at fixed distances from the stack pointer; the
+//!   outermost one (the entry code's call into C, right below the user registers) does not,
+//!   since a syscall moves the rest of the stack down by a random offset
+//!   (`randomize_kstack_offset`), so it is read from below the registers (`OUTER_WORD`).
+//!   Positions past an entry's frames point at `ZERO_WORD`, which the lookup zeroes, so every
+//!   entry is checked with the same steps and no branch per frame.
+//! * **Learning** (`remember`): after a walk, both rings of recently walked backtraces note it
+//!   (`note_walked`); only one that either had seen already is learnt, so a task that sleeps
+//!   once, or somewhere new each time, pays no scan. `learn_stack` scans the stack innermost
+//!   first for the word holding each walked return address (`scan_word` under `bpf_loop`, or
+//!   `scan_bounded`), hashes the frames, and `keep` stores the entry in both caches: in the
+//!   slot that holds the same backtrace (its places changed), else the next round the ring.
+//! * `--debug-checks` walks every hit as well and counts a difference
+//!   (`debug_stack_cache_wrong`).
+//!
+//! Two builds, by the `HELPERS` parameter: `true` for `sched_wakeup_btf` (`bpf_loop`, Linux
+//! 5.17, and `bpf_task_pt_regs`, 5.15); `false` for `sched_wakeup_btf_bounded{,_nocas}`
+//! (Debian 11's 5.10): the scan is a bounded loop and the user registers are found at the top
+//! of the task's stack (`TASK_STACK_OFF` plus `PT_REGS_IN_STACK`, x86-64's `task_pt_regs()`).
+//!
+//! # Verifier rules
+//!
+//! What the verifiers of the kernels latprof is tested on (6.18, 6.12, Debian 12's 6.1, Debian
+//! 11's 5.10) need from this code and the rest of the crate; the code cites them by number.
+//!
+//! 1. **Volatile reads keep masks.** Every index into a map value must be provably in range.
+//!    Where the compiler has already proved it, it drops a bounding mask as redundant; the
+//!    verifier, which knows less (a count that came through map memory, rule 3) or follows a
+//!    branch it could prune (6.1 follows an impossible one in `account`), then rejects the
+//!    access. `core::ptr::read_volatile(&x) & (N - 1)` keeps the mask.
+//! 2. **Masks need power-of-two sizes.** `x & (N - 1)` bounds `x` below `N` only when `N` is a
+//!    power of two: every masked size has a `const _: () = assert!(N.is_power_of_two());`
+//!    beside its use.
+//! 3. **Counts go through map memory.** The verifier tracks the exact values in registers and
+//!    on the stack and verifies what follows once per value that differs; it tracks nothing in
+//!    map memory. The walk's frame count (`WALKED_FRAMES`) and the scan's progress
+//!    (`SCAN_POS`) sit in per-CPU maps, so the code after them is verified once, not once per
+//!    count.
+//! 4. **A function that is not inlined is a pruning point.** Its ways through (each cache
+//!    entry, hit or miss, learnt or not; each record slot) end in one return where the
+//!    verifier finds them equal and stops; inlined, each would go on through the caller's code
+//!    on its own, multiplying what the verifier walks (1M instructions at most per program).
+//! 5. **Without `bpf_loop`, loops are walked round by round** (bounded loops, Linux 5.3): on
+//!    5.10 the scan is a loop whose rounds are small (no helper call, no map lookup, the count
+//!    found in map memory, rule 3). Under `bpf_loop` the callback is verified once for any
+//!    round.
+//! 6. **512 bytes of stack for a whole call chain**, and Linux 6.1 counts the `bpf_loop`
+//!    callback's frame on top of its caller's: the frame that calls `bpf_loop` must stay
+//!    small, so `learn_stack`'s hash loop is not unrolled (unrolled, it spilled the 32 frames
+//!    and the chain needed 544 bytes).
+//! 7. **No `BPF_CMPXCHG` at all on 5.10** (compare-and-swap came in 5.12): its verifier rejects
+//!    a program that holds one even where it can never run, and an older kernel can refuse a
+//!    helper or instruction it does not know the same way. So the stack cache uses no atomic
+//!    operation (its state is per task or per CPU), and each program is built from const
+//!    parameters (`CAS`, `HELPERS`, `BT`) to hold only what its kernel accepts: the `_nocas`
+//!    programs no compare-and-swap, the bounded ones no `bpf_loop` or `bpf_task_pt_regs`.
 
 use aya_ebpf::{
     EbpfContext,
@@ -20,11 +94,14 @@ use crate::{
     stacks::task_stack,
 };
 
-// Indexes into these are masked with `size - 1` (the verifier needs every index bounded).
+// Masked sizes (rule 2): a slot, a frame, a word of the copy, a chunk of it, a stack address
+// rounded down to a chunk.
 const _: () = assert!(CACHE_ENTRIES.is_power_of_two());
 const _: () = assert!(CACHE_FRAMES.is_power_of_two());
 const _: () = assert!(REGION_WORDS.is_power_of_two());
 const _: () = assert!((REGION_WORDS / CHUNK_WORDS).is_power_of_two());
+const _: () = assert!(STACK_CHUNK.is_power_of_two());
+/// Words of a chunk: the scan reads the stack a chunk at a time as it reaches it.
 const CHUNK_WORDS: usize = STACK_CHUNK / 8;
 /// The stack copy's last word: where the hit check puts the word below the user registers.
 const OUTER_WORD: usize = REGION_WORDS - 1;
@@ -32,9 +109,8 @@ const OUTER_WORD: usize = REGION_WORDS - 1;
 const ZERO_WORD: usize = REGION_WORDS - 2;
 
 /// The backtrace of the sleeping `task`, from its stack cache when the cache can vouch for it,
-/// else walked (and learnt, when the task or this CPU walked this backtrace not long ago). Not inlined:
-/// its many ways through (each cache entry, hit or miss, learnt or not) end in one return the
-/// verifier can prune at, instead of each continuing through the accounting after it.
+/// else walked (and learnt, when the task or this CPU walked this backtrace not long ago).
+// Not inlined: its ways through end in one return, not each through the accounting (rule 4).
 #[inline(never)]
 pub(crate) fn sleeping_stack<C: EbpfContext, const HELPERS: bool>(
     ctx: &C,
@@ -86,7 +162,7 @@ pub(crate) fn sleeping_stack<C: EbpfContext, const HELPERS: bool>(
 /// not long ago (a task that sleeps once somewhere no other does, or somewhere new each time,
 /// pays no scan), for the task and for this CPU: a new process or thread that sleeps where
 /// others have (a fork storm's children, a pool's workers) then finds it in the CPU's cache.
-/// Not inlined, for the verifier.
+// Not inlined: seen or not, learnt or not, its ways through end in one return (rule 4).
 #[inline(never)]
 fn remember<const HELPERS: bool>(sp: u64, regs: u64, stack: u64, entry: &mut TaskState) {
     let Some(frames) = WALKED_FRAMES.get_ptr(0) else {
@@ -99,6 +175,7 @@ fn remember<const HELPERS: bool>(sp: u64, regs: u64, stack: u64, entry: &mut Tas
     };
     // SAFETY: this CPU's cache; programs on one CPU do not run concurrently.
     let cpu = unsafe { &mut *cpu };
+    // `|`, not `||`: both rings must note this walk, also when the task's had seen it already.
     let seen = note_walked(&mut entry.stack_cache, stack) | note_walked(cpu, stack);
     if !seen || frames == 0 || frames > CACHE_FRAMES {
         return;
@@ -116,6 +193,7 @@ fn remember<const HELPERS: bool>(sp: u64, regs: u64, stack: u64, entry: &mut Tas
 #[inline(always)]
 fn note_walked(cache: &mut StackCache, stack: u64) -> bool {
     let mut seen = false;
+    // No early exit: the same steps for any ring.
     for e in 0..CACHE_ENTRIES {
         seen |= cache.recent[e] == stack;
     }
@@ -127,6 +205,7 @@ fn note_walked(cache: &mut StackCache, stack: u64) -> bool {
 
 /// Stores a learnt entry in a cache: in the slot that holds its backtrace already (its places
 /// changed), else in the next one round the ring.
+// Not inlined: its slot search ends in one return (rule 4), and the two caches share its code.
 #[inline(never)]
 fn keep(cache: &mut StackCache, learnt: &CachedStack) {
     let mut slot = CACHE_ENTRIES;
@@ -146,7 +225,7 @@ fn keep(cache: &mut StackCache, learnt: &CachedStack) {
 /// inner frames at the same distances from the saved stack pointer, the outermost (the entry
 /// code's, above a syscall's random stack offset) at the same distance below the task's user
 /// registers.
-/// Not inlined: its ways through end in one return for the verifier.
+// Not inlined: hit in either cache or miss, its ways through end in one return (rule 4).
 #[inline(never)]
 fn cached_stack(sp: u64, regs: u64, entry: &TaskState) -> Option<u64> {
     let cpu = CPU_CACHE.get_ptr(0)?;
@@ -253,8 +332,7 @@ fn learn_stack<const HELPERS: bool>(
     // SAFETY: this CPU's scratch entry.
     let slot = unsafe { &mut *learnt };
     let scan_pos = SCAN_POS.get_ptr_mut(0)?;
-    // SAFETY: this CPU's scan progress. Positions past the frames point at the word the hit
-    // check zeroes, so the check runs the same steps for every entry (no branch).
+    // SAFETY: this CPU's scan progress. Positions past the frames point at `ZERO_WORD`.
     unsafe {
         (*scan_pos).found = 0;
         (*scan_pos).pos = [ZERO_WORD as u16; CACHE_FRAMES];
@@ -285,13 +363,11 @@ fn learn_stack<const HELPERS: bool>(
     if progress.found != frames as u64 || frames == 0 {
         return None;
     }
-    // A volatile read keeps the mask, which the compiler would drop as redundant but the
-    // verifier needs (frames came through map memory, so it knows no bound).
+    // The mask kept (rule 1): `frames` came through map memory, the verifier knows no bound.
     // SAFETY: reads a local.
     let last = unsafe { core::ptr::read_volatile(&(frames - 1)) } & (CACHE_FRAMES - 1);
-    // Positions grow outwards. The entry code calls into C right below the user registers; a
-    // syscall then moves the rest of the stack down by a random offset, so that frame is read
-    // from the registers (the copy's OUTER_WORD) and the others from the stack pointer.
+    // Positions grow outwards; an outermost frame right below the user registers is read from
+    // there (`OUTER_WORD`, see Positions above).
     let last_at = sp + u64::from(progress.pos[last]) * 8;
     let outer = last_at.wrapping_add(8) == regs;
     let words = if outer {
@@ -315,10 +391,8 @@ fn learn_stack<const HELPERS: bool>(
     // hit check does.
     let ips = STACK_BUF.get_ptr(0)?;
     let mut check = STACK_HASH_SEED;
-    // A loop the compiler cannot unroll (its bound is read through a volatile): unrolled, it
-    // loads all 32 frames first and spills them to the stack (256 bytes), and Linux 6.1 adds
-    // this frame to the scan callback's into a combined stack over its 512-byte limit. The
-    // verifier walks the 32 rounds of this small loop.
+    // Not unrolled (its bound read through a volatile), to keep this frame small (rule 6); the
+    // verifier walks its 32 small rounds.
     // SAFETY: reads a local.
     let rounds = unsafe { core::ptr::read_volatile(&CACHE_FRAMES) };
     for i in 0..rounds {
@@ -339,10 +413,9 @@ fn learn_stack<const HELPERS: bool>(
     Some(learnt.cast_const())
 }
 
-/// `learn_stack`'s scan without `bpf_loop`: the same steps as `scan_word` in a bounded loop
-/// (Linux 5.3), written for the verifier, which walks every round: no call and no map lookup
-/// per round, and the count of frames found kept in map memory (untracked, so one state per
-/// round). Not inlined: verified once.
+/// `learn_stack`'s scan without `bpf_loop`: the same steps as `scan_word` in a bounded loop,
+/// written for a verifier that walks every round (rule 5).
+// Not inlined: its rounds end in one return, verified apart from the learning after it (rule 4).
 #[inline(never)]
 fn scan_bounded(scan: &Scan, words: usize) {
     let (Some(copy), Some(ips), Some(pos)) = (
@@ -360,8 +433,7 @@ fn scan_bounded(scan: &Scan, words: usize) {
             break;
         }
         if i == 0 || word % CHUNK_WORDS == 0 {
-            // The volatile read keeps the mask the compiler finds redundant (word < 512) and
-            // the verifier needs.
+            // The mask kept (rule 1): the compiler knows word < 512, the verifier does not.
             // SAFETY: reads a local.
             let chunk = unsafe { core::ptr::read_volatile(&(word / CHUNK_WORDS)) }
                 & (REGION_WORDS / CHUNK_WORDS - 1);
@@ -378,13 +450,14 @@ fn scan_bounded(scan: &Scan, words: usize) {
                 break;
             }
         }
-        // SAFETY: this CPU's scan progress; a volatile read, so the count stays in map memory.
+        // SAFETY: this CPU's scan progress; a volatile read, so the count stays in map memory
+        // (rule 3).
         let k = unsafe { core::ptr::read_volatile(&raw const (*pos).found) } as usize;
         if k >= frames {
             break;
         }
         let k = k & (CACHE_FRAMES - 1);
-        // SAFETY: reads a local (the mask kept as above).
+        // SAFETY: reads a local (the mask kept, rule 1).
         let at = unsafe { core::ptr::read_volatile(&word) } & (REGION_WORDS - 1);
         // SAFETY: at and k are in range of the copy and the walked frames.
         if unsafe { (*copy)[at] == (*ips)[k] } {
@@ -399,6 +472,7 @@ fn scan_bounded(scan: &Scan, words: usize) {
 
 /// One step of `learn_stack`'s scan: word `start + i` of the copy (reading each chunk of the
 /// stack as the scan reaches it). Returns 1 to stop.
+// Not inlined: `bpf_loop` calls it by address, as a BPF function of its own (rule 5).
 #[inline(never)]
 extern "C" fn scan_word(i: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: ctx is learn_stack's Scan.

@@ -35,8 +35,7 @@ pub(crate) fn task_stack(task: *mut task_struct) -> u64 {
     // SAFETY: task is the BTF tracepoint's trusted task pointer; buf as above.
     let len = unsafe { bpf_get_task_stack(task, buf.cast(), walk_size(), 0) };
     count(Counter::StackWalks);
-    // The frame count goes through map memory, which the verifier does not track: one state
-    // for the code after a walk instead of one per possible count.
+    // The frame count goes through map memory (verifier rule 3 in `stack_cache`).
     if let Some(walked) = WALKED_FRAMES.get_ptr_mut(0) {
         // SAFETY: this CPU's slot.
         unsafe { *walked = if len > 0 { len as u64 / 8 } else { 0 } };

@@ -23,8 +23,8 @@ use crate::{
 };
 
 // How a wakeup program gets a counted sleep's backtrace. Each program is built for one (a
-// const parameter), so a program holds no code, helper call or instruction of the others: an
-// older kernel rejects an unknown instruction even where it can never run.
+// const parameter), so it holds no code, helper call or instruction of the others (verifier
+// rule 7 in `stack_cache`).
 /// Walked at switch-out already (the raw tracepoint cannot take another task's backtrace).
 const BT_SWITCH_OUT: u8 = 0;
 /// Walked at wakeup from the sleeping task (BTF tracepoint).
