@@ -1,18 +1,58 @@
-//! latprof's eBPF programs: latencytop's accounting on three scheduler tracepoints, attached
-//! as raw tracepoints (no perf buffer in between: perf's tracepoint path drops an event now and
-//! then when it finds its per-context recursion slot taken, which lost one wakeup in a few
-//! hundred; a raw tracepoint program sees every event, and a skipped run would show in the
-//! kernel's recursion_misses).
+//! latprof's eBPF programs: latencytop's accounting of why tasks sleep, taken from the
+//! scheduler's tracepoints, and per-CPU tick counters. The object holds every variant of every
+//! program; user space (`latprof/src/probe`) loads the best variant of each latency program
+//! that the kernel accepts, plus the tick programs whose tracepoints exist, and finds programs,
+//! maps and globals by their symbol names (`probe/names.rs`): do not rename them.
 //!
-//! * `sched_switch`: a task leaving the CPU in S or D state starts a sleep; its kernel backtrace
-//!   is taken here, where it chose to sleep.
-//! * `sched_wakeup`: the sleep ends; it is filtered like latencytop does and accounted into the
-//!   task's own records (both modes) and, in normal mode, into the global table.
-//! * `sched_process_exit`: in lazy mode the task's records are merged into the global table;
-//!   in both modes the task's entry is freed.
+//! Programs attach as raw or BTF tracepoints, with no perf buffer in between: perf's
+//! tracepoint path drops an event now and then when it finds its per-context recursion slot
+//! taken, which lost one wakeup in a few hundred; a raw tracepoint program sees every event,
+//! and a skipped run would show in the kernel's `recursion_misses`.
 //!
-//! Settings fixed for a run are `Global`s written by the loader, so the verifier drops the
-//! branches a run does not use.
+//! # Programs
+//!
+//! * `sched_switch` ([`switch`]): the task coming in stops waiting for a CPU (run-queue
+//!   latency, when `RUNQ`); a task leaving the CPU in S or D state starts a sleep.
+//! * `sched_wakeup` ([`wakeup`]): the sleep ends. It is filtered as latencytop does, and a
+//!   counted one is accounted ([`account`]) into the task's own records, the per-cause
+//!   histograms and, in normal mode, the global table; one of at least `SPIKE_NS` also goes to
+//!   user space as a spike ([`spikes`]). From then on the task waits for a CPU.
+//! * `sched_process_exit` ([`account`]): in lazy mode the task's records are merged into this
+//!   CPU's part of the global table; in both modes the task's entry is freed.
+//! * `local_timer_entry`, `tick_stop`, `user_enter`, `user_exit` ([`ticks`]): per-CPU counts
+//!   of ticks, tick-stop outcomes and their reasons, and user-mode transitions.
+//!
+//! # Variants
+//!
+//! Where a counted sleep's backtrace is taken ([`stacks`] walks and stores them):
+//!
+//! * At switch-out, `sched_wakeup` (raw tracepoint, which cannot take another task's
+//!   backtrace): every sleep's stack is walked where it begins, counted or not (kernels
+//!   without BTF tracepoints, `--no-btf-wakeup`).
+//! * At wakeup, `sched_wakeup_btf*` (BTF tracepoint; `STACK_AT_WAKEUP`): only counted sleeps,
+//!   from the sleeping task, which costs less than a walk at switch-out:
+//!   * `sched_wakeup_btf`: through the [`stack_cache`], which mostly answers without a walk
+//!     (needs `bpf_loop` and `bpf_task_pt_regs`, Linux 5.17);
+//!   * `sched_wakeup_btf_bounded`: the same cache, learnt in a bounded loop instead (kernels
+//!     without those helpers, such as Debian 11's 5.10; `--debug-bounded-cache` forces it);
+//!   * `sched_wakeup_btf_walk`: every backtrace walked (`--no-stack-cache`, or a kernel that
+//!     refuses the cache).
+//!
+//! The `_nocas` twins (`sched_switch_nocas`, `sched_wakeup_nocas`,
+//! `sched_wakeup_btf_bounded_nocas`, `sched_wakeup_btf_walk_nocas`,
+//! `sched_process_exit_nocas`) are the same programs without BPF compare-and-swap, for kernels
+//! before 5.12, which reject the instruction even where it never runs: the spike reader's flag
+//! is taken with a plain load and store, and normal mode keeps maxima per CPU (`MERGED`) for
+//! user space to combine. `sched_wakeup_btf` needs no twin: `bpf_loop` came after
+//! compare-and-swap. Each variant is one instantiation of the same code (const parameters
+//! `CAS`, `HELPERS`, `BT`), so it holds nothing another kernel would refuse (verifier rule 7
+//! in [`stack_cache`]).
+//!
+//! # Modules
+//!
+//! [`settings`]: the `Global`s the loader fixes for a run, so the verifier drops the branches
+//! a run does not use. [`maps`]: every map. [`debug`]: `--debug-checks`, counted and logged
+//! anomalies, absent from the programs without the flag.
 #![no_std]
 #![no_main]
 // The bpf target has no atomic RMW in core::sync::atomic; the intrinsics lower to BPF_ATOMIC.
