@@ -52,7 +52,7 @@ pub(crate) fn account<const CAS: bool>(entry: &mut TaskState, stack: u64, delta:
             // branch even after the search proved n >= TASK_RECORDS, and then needs the index
             // bounded.
             // SAFETY: reads a local.
-            let n = unsafe { core::ptr::read_volatile(&n) } & (TASK_RECORDS - 1);
+            let n = unsafe { core::ptr::read_volatile(&raw const n) } & (TASK_RECORDS - 1);
             entry.records[n] = LatencyRecord {
                 stack_id: stack,
                 count: 1,
@@ -75,19 +75,16 @@ pub(crate) fn account<const CAS: bool>(entry: &mut TaskState, stack: u64, delta:
 /// Counts `delta` in the per-CPU histogram of `stack`.
 #[inline(always)]
 fn histogram_add(stack: u64, delta: u64) {
-    let hist = match HISTOGRAMS.get_ptr_mut(&stack) {
-        Some(hist) => hist,
-        None => {
-            let zero: Histogram = [0; HIST_BUCKETS];
-            let _ = HISTOGRAMS.insert(&stack, &zero, u64::from(BPF_NOEXIST));
-            match HISTOGRAMS.get_ptr_mut(&stack) {
-                Some(hist) => hist,
-                None => {
-                    count(Counter::HistTableFull);
-                    return;
-                }
-            }
-        }
+    let hist = if let Some(hist) = HISTOGRAMS.get_ptr_mut(&stack) {
+        hist
+    } else {
+        let zero: Histogram = [0; HIST_BUCKETS];
+        let _ = HISTOGRAMS.insert(&stack, &zero, u64::from(BPF_NOEXIST));
+        let Some(hist) = HISTOGRAMS.get_ptr_mut(&stack) else {
+            count(Counter::HistTableFull);
+            return;
+        };
+        hist
     };
     let bucket = hist_bucket(delta);
     if bucket < HIST_BUCKETS {
@@ -101,30 +98,27 @@ fn histogram_add(stack: u64, delta: u64) {
 /// the other CPUs.
 #[inline(always)]
 fn merged_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
-    match MERGED.get_ptr_mut(&stack) {
-        Some(rec) => {
-            // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
-            let rec = unsafe { &mut *rec };
-            rec.count += n;
-            rec.total_ns += total_ns;
-            if max_ns > rec.max_ns {
-                rec.max_ns = max_ns;
-            }
+    if let Some(rec) = MERGED.get_ptr_mut(&stack) {
+        // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
+        let rec = unsafe { &mut *rec };
+        rec.count += n;
+        rec.total_ns += total_ns;
+        if max_ns > rec.max_ns {
+            rec.max_ns = max_ns;
         }
-        None => {
-            // A new key starts at zero on every CPU but this one.
-            let first = GlobalRecord {
-                count: n,
-                total_ns,
-                max_ns,
-            };
-            if MERGED
-                .insert(&stack, &first, u64::from(BPF_NOEXIST))
-                .is_err()
-            {
-                // Full (or another CPU made the key meanwhile): the shared table still takes it.
-                global_add::<CAS>(stack, n, total_ns, max_ns);
-            }
+    } else {
+        // A new key starts at zero on every CPU but this one.
+        let first = GlobalRecord {
+            count: n,
+            total_ns,
+            max_ns,
+        };
+        if MERGED
+            .insert(&stack, &first, u64::from(BPF_NOEXIST))
+            .is_err()
+        {
+            // Full (or another CPU made the key meanwhile): the shared table still takes it.
+            global_add::<CAS>(stack, n, total_ns, max_ns);
         }
     }
 }
@@ -132,29 +126,26 @@ fn merged_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
 /// Adds to the global record of `stack`: the one structure every CPU shares.
 #[inline(always)]
 fn global_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
-    let rec = match GLOBAL_LATENCY.get_ptr_mut(&stack) {
-        Some(rec) => rec,
-        None => {
-            let first = GlobalRecord {
-                count: n,
-                total_ns,
-                max_ns,
-            };
-            if GLOBAL_LATENCY
-                .insert(&stack, &first, u64::from(BPF_NOEXIST))
-                .is_ok()
-            {
-                return;
-            }
-            // Lost the race to another CPU, or the table is full.
-            match GLOBAL_LATENCY.get_ptr_mut(&stack) {
-                Some(rec) => rec,
-                None => {
-                    count(Counter::GlobalTableFull);
-                    return;
-                }
-            }
+    let rec = if let Some(rec) = GLOBAL_LATENCY.get_ptr_mut(&stack) {
+        rec
+    } else {
+        let first = GlobalRecord {
+            count: n,
+            total_ns,
+            max_ns,
+        };
+        if GLOBAL_LATENCY
+            .insert(&stack, &first, u64::from(BPF_NOEXIST))
+            .is_ok()
+        {
+            return;
         }
+        // Lost the race to another CPU, or the table is full.
+        let Some(rec) = GLOBAL_LATENCY.get_ptr_mut(&stack) else {
+            count(Counter::GlobalTableFull);
+            return;
+        };
+        rec
     };
     // SAFETY: map value pointers stay valid for the program's run; updates are atomic.
     unsafe {
@@ -182,26 +173,23 @@ fn global_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
 /// Raises this CPU's part of the maximum of `stack` (for kernels without compare-and-swap).
 #[inline(always)]
 fn merged_max(stack: u64, max_ns: u64) {
-    match MERGED.get_ptr_mut(&stack) {
-        Some(rec) => {
-            // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
-            let rec = unsafe { &mut *rec };
-            if max_ns > rec.max_ns {
-                rec.max_ns = max_ns;
-            }
+    if let Some(rec) = MERGED.get_ptr_mut(&stack) {
+        // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
+        let rec = unsafe { &mut *rec };
+        if max_ns > rec.max_ns {
+            rec.max_ns = max_ns;
         }
-        None => {
-            let first = GlobalRecord {
-                count: 0,
-                total_ns: 0,
-                max_ns,
-            };
-            if MERGED
-                .insert(&stack, &first, u64::from(BPF_NOEXIST))
-                .is_err()
-            {
-                count(Counter::GlobalTableFull);
-            }
+    } else {
+        let first = GlobalRecord {
+            count: 0,
+            total_ns: 0,
+            max_ns,
+        };
+        if MERGED
+            .insert(&stack, &first, u64::from(BPF_NOEXIST))
+            .is_err()
+        {
+            count(Counter::GlobalTableFull);
         }
     }
 }
@@ -218,7 +206,11 @@ pub fn sched_process_exit_nocas(ctx: RawTracePointContext) -> i32 {
 }
 
 /// Runs in the exiting task: `current` is the task whose records are merged.
-fn try_sched_process_exit<const CAS: bool>(_ctx: &RawTracePointContext) -> Result<i32, i32> {
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "every program's body has one shape: `try_<program>(&ctx).unwrap_or(1)`"
+)]
+fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
     let tid = bpf_get_current_pid_tgid() as u32;
     let Some(entry) = TASKS.get_ptr(&tid) else {
         return Ok(0);
@@ -248,7 +240,7 @@ fn try_sched_process_exit<const CAS: bool>(_ctx: &RawTracePointContext) -> Resul
         if DEBUG_CHECKS.load() == 1 && MODE.load() == MODE_LAZY && entry.nr_records > 0 {
             // Records that reach no global table (a kernel thread's, kept out).
             anomaly(
-                _ctx,
+                ctx,
                 Counter::DebugExitWithRecords,
                 tid,
                 u64::from(entry.nr_records),

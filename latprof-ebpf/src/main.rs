@@ -58,6 +58,28 @@
 // The bpf target has no atomic RMW in core::sync::atomic; the intrinsics lower to BPF_ATOMIC.
 #![feature(core_intrinsics)]
 #![expect(internal_features, reason = "atomic intrinsics, see above")]
+// Clippy (pedantic, the workspace's lints) runs on this crate with warnings denied; these
+// lints do not fit eBPF code anywhere in it.
+#![expect(
+    clippy::inline_always,
+    reason = "what is inlined decides the verifier's work and the 512-byte stack (the verifier \
+              rules in stack_cache), so the source decides it, not LLVM's heuristics"
+)]
+#![expect(
+    clippy::cast_possible_truncation,
+    reason = "bpfel's usize is 64 bits; the narrowing casts keep a low half on purpose (the tid \
+              in pid_tgid) or are of values bounded by masks and map sizes, and a checked \
+              conversion would add a branch per cast for the verifier to walk"
+)]
+#![expect(
+    clippy::cast_sign_loss,
+    reason = "signed kernel values that are never negative where cast: a pid_t, a helper's \
+              length after its error check, an address"
+)]
+#![expect(
+    clippy::needless_pass_by_value,
+    reason = "aya's program macros hand every program its context by value"
+)]
 
 mod account;
 mod debug;

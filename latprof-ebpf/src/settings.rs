@@ -28,7 +28,7 @@ pub(crate) static INTER_CUTOFF_NS: Global<u64> = Global::new(5_000_000);
 /// Sleeps shorter than this are not counted (latencytop drops zero-microsecond sleeps).
 #[unsafe(no_mangle)]
 pub(crate) static MIN_SLEEP_NS: Global<u64> = Global::new(1_000);
-/// 1 when the sched_switch tracepoint passes `prev_state` (Linux 5.18 and later); otherwise it
+/// 1 when the `sched_switch` tracepoint passes `prev_state` (Linux 5.18 and later); otherwise it
 /// is read from the task at `TASK_STATE_OFF`.
 #[unsafe(no_mangle)]
 pub(crate) static SWITCH_HAS_PREV_STATE: Global<u32> = Global::new(1);
@@ -44,7 +44,7 @@ pub(crate) static HISTOGRAMS_ON: Global<u32> = Global::new(1);
 #[unsafe(no_mangle)]
 pub(crate) static STACK_AT_WAKEUP: Global<u32> = Global::new(0);
 /// Offset of `stack` (the kernel stack's lowest address) in `struct task_struct`, and where
-/// the user registers sit above it (THREAD_SIZE less `sizeof(struct pt_regs)`): the stack
+/// the user registers sit above it (`THREAD_SIZE` less `sizeof(struct pt_regs)`): the stack
 /// cache's way to the registers where the kernel has no `bpf_task_pt_regs` (before 5.15).
 #[unsafe(no_mangle)]
 pub(crate) static TASK_STACK_OFF: Global<u32> = Global::new(0);

@@ -94,6 +94,7 @@ fn runq_end<const CAS: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
 }
 
 /// The task switched out in S or D state starts a sleep.
+#[expect(clippy::similar_names, reason = "tid and tgid are the kernel's names")]
 fn switch_out(ctx: &RawTracePointContext, kind: u32) -> Result<i32, i32> {
     // prev is the current task at sched_switch.
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -143,6 +144,7 @@ fn switch_out(ctx: &RawTracePointContext, kind: u32) -> Result<i32, i32> {
 }
 
 /// Creates the entry of the current task; `None` when it is exiting or the table is full.
+#[expect(clippy::similar_names, reason = "tid and tgid are the kernel's names")]
 fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
     let task = unsafe { bpf_get_current_task() } as *const u8;
     let flags: u32 = read_field(task, TASK_FLAGS_OFF.load())?;

@@ -13,7 +13,7 @@ pub fn local_timer_entry(_ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// TP_PROTO(int success, int dependency): `dependency` is a mask of `TICK_DEP_MASK_*`.
+/// `TP_PROTO(int success, int dependency)`: `dependency` is a mask of `TICK_DEP_MASK_*`.
 #[raw_tracepoint(tracepoint = "tick_stop")]
 pub fn tick_stop(ctx: RawTracePointContext) -> i32 {
     let success: u64 = ctx.arg(0);
