@@ -27,6 +27,7 @@ use crate::{
     stacks::take_stack,
 };
 
+/// `task_struct::flags` bit of a task that is exiting (`include/linux/sched.h`).
 const PF_EXITING: u32 = 0x4;
 
 #[raw_tracepoint(tracepoint = "sched_switch")]
