@@ -1,0 +1,252 @@
+//! Accounting: a counted sleep or wait into the task's records, the histograms and (normal
+//! mode) the global table; at `sched_process_exit`, lazy mode's merge of the task's records.
+
+use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST, helpers::bpf_get_current_pid_tgid, macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
+use latprof_common::{
+    Counter, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, MODE_LAZY, MODE_NORMAL,
+    SLEEP_NONE, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState, hist_bucket,
+};
+
+use crate::{
+    debug::anomaly,
+    maps::{GLOBAL_LATENCY, HISTOGRAMS, MERGED, TASKS, count},
+    settings::{DEBUG_CHECKS, HISTOGRAMS_ON, MODE, SKIP_KTHREADS},
+};
+
+// A record index is masked (rule 2 of the verifier rules in `stack_cache`).
+const _: () = assert!(TASK_RECORDS.is_power_of_two());
+
+/// Adds one latency to the task's record of `stack` (and, in normal mode, the global one).
+// Not inlined: its record search ends in one return (verifier rule 4 in `stack_cache`).
+#[inline(never)]
+pub(crate) fn account<const CAS: bool>(entry: &mut TaskState, stack: u64, delta: u64) {
+    if HISTOGRAMS_ON.load() == 1 {
+        histogram_add(stack, delta);
+    }
+    let in_global = entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0;
+    let n = entry.nr_records as usize;
+    let mut found = false;
+    for i in 0..TASK_RECORDS {
+        if i >= n {
+            break;
+        }
+        let rec = &mut entry.records[i];
+        if rec.stack_id == stack {
+            rec.count += 1;
+            rec.total_ns += delta;
+            if delta > rec.max_ns {
+                rec.max_ns = delta;
+            }
+            found = true;
+            break;
+        }
+    }
+    if !found {
+        if n < TASK_RECORDS {
+            // The mask kept (verifier rule 1 in `stack_cache`): 6.1's verifier follows this
+            // branch even after the search proved n >= TASK_RECORDS, and then needs the index
+            // bounded.
+            // SAFETY: reads a local.
+            let n = unsafe { core::ptr::read_volatile(&raw const n) } & (TASK_RECORDS - 1);
+            entry.records[n] = LatencyRecord {
+                stack_id: stack,
+                count: 1,
+                total_ns: delta,
+                max_ns: delta,
+            };
+            entry.nr_records = n as u32 + 1;
+        } else {
+            count(Counter::TaskRecordsFull);
+            if MODE.load() == MODE_LAZY && in_global {
+                merged_add::<CAS>(stack, 1, delta, delta);
+            }
+        }
+    }
+    if MODE.load() == MODE_NORMAL && in_global {
+        global_add::<CAS>(stack, 1, delta, delta);
+    }
+}
+
+/// Counts `delta` in the per-CPU histogram of `stack`.
+#[inline(always)]
+fn histogram_add(stack: u64, delta: u64) {
+    let hist = if let Some(hist) = HISTOGRAMS.get_ptr_mut(&stack) {
+        hist
+    } else {
+        let zero: Histogram = [0; HIST_BUCKETS];
+        let _ = HISTOGRAMS.insert(&stack, &zero, u64::from(BPF_NOEXIST));
+        let Some(hist) = HISTOGRAMS.get_ptr_mut(&stack) else {
+            count(Counter::HistTableFull);
+            return;
+        };
+        hist
+    };
+    let bucket = hist_bucket(delta);
+    if bucket < HIST_BUCKETS {
+        // SAFETY: this CPU's copy; bucket is in range.
+        unsafe { (*hist)[bucket] += 1 };
+    }
+}
+
+/// Lazy mode's merge: adds to this CPU's part of the global table (user space adds the CPUs'
+/// parts to the shared table when it reads): no atomic operation, no cache line shared with
+/// the other CPUs.
+#[inline(always)]
+fn merged_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
+    if let Some(rec) = MERGED.get_ptr_mut(&stack) {
+        // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
+        let rec = unsafe { &mut *rec };
+        rec.count += n;
+        rec.total_ns += total_ns;
+        if max_ns > rec.max_ns {
+            rec.max_ns = max_ns;
+        }
+    } else {
+        // A new key starts at zero on every CPU but this one.
+        let first = GlobalRecord {
+            count: n,
+            total_ns,
+            max_ns,
+        };
+        if MERGED
+            .insert(&stack, &first, u64::from(BPF_NOEXIST))
+            .is_err()
+        {
+            // Full (or another CPU made the key meanwhile): the shared table still takes it.
+            global_add::<CAS>(stack, n, total_ns, max_ns);
+        }
+    }
+}
+
+/// Adds to the global record of `stack`: the one structure every CPU shares.
+#[inline(always)]
+fn global_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
+    let rec = if let Some(rec) = GLOBAL_LATENCY.get_ptr_mut(&stack) {
+        rec
+    } else {
+        let first = GlobalRecord {
+            count: n,
+            total_ns,
+            max_ns,
+        };
+        if GLOBAL_LATENCY
+            .insert(&stack, &first, u64::from(BPF_NOEXIST))
+            .is_ok()
+        {
+            return;
+        }
+        // Lost the race to another CPU, or the table is full.
+        let Some(rec) = GLOBAL_LATENCY.get_ptr_mut(&stack) else {
+            count(Counter::GlobalTableFull);
+            return;
+        };
+        rec
+    };
+    // SAFETY: map value pointers stay valid for the program's run; updates are atomic.
+    unsafe {
+        atomic_xadd::<u64, u64, { Relaxed }>(&raw mut (*rec).count, n);
+        atomic_xadd::<u64, u64, { Relaxed }>(&raw mut (*rec).total_ns, total_ns);
+        if !CAS {
+            // No compare-and-swap: the maximum goes to this CPU's part instead, which user
+            // space combines with the shared record (exact, at one more lookup).
+            merged_max(stack, max_ns);
+            return;
+        }
+        let max = &raw mut (*rec).max_ns;
+        // Bounded compare-and-swap: the verifier needs a bounded loop, and a loser only retries
+        // while its value is still larger.
+        for _ in 0..4 {
+            let cur = core::ptr::read_volatile(max);
+            if max_ns <= cur {
+                break;
+            }
+            let _ = atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(max, cur, max_ns);
+        }
+    }
+}
+
+/// Raises this CPU's part of the maximum of `stack` (for kernels without compare-and-swap).
+#[inline(always)]
+fn merged_max(stack: u64, max_ns: u64) {
+    if let Some(rec) = MERGED.get_ptr_mut(&stack) {
+        // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
+        let rec = unsafe { &mut *rec };
+        if max_ns > rec.max_ns {
+            rec.max_ns = max_ns;
+        }
+    } else {
+        let first = GlobalRecord {
+            count: 0,
+            total_ns: 0,
+            max_ns,
+        };
+        if MERGED
+            .insert(&stack, &first, u64::from(BPF_NOEXIST))
+            .is_err()
+        {
+            count(Counter::GlobalTableFull);
+        }
+    }
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
+    try_sched_process_exit::<true>(&ctx).unwrap_or(1)
+}
+
+/// `sched_process_exit` for kernels without BPF compare-and-swap (before 5.12).
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit_nocas(ctx: RawTracePointContext) -> i32 {
+    try_sched_process_exit::<false>(&ctx).unwrap_or(1)
+}
+
+/// Runs in the exiting task: `current` is the task whose records are merged.
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "every program's body has one shape: `try_<program>(&ctx).unwrap_or(1)`"
+)]
+fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(entry) = TASKS.get_ptr(&tid) else {
+        return Ok(0);
+    };
+    // SAFETY: the exiting task is current; only its own events write its entry.
+    let entry = unsafe { &*entry };
+    if entry.sleep_kind != SLEEP_NONE {
+        // A running task is not asleep: that sleep's wakeup never reached latprof.
+        count(Counter::SleepLost);
+    }
+    if MODE.load() == MODE_LAZY
+        && (entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0)
+    {
+        count(Counter::MergesBegun);
+        let n = entry.nr_records as usize;
+        for i in 0..TASK_RECORDS {
+            if i >= n {
+                break;
+            }
+            let rec = &entry.records[i];
+            merged_add::<CAS>(rec.stack_id, rec.count, rec.total_ns, rec.max_ns);
+        }
+        let _ = TASKS.remove(&tid);
+        count(Counter::ExitMerges);
+        count(Counter::MergesDone);
+    } else {
+        if DEBUG_CHECKS.load() == 1 && MODE.load() == MODE_LAZY && entry.nr_records > 0 {
+            // Records that reach no global table (a kernel thread's, kept out).
+            anomaly(
+                ctx,
+                Counter::DebugExitWithRecords,
+                tid,
+                u64::from(entry.nr_records),
+            );
+        }
+        let _ = TASKS.remove(&tid);
+    }
+    Ok(0)
+}

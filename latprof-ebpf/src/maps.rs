@@ -1,0 +1,97 @@
+//! Every map of the object, with the value types that only the eBPF side uses (the types that
+//! cross to user space are in latprof-common), and the counters' one-line helpers. The symbol
+//! names are user space's (`latprof/src/probe/names.rs`): do not rename them.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+};
+use latprof_common::{
+    CACHE_FRAMES, COUNTER_COUNT, CachedStack, Counter, GlobalRecord, Histogram, RawStack,
+    STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState, TickCounter,
+};
+
+/// Words of `STACK_COPY`: the part of a sleeping task's stack the stack cache reads.
+pub(crate) const REGION_WORDS: usize = STACK_REGION / 8;
+
+/// Per-task state, keyed by tid. Only events of that task touch its entry.
+#[map]
+pub(crate) static TASKS: HashMap<u32, TaskState> = HashMap::with_max_entries(8192, 0);
+/// Global causes keyed by stack id: every event in normal mode, exits (and overflow) in lazy.
+#[map]
+pub(crate) static GLOBAL_LATENCY: HashMap<u64, GlobalRecord> = HashMap::with_max_entries(16384, 0);
+/// Lazy mode's exit merges, per CPU; user space adds them to `GLOBAL_LATENCY`.
+#[map]
+pub(crate) static MERGED: PerCpuHashMap<u64, GlobalRecord> =
+    PerCpuHashMap::with_max_entries(16384, 0);
+/// Kernel backtraces keyed by the hash of their frames.
+#[map]
+pub(crate) static STACKS: HashMap<u64, RawStack> = HashMap::with_max_entries(8192, 0);
+/// Latency histograms per cause (stack id), per CPU: no cache line is shared between CPUs.
+#[map]
+pub(crate) static HISTOGRAMS: PerCpuHashMap<u64, Histogram> =
+    PerCpuHashMap::with_max_entries(16384, 0);
+/// Per-CPU buffer the stack is walked into.
+#[map]
+pub(crate) static STACK_BUF: PerCpuArray<RawStack> = PerCpuArray::with_max_entries(1, 0);
+/// Pipeline counters, one slot per `Counter`, per CPU so no cache line is shared.
+#[map]
+pub(crate) static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT, 0);
+/// Spike events for user space.
+#[map]
+pub(crate) static SPIKES: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+/// Slot 0 is 1 while the spike reader is about to sleep (or sleeping) and wants a wakeup.
+#[map]
+pub(crate) static READER: Array<u64> = Array::with_max_entries(1, 0);
+/// Per CPU: (second, anomalies logged in it), to rate-limit debug logging.
+#[map]
+pub(crate) static DEBUG_LOG_BUDGET: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
+/// Tick and time-accounting counters, one slot per `TickCounter`, per CPU.
+#[map]
+pub(crate) static TICKS: PerCpuArray<u64> = PerCpuArray::with_max_entries(TICK_COUNTER_COUNT, 0);
+/// Per-CPU copy of the part of a sleeping task's kernel stack the stack cache looks at.
+#[map]
+pub(crate) static STACK_COPY: PerCpuArray<[u64; REGION_WORDS]> =
+    PerCpuArray::with_max_entries(1, 0);
+/// Per-CPU: frames of the last walk (in `STACK_BUF`).
+#[map]
+pub(crate) static WALKED_FRAMES: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+/// Per-CPU stack cache, shared by the tasks woken on that CPU.
+#[map]
+pub(crate) static CPU_CACHE: PerCpuArray<StackCache> = PerCpuArray::with_max_entries(1, 0);
+/// Per-CPU scratch for a stack cache entry being learnt.
+#[map]
+pub(crate) static LEARNT: PerCpuArray<CachedStack> = PerCpuArray::with_max_entries(1, 0);
+/// Per-CPU progress of the stack cache's scan, in a map rather than in the callback's context
+/// so the verifier does not track the count (verifier rule 3 in `stack_cache`).
+#[map]
+pub(crate) static SCAN_POS: PerCpuArray<ScanPos> = PerCpuArray::with_max_entries(1, 0);
+
+/// `SCAN_POS`'s value: how many of the walked frames the scan has found, and where each sits
+/// (in words from the saved stack pointer).
+#[repr(C)]
+pub(crate) struct ScanPos {
+    pub(crate) found: u64,
+    pub(crate) pos: [u16; CACHE_FRAMES],
+}
+/// Per-CPU scratch space to build a new task entry (too large for the 512-byte stack).
+#[map]
+pub(crate) static SCRATCH: PerCpuArray<TaskState> = PerCpuArray::with_max_entries(1, 0);
+
+/// Adds one to this CPU's slot of `counter` in `COUNTERS`.
+#[inline(always)]
+pub(crate) fn count(counter: Counter) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
+        // SAFETY: per-CPU slot; programs on one CPU do not run concurrently.
+        unsafe { *slot += 1 };
+    }
+}
+
+/// Adds one to this CPU's slot of `counter` in `TICKS`.
+#[inline(always)]
+pub(crate) fn tick_count(counter: TickCounter) {
+    if let Some(slot) = TICKS.get_ptr_mut(counter as u32) {
+        // SAFETY: per-CPU slot; programs on one CPU do not run concurrently.
+        unsafe { *slot += 1 };
+    }
+}

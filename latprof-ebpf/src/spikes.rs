@@ -1,0 +1,73 @@
+//! Spike events: a sleep or run-queue wait of at least `SPIKE_NS` goes to user space through
+//! the `SPIKES` ring buffer, and the reader is woken only when it asked to be (`READER`) or the
+//! buffer fills: one wakeup serves a burst, as the kernel's own tracing does.
+
+use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg};
+
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
+};
+use latprof_common::{Counter, SpikeEvent, TaskState, WAKEUP_ALWAYS};
+
+use crate::{
+    maps::{READER, SPIKES, count},
+    settings::{SPIKE_FILL_MARK, SPIKE_NS, WAKEUP_POLICY},
+};
+
+/// Sends a sleep or wait of `delta` ns as a spike event when it reaches `SPIKE_NS`.
+#[inline(always)]
+pub(crate) fn spike<const CAS: bool>(
+    tid: u32,
+    entry: &TaskState,
+    stack: u64,
+    delta: u64,
+    kind: u32,
+) {
+    if delta < SPIKE_NS.load() {
+        return;
+    }
+    // The kernel tracing fix: wake the reader only if it waits (or the buffer fills). The
+    // event that finds it waiting takes the flag, so one wakeup serves a burst.
+    let wake = WAKEUP_POLICY.load() == WAKEUP_ALWAYS
+        || READER.get_ptr_mut(0).is_some_and(|w| {
+            // SAFETY: a map value pointer, valid for the program's run.
+            unsafe {
+                if CAS {
+                    atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(w, 1, 0).0 == 1
+                } else {
+                    // Without compare-and-swap (before 5.12): two events that both find the
+                    // flag raised both wake the reader (one wakeup too many); none that finds
+                    // it raised skips the wakeup, so no wakeup is lost.
+                    let raised = core::ptr::read_volatile(w) == 1;
+                    if raised {
+                        core::ptr::write_volatile(w, 0);
+                    }
+                    raised
+                }
+            }
+        })
+        || SPIKES.query(u64::from(BPF_RB_AVAIL_DATA)) >= SPIKE_FILL_MARK.load();
+    let Some(mut slot) = SPIKES.reserve::<SpikeEvent>(0) else {
+        count(Counter::SpikesDropped);
+        return;
+    };
+    slot.write(SpikeEvent {
+        end_ns: unsafe { bpf_ktime_get_ns() },
+        duration_ns: delta,
+        stack_id: stack,
+        tid,
+        tgid: entry.tgid,
+        cpu: unsafe { bpf_get_smp_processor_id() },
+        kind,
+        comm: entry.comm,
+    });
+    if wake {
+        slot.submit(u64::from(BPF_RB_FORCE_WAKEUP));
+        count(Counter::SpikeWakeups);
+    } else {
+        slot.submit(u64::from(BPF_RB_NO_WAKEUP));
+        count(Counter::SpikeWakeupsSuppressed);
+    }
+    count(Counter::SpikesSubmitted);
+}

@@ -1,0 +1,184 @@
+//! `sched_switch`: the task leaving the CPU in S or D state starts a sleep (its backtrace
+//! walked here, or deferred to the wakeup); the task coming in ends its run-queue wait.
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+    },
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
+use latprof_common::{
+    CACHE_ENTRIES, Counter, DEFERRED_STACK, NO_STACK, RUNQ_STACK, SLEEP_NONE, SPIKE_RUNQ,
+    TASK_FLAG_KTHREAD, TaskState, TickCounter, sleep_kind,
+};
+
+use crate::{
+    account::account,
+    debug::anomaly,
+    maps::{COUNTERS, SCRATCH, TASKS, count, tick_count},
+    settings::{
+        DEBUG_CHECKS, FILTER_TGID, FORCE_REJECT, MIN_SLEEP_NS, RUNQ, SELF_TGID, STACK_AT_WAKEUP,
+        SWITCH_HAS_PREV_STATE, TASK_FLAGS_OFF, TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF,
+        read_field,
+    },
+    spikes::spike,
+    stacks::take_stack,
+};
+
+/// `task_struct::flags` bit of a task that is exiting (`include/linux/sched.h`).
+const PF_EXITING: u32 = 0x4;
+
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
+    try_sched_switch::<true>(&ctx).unwrap_or(1)
+}
+
+/// `sched_switch` for kernels without BPF compare-and-swap (before 5.12).
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch_nocas(ctx: RawTracePointContext) -> i32 {
+    try_sched_switch::<false>(&ctx).unwrap_or(1)
+}
+
+fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
+    // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next
+    //          [, unsigned int prev_state])
+    let preempt: u64 = ctx.arg(0);
+    let state: u64 = if SWITCH_HAS_PREV_STATE.load() == 1 {
+        ctx.arg::<u64>(3) & 0xffff_ffff
+    } else {
+        let prev: *const u8 = ctx.arg(1);
+        u64::from(read_field::<u32>(prev, TASK_STATE_OFF.load())?)
+    };
+    let kind = sleep_kind(preempt & 1 != 0, state);
+    tick_count(TickCounter::Switches);
+    if FORCE_REJECT.load() == 1
+        && let Some(slot) = COUNTERS.get_ptr(0)
+    {
+        // SAFETY: never runs: the verifier rejects the program for this read (see FORCE_REJECT).
+        let past = unsafe { core::ptr::read_volatile(slot.cast::<u8>().wrapping_add(4096)) };
+        return Ok(i32::from(past));
+    }
+
+    // The task coming in stops waiting for the CPU.
+    if RUNQ.load() == 1 {
+        runq_end::<CAS>(ctx)?;
+    }
+
+    if kind == SLEEP_NONE {
+        return Ok(0);
+    }
+    switch_out(ctx, kind)
+}
+
+/// Ends the run-queue wait of the task switched in.
+fn runq_end<const CAS: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
+    let next: *const u8 = ctx.arg(2);
+    let next_tid = read_field::<i32>(next, TASK_PID_OFF.load())? as u32;
+    if next_tid != 0
+        && let Some(entry) = TASKS.get_ptr_mut(&next_tid)
+    {
+        // SAFETY: next is not running yet; only its own events write its entry.
+        let entry = unsafe { &mut *entry };
+        if entry.runq_start_ns != 0 {
+            let delta = unsafe { bpf_ktime_get_ns() }.saturating_sub(entry.runq_start_ns);
+            entry.runq_start_ns = 0;
+            if delta >= MIN_SLEEP_NS.load() {
+                account::<CAS>(entry, RUNQ_STACK, delta);
+                count(Counter::RunqCounted);
+                spike::<CAS>(next_tid, entry, RUNQ_STACK, delta, SPIKE_RUNQ);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The task switched out in S or D state starts a sleep.
+#[expect(clippy::similar_names, reason = "tid and tgid are the kernel's names")]
+fn switch_out(ctx: &RawTracePointContext, kind: u32) -> Result<i32, i32> {
+    // prev is the current task at sched_switch.
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let tgid = (pid_tgid >> 32) as u32;
+    if tid == 0 || tgid == SELF_TGID.load() {
+        return Ok(0);
+    }
+    let filter = FILTER_TGID.load();
+    if filter != 0 && tgid != filter {
+        return Ok(0);
+    }
+    let entry = match TASKS.get_ptr_mut(&tid) {
+        Some(entry) => entry,
+        None => match new_task(tid, tgid)? {
+            Some(entry) => entry,
+            None => return Ok(0),
+        },
+    };
+    // Where the wakeup program can take the sleeping task's backtrace, it does, and only if
+    // the sleep counts: a walk from here costs more (it unwinds the tracing frames too) and
+    // cannot use the stack cache, whose stack pointer is saved only after this program.
+    let stack = if STACK_AT_WAKEUP.load() == 1 {
+        DEFERRED_STACK
+    } else {
+        let stack = take_stack(ctx);
+        if stack == NO_STACK {
+            count(Counter::StackMissing);
+            if DEBUG_CHECKS.load() == 1 {
+                anomaly(ctx, Counter::DebugStackFailed, tid, 0);
+            }
+        }
+        stack
+    };
+    // SAFETY: the entry belongs to the current task; only its own events write it.
+    unsafe {
+        if (*entry).sleep_kind != SLEEP_NONE {
+            // The previous sleep never saw its wakeup.
+            count(Counter::SleepLost);
+        }
+        (*entry).sleep_stack = stack;
+        (*entry).sleep_kind = kind;
+        (*entry).sleep_start_ns = bpf_ktime_get_ns();
+    }
+    count(Counter::SleepsTracked);
+    Ok(0)
+}
+
+/// Creates the entry of the current task; `None` when it is exiting or the table is full.
+#[expect(clippy::similar_names, reason = "tid and tgid are the kernel's names")]
+fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let flags: u32 = read_field(task, TASK_FLAGS_OFF.load())?;
+    if flags & PF_EXITING != 0 {
+        count(Counter::ExitingSkipped);
+        return Ok(None);
+    }
+    let mm: u64 = read_field(task, TASK_MM_OFF.load())?;
+    let template = SCRATCH.get_ptr_mut(0).ok_or(1)?;
+    // SAFETY: per-CPU scratch; stale records past nr_records are never read.
+    unsafe {
+        (*template).sleep_start_ns = 0;
+        (*template).runq_start_ns = 0;
+        (*template).sleep_stack = NO_STACK;
+        (*template).sleep_kind = SLEEP_NONE;
+        (*template).tgid = tgid;
+        (*template).flags = if mm == 0 { TASK_FLAG_KTHREAD } else { 0 };
+        (*template).comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        (*template).nr_records = 0;
+        let cache = &mut (*template).stack_cache;
+        cache.recent = [NO_STACK; CACHE_ENTRIES];
+        cache.recent_next = 0;
+        cache.next = 0;
+        for e in 0..CACHE_ENTRIES {
+            cache.entries[e].words = 0;
+        }
+        if TASKS
+            .insert(&tid, &*template, u64::from(BPF_NOEXIST))
+            .is_err()
+        {
+            count(Counter::TaskTableFull);
+            return Ok(None);
+        }
+    }
+    Ok(TASKS.get_ptr_mut(&tid))
+}

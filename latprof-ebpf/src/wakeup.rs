@@ -1,0 +1,178 @@
+//! `sched_wakeup`: the sleep ends; it is filtered like latencytop does, its backtrace taken
+//! if it was deferred, and it is accounted.
+
+use aya_ebpf::{
+    EbpfContext,
+    bindings::task_struct,
+    helpers::bpf_ktime_get_ns,
+    macros::{btf_tracepoint, raw_tracepoint},
+    programs::{BtfTracePointContext, RawTracePointContext},
+};
+use latprof_common::{
+    Counter, DEFERRED_STACK, NO_STACK, SLEEP_NONE, SleepVerdict, TaskState, sleep_verdict,
+};
+
+use crate::{
+    account::account,
+    debug::anomaly,
+    maps::{TASKS, count},
+    settings::{DEBUG_CHECKS, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, TASK_PID_OFF, read_field},
+    spikes::spike,
+    stack_cache::sleeping_stack,
+    stacks::task_stack,
+};
+
+// How a wakeup program gets a counted sleep's backtrace. Each program is built for one (a
+// const parameter), so it holds no code, helper call or instruction of the others (verifier
+// rule 7 in `stack_cache`).
+/// Walked at switch-out already (the raw tracepoint cannot take another task's backtrace).
+const BT_SWITCH_OUT: u8 = 0;
+/// Walked at wakeup from the sleeping task (BTF tracepoint).
+const BT_WALK: u8 = 1;
+/// At wakeup, from the stack cache when it can vouch for it (BTF tracepoint, `bpf_loop`).
+const BT_CACHED: u8 = 2;
+/// The same without `bpf_loop` and `bpf_task_pt_regs` (before 5.17 and 5.15): the stack is
+/// scanned in a bounded loop, the user registers found from the task's stack.
+const BT_CACHED_BOUNDED: u8 = 3;
+
+#[raw_tracepoint(tracepoint = "sched_wakeup")]
+pub fn sched_wakeup(ctx: RawTracePointContext) -> i32 {
+    try_sched_wakeup::<true>(&ctx).unwrap_or(1)
+}
+
+/// `sched_wakeup` for kernels without BPF compare-and-swap (before 5.12).
+#[raw_tracepoint(tracepoint = "sched_wakeup")]
+pub fn sched_wakeup_nocas(ctx: RawTracePointContext) -> i32 {
+    try_sched_wakeup::<false>(&ctx).unwrap_or(1)
+}
+
+fn try_sched_wakeup<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
+    // TP_PROTO(struct task_struct *p)
+    let wakee: *const u8 = ctx.arg(0);
+    wake::<_, CAS, BT_SWITCH_OUT>(ctx, wakee, core::ptr::null_mut())
+}
+
+/// The wakeup program where BTF tracepoints and `bpf_loop` exist: takes the backtrace of a
+/// counted sleep from the wakee, through the stack cache.
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup_btf(ctx: BtfTracePointContext) -> i32 {
+    try_sched_wakeup_btf::<true, BT_CACHED>(&ctx).unwrap_or(1)
+}
+
+/// The stack cache without `bpf_loop` and `bpf_task_pt_regs`.
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup_btf_bounded(ctx: BtfTracePointContext) -> i32 {
+    try_sched_wakeup_btf::<true, BT_CACHED_BOUNDED>(&ctx).unwrap_or(1)
+}
+
+/// `sched_wakeup_btf_bounded` for kernels without BPF compare-and-swap (before 5.12).
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup_btf_bounded_nocas(ctx: BtfTracePointContext) -> i32 {
+    try_sched_wakeup_btf::<false, BT_CACHED_BOUNDED>(&ctx).unwrap_or(1)
+}
+
+/// BTF tracepoint wakeup that walks every counted sleep's stack (no `bpf_loop`).
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup_btf_walk(ctx: BtfTracePointContext) -> i32 {
+    try_sched_wakeup_btf::<true, BT_WALK>(&ctx).unwrap_or(1)
+}
+
+/// `sched_wakeup_btf_walk` for kernels without BPF compare-and-swap (before 5.12).
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup_btf_walk_nocas(ctx: BtfTracePointContext) -> i32 {
+    try_sched_wakeup_btf::<false, BT_WALK>(&ctx).unwrap_or(1)
+}
+
+/// The wakeup program where BTF tracepoints exist: the same as `sched_wakeup`, and it takes the
+/// backtrace of a counted sleep from the wakee.
+fn try_sched_wakeup_btf<const CAS: bool, const BT: u8>(
+    ctx: &BtfTracePointContext,
+) -> Result<i32, i32> {
+    // TP_PROTO(struct task_struct *p)
+    let wakee: *mut task_struct = ctx.arg(0);
+    wake::<_, CAS, BT>(ctx, wakee.cast_const().cast(), wakee)
+}
+
+/// A wakeup of `task`: ends its open sleep; `stack_of` (null for the raw program) is the same
+/// task as a pointer the kernel trusts for taking its backtrace.
+#[inline(always)]
+fn wake<C: EbpfContext, const CAS: bool, const BT: u8>(
+    ctx: &C,
+    task: *const u8,
+    stack_of: *mut task_struct,
+) -> Result<i32, i32> {
+    let tid = read_field::<i32>(task, TASK_PID_OFF.load())? as u32;
+    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+        if DEBUG_CHECKS.load() == 1 && tid != 0 {
+            // A sleep latprof never saw begin: the task slept before latprof attached (or is
+            // filtered out).
+            anomaly(ctx, Counter::DebugWakeupWithoutSleep, tid, 0);
+        }
+        return Ok(0);
+    };
+    // SAFETY: the wakee is not running; ttwu serializes wakeups of one task (pi_lock).
+    let entry = unsafe { &mut *entry };
+    if entry.sleep_kind != SLEEP_NONE {
+        count(Counter::Wakeups);
+        end_sleep::<C, CAS, BT>(ctx, tid, entry, stack_of);
+        if RUNQ.load() == 1 {
+            // From now on the task waits for a CPU.
+            entry.runq_start_ns = unsafe { bpf_ktime_get_ns() };
+        }
+    }
+    Ok(0)
+}
+
+/// Ends the open sleep of `entry` now: filters it like latencytop and accounts it. With a
+/// `wakee` (and `STACK_AT_WAKEUP`), a counted sleep's backtrace is taken from it now.
+fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
+    ctx: &C,
+    tid: u32,
+    entry: &mut TaskState,
+    wakee: *mut task_struct,
+) {
+    let kind = entry.sleep_kind;
+    entry.sleep_kind = SLEEP_NONE;
+    let now = unsafe { bpf_ktime_get_ns() };
+    if DEBUG_CHECKS.load() == 1 && now < entry.sleep_start_ns {
+        anomaly(
+            ctx,
+            Counter::DebugTimeBackwards,
+            tid,
+            entry.sleep_start_ns - now,
+        );
+    }
+    let delta = now.saturating_sub(entry.sleep_start_ns);
+    let verdict = sleep_verdict(kind, delta, MIN_SLEEP_NS.load(), INTER_CUTOFF_NS.load());
+    match verdict {
+        SleepVerdict::TooShort => count(Counter::SkippedZero),
+        SleepVerdict::OverCutoff => count(Counter::SkippedCutoff),
+        SleepVerdict::Count => {
+            let stack = if entry.sleep_stack == DEFERRED_STACK {
+                let stack = if wakee.is_null() {
+                    NO_STACK
+                } else if BT == BT_CACHED {
+                    sleeping_stack::<C, true>(ctx, tid, wakee, entry)
+                } else if BT == BT_CACHED_BOUNDED {
+                    sleeping_stack::<C, false>(ctx, tid, wakee, entry)
+                } else if BT == BT_WALK {
+                    task_stack(wakee)
+                } else {
+                    NO_STACK
+                };
+                if stack == NO_STACK {
+                    count(Counter::StackMissing);
+                    if DEBUG_CHECKS.load() == 1 {
+                        anomaly(ctx, Counter::DebugStackFailed, tid, 0);
+                    }
+                }
+                stack
+            } else {
+                entry.sleep_stack
+            };
+            account::<CAS>(entry, stack, delta);
+            count(Counter::Counted);
+            spike::<CAS>(tid, entry, stack, delta, kind);
+        }
+    }
+}
