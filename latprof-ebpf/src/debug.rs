@@ -41,9 +41,14 @@ pub(crate) fn anomaly<C: EbpfContext>(ctx: &C, counter: Counter, tid: u32, value
             ctx,
             "tid {}: the stack cache's backtrace differs from the walked one ({})", tid, value
         ),
-        _ => warn!(
+        Counter::DebugExitWithRecords => warn!(
             ctx,
             "tid {} exited with {} records merged nowhere", tid, value
+        ),
+        // A check added without its own line still says which counter it bumped.
+        _ => warn!(
+            ctx,
+            "tid {}: anomaly counted in counter {} ({})", tid, counter as u32, value
         ),
     }
 }

@@ -797,6 +797,25 @@ fn own_threads_only_with_include_self() {
     }
 }
 
+/// Each CPU's idle time so far (ms), from /proc/stat (USER_HZ ticks).
+fn idle_ms() -> Vec<u64> {
+    // SAFETY: sysconf has no memory effects.
+    let user_hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100);
+    std::fs::read_to_string("/proc/stat")
+        .expect("/proc/stat")
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .map(|l| {
+            let idle: u64 = l
+                .split_whitespace()
+                .nth(4)
+                .and_then(|v| v.parse().ok())
+                .expect("idle field");
+            idle * 1000 / user_hz.max(1)
+        })
+        .collect()
+}
+
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn tick_counters_follow_a_busy_and_an_idle_cpu() {
@@ -812,6 +831,7 @@ fn tick_counters_follow_a_busy_and_an_idle_cpu() {
         latprof::probe::facts::parse_cpulist(&sysfs).expect("cpulist")
     );
     let mut collector = Collector::new();
+    let idle_before = idle_ms();
     let before = collector.snapshot(&probe).expect("snapshot");
     // CPU 1 busy in user space for 1.5 s.
     let spin = Command::new(common::workload_bin())
@@ -820,6 +840,11 @@ fn tick_counters_follow_a_busy_and_an_idle_cpu() {
         .expect("spin");
     assert!(spin.status.success());
     let after = collector.snapshot(&probe).expect("snapshot");
+    let idle: Vec<u64> = idle_ms()
+        .iter()
+        .zip(&idle_before)
+        .map(|(a, b)| a.saturating_sub(*b))
+        .collect();
     let secs = (after.taken_ns - before.taken_ns) as f64 / 1e9;
     let cpu = latprof::export::counters::cpu_ticks(&facts, Some(&before), &after);
     assert_eq!(cpu.len(), cpus, "{cpu:?}");
@@ -830,11 +855,19 @@ fn tick_counters_follow_a_busy_and_an_idle_cpu() {
         "CPU 1 busy for 1.5 s of {secs:.1} s: {} ticks at HZ {hz}",
         cpu[1].timer_ticks
     );
-    // Idle CPUs stop their tick: some CPU went idle and stopped it, and idle ticks are fewer.
-    assert!(
-        cpu.iter().map(|c| c.tick_stopped).sum::<u64>() > 0,
-        "{cpu:?}"
-    );
+    // Idle CPUs stop their tick: a CPU that idled a fifth of a second stopped it at least
+    // once. (On a machine busy with other work no CPU may idle at all: then there is nothing
+    // to check, and the test says so.)
+    if idle.iter().any(|&ms| ms >= 200) {
+        assert!(
+            cpu.iter().map(|c| c.tick_stopped).sum::<u64>() > 0,
+            "idle ms per CPU {idle:?}: {cpu:?}"
+        );
+    } else {
+        eprintln!(
+            "NOT CHECKED: no CPU idled 200 ms (idle ms per CPU {idle:?}); tick stops unchecked"
+        );
+    }
     assert!(cpu.iter().all(|c| c.switches > 0), "{cpu:?}");
     let tracefs = |tp: &str| {
         std::path::Path::new("/sys/kernel/tracing/events")

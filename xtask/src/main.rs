@@ -133,7 +133,8 @@ fn missing_steps() -> Vec<(String, Command)> {
             install,
         ));
     }
-    if !toolchain_has(NIGHTLY, &["rust-src"]) {
+    // rust-src to build core for BPF; clippy to lint the eBPF crate.
+    if !toolchain_has(NIGHTLY, &["rust-src", "clippy"]) {
         let mut cmd = Command::new("rustup");
         cmd.args([
             "toolchain",
@@ -142,10 +143,12 @@ fn missing_steps() -> Vec<(String, Command)> {
             "--profile",
             "minimal",
             "--component",
-            "rust-src",
+            "rust-src,clippy",
         ]);
         steps.push((
-            format!("rustup toolchain install {NIGHTLY} --profile minimal --component rust-src"),
+            format!(
+                "rustup toolchain install {NIGHTLY} --profile minimal --component rust-src,clippy"
+            ),
             cmd,
         ));
     }
@@ -301,8 +304,29 @@ fn test(args: &[String]) -> Result<()> {
     setup()?;
     let extra = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
     run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
-    // Lints with warnings denied: the user-space crates, then the eBPF crate.
+    // Lints with warnings denied: the user-space crates, then the eBPF crate (for its target,
+    // with the pinned nightly, as aya-build builds it: without cargo's wrappers).
     run_cmd(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
+    let mut ebpf = Command::new("cargo");
+    ebpf.arg(format!("+{NIGHTLY}"))
+        .args([
+            "clippy",
+            "--package",
+            "latprof-ebpf",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--no-deps",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .current_dir(root_dir());
+    run_cmd(&mut ebpf)?;
     let vm =
         env::var_os("LATPROF_SHARED").map_or_else(|| root_dir().join("../shared"), PathBuf::from);
     let vm_missing = !vm.join("vm/run.sh").exists();
