@@ -61,7 +61,11 @@ impl Kallsyms {
         if syms.is_empty() {
             bail!("/proc/kallsyms has no text symbols");
         }
+        // Several names at one address (`__do_sys_vfork`, `__ia32_sys_vfork`,
+        // `__x64_sys_vfork`): the kernel prints the first in kallsyms order, so that one stays
+        // (the sort is stable, dedup keeps the first).
         syms.sort_by_key(|(addr, _)| *addr);
+        syms.dedup_by_key(|(addr, _)| *addr);
         Ok(Self {
             syms,
             sched_text: marks[0]..marks[1],
@@ -215,6 +219,20 @@ ffffffff81402000 T __lock_text_end
 ffffffff81500000 D some_data
 ffffffffc0000000 t ext4_sync_file\t[ext4]
 ";
+
+    #[test]
+    fn an_address_with_several_names_gets_the_first_as_the_kernel_prints() {
+        let k = Kallsyms::parse(
+            "ffffffff81000000 T _stext\n\
+             ffffffff81000100 T __do_sys_vfork\n\
+             ffffffff81000100 T __ia32_sys_vfork\n\
+             ffffffff81000100 T __x64_sys_vfork\n\
+             ffffffff81000200 T kernel_clone\n",
+        )
+        .unwrap();
+        assert_eq!(k.name(0xffff_ffff_8100_0150), Some("__do_sys_vfork"));
+        assert_eq!(k.name(0xffff_ffff_8100_0200), Some("kernel_clone"));
+    }
 
     #[test]
     fn names_addresses_inside_functions() {

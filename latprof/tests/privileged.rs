@@ -42,7 +42,9 @@ fn serial() -> MutexGuard<'static, ()> {
 /// test, so a real defect still shows every time.
 fn twice(what: &str, attempt: impl Fn()) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(&attempt)).is_err() {
-        eprintln!("{what}: first attempt failed (see above); trying once more");
+        common::note_retry(&format!(
+            "{what}: first attempt failed (see above); trying once more"
+        ));
         attempt();
     }
 }

@@ -474,7 +474,7 @@ impl Probe {
     pub fn announce(&self) {
         eprintln!("latprof: programs: {}", self.variant.describe());
         for why in &self.fallbacks {
-            eprintln!("latprof: warning: {why}");
+            eprintln!("latprof: warning: not the best variant: {why}");
         }
     }
 

@@ -12,6 +12,24 @@ pub mod vm;
 
 pub const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
 
+/// latprof-workload's command name as the kernel keeps it (15 characters).
+pub const WORKLOAD_COMM: &str = "latprof-workloa";
+
+/// Says that a test retried after a failed attempt: on stderr directly (the test harness keeps
+/// eprintln! output to itself when the test then passes) and in `$LATPROF_RETRY_LOG`, which
+/// `cargo xtask test` lists in its summary. A retry must show in every run.
+pub fn note_retry(what: &str) {
+    let line = format!("RETRY: {what}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(path) = std::env::var_os("LATPROF_RETRY_LOG") {
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+    }
+}
+
 /// latprof-workload (crate latprof-bench), built by the same `cargo test` beside latprof.
 pub fn workload_bin() -> PathBuf {
     let path = std::path::Path::new(LATPROF).with_file_name("latprof-workload");

@@ -1,6 +1,6 @@
 //! Booting ../shared/vm: one guest at a time, a script copied in, its output back.
 use std::{
-    io::{Read, Write as _},
+    io::Read,
     path::PathBuf,
     process::{Command, ExitStatus, Stdio},
     time::{Duration, Instant},
@@ -55,17 +55,15 @@ pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
             started.elapsed().as_secs_f64()
         );
         if !status.success() && stderr.contains("did not finish") && attempt == 1 {
-            // Written to stderr itself, not through eprintln!, which the test harness keeps
-            // to itself when the test then passes: a retry must show in every run's log.
-            let _ = writeln!(
-                std::io::stderr(),
-                "VM did not finish (attempt {attempt}{}), retrying:\n{stdout}\n{stderr}",
+            // A retry must show in every run's log and in xtask's summary.
+            super::note_retry(&format!(
+                "VM {vm_args:?} did not finish (attempt {attempt}{}), retrying:\n{stdout}\n{stderr}",
                 if stopped {
                     ", stopped after the time limit"
                 } else {
                     ""
                 }
-            );
+            ));
             continue;
         }
         assert!(
