@@ -2,7 +2,10 @@
 use std::{
     fs::OpenOptions,
     io::{Read as _, Write as _},
-    os::fd::{FromRawFd as _, OwnedFd},
+    os::{
+        fd::{FromRawFd as _, OwnedFd},
+        unix::fs::OpenOptionsExt as _,
+    },
     path::PathBuf,
     time::Duration,
 };
@@ -70,6 +73,15 @@ pub enum Workload {
         /// find its answer already there and never wait).
         #[arg(long, requires = "processes", conflicts_with = "cpu")]
         apart: bool,
+    },
+    /// `count` children that each start a direct read of a file in `dir` with Linux AIO and
+    /// exit at once: the kernel waits for the read in exit_aio, after the child gave up its
+    /// memory map (a sleep latencytop counts for the task but not in the global table).
+    ExitAio {
+        #[arg(long, default_value_t = 20)]
+        count: u32,
+        #[arg(long)]
+        dir: PathBuf,
     },
     /// `count` short-lived children, each sleeping `sleep` once before it exits.
     Forks {
@@ -179,6 +191,13 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
                 pin(*cpu)?;
             }
             pingpong(*count, *processes, *apart, finish)
+        }
+        Workload::ExitAio { count, dir } => {
+            let path = dir.join(format!("latprof-aio-{}", std::process::id()));
+            let result = exit_aio(*count, &path);
+            let _ = std::fs::remove_file(&path);
+            finish();
+            result
         }
         Workload::Forks { count, sleep } => {
             for _ in 0..*count {
@@ -293,7 +312,6 @@ fn reap(child: libc::pid_t) {
     unsafe { libc::waitpid(child, &raw mut status, 0) };
 }
 
-/// Pins this process (and the children it forks later) to one CPU.
 /// This thread's voluntary context switches so far (each one a sleep).
 fn voluntary_switches() -> i64 {
     // SAFETY: getrusage fills the zeroed struct.
@@ -400,4 +418,82 @@ fn pingpong(count: u32, processes: bool, apart: bool, finish: impl FnOnce()) -> 
             .map_err(|_| anyhow::anyhow!("ping-pong thread panicked"))?;
         result.and(other)
     }
+}
+
+/// Linux AIO's control block (`struct iocb`, x86-64 and other little-endian 64-bit layouts).
+#[repr(C)]
+#[derive(Default)]
+struct Iocb {
+    data: u64,
+    key: u32,
+    rw_flags: u32,
+    opcode: u16,
+    reqprio: i16,
+    fildes: u32,
+    buf: u64,
+    nbytes: u64,
+    offset: i64,
+    reserved2: u64,
+    flags: u32,
+    resfd: u32,
+}
+const _: () = assert!(size_of::<Iocb>() == 64);
+
+/// See `Workload::ExitAio`.
+fn exit_aio(count: u32, path: &std::path::Path) -> Result<()> {
+    const LEN: usize = 8 << 20;
+    {
+        // Real blocks on disk: a direct read of a hole would finish at once.
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("create {}", path.display()))?;
+        file.write_all(&vec![0x5a_u8; LEN])?;
+        file.sync_all()?;
+    }
+    let layout = std::alloc::Layout::from_size_align(LEN, 4096).context("buffer layout")?;
+    for _ in 0..count {
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .with_context(|| format!("open {} with O_DIRECT", path.display()))?;
+        let child = spawn_child(|| {
+            // One sleep first: latprof tracks a task from its first sleep, and a task first
+            // seen already exiting is not tracked.
+            nanosleep(Duration::from_millis(1));
+            // SAFETY: a fresh aligned buffer, a zeroed context, one valid control block; the
+            // child exits with the read in flight, which is the point.
+            unsafe {
+                let buf = std::alloc::alloc(layout);
+                let mut ctx: u64 = 0;
+                if buf.is_null() || libc::syscall(libc::SYS_io_setup, 1, &raw mut ctx) != 0 {
+                    libc::_exit(2);
+                }
+                let mut cb = Iocb {
+                    fildes: u32::try_from(std::os::fd::AsRawFd::as_raw_fd(&file)).unwrap_or(0),
+                    buf: buf as u64,
+                    nbytes: LEN as u64,
+                    ..Iocb::default()
+                };
+                let mut list = [&raw mut cb];
+                if libc::syscall(libc::SYS_io_submit, ctx, 1, list.as_mut_ptr()) != 1 {
+                    libc::_exit(3);
+                }
+            }
+        })?;
+        let mut status = 0;
+        // SAFETY: our own child.
+        unsafe { libc::waitpid(child, &raw mut status, 0) };
+        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            bail!(
+                "the AIO child failed (exit {}): direct I/O or AIO unavailable in {}",
+                libc::WEXITSTATUS(status),
+                path.display()
+            );
+        }
+    }
+    Ok(())
 }

@@ -211,12 +211,19 @@ pub struct TaskState {
     pub tgid: u32,
     pub flags: u32,
     pub nr_records: u32,
+    /// Bit i: `records[i]` is the task's own and stays out of the global table (accounted
+    /// while the task had no memory map, as latencytop's `account_global_scheduler_latency`
+    /// skips such tasks; or a kernel thread's).
+    pub task_only: u32,
+    pub _pad: u32,
     pub comm: [u8; 16],
     /// The backtraces of the task's recent sleeps and where their return addresses sat.
     pub stack_cache: StackCache,
     pub records: [LatencyRecord; TASK_RECORDS],
 }
-const _: () = assert!(size_of::<TaskState>() == 56 + size_of::<StackCache>() + 32 * TASK_RECORDS);
+const _: () = assert!(size_of::<TaskState>() == 64 + size_of::<StackCache>() + 32 * TASK_RECORDS);
+// One bit of `task_only` per record.
+const _: () = assert!(TASK_RECORDS <= 32);
 
 /// A stack cache: a task has one, and each CPU one shared by the tasks woken there.
 #[repr(C)]
@@ -320,10 +327,16 @@ pub enum Counter {
     /// `--debug-checks`: a backtrace from the stack cache differed from a walk of the same
     /// sleep (every hit is walked as well to check it).
     DebugStackCacheWrong,
+    /// Counted sleeps of kernel threads: kept out of the global table, as latencytop does
+    /// (without `--pid`).
+    KthreadSleeps,
+    /// Counted sleeps of user tasks without a memory map (exiting, after exit_mm): the task's
+    /// own, kept out of the global table, as latencytop does (without `--pid`).
+    NoMmSleeps,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::DebugStackCacheWrong as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::NoMmSleeps as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -355,6 +368,8 @@ impl Counter {
         Self::StackWalks,
         Self::StackCacheHits,
         Self::DebugStackCacheWrong,
+        Self::KthreadSleeps,
+        Self::NoMmSleeps,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -388,6 +403,8 @@ impl Counter {
             Self::StackWalks => "stack_walks",
             Self::StackCacheHits => "stack_cache_hits",
             Self::DebugStackCacheWrong => "debug_stack_cache_wrong",
+            Self::KthreadSleeps => "kthread_sleeps",
+            Self::NoMmSleeps => "no_mm_sleeps",
         }
     }
 

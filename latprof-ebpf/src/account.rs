@@ -15,20 +15,55 @@ use latprof_common::{
 use crate::{
     debug::anomaly,
     maps::{GLOBAL_LATENCY, HISTOGRAMS, MERGED, TASKS, count},
-    settings::{DEBUG_CHECKS, HISTOGRAMS_ON, MODE, SKIP_KTHREADS},
+    settings::{DEBUG_CHECKS, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, read_field},
 };
 
 // A record index is masked (rule 2 of the verifier rules in `stack_cache`).
 const _: () = assert!(TASK_RECORDS.is_power_of_two());
 
-/// Adds one latency to the task's record of `stack` (and, in normal mode, the global one).
+/// Whether a sleep of `task` (its entry `entry`) that ends now belongs in the global table as
+/// latencytop decides it: with `--pid` every sleep of the process does (it is that process's
+/// table, as /proc/PID/latency); otherwise not a kernel thread's, and not one of a task without
+/// a memory map (`account_global_scheduler_latency` returns on `!tsk->mm`: an exiting task
+/// after exit_mm, whose last sleeps, such as exit_aio's, stay its own).
+#[inline(always)]
+pub(crate) fn sleep_in_global(entry: &TaskState, task: *const u8) -> bool {
+    if SKIP_KTHREADS.load() == 0 {
+        return true;
+    }
+    if entry.flags & TASK_FLAG_KTHREAD != 0 {
+        count(Counter::KthreadSleeps);
+        return false;
+    }
+    let has_mm = read_field::<u64>(task, TASK_MM_OFF.load()).map_or(true, |mm| mm != 0);
+    if !has_mm {
+        count(Counter::NoMmSleeps);
+    }
+    has_mm
+}
+
+/// Whether a run-queue wait of `entry`'s task belongs in the global table (latencytop has no
+/// run-queue row; latprof's follows the kernel-thread rule).
+#[inline(always)]
+pub(crate) fn runq_in_global(entry: &TaskState) -> bool {
+    entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0
+}
+
+/// Adds one latency to the task's record of `stack` (and, in normal mode and `in_global`, the
+/// global one). A record not `in_global` is kept apart from a global one of the same stack
+/// (its `task_only` bit), so that lazy mode's exit merge leaves it out.
 // Not inlined: its record search ends in one return (verifier rule 4 in `stack_cache`).
 #[inline(never)]
-pub(crate) fn account<const CAS: bool>(entry: &mut TaskState, stack: u64, delta: u64) {
+pub(crate) fn account<const CAS: bool>(
+    entry: &mut TaskState,
+    stack: u64,
+    delta: u64,
+    in_global: bool,
+) {
     if HISTOGRAMS_ON.load() == 1 {
         histogram_add(stack, delta);
     }
-    let in_global = entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0;
+    let task_only = u32::from(!in_global);
     let n = entry.nr_records as usize;
     let mut found = false;
     for i in 0..TASK_RECORDS {
@@ -36,7 +71,7 @@ pub(crate) fn account<const CAS: bool>(entry: &mut TaskState, stack: u64, delta:
             break;
         }
         let rec = &mut entry.records[i];
-        if rec.stack_id == stack {
+        if rec.stack_id == stack && (entry.task_only >> i) & 1 == task_only {
             rec.count += 1;
             rec.total_ns += delta;
             if delta > rec.max_ns {
@@ -59,6 +94,7 @@ pub(crate) fn account<const CAS: bool>(entry: &mut TaskState, stack: u64, delta:
                 total_ns: delta,
                 max_ns: delta,
             };
+            entry.task_only |= task_only << n;
             entry.nr_records = n as u32 + 1;
         } else {
             count(Counter::TaskRecordsFull);
@@ -229,6 +265,10 @@ fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result
         for i in 0..TASK_RECORDS {
             if i >= n {
                 break;
+            }
+            if (entry.task_only >> i) & 1 != 0 {
+                // Accounted while the task had no memory map: its own, not the global table's.
+                continue;
             }
             let rec = &entry.records[i];
             merged_add::<CAS>(rec.stack_id, rec.count, rec.total_ns, rec.max_ns);

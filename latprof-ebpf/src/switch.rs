@@ -15,7 +15,7 @@ use latprof_common::{
 };
 
 use crate::{
-    account::account,
+    account::{account, runq_in_global},
     debug::anomaly,
     maps::{COUNTERS, SCRATCH, TASKS, count, tick_count},
     settings::{
@@ -85,7 +85,7 @@ fn runq_end<const CAS: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
             let delta = unsafe { bpf_ktime_get_ns() }.saturating_sub(entry.runq_start_ns);
             entry.runq_start_ns = 0;
             if delta >= MIN_SLEEP_NS.load() {
-                account::<CAS>(entry, RUNQ_STACK, delta);
+                account::<CAS>(entry, RUNQ_STACK, delta, runq_in_global(entry));
                 count(Counter::RunqCounted);
                 spike::<CAS>(next_tid, entry, RUNQ_STACK, delta, SPIKE_RUNQ);
             }
@@ -165,6 +165,7 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
         (*template).flags = if mm == 0 { TASK_FLAG_KTHREAD } else { 0 };
         (*template).comm = bpf_get_current_comm().unwrap_or([0; 16]);
         (*template).nr_records = 0;
+        (*template).task_only = 0;
         let cache = &mut (*template).stack_cache;
         cache.recent = [NO_STACK; CACHE_ENTRIES];
         cache.recent_next = 0;

@@ -13,7 +13,7 @@ use latprof_common::{
 };
 
 use crate::{
-    account::account,
+    account::{account, sleep_in_global},
     debug::anomaly,
     maps::{TASKS, count},
     settings::{DEBUG_CHECKS, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, TASK_PID_OFF, read_field},
@@ -114,7 +114,7 @@ fn wake<C: EbpfContext, const CAS: bool, const BT: u8>(
     let entry = unsafe { &mut *entry };
     if entry.sleep_kind != SLEEP_NONE {
         count(Counter::Wakeups);
-        end_sleep::<C, CAS, BT>(ctx, tid, entry, stack_of);
+        end_sleep::<C, CAS, BT>(ctx, tid, entry, task, stack_of);
         if RUNQ.load() == 1 {
             // From now on the task waits for a CPU.
             entry.runq_start_ns = unsafe { bpf_ktime_get_ns() };
@@ -123,12 +123,14 @@ fn wake<C: EbpfContext, const CAS: bool, const BT: u8>(
     Ok(0)
 }
 
-/// Ends the open sleep of `entry` now: filters it like latencytop and accounts it. With a
-/// `wakee` (and `STACK_AT_WAKEUP`), a counted sleep's backtrace is taken from it now.
+/// Ends the open sleep of `entry` (of `task`) now: filters it like latencytop and accounts
+/// it. With a `wakee` (and `STACK_AT_WAKEUP`), a counted sleep's backtrace is taken from it
+/// now.
 fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
     ctx: &C,
     tid: u32,
     entry: &mut TaskState,
+    task: *const u8,
     wakee: *mut task_struct,
 ) {
     let kind = entry.sleep_kind;
@@ -170,7 +172,8 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
             } else {
                 entry.sleep_stack
             };
-            account::<CAS>(entry, stack, delta);
+            let in_global = sleep_in_global(entry, task);
+            account::<CAS>(entry, stack, delta, in_global);
             count(Counter::Counted);
             spike::<CAS>(tid, entry, stack, delta, kind);
         }

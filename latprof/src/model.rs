@@ -569,6 +569,7 @@ ffffffff81401000 T __sched_text_end
             comm: "t".into(),
             kthread,
             records,
+            task_only: 0,
         }
     }
 
@@ -641,6 +642,25 @@ ffffffff81401000 T __sched_text_end
         let causes = global_causes(&snapshot(Mode::Normal), &syms, 12);
         assert_eq!(causes.len(), 1);
         assert_eq!(causes[0].count, 2);
+    }
+
+    /// A record accounted while its task had no memory map (an exiting task after exit_mm) is
+    /// the task's own: in its process's causes, not in lazy mode's live global view.
+    #[test]
+    fn task_only_records_stay_out_of_the_global_view() {
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        let mut snap = snapshot(Mode::Lazy);
+        // Thread 11's second record: the same stack as a global one, accounted without mm.
+        snap.tasks[1].records.push(rec(3, 7, 700, 100));
+        snap.tasks[1].task_only = 0b10;
+        let pipe = |causes: &[Cause]| {
+            causes
+                .iter()
+                .find(|c| c.backtrace.lines() == ["pipe_read"])
+                .map(|c| c.count)
+        };
+        assert_eq!(pipe(&global_causes(&snap, &syms, 12)), Some(5));
+        assert_eq!(pipe(&process_causes(&snap, 10, &syms, 12)), Some(12));
     }
 
     #[test]

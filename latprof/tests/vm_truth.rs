@@ -107,6 +107,29 @@ fn exact(mode: &str) {
         }
     }
     assert_deficit_is_lost(&kernel, &latprof, &output);
+    assert_no_mm_sleeps_stay_out(&kernel, &latprof, &output);
+}
+
+/// Sleeps of exiting tasks after exit_mm (exit_aio's wait for an AIO read in flight) stay out
+/// of the global table in the kernel and in latprof, which says how many it kept out.
+fn assert_no_mm_sleeps_stay_out(kernel: &Table, latprof: &Table, output: &str) {
+    let kept_out: u64 = output
+        .lines()
+        .find(|l| l.contains("of exiting tasks without a memory map kept out"))
+        .and_then(|l| l.split_whitespace().nth(7))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("latprof did not say what it kept out:\n{output}"));
+    // 20 children each exit with a read in flight; a read that completes first leaves no sleep.
+    assert!(
+        kept_out >= 10,
+        "only {kept_out} sleeps without a memory map:\n{output}"
+    );
+    for (name, table) in [("kernel", kernel), ("latprof", latprof)] {
+        assert!(
+            !table.keys().any(|k| k.contains("exit_aio")),
+            "{name} has an exit_aio cause in its global table:\n{output}"
+        );
+    }
 }
 
 /// The sleeps the kernel counted and latprof did not are those latprof reported lost, give or

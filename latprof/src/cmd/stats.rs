@@ -90,6 +90,12 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         c.get(Counter::SkippedCutoff),
         c.get(Counter::SkippedZero),
     );
+    let (kthreads, no_mm) = (c.get(Counter::KthreadSleeps), c.get(Counter::NoMmSleeps));
+    if args.pid.is_none() && kthreads + no_mm > 0 {
+        eprintln!(
+            "latprof: {kthreads} sleeps of kernel threads and {no_mm} of exiting tasks without a memory map kept out of the global table, as latencytop does"
+        );
+    }
     for loss in c.losses() {
         eprintln!("latprof: warning: {loss}");
     }

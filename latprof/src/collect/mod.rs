@@ -66,12 +66,31 @@ pub struct TaskSnapshot {
     pub comm: String,
     pub kthread: bool,
     pub records: Vec<LatencyRecord>,
+    /// Bit i: `records[i]` is the task's own, not the global table's (accounted while it had
+    /// no memory map, or a kernel thread's; see `TaskState::task_only`).
+    pub task_only: u32,
 }
 
 impl TaskSnapshot {
-    /// Adds this task's records into `out`, by stack id.
+    /// Adds this task's records into `out`, by stack id (all of them: the task's own view).
     pub fn add_records_to(&self, out: &mut HashMap<u64, GlobalRecord>) {
         for rec in &self.records {
+            add(
+                out.entry(rec.stack_id).or_default(),
+                rec.count,
+                rec.total_ns,
+                rec.max_ns,
+            );
+        }
+    }
+
+    /// Adds the records that belong in the global table into `out` (lazy mode's live view of
+    /// what the exit merge will add).
+    pub fn add_global_records_to(&self, out: &mut HashMap<u64, GlobalRecord>) {
+        for (i, rec) in self.records.iter().enumerate() {
+            if i < 32 && (self.task_only >> i) & 1 != 0 {
+                continue;
+            }
             add(
                 out.entry(rec.stack_id).or_default(),
                 rec.count,
@@ -132,7 +151,7 @@ impl Snapshot {
                 .iter()
                 .filter(|t| !(t.kthread && self.skip_kthreads))
             {
-                task.add_records_to(&mut out);
+                task.add_global_records_to(&mut out);
             }
         }
         out
@@ -354,5 +373,6 @@ fn task_snapshot(tid: u32, state: &TaskState) -> TaskSnapshot {
         comm: comm_str(&state.comm),
         kthread: state.flags & latprof_common::TASK_FLAG_KTHREAD != 0,
         records: state.records[..n].to_vec(),
+        task_only: state.task_only,
     }
 }

@@ -28,8 +28,9 @@ use codec::{Dec, Enc};
 
 pub const MAGIC: [u8; 8] = *b"\x7fLATPROF";
 /// The version this latprof writes; it reads every version from 1 to this one.
-/// Version 2 added the per-CPU tick counters and the kernel's tick facts.
-pub const VERSION: u16 = 3;
+/// Version 2 added the per-CPU tick counters and the kernel's tick facts; 3 the programs'
+/// variant; 4 which task records stay out of the global table (`TaskSnapshot::task_only`).
+pub const VERSION: u16 = 4;
 pub const FILE_HEADER_LEN: usize = 12;
 pub const SYNC: [u8; 4] = *b"LPF\x1e";
 /// Sync mark, length, kind, flags, decoded length, CRC.
@@ -312,6 +313,9 @@ impl Body {
             e.u32(t.tgid);
             e.str(&t.comm);
             e.bool(t.kthread);
+            if version >= 4 {
+                e.u32(t.task_only);
+            }
             e.usize(t.records.len());
             for r in &t.records {
                 e.u64(r.stack_id);
@@ -397,6 +401,7 @@ impl Body {
                 comm: d.str()?,
                 kthread: d.bool()?,
                 records: Vec::new(),
+                task_only: if version >= 4 { d.u32()? } else { 0 },
             };
             for _ in 0..d.len(4)? {
                 t.records.push(LatencyRecord {

@@ -76,6 +76,7 @@ pub fn snapshots(n: u64) -> Vec<Snapshot> {
                 tgid: 100,
                 comm: "sleeper".into(),
                 kthread: false,
+                task_only: 0,
                 records: vec![rec(1, 10 * i + 1), rec(RUNQ_STACK, i + 1)],
             });
             // A short-lived process every third snapshot, merged into the global table after.
@@ -87,6 +88,8 @@ pub fn snapshots(n: u64) -> Vec<Snapshot> {
                     tgid: 1000 + u32::try_from(i).unwrap(),
                     comm: "fsyncer".into(),
                     kthread: false,
+                    // Its record was accounted after exit_mm: the task's own (format 4).
+                    task_only: 0b1,
                     records: vec![rec(2, 3)],
                 });
             }
@@ -337,7 +340,9 @@ fn bad_files_are_refused_with_one_line() {
     future[8] = 9;
     assert_eq!(
         msg(future),
-        "recording format version 9 is newer than this latprof reads (up to 3); use a newer latprof"
+        format!(
+            "recording format version 9 is newer than this latprof reads (up to {VERSION}); use a newer latprof"
+        )
     );
     let mut only_header = MAGIC.to_vec();
     only_header.extend_from_slice(&[2, 0, 0, 0]);

@@ -482,6 +482,7 @@ mod tests {
                 tgid: 100,
                 comm: "sleeper".into(),
                 kthread: false,
+                task_only: 0,
                 records: vec![rec(1, 10 * scale, 50_000_000 * scale)],
             },
             TaskSnapshot {
@@ -489,6 +490,7 @@ mod tests {
                 tgid: 200,
                 comm: "piper".into(),
                 kthread: false,
+                task_only: 0,
                 records: vec![
                     rec(2, 500 * scale, 5_000_000 * scale),
                     rec(RUNQ_STACK, 3, 3000),
@@ -499,6 +501,7 @@ mod tests {
                 tgid: 200,
                 comm: "piper-helper".into(),
                 kthread: false,
+                task_only: 0,
                 records: vec![rec(2, 400 * scale, 4_000_000 * scale)],
             },
         ];

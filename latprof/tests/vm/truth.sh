@@ -25,6 +25,9 @@ echo clear > /proc/latency_stats
 latprof-workload sleep --count 100 --interval 1ms
 latprof-workload fsync --count 20 --dir /mnt
 latprof-workload pingpong --count 200
+# Children that exit with a direct read in flight: they sleep in exit_aio after exit_mm,
+# without a memory map, where latencytop keeps a sleep out of the global table.
+latprof-workload exit-aio --count 20 --dir /mnt
 while read -r line; do echo "$line"; done < /proc/latency_stats > /tmp/kernel.txt
 kill -INT $LP
 wait $LP
