@@ -215,7 +215,8 @@ pub struct TaskState {
     /// while the task had no memory map, as latencytop's `account_global_scheduler_latency`
     /// skips such tasks; or a kernel thread's).
     pub task_only: u32,
-    pub _pad: u32,
+    /// Explicit padding to the next 8-byte field.
+    pub reserved: u32,
     pub comm: [u8; 16],
     /// The backtraces of the task's recent sleeps and where their return addresses sat.
     pub stack_cache: StackCache,
@@ -264,6 +265,19 @@ pub struct CachedStack {
     pub pos: [u16; CACHE_FRAMES],
 }
 const _: () = assert!(size_of::<CachedStack>() == 32 + 2 * CACHE_FRAMES);
+
+/// Each CPU's last `sched_switch` as latprof saw it, to find the switches it did not see.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuSwitch {
+    /// The task the last seen switch put on this CPU (its `task_struct` address; 0: none yet).
+    pub last_in: u64,
+    /// The tid of the last task during whose time on this CPU switches went unseen.
+    pub hidden_tid: u32,
+    /// Explicit padding to 16 bytes.
+    pub reserved: u32,
+}
+const _: () = assert!(size_of::<CpuSwitch>() == 16);
 
 /// Per-CPU counters of the pipeline, indexes into the `COUNTERS` array.
 #[repr(u32)]
@@ -327,6 +341,10 @@ pub enum Counter {
     /// `--debug-checks`: a backtrace from the stack cache differed from a walk of the same
     /// sleep (every hit is walked as well to check it).
     DebugStackCacheWrong,
+    /// `sched_switch` events whose outgoing task is not the one the CPU's previous event
+    /// switched in: the kernel ran no BPF program for the switches in between (some kernels
+    /// hide tasks from tracing while they run; their wakeups are invisible too).
+    SwitchesHidden,
     /// Counted sleeps of kernel threads: kept out of the global table, as latencytop does
     /// (without `--pid`).
     KthreadSleeps,
@@ -368,6 +386,7 @@ impl Counter {
         Self::StackWalks,
         Self::StackCacheHits,
         Self::DebugStackCacheWrong,
+        Self::SwitchesHidden,
         Self::KthreadSleeps,
         Self::NoMmSleeps,
     ];
@@ -403,6 +422,7 @@ impl Counter {
             Self::StackWalks => "stack_walks",
             Self::StackCacheHits => "stack_cache_hits",
             Self::DebugStackCacheWrong => "debug_stack_cache_wrong",
+            Self::SwitchesHidden => "switches_hidden",
             Self::KthreadSleeps => "kthread_sleeps",
             Self::NoMmSleeps => "no_mm_sleeps",
         }
@@ -526,11 +546,12 @@ impl TickCounter {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all three are repr(C), Copy, built only of integers, with no implicit padding
+    // SAFETY: all four are repr(C), Copy, built only of integers, with no implicit padding
     // (checked by the size assertions above).
     unsafe impl aya::Pod for super::LatencyRecord {}
     unsafe impl aya::Pod for super::GlobalRecord {}
     unsafe impl aya::Pod for super::TaskState {}
+    unsafe impl aya::Pod for super::CpuSwitch {}
 }
 
 #[cfg(test)]

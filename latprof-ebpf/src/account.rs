@@ -35,7 +35,11 @@ pub(crate) fn sleep_in_global(entry: &TaskState, task: *const u8) -> bool {
         count(Counter::KthreadSleeps);
         return false;
     }
-    let has_mm = read_field::<u64>(task, TASK_MM_OFF.load()).map_or(true, |mm| mm != 0);
+    // A failed read keeps the sleep global, as before this check existed.
+    let has_mm = match read_field::<u64>(task, TASK_MM_OFF.load()) {
+        Ok(mm) => mm != 0,
+        Err(_) => true,
+    };
     if !has_mm {
         count(Counter::NoMmSleeps);
     }

@@ -7,8 +7,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latprof_common::{
-    CACHE_FRAMES, COUNTER_COUNT, CachedStack, Counter, GlobalRecord, Histogram, RawStack,
-    STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState, TickCounter,
+    CACHE_FRAMES, COUNTER_COUNT, CachedStack, Counter, CpuSwitch, GlobalRecord, Histogram,
+    RawStack, STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState, TickCounter,
 };
 
 /// Words of `STACK_COPY`: the part of a sleeping task's stack the stack cache reads.
@@ -74,6 +74,9 @@ pub(crate) struct ScanPos {
     pub(crate) found: u64,
     pub(crate) pos: [u16; CACHE_FRAMES],
 }
+/// Each CPU's last seen switch, to count the switches the kernel ran no program for.
+#[map]
+pub(crate) static LAST_SWITCH: PerCpuArray<CpuSwitch> = PerCpuArray::with_max_entries(1, 0);
 /// Per-CPU scratch space to build a new task entry (too large for the 512-byte stack).
 #[map]
 pub(crate) static SCRATCH: PerCpuArray<TaskState> = PerCpuArray::with_max_entries(1, 0);

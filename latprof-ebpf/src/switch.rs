@@ -17,7 +17,7 @@ use latprof_common::{
 use crate::{
     account::{account, runq_in_global},
     debug::anomaly,
-    maps::{COUNTERS, SCRATCH, TASKS, count, tick_count},
+    maps::{COUNTERS, LAST_SWITCH, SCRATCH, TASKS, count, tick_count},
     settings::{
         DEBUG_CHECKS, FILTER_TGID, FORCE_REJECT, MIN_SLEEP_NS, RUNQ, SELF_TGID, STACK_AT_WAKEUP,
         SWITCH_HAS_PREV_STATE, TASK_FLAGS_OFF, TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF,
@@ -53,6 +53,7 @@ fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, 
     };
     let kind = sleep_kind(preempt & 1 != 0, state);
     tick_count(TickCounter::Switches);
+    note_switch(ctx);
     if FORCE_REJECT.load() == 1
         && let Some(slot) = COUNTERS.get_ptr(0)
     {
@@ -70,6 +71,30 @@ fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, 
         return Ok(0);
     }
     switch_out(ctx, kind)
+}
+
+/// Finds switches the kernel ran no program for: the task going out is not the one this CPU's
+/// last seen switch put in. Some kernels run no BPF program while certain tasks are current;
+/// the switch away from such a task, and wakeups it did, are then invisible. Costs a per-CPU
+/// lookup and two compares; the hidden task's tid is read only when one is found.
+#[inline(always)]
+fn note_switch(ctx: &RawTracePointContext) {
+    let prev: u64 = ctx.arg(1);
+    let next: u64 = ctx.arg(2);
+    let Some(slot) = LAST_SWITCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot; programs on one CPU do not run concurrently.
+    let slot = unsafe { &mut *slot };
+    if slot.last_in != 0 && slot.last_in != prev {
+        count(Counter::SwitchesHidden);
+        // The task the CPU ran when latprof stopped seeing it (it may have exited since: a
+        // failed read leaves the last name).
+        if let Ok(tid) = read_field::<i32>(slot.last_in as *const u8, TASK_PID_OFF.load()) {
+            slot.hidden_tid = tid as u32;
+        }
+    }
+    slot.last_in = next;
 }
 
 /// Ends the run-queue wait of the task switched in.

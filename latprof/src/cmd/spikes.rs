@@ -115,7 +115,7 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
         "latprof: {total} spikes; submitted {submitted}, reader wakeups sent {woken}, suppressed {suppressed}, dropped {dropped}, reader sleeps {}",
         reader.sleeps
     );
-    for loss in c.losses() {
+    for loss in last.losses() {
         eprintln!("latprof: warning: {loss}");
     }
     Ok(())

@@ -96,7 +96,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
             "latprof: {kthreads} sleeps of kernel threads and {no_mm} of exiting tasks without a memory map kept out of the global table, as latencytop does"
         );
     }
-    for loss in c.losses() {
+    for loss in snap.losses() {
         eprintln!("latprof: warning: {loss}");
     }
     Ok(())

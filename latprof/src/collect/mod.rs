@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::{Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap};
 use latprof_common::{
-    COUNTER_COUNT, Counter, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, NO_STACK,
-    RUNQ_STACK, RawStack, TICK_COUNTER_COUNT, TaskState,
+    COUNTER_COUNT, Counter, CpuSwitch, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord,
+    NO_STACK, RUNQ_STACK, RawStack, TICK_COUNTER_COUNT, TaskState,
 };
 
 use crate::probe::{Mode, Probe, names};
@@ -126,12 +126,56 @@ pub struct Snapshot {
     pub wall_ns: u64,
     /// Tick and time-accounting counters per CPU (index: CPU), by `TickCounter`.
     pub ticks: Vec<TickCounts>,
+    /// Per CPU, the tid of the last task during whose time there switches went unseen (0:
+    /// none); live only, recordings do not keep it.
+    pub hidden_tids: Vec<u32>,
 }
 
 /// One CPU's tick counters, by `TickCounter`.
 pub type TickCounts = [u64; TICK_COUNTER_COUNT as usize];
 
 impl Snapshot {
+    /// Human lines for everything lost or approximated; where the kernel hid switches (it ran
+    /// no BPF program while some task was on a CPU), the lost sleeps say so and name that task.
+    #[must_use]
+    pub fn losses(&self) -> Vec<String> {
+        let c = &self.counters;
+        let hidden = c.get(Counter::SwitchesHidden);
+        let mut tids: Vec<u32> = self
+            .hidden_tids
+            .iter()
+            .copied()
+            .filter(|&t| t != 0)
+            .collect();
+        tids.sort_unstable();
+        tids.dedup();
+        let lost = c.get(Counter::SleepLost);
+        let mut out = c.losses();
+        if hidden > 0 && !tids.is_empty() {
+            let who: Vec<String> = tids
+                .iter()
+                .map(|tid| {
+                    let comm = std::fs::read_to_string(format!("/proc/{tid}/comm"))
+                        .map_or_else(|_| "exited".to_owned(), |c| c.trim().to_owned());
+                    format!("tid {tid} ({comm})")
+                })
+                .collect();
+            let line = format!(
+                "{hidden} switches hidden: the kernel ran no BPF program while {} was on a CPU",
+                who.join(", ")
+            );
+            if lost > 0 {
+                // The lost sleeps' wakeups were in those windows, as far as latprof can tell.
+                if let Some(l) = out.iter_mut().find(|l| l.contains("sleeps lost")) {
+                    *l = format!("{lost} sleeps lost: their wakeups were hidden ({line})");
+                }
+            } else {
+                out.push(line);
+            }
+        }
+        out
+    }
+
     /// Every global cause by stack id: the kernel's table plus, in lazy mode, the live tasks'
     /// records (those merge into the kernel table only when the task exits).
     #[must_use]
@@ -335,6 +379,7 @@ impl Collector {
             histograms,
             programs,
             ticks: read_ticks(probe)?,
+            hidden_tids: read_hidden(probe)?,
             taken_ns: crate::time::monotonic_ns(),
             wall_ns: crate::time::wall_ns(),
         })
@@ -356,6 +401,18 @@ fn read_ticks(probe: &Probe) -> Result<Vec<TickCounts>> {
         }
     }
     Ok(out)
+}
+
+/// Each CPU's last hidden task (0: none).
+fn read_hidden(probe: &Probe) -> Result<Vec<u32>> {
+    let map: PerCpuArray<&MapData, CpuSwitch> = PerCpuArray::try_from(
+        probe
+            .ebpf()
+            .map(names::MAP_LAST_SWITCH)
+            .context("no LAST_SWITCH map")?,
+    )?;
+    let values = map.get(&0, 0).context("read LAST_SWITCH")?;
+    Ok(values.iter().map(|s| s.hidden_tid).collect())
 }
 
 /// A kernel `comm` (NUL-padded, at most 16 bytes) as text.

@@ -32,10 +32,12 @@ pub const MAP_CPU_CACHE: &str = "CPU_CACHE";
 pub const MAP_LEARNT: &str = "LEARNT";
 /// The stack cache's bounded scan: where it is, per CPU (kernels without bpf_loop).
 pub const MAP_SCAN_POS: &str = "SCAN_POS";
+/// Each CPU's last seen switch (hidden switches).
+pub const MAP_LAST_SWITCH: &str = "LAST_SWITCH";
 /// Per-CPU scratch for a task's state.
 pub const MAP_SCRATCH: &str = "SCRATCH";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 17] = [
+pub const MAPS: [&str; 18] = [
     MAP_TASKS,
     MAP_GLOBAL_LATENCY,
     MAP_MERGED,
@@ -53,6 +55,7 @@ pub const MAPS: [&str; 17] = [
     MAP_LEARNT,
     MAP_SCAN_POS,
     MAP_SCRATCH,
+    MAP_LAST_SWITCH,
 ];
 
 pub const PROG_SCHED_SWITCH: &str = "sched_switch";

@@ -511,6 +511,8 @@ impl State {
             taken_ns: body.taken_ns,
             wall_ns: body.wall_ns,
             ticks: body.ticks,
+            // Live only: which task hid switches names it for the live warning.
+            hidden_tids: Vec::new(),
         };
     }
 }

@@ -130,10 +130,30 @@ pub fn interrupt(child: Child, mut stderr: BufReader<ChildStderr>) -> (Output, S
     (out, rest)
 }
 
-/// The sleeps latprof reported lost ("latprof: warning: N sleeps lost: ..."), 0 if none.
+/// The sleeps latprof reported lost ("latprof: warning: N sleeps lost: ..."), 0 if none. A
+/// loss must have its cause found: switches the kernel hid (it ran no BPF program while some
+/// task was on a CPU, and the wakeups it did there are invisible); any other loss fails.
 pub fn reported_lost(text: &str) -> u64 {
-    text.lines()
-        .find(|l| l.contains("sleeps lost"))
-        .and_then(|l| l.split_whitespace().nth(2))
+    let Some(line) = text.lines().find(|l| l.contains("sleeps lost")) else {
+        return 0;
+    };
+    assert!(
+        line.contains("their wakeups were hidden"),
+        "sleeps lost with no hidden switch to explain them: {line}"
+    );
+    line.split_whitespace()
+        .nth(2)
         .map_or(0, |n| n.parse().expect("lost count"))
+}
+
+/// The same for a snapshot: lost sleeps only where the kernel hid switches.
+pub fn lost_where_hidden(snap: &latprof::collect::Snapshot) -> u64 {
+    use latprof_common::Counter;
+    let lost = snap.counters.get(Counter::SleepLost);
+    let hidden = snap.counters.get(Counter::SwitchesHidden);
+    assert!(
+        lost == 0 || hidden > 0,
+        "{lost} sleeps lost but no switch was hidden: lost for another reason"
+    );
+    lost
 }
