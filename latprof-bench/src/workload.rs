@@ -190,7 +190,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             if let Some(cpu) = cpu {
                 pin(*cpu)?;
             }
-            pingpong(*count, *processes, *apart, finish)
+            pingpong(*count, *processes, *apart, finish_with)
         }
         Workload::ExitAio { count, dir } => {
             let path = dir.join(format!("latprof-aio-{}", std::process::id()));
@@ -375,7 +375,9 @@ fn bounce(count: u32, rx: &mut std::fs::File, tx: &mut std::fs::File, first: boo
     Ok(())
 }
 
-fn pingpong(count: u32, processes: bool, apart: bool, finish: impl FnOnce()) -> Result<()> {
+/// With threads, `finish` gets ` slept=N`: the two threads' voluntary context switches during
+/// the ping-pong (each one a sleep, nearly all in pipe_read), a lower bound for the tests.
+fn pingpong(count: u32, processes: bool, apart: bool, finish: impl FnOnce(&str)) -> Result<()> {
     let (mut a_rx, mut b_tx) = pipe()?;
     let (mut b_rx, mut a_tx) = pipe()?;
     if processes {
@@ -396,7 +398,7 @@ fn pingpong(count: u32, processes: bool, apart: bool, finish: impl FnOnce()) -> 
                     pin(0)?;
                 }
                 let result = bounce(count, &mut a_rx, &mut a_tx, true);
-                finish();
+                finish("");
                 drop(a_tx);
                 let mut status = 0;
                 // SAFETY: waiting for our own child.
@@ -409,11 +411,27 @@ fn pingpong(count: u32, processes: bool, apart: bool, finish: impl FnOnce()) -> 
             }
         }
     } else {
-        let other = std::thread::spawn(move || bounce(count, &mut b_rx, &mut b_tx, false));
+        // The other thread reports its sleeps, then stays alive until the work is reported
+        // done (a test reads both threads' records then).
+        let (report, reported) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::spawn(move || {
+            let before = voluntary_switches();
+            let result = bounce(count, &mut b_rx, &mut b_tx, false);
+            let _ = report.send((result, voluntary_switches() - before));
+            let _ = released.recv();
+        });
+        let before = voluntary_switches();
         let result = bounce(count, &mut a_rx, &mut a_tx, true);
-        finish();
+        let slept = voluntary_switches() - before;
+        // The other side's last read ends at end of file.
         drop(a_tx);
-        let other = other
+        let (other, other_slept) = reported
+            .recv()
+            .map_err(|_| anyhow::anyhow!("ping-pong thread panicked"))?;
+        finish(&format!(" slept={}", slept + other_slept));
+        drop(release);
+        handle
             .join()
             .map_err(|_| anyhow::anyhow!("ping-pong thread panicked"))?;
         result.and(other)

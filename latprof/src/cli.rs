@@ -114,6 +114,10 @@ pub struct StatsArgs {
     /// instead of the causes (text format; JSON and OpenMetrics always carry them).
     #[arg(long)]
     pub counters: bool,
+    /// Extra reasons (latencytop.trans format), overriding built-ins (JSON and OpenMetrics
+    /// name each cause's reason).
+    #[arg(long)]
+    pub reasons: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +128,9 @@ pub struct SpikesArgs {
     /// Only this process.
     #[arg(long, short = 'p')]
     pub pid: Option<u32>,
+    /// Extra reasons (latencytop.trans format), overriding built-ins.
+    #[arg(long)]
+    pub reasons: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -36,7 +36,7 @@ pub const HEADER: &str =
     "TIME                PID     TID COMM             K   DURATION CPU    REASON";
 
 pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
-    let reasons = Reasons::builtin();
+    let reasons = Reasons::load(args.reasons.as_deref())?;
     let session = Session::start(
         cli,
         Needs {

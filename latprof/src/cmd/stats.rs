@@ -18,6 +18,7 @@ use crate::{
 };
 
 pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
+    let reasons = Reasons::load(args.reasons.as_deref())?;
     // `--counters` shows latprof's own cost per program run.
     let mut session = Session::start(
         cli,
@@ -59,7 +60,6 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
     } = session;
     log.flush();
     drop(probe);
-    let reasons = Reasons::builtin();
     // The probe already kept only --pid's threads: the global table is that process's, and in
     // lazy mode it also holds its threads that exited.
     let scope = export::Scope {
