@@ -151,8 +151,8 @@ pub struct RecordArgs {
     /// FILE.1, FILE.2, ... up to --keep.
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub rotate: Option<u64>,
-    /// Rotated files kept besides the current one.
-    #[arg(long, default_value_t = 4)]
+    /// Rotated files kept besides the current one (at most 1000).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub keep: u32,
     /// Stop recording before the file grows past SIZE.
     #[arg(long, value_parser = parse_size, value_name = "SIZE", conflicts_with = "rotate")]
@@ -341,6 +341,20 @@ mod tests {
         assert!(parse(&["record"]).is_err());
         assert!(parse(&["record", "-o", "x", "--rotate", "10"]).is_err());
         assert!(parse(&["record", "-o", "x", "--rotate", "1M", "--max-size", "2M"]).is_err());
+        // Each rotation renames every kept slot: an unbounded --keep hung the first one.
+        assert!(
+            parse(&[
+                "record",
+                "-o",
+                "x",
+                "--rotate",
+                "4K",
+                "--keep",
+                "4294967295"
+            ])
+            .is_err()
+        );
+        assert!(parse(&["record", "-o", "x", "--rotate", "4K", "--keep", "1000"]).is_ok());
         assert!(parse(&["dump", "f", "--at", "end", "--from", "start"]).is_err());
         assert!(parse(&["dump", "f", "--to", "end"]).is_err());
         // Times before the end start with '-'.

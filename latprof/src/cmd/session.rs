@@ -16,6 +16,26 @@ use crate::{
     symbols::Kallsyms,
 };
 
+/// `--pid` must name a process: the filter is on the process (thread group), so a thread's id
+/// would match nothing.
+fn check_process(pid: u32) -> Result<()> {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        bail!("no process with pid {pid}");
+    };
+    let tgid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse::<u32>().ok());
+    match tgid {
+        Some(tgid) if tgid != pid => {
+            bail!(
+                "{pid} is a thread of process {tgid}: --pid takes a process id (try --pid {tgid})"
+            )
+        }
+        _ => Ok(()),
+    }
+}
+
 /// What a command needs from its session.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Needs {
@@ -49,10 +69,8 @@ pub struct Session {
 impl Session {
     pub fn start(cli: &Cli, needs: Needs) -> Result<Self> {
         probe::check_privileges()?;
-        if let Some(pid) = needs.pid
-            && std::fs::metadata(format!("/proc/{pid}")).is_err()
-        {
-            bail!("no process with pid {pid}");
+        if let Some(pid) = needs.pid {
+            check_process(pid)?;
         }
         let stop = super::stop_flag()?;
         let syms = Kallsyms::load()?;

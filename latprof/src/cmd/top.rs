@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use ratatui::crossterm::event::{self, Event};
 
 use super::session::{Needs, Session};
@@ -21,6 +21,15 @@ use crate::{
 };
 
 pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
+    // Before anything loads: what top cannot do says so at once.
+    if args.interval < Duration::from_millis(10) {
+        bail!("--interval must be at least 10ms");
+    }
+    if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        bail!(
+            "latprof top needs a terminal (standard output is not one); `latprof stats` or `latprof record` work without"
+        );
+    }
     let reasons = Reasons::load(args.reasons.as_deref())?;
     let session = Session::start(
         cli,

@@ -1,0 +1,78 @@
+//! Bad input on the command line: one clear line on stderr and a non-zero exit, before anything
+//! is loaded into the kernel.
+use std::process::{Command, Output, Stdio};
+
+mod common;
+
+use common::LATPROF;
+
+fn latprof(args: &[&str]) -> Output {
+    Command::new(LATPROF)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run latprof")
+}
+
+/// Exit 1 with exactly one stderr line, which contains `says`.
+fn refused(out: &Output, says: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(says), "{stderr}");
+}
+
+/// `top --interval 0` redrew as fast as it could (106% of a CPU); it is refused like
+/// `record`'s.
+#[test]
+fn top_refuses_an_interval_under_10ms() {
+    refused(
+        &latprof(&["top", "--interval", "0"]),
+        "--interval must be at least 10ms",
+    );
+}
+
+/// Without a terminal `top` loaded its programs and only then failed; now it says so first
+/// (nothing attached, no privileges needed to be told).
+#[test]
+fn top_without_a_terminal_says_so_first() {
+    refused(&latprof(&["top"]), "latprof top needs a terminal");
+}
+
+/// `--pid` filters on the process: a thread's id matched nothing and gave an empty table
+/// without a word.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn pid_of_a_thread_is_refused_with_its_process() {
+    latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
+    let mut work = Command::new(common::workload_bin())
+        .args([
+            "threads",
+            "--count",
+            "2",
+            "--interval",
+            "10ms",
+            "--seconds",
+            "20",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn workload");
+    let pid = work.id();
+    let tid = (0..100)
+        .find_map(|_| {
+            let tid = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .ok()?
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .find(|&t| t != pid);
+            if tid.is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            tid
+        })
+        .expect("a thread of the workload");
+    let out = latprof(&["stats", "--duration", "1s", "--pid", &tid.to_string()]);
+    let _ = work.kill();
+    let _ = work.wait();
+    refused(&out, &format!("{tid} is a thread of process {pid}"));
+}
