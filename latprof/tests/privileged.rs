@@ -268,7 +268,7 @@ fn normal_and_lazy_attempt() {
     };
     let (normal, lazy) = (probe(Mode::Normal), probe(Mode::Lazy));
     work.go();
-    let slept = work.run_facts("slept");
+    let slept = work.wait_fact("slept");
     let nap = |snap: &Snapshot| -> Cause {
         let causes = model::global_causes(snap, &syms, 12);
         let found = frames_with(&causes, "nanosleep");
@@ -339,11 +339,7 @@ fn pipe_pingpong_counts_both_sides() {
     let mut work = Workload::spawn(&["pingpong", "--count", "2000"]);
     let probe = attach(Mode::Lazy, Some(work.pid()));
     work.go();
-    let facts = work.wait_done();
-    let slept = facts
-        .iter()
-        .find_map(|(k, v)| (k == "slept").then_some(*v))
-        .expect("the workload reports slept=");
+    let slept = work.wait_fact("slept");
     let pid = work.pid();
     let pipe_counts = |s: &Snapshot| -> Vec<(u32, u64)> {
         s.tasks
@@ -653,7 +649,7 @@ fn stats_cli_attempt(signal: i32) {
         "programs of latprof stats: {during:?}"
     );
     work.go();
-    let slept = work.run_facts("slept");
+    let slept = work.wait_fact("slept");
     work.release();
     let pid = i32::try_from(stats.id()).expect("pid");
     // SAFETY: signalling our own child.

@@ -105,7 +105,8 @@ fn record_then_dump_without_root_matches_stats() {
     ]);
     let (stats, stats_err) = start(&["stats", "--all-sleeps", "--duration", "60s", "--pid", &pid]);
     // The workload's own longest nanosleep.
-    let own_max_us = work.run("max_ns").expect("the workload reports max_ns") / 1000;
+    work.go();
+    let own_max_us = work.wait_fact("max_ns") / 1000;
     // A snapshot after the work holds all of it.
     std::thread::sleep(Duration::from_millis(600));
     let (stats_out, _) = interrupt(stats, stats_err);

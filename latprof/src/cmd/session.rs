@@ -108,10 +108,4 @@ impl Session {
     pub fn announce(&self) {
         self.probe.announce();
     }
-
-    /// Writes out the last of the debug log and detaches the programs.
-    pub fn stop(mut self) {
-        self.log.flush();
-        drop(self);
-    }
 }

@@ -74,21 +74,19 @@ pub struct TaskSnapshot {
 impl TaskSnapshot {
     /// Adds this task's records into `out`, by stack id (all of them: the task's own view).
     pub fn add_records_to(&self, out: &mut HashMap<u64, GlobalRecord>) {
-        for rec in &self.records {
-            add(
-                out.entry(rec.stack_id).or_default(),
-                rec.count,
-                rec.total_ns,
-                rec.max_ns,
-            );
-        }
+        self.add_to(out, false);
     }
 
     /// Adds the records that belong in the global table into `out` (lazy mode's live view of
     /// what the exit merge will add).
     pub fn add_global_records_to(&self, out: &mut HashMap<u64, GlobalRecord>) {
+        self.add_to(out, true);
+    }
+
+    fn add_to(&self, out: &mut HashMap<u64, GlobalRecord>, global_only: bool) {
         for (i, rec) in self.records.iter().enumerate() {
-            if i < 32 && (self.task_only >> i) & 1 != 0 {
+            // One `task_only` bit per record (at most 32 records).
+            if global_only && i < 32 && (self.task_only >> i) & 1 != 0 {
                 continue;
             }
             add(

@@ -87,20 +87,12 @@ impl Workload {
             .collect()
     }
 
-    /// Waits for the started work to end; returns the fact `key` it reported (0 if none).
-    pub fn run_facts(&mut self, key: &str) -> u64 {
+    /// Waits for the started work to end; returns the fact `key` it reported, which it must.
+    pub fn wait_fact(&mut self, key: &str) -> u64 {
         self.wait_done()
             .into_iter()
             .find_map(|(k, v)| (k == key).then_some(v))
-            .unwrap_or(0)
-    }
-
-    /// Starts the work and waits for it to end; returns the fact `key` it reported.
-    pub fn run(&mut self, key: &str) -> Option<u64> {
-        self.go();
-        self.wait_done()
-            .into_iter()
-            .find_map(|(k, v)| (k == key).then_some(v))
+            .unwrap_or_else(|| panic!("the workload did not report {key}="))
     }
 
     /// Lets the workload exit and checks that it succeeded.
