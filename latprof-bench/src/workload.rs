@@ -43,6 +43,16 @@ pub enum Workload {
         #[arg(long)]
         print_proc_latency: bool,
     },
+    /// Runs a command as a child and writes its resource use to `report`: its peak resident
+    /// memory and CPU time, its exit code or signal. The child is forked from this small
+    /// process, so its peak is its own (a child spawned by a test process inherits the test's
+    /// peak through exec).
+    Measure {
+        #[arg(long)]
+        report: PathBuf,
+        #[arg(required = true, trailing_var_arg = true)]
+        command: Vec<String>,
+    },
     /// `count` times: write 4 KiB to a file in `dir` and fsync it.
     Fsync {
         #[arg(long, default_value_t = 50)]
@@ -250,6 +260,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             finish();
             Ok(())
         }
+        Workload::Measure { report, command } => measure(report, command),
         Workload::LoadedPrograms => {
             for program in aya::programs::loaded_programs() {
                 let info = program.context("listing the kernel's BPF programs")?;
@@ -289,6 +300,40 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `measure`: runs `command`, waits for it with its rusage, writes
+/// `code=C signal=S maxrss_kib=M cpu_s=T` to `report`.
+fn measure(report: &std::path::Path, command: &[String]) -> Result<()> {
+    use std::os::unix::process::ExitStatusExt as _;
+    let child = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .spawn()
+        .with_context(|| format!("starting {}", command[0]))?;
+    let pid = libc::pid_t::try_from(child.id()).context("pid")?;
+    let mut status = 0;
+    // SAFETY: all-zero is a valid rusage.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our child, not yet reaped; the pointers are to live locals.
+    if unsafe { libc::wait4(pid, &raw mut status, 0, &raw mut usage) } != pid {
+        return Err(std::io::Error::last_os_error()).context("wait4");
+    }
+    // Reaped above: the Child handle has nothing left to wait for.
+    std::mem::forget(child);
+    let status = std::process::ExitStatus::from_raw(status);
+    #[expect(clippy::cast_precision_loss, reason = "seconds for a report")]
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    std::fs::write(
+        report,
+        format!(
+            "code={} signal={} maxrss_kib={} cpu_s={:.3}\n",
+            status.code().unwrap_or(-1),
+            status.signal().unwrap_or(0),
+            usage.ru_maxrss,
+            secs(usage.ru_utime) + secs(usage.ru_stime)
+        ),
+    )
+    .with_context(|| format!("writing {}", report.display()))
 }
 
 /// Forks a child process that runs `work` and exits without running the parent's destructors.

@@ -14,6 +14,7 @@ pub mod probe;
 pub mod reasons;
 pub mod store;
 pub mod symbols;
+pub mod text;
 pub mod time;
 pub mod tui;
 

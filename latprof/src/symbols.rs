@@ -104,6 +104,28 @@ impl Kallsyms {
             .map(|i| (self.syms[i].0, self.syms[i].1.as_str()))
     }
 
+    /// `addr` as a recording stores it, so that a file any user may read gives no kernel
+    /// address away (KASLR): the rank of its symbol in this table (from 1) above the offset
+    /// into the symbol (24 bits, clamped); 0 before the first symbol. The order of addresses is
+    /// kept at every symbol's start, so the ranges of scheduler and lock text, published the
+    /// same way, contain the same frames.
+    #[must_use]
+    pub fn public_addr(&self, addr: u64) -> u64 {
+        const OFFSET_BITS: u32 = 24;
+        let i = self.syms.partition_point(|(a, _)| *a <= addr);
+        i.checked_sub(1).map_or(0, |i| {
+            let offset = (addr - self.syms[i].0).min((1 << OFFSET_BITS) - 1);
+            ((i as u64 + 1) << OFFSET_BITS) | offset
+        })
+    }
+
+    /// The ranges of scheduler and lock text as [`Kallsyms::public_addr`] writes them.
+    #[must_use]
+    pub fn public_ranges(&self) -> (Range<u64>, Range<u64>) {
+        let public = |r: &Range<u64>| self.public_addr(r.start)..self.public_addr(r.end);
+        (public(&self.sched_text), public(&self.lock_text))
+    }
+
     /// The function containing `addr`.
     #[must_use]
     pub fn name(&self, addr: u64) -> Option<&str> {

@@ -82,6 +82,37 @@ fn line_with(text: &str, needle: &str) -> (u64, u64, u64, String) {
     (c, t, m, words.next().expect("frames").to_owned())
 }
 
+/// A recording any user may read gives no kernel address away (KASLR): no number in it lies
+/// where root's /proc/kallsyms puts kernel text or modules.
+fn assert_no_kernel_address(file: &Path) {
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("kallsyms");
+    let addrs: Vec<u64> = kallsyms
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let addr = u64::from_str_radix(words.next()?, 16).ok()?;
+            // Text: what backtraces hold (per-CPU data has small offsets for addresses).
+            matches!(words.next()?, "t" | "T").then_some(addr)
+        })
+        .filter(|a| *a != 0)
+        .collect();
+    let low = *addrs.iter().min().expect("root sees addresses");
+    let high = addrs.iter().max().expect("addresses") + (16 << 20);
+    let bytes = std::fs::read(file).expect("recording");
+    let numbers = latprof::store::numbers_in(&bytes).expect("frames decode");
+    assert!(numbers.len() > 1000, "{} numbers", numbers.len());
+    let leaked: Vec<String> = numbers
+        .iter()
+        .filter(|v| (low..high).contains(*v))
+        .map(|v| format!("{v:x}"))
+        .collect();
+    assert!(leaked.is_empty(), "kernel addresses in {}: {leaked:?}", file.display());
+    // Shared as it is: readable by others (the test reads it as nobody below).
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(file).expect("metadata").permissions().mode();
+    assert_eq!(mode & 0o004, 0o004, "mode {mode:o}");
+}
+
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn record_then_dump_without_root_matches_stats() {
@@ -113,6 +144,7 @@ fn record_then_dump_without_root_matches_stats() {
     let (_, rec_summary) = interrupt(recorder, rec_err);
     assert!(rec_summary.contains("snapshots in"), "{rec_summary}");
     let stats_text = String::from_utf8(stats_out.stdout).expect("utf-8");
+    assert_no_kernel_address(&file);
 
     // The workload is still alive (held), so the recording's last snapshot has its records.
     let dump = as_nobody(&["dump", path, "--pid", &pid]);

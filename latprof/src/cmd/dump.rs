@@ -59,8 +59,8 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
             rec.spikes_not_recorded
         );
     }
-    let cur = rec.snapshot(at);
-    let base = base.map(|b| rec.snapshot(b));
+    let cur = rec.snapshot(at)?;
+    let base = base.map(|b| rec.snapshot(b)).transpose()?;
     let after = base.as_ref().map_or(0, |b| b.taken_ns);
     let spikes: Vec<Spike> = rec
         .spikes

@@ -37,7 +37,7 @@ pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
     };
     let interval = Duration::from_nanos(rec.info.interval_ns.max(10_000_000));
     let stop = super::stop_flag()?;
-    let mut replay = Replay::new(rec, settings, at, mark);
+    let mut replay = Replay::new(rec, settings, at, mark)?;
     let mut guard = TerminalGuard::new()?;
     let mut last_tick = Instant::now();
     while !replay.app.quit && !stop.load(Ordering::Relaxed) {
@@ -52,5 +52,6 @@ pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
             replay.tick();
         }
     }
-    Ok(())
+    drop(guard);
+    replay.failed.map_or(Ok(()), Err)
 }

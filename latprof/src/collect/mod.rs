@@ -154,7 +154,10 @@ impl Snapshot {
                 .iter()
                 .map(|tid| {
                     let comm = std::fs::read_to_string(format!("/proc/{tid}/comm"))
-                        .map_or_else(|_| "exited".to_owned(), |c| c.trim().to_owned());
+                        .map_or_else(
+                            |_| "exited".to_owned(),
+                            |c| crate::text::printable(c.trim_end_matches('\n')).into_owned(),
+                        );
                     format!("tid {tid} ({comm})")
                 })
                 .collect();
@@ -413,11 +416,12 @@ fn read_hidden(probe: &Probe) -> Result<Vec<u32>> {
     Ok(values.iter().map(|s| s.hidden_tid).collect())
 }
 
-/// A kernel `comm` (NUL-padded, at most 16 bytes) as text.
+/// A kernel `comm` (NUL-padded, at most 16 bytes) as text, its control characters escaped:
+/// any user names their threads.
 #[must_use]
 pub fn comm_str(comm: &[u8; 16]) -> String {
     let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..len]).into_owned()
+    crate::text::printable(&String::from_utf8_lossy(&comm[..len])).into_owned()
 }
 
 fn task_snapshot(tid: u32, state: &TaskState) -> TaskSnapshot {

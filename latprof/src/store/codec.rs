@@ -1,5 +1,8 @@
 //! The bytes inside a frame: LEB128 varints, length-prefixed strings. The decoder checks every
-//! length against what is left, so damaged input is an error, never a panic or a huge allocation.
+//! length against what is left, so damaged input is an error, never a panic or a huge allocation,
+//! and charges what the decoded items will take in memory to a budget: a hostile file whose few
+//! bytes declare millions of items (two bytes on disk, thirty-two in memory) runs out of budget
+//! instead of memory.
 
 use super::FormatError;
 
@@ -42,12 +45,43 @@ impl Enc {
 pub struct Dec<'a> {
     data: &'a [u8],
     pos: usize,
+    /// Bytes of memory the decoded items may still take.
+    budget: u64,
+    /// Bytes charged so far.
+    charged: u64,
 }
 
 impl<'a> Dec<'a> {
+    /// A decoder for data latprof has decoded within a budget before (or wrote itself).
     #[must_use]
     pub fn new(data: &'a [u8]) -> Self {
-        Self { data, pos: 0 }
+        Self::with_budget(data, u64::MAX)
+    }
+
+    /// A decoder whose items may take at most `budget` bytes of memory.
+    #[must_use]
+    pub fn with_budget(data: &'a [u8], budget: u64) -> Self {
+        Self {
+            data,
+            pos: 0,
+            budget,
+            charged: 0,
+        }
+    }
+
+    /// Bytes of memory the items decoded so far take (an estimate: item sizes, not the
+    /// allocator's rounding).
+    #[must_use]
+    pub fn charged(&self) -> u64 {
+        self.charged
+    }
+
+    fn charge(&mut self, bytes: u64) -> Result<(), FormatError> {
+        self.charged = self.charged.saturating_add(bytes);
+        if self.charged > self.budget {
+            return Err(FormatError::TooBig);
+        }
+        Ok(())
     }
 
     #[must_use]
@@ -87,21 +121,27 @@ impl<'a> Dec<'a> {
         }
     }
 
-    /// A count of items that each take at least `min_item_bytes`: bounded by what is left.
-    pub fn len(&mut self, min_item_bytes: usize) -> Result<usize, FormatError> {
+    /// A count of items that each take at least `min_item_bytes` in the data and `item_size`
+    /// bytes in memory: bounded by what is left of the data, and charged to the budget.
+    pub fn len(&mut self, min_item_bytes: usize, item_size: usize) -> Result<usize, FormatError> {
         let n = usize::try_from(self.u64()?).map_err(|_| FormatError::Malformed("length"))?;
         let left = self.data.len() - self.pos;
         if n.saturating_mul(min_item_bytes.max(1)) > left {
             return Err(FormatError::Malformed("length past the end"));
         }
+        self.charge((n as u64).saturating_mul(item_size as u64))?;
         Ok(n)
     }
 
+    /// A string, its control characters escaped: names in a recording come from whoever
+    /// made the file, and every view prints them (see [`crate::text::printable`]).
     pub fn str(&mut self) -> Result<String, FormatError> {
-        let n = self.len(1)?;
+        let n = self.len(1, 1)?;
         let bytes = &self.data[self.pos..self.pos + n];
         self.pos += n;
-        String::from_utf8(bytes.to_vec()).map_err(|_| FormatError::Malformed("string not UTF-8"))
+        let s = std::str::from_utf8(bytes)
+            .map_err(|_| FormatError::Malformed("string not UTF-8"))?;
+        Ok(crate::text::printable(s).into_owned())
     }
 }
 
@@ -134,6 +174,7 @@ mod tests {
         assert_eq!(d.str().unwrap(), "hrtimer_nanosleep [mod]");
         assert!(d.bool().unwrap());
         assert!(d.is_empty());
+        assert!(d.charged() > 0);
         assert!(d.u64().is_err());
     }
 
@@ -148,7 +189,13 @@ mod tests {
         // A string longer than the data.
         assert!(Dec::new(&[5, b'a']).str().is_err());
         // A count that cannot fit.
-        assert!(Dec::new(&[0xff, 0xff, 0x03]).len(8).is_err());
+        assert!(Dec::new(&[0xff, 0xff, 0x03]).len(8, 8).is_err());
+        // A count that fits the data but not the memory budget.
+        let mut e = Enc::default();
+        e.usize(1000);
+        e.buf.extend([0; 1000]);
+        assert_eq!(Dec::with_budget(&e.buf, 31_999).len(1, 32), Err(FormatError::TooBig));
+        assert_eq!(Dec::with_budget(&e.buf, 32_000).len(1, 32), Ok(1000));
         assert!(Dec::new(&[2]).bool().is_err());
     }
 }

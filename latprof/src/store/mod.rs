@@ -64,6 +64,8 @@ pub enum FormatError {
     Malformed(&'static str),
     #[error("the recording holds no complete snapshot{0}")]
     NoSnapshot(String),
+    #[error("decodes to more than latprof writes or than this file's size allows")]
+    TooBig,
 }
 
 /// Facts about the machine and the run, in every key frame.
@@ -151,10 +153,10 @@ impl crate::probe::KernelFacts {
             context_tracking_user: decode_opt_bool(d)?,
             ..Self::default()
         };
-        for _ in 0..d.len(1)? {
+        for _ in 0..d.len(1, size_of::<u32>())? {
             f.nohz_full_cpus.push(d.u32()?);
         }
-        for _ in 0..d.len(2)? {
+        for _ in 0..d.len(2, size_of::<(String, bool)>())? {
             f.tick_sources.push((d.str()?, d.bool()?));
         }
         Ok(f)
@@ -175,7 +177,7 @@ impl crate::probe::KernelFacts {
         let cost = d.str()?;
         self.programs = (!programs.is_empty()).then_some(programs);
         self.programs_cost = (!cost.is_empty()).then_some(cost);
-        for _ in 0..d.len(1)? {
+        for _ in 0..d.len(1, size_of::<String>())? {
             self.fallbacks.push(d.str()?);
         }
         Ok(())
@@ -365,16 +367,16 @@ impl Body {
             wall_ns: d.u64()?,
             ..Self::default()
         };
-        for _ in 0..d.len(2)? {
+        for _ in 0..d.len(2, size_of::<(u64, Vec<u64>)>())? {
             let id = d.u64()?;
-            let n = d.len(1)?;
+            let n = d.len(1, size_of::<u64>())?;
             let mut frames = Vec::with_capacity(n);
             for _ in 0..n {
                 frames.push(d.u64()?);
             }
             b.stacks.push((id, frames));
         }
-        for _ in 0..d.len(2)? {
+        for _ in 0..d.len(2, size_of::<(u64, String)>())? {
             b.syms.push((d.u64()?, d.str()?));
         }
         Ok(b)
@@ -385,16 +387,16 @@ impl Body {
         b.mode = decode_mode(d)?;
         b.skip_kthreads = d.bool()?;
         b.retries = d.u32()?;
-        for _ in 0..d.len(1)? {
+        for _ in 0..d.len(1, size_of::<u64>())? {
             b.counters.push(d.u64()?);
         }
-        for _ in 0..d.len(3)? {
+        for _ in 0..d.len(3, size_of::<(String, u64, u64)>())? {
             b.programs.push((d.str()?, d.u64()?, d.u64()?));
         }
-        for _ in 0..d.len(1)? {
+        for _ in 0..d.len(1, size_of::<u32>())? {
             b.tasks_gone.push(d.u32()?);
         }
-        for _ in 0..d.len(5)? {
+        for _ in 0..d.len(5, size_of::<TaskSnapshot>())? {
             let mut t = TaskSnapshot {
                 tid: d.u32()?,
                 tgid: d.u32()?,
@@ -403,7 +405,7 @@ impl Body {
                 records: Vec::new(),
                 task_only: if version >= 4 { d.u32()? } else { 0 },
             };
-            for _ in 0..d.len(4)? {
+            for _ in 0..d.len(4, size_of::<LatencyRecord>())? {
                 t.records.push(LatencyRecord {
                     stack_id: d.u64()?,
                     count: d.u64()?,
@@ -413,10 +415,10 @@ impl Body {
             }
             b.tasks.push(t);
         }
-        for _ in 0..d.len(1)? {
+        for _ in 0..d.len(1, size_of::<u64>())? {
             b.global_gone.push(d.u64()?);
         }
-        for _ in 0..d.len(4)? {
+        for _ in 0..d.len(4, size_of::<(u64, GlobalRecord)>())? {
             let id = d.u64()?;
             b.global.push((
                 id,
@@ -427,10 +429,10 @@ impl Body {
                 },
             ));
         }
-        for _ in 0..d.len(1)? {
+        for _ in 0..d.len(1, size_of::<u64>())? {
             b.hist_gone.push(d.u64()?);
         }
-        for _ in 0..d.len(1 + HIST_BUCKETS)? {
+        for _ in 0..d.len(1 + HIST_BUCKETS, size_of::<(u64, Histogram)>())? {
             let id = d.u64()?;
             let mut h = [0u32; HIST_BUCKETS];
             for n in &mut h {
@@ -439,9 +441,10 @@ impl Body {
             b.histograms.push((id, h));
         }
         if version >= 2 {
-            for _ in 0..d.len(1)? {
+            for _ in 0..d.len(1, size_of::<TickCounts>())? {
                 let mut cpu: TickCounts = [0; TICK_COUNTER_COUNT as usize];
-                for i in 0..d.len(1)? {
+                // Counters past the ones this latprof knows are read and dropped.
+                for i in 0..d.len(1, 0)? {
                     let v = d.u64()?;
                     if let Some(slot) = cpu.get_mut(i) {
                         *slot = v;
@@ -552,7 +555,7 @@ pub fn decode_spikes(
     let not_recorded = d.u64()?;
     let mut out = Vec::new();
     let mut end_ns: u64 = 0;
-    for _ in 0..d.len(8)? {
+    for _ in 0..d.len(8, size_of::<crate::collect::Spike>())? {
         end_ns = end_ns
             .checked_add(d.u64()?)
             .ok_or(FormatError::Malformed("spike time overflows"))?;
@@ -568,6 +571,34 @@ pub fn decode_spikes(
         });
     }
     Ok((out, sleeps, not_recorded))
+}
+
+/// Every varint and every little-endian u64 at every offset of every frame of a recording,
+/// decoded: what a test checks for kernel addresses a shared file must not give away.
+#[must_use]
+pub fn numbers_in(bytes: &[u8]) -> Option<Vec<u64>> {
+    let mut out = Vec::new();
+    let mut pos = FILE_HEADER_LEN;
+    while pos + FRAME_HEADER_LEN <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().ok()?) as usize;
+        let raw_len = u32::from_le_bytes(bytes[pos + 10..pos + 14].try_into().ok()?) as usize;
+        let stored = bytes.get(pos + FRAME_HEADER_LEN..pos + FRAME_HEADER_LEN + len)?;
+        let payload = if bytes[pos + 9] & FLAG_ZSTD != 0 {
+            zstd::bulk::decompress(stored, raw_len).ok()?
+        } else {
+            stored.to_vec()
+        };
+        for at in 0..payload.len() {
+            if let Ok(v) = Dec::new(&payload[at..]).u64() {
+                out.push(v);
+            }
+            if let Some(b) = payload.get(at..at + 8) {
+                out.push(u64::from_le_bytes(b.try_into().ok()?));
+            }
+        }
+        pos += FRAME_HEADER_LEN + len;
+    }
+    Some(out)
 }
 
 /// Counters the recording knows; a later latprof with more counters still reads the first ones.

@@ -1,19 +1,49 @@
 //! Opens a recording: checks the header, indexes every whole frame (checksum, decode), keeps what
 //! is intact and says what is not, and rebuilds the snapshot at any index.
-use std::{cell::RefCell, ops::Range, path::Path};
+//!
+//! Any user may hand latprof a file, so reading one is bounded: the file is read a frame at a
+//! time (never whole), frames decode to at most [`DECODE_PER_BYTE`] times the file's size in all
+//! (a compression bomb stops there), and what the reader keeps in memory (symbols, spikes, the
+//! largest snapshot it will rebuild) stays under [`MEMORY_PER_BYTE`] times the file's size. Both
+//! have a floor, so small files are never refused for their size. latprof's own recordings use a
+//! small part of either: measured, frames decode to 1.8 times their stored size (2.6 at most).
+use std::{
+    cell::RefCell,
+    collections::{HashMap, HashSet},
+    fs::File,
+    io,
+    os::unix::fs::FileExt as _,
+    path::Path,
+};
 
 use anyhow::{Context as _, Result};
+use latprof_common::{GlobalRecord, Histogram, LatencyRecord};
 
 use super::{
     Body, FILE_HEADER_LEN, FLAG_ZSTD, FRAME_HEADER_LEN, FormatError, KIND_DELTA, KIND_END,
     KIND_KEY, MAGIC, MAX_FRAME, RecordingInfo, SYNC, State, VERSION, codec::Dec,
 };
-use crate::{collect::Snapshot, symbols::Kallsyms};
+use crate::{
+    collect::{Snapshot, Spike, TaskSnapshot},
+    symbols::Kallsyms,
+};
+
+/// Frames may decode to this many bytes, plus this many per byte of the file, in all.
+pub const DECODE_FLOOR: u64 = 64 << 20;
+pub const DECODE_PER_BYTE: u64 = 64;
+/// What the reader keeps (symbols, spikes, the index, a rebuilt snapshot) may take this many
+/// bytes of memory, plus this many per byte of the file.
+pub const MEMORY_FLOOR: u64 = 64 << 20;
+pub const MEMORY_PER_BYTE: u64 = 32;
+/// Problems listed one by one; the rest are counted.
+const PROBLEMS_LISTED: usize = 10;
 
 /// A snapshot that can be rebuilt: its frame and the key frame its chain starts at.
 #[derive(Clone, Debug)]
 struct Entry {
-    payload: Range<usize>,
+    /// Where the frame's header starts.
+    at: u64,
+    stored_len: usize,
     compressed: bool,
     raw_len: usize,
     key: bool,
@@ -23,29 +53,73 @@ struct Entry {
     wall_ns: u64,
 }
 
+/// Where a recording's bytes are: an open file, read a frame at a time, or bytes in memory.
+enum Source {
+    File(File, u64),
+    Bytes(Vec<u8>),
+}
+
+impl Source {
+    fn len(&self) -> u64 {
+        match self {
+            Self::File(_, len) => *len,
+            Self::Bytes(b) => b.len() as u64,
+        }
+    }
+
+    /// `len` bytes at `at`, or fewer where the source ends.
+    fn read(&self, at: u64, len: usize) -> io::Result<Vec<u8>> {
+        let len = usize::try_from(self.len().saturating_sub(at))
+            .unwrap_or(usize::MAX)
+            .min(len);
+        match self {
+            Self::File(f, _) => {
+                let mut buf = vec![0; len];
+                f.read_exact_at(&mut buf, at)?;
+                Ok(buf)
+            }
+            Self::Bytes(b) => {
+                let at = usize::try_from(at).unwrap_or(usize::MAX).min(b.len());
+                Ok(b[at..at + len.min(b.len() - at)].to_vec())
+            }
+        }
+    }
+
+    /// The next frame mark at or after `from`.
+    fn find_sync(&self, from: u64) -> io::Result<Option<u64>> {
+        const CHUNK: usize = 64 << 10;
+        let mut at = from;
+        while at < self.len() {
+            let chunk = self.read(at, CHUNK)?;
+            if let Some(i) = chunk.windows(SYNC.len()).position(|w| w == SYNC) {
+                return Ok(Some(at + i as u64));
+            }
+            if chunk.len() < CHUNK {
+                break;
+            }
+            // A mark split across two chunks is found in the next one.
+            at += (CHUNK - SYNC.len() + 1) as u64;
+        }
+        Ok(None)
+    }
+}
+
 pub struct Recording {
     pub version: u16,
     pub info: RecordingInfo,
     /// Symbols of every backtrace in the recording.
     pub syms: Kallsyms,
-    /// What was damaged or missing, one line each.
+    /// What was damaged or missing, one line each (the first few; then how many more).
     pub problems: Vec<String>,
     /// Why the recorder stopped, when it finished cleanly.
     pub end: Option<String>,
     /// Spike events in the order they ended, with the reader's sleep count at each frame.
-    pub spikes: Vec<(crate::collect::Spike, u64)>,
+    pub spikes: Vec<(Spike, u64)>,
     /// Spikes the recorder left out (over `record --max-spikes` in an interval).
     pub spikes_not_recorded: u64,
-    data: Vec<u8>,
+    source: Source,
     entries: Vec<Entry>,
     cache: RefCell<Option<(usize, State)>>,
-}
-
-fn find_sync(data: &[u8], from: usize) -> Option<usize> {
-    data.get(from..)?
-        .windows(SYNC.len())
-        .position(|w| w == SYNC)
-        .map(|i| from + i)
 }
 
 fn le_u32(b: &[u8]) -> u32 {
@@ -68,33 +142,143 @@ fn payload(data: &[u8], compressed: bool, raw_len: usize) -> Result<Vec<u8>, For
     }
 }
 
+/// Opens `path` for reading if it is a regular file: a FIFO would block, a device would never
+/// end. Opened without blocking, so a FIFO is refused, not waited on.
+pub fn open_regular(path: &Path) -> Result<(File, u64)> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if !meta.is_file() {
+        anyhow::bail!("{} is not a regular file", path.display());
+    }
+    Ok((file, meta.len()))
+}
+
+/// The shape of the snapshot the frames so far rebuild (which tasks, records and backtraces),
+/// without the snapshot: what rebuilding it will take in memory, known before replay needs it.
+#[derive(Default)]
+struct Shape {
+    tasks: HashMap<u32, usize>,
+    records: usize,
+    global: HashSet<u64>,
+    hist: HashSet<u64>,
+    stacks: HashMap<u64, usize>,
+    frames: usize,
+}
+
+impl Shape {
+    fn apply(&mut self, body: &Body, key: bool) {
+        if key {
+            *self = Self::default();
+        }
+        for (id, frames) in &body.stacks {
+            if let Some(old) = self.stacks.insert(*id, frames.len()) {
+                self.frames -= old;
+            }
+            self.frames += frames.len();
+        }
+        for tid in &body.tasks_gone {
+            self.records -= self.tasks.remove(tid).unwrap_or(0);
+        }
+        for t in &body.tasks {
+            self.records -= self.tasks.insert(t.tid, t.records.len()).unwrap_or(0);
+            self.records += t.records.len();
+        }
+        for id in &body.global_gone {
+            self.global.remove(id);
+        }
+        self.global.extend(body.global.iter().map(|(id, _)| *id));
+        for id in &body.hist_gone {
+            self.hist.remove(id);
+        }
+        self.hist.extend(body.histograms.iter().map(|(id, _)| *id));
+    }
+
+    /// Bytes of memory a rebuilt snapshot takes: the rebuilding state, the snapshot, and the
+    /// copy a caller gets (three of each, roughly).
+    fn bytes(&self) -> u64 {
+        let each = self.tasks.len() * (size_of::<TaskSnapshot>() + 16)
+            + self.records * size_of::<LatencyRecord>()
+            + self.global.len() * size_of::<(u64, GlobalRecord)>()
+            + self.hist.len() * size_of::<(u64, Histogram)>()
+            + self.stacks.len() * size_of::<(u64, Vec<u64>)>()
+            + self.frames * size_of::<u64>();
+        3 * each as u64
+    }
+}
+
+/// What is left of what reading a file may cost.
+struct Limits {
+    decode_left: u64,
+    memory: u64,
+    /// Memory held so far (symbols, spikes, the index).
+    held: u64,
+}
+
+impl Limits {
+    fn for_len(len: u64) -> Self {
+        Self {
+            decode_left: DECODE_FLOOR.saturating_add(len.saturating_mul(DECODE_PER_BYTE)),
+            memory: MEMORY_FLOOR.saturating_add(len.saturating_mul(MEMORY_PER_BYTE)),
+            held: 0,
+        }
+    }
+}
+
 impl Recording {
     /// Reads and indexes `path`; every error is one line that names the file.
     pub fn open(path: &Path) -> Result<Self> {
-        let data =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        Self::from_bytes(data).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        let (file, len) = open_regular(path)?;
+        Self::read(Source::File(file, len)).map_err(|e| match e {
+            ReadError::Format(e) => anyhow::anyhow!("{}: {e}", path.display()),
+            ReadError::Io(e) => anyhow::anyhow!("cannot read {}: {e}", path.display()),
+        })
     }
 
     pub fn from_bytes(data: Vec<u8>) -> Result<Self, FormatError> {
-        if data.is_empty() {
-            return Err(FormatError::Empty);
+        Self::read(Source::Bytes(data)).map_err(|e| match e {
+            ReadError::Format(e) => e,
+            ReadError::Io(_) => unreachable!("bytes in memory are always read"),
+        })
+    }
+
+    fn problem(&mut self, unlisted: &mut u64, line: String) {
+        if self.problems.len() < PROBLEMS_LISTED {
+            self.problems.push(line);
+        } else {
+            *unlisted += 1;
         }
-        if data.len() < MAGIC.len() || data[..MAGIC.len()] != MAGIC {
-            return Err(FormatError::NotARecording);
+    }
+
+    #[expect(clippy::too_many_lines, reason = "one pass over the frames, every case in order")]
+    fn read(source: Source) -> Result<Self, ReadError> {
+        let head = source.read(0, FILE_HEADER_LEN)?;
+        if head.is_empty() {
+            return Err(FormatError::Empty.into());
         }
-        if data.len() < FILE_HEADER_LEN {
-            return Err(FormatError::NoSnapshot(
-                ": the file ends inside its header".into(),
-            ));
+        if head.len() < MAGIC.len() || head[..MAGIC.len()] != MAGIC {
+            return Err(FormatError::NotARecording.into());
         }
-        let version = u16::from_le_bytes([data[8], data[9]]);
+        if head.len() < FILE_HEADER_LEN {
+            return Err(
+                FormatError::NoSnapshot(": the file ends inside its header".into()).into(),
+            );
+        }
+        let version = u16::from_le_bytes([head[8], head[9]]);
         match version {
-            0 => return Err(FormatError::ZeroVersion),
+            0 => return Err(FormatError::ZeroVersion.into()),
             // Every version up to VERSION is read (1 has no tick counters).
             1..=VERSION => {}
-            v => return Err(FormatError::FutureVersion(v)),
+            v => return Err(FormatError::FutureVersion(v).into()),
         }
+        let file_len = source.len();
+        let mut limits = Limits::for_len(file_len);
         let mut rec = Self {
             version,
             info: RecordingInfo::default(),
@@ -103,32 +287,34 @@ impl Recording {
             end: None,
             spikes: Vec::new(),
             spikes_not_recorded: 0,
-            data: Vec::new(),
+            source,
             entries: Vec::new(),
             cache: RefCell::new(None),
         };
+        let mut unlisted = 0u64;
         let mut syms = Vec::new();
+        let mut shape = Shape::default();
         let mut info: Option<RecordingInfo> = None;
         let mut chain: Option<usize> = None;
         let mut skipped = 0u64;
-        let mut pos = FILE_HEADER_LEN;
-        while pos < data.len() {
-            if data[pos..].len() < FRAME_HEADER_LEN {
-                rec.problems.push(format!(
+        let mut pos = FILE_HEADER_LEN as u64;
+        while pos < file_len {
+            let h = rec.source.read(pos, FRAME_HEADER_LEN)?;
+            if h.len() < FRAME_HEADER_LEN {
+                rec.problem(&mut unlisted, format!(
                     "the recording ends inside a frame header at byte {pos} (the recorder was killed?): replayed up to the last whole frame"
                 ));
                 break;
             }
-            let damaged = |rec: &mut Self, what: &str| {
-                rec.problems.push(format!("frame at byte {pos}: {what}"));
-            };
-            if data[pos..pos + 4] != SYNC {
-                damaged(
-                    &mut rec,
-                    "no frame mark where one should be; skipped to the next",
+            let here = pos;
+            let damaged = |what: &str| format!("frame at byte {here}: {what}");
+            if h[..4] != SYNC {
+                rec.problem(
+                    &mut unlisted,
+                    damaged("no frame mark where one should be; skipped to the next"),
                 );
                 chain = None;
-                match find_sync(&data, pos + 1) {
+                match rec.source.find_sync(pos + 1)? {
                     Some(next) => {
                         pos = next;
                         continue;
@@ -136,33 +322,53 @@ impl Recording {
                     None => break,
                 }
             }
-            let h = &data[pos..pos + FRAME_HEADER_LEN];
             let stored_len = le_u32(&h[4..8]) as usize;
             let kind = h[8];
             let flags = h[9];
             let raw_len = le_u32(&h[10..14]) as usize;
             let crc = le_u32(&h[14..18]);
-            let start = pos + FRAME_HEADER_LEN;
-            let end = start.saturating_add(stored_len);
-            if end > data.len() {
-                if let Some(next) = find_sync(&data, pos + 4) {
-                    damaged(&mut rec, "length runs past the end of the file; skipped");
+            let start = pos + FRAME_HEADER_LEN as u64;
+            let end = start.saturating_add(stored_len as u64);
+            if end > file_len {
+                if let Some(next) = rec.source.find_sync(pos + 4)? {
+                    rec.problem(
+                        &mut unlisted,
+                        damaged("length runs past the end of the file; skipped"),
+                    );
                     chain = None;
                     pos = next;
                     continue;
                 }
-                rec.problems.push(format!(
+                rec.problem(&mut unlisted, format!(
                     "the recording ends inside the frame at byte {pos} (the recorder was killed?): replayed up to the last whole frame"
                 ));
                 break;
             }
+            let compressed = flags & FLAG_ZSTD != 0;
+            if raw_len > MAX_FRAME || stored_len > MAX_FRAME {
+                rec.problem(
+                    &mut unlisted,
+                    damaged("larger than latprof writes; skipped"),
+                );
+                chain = None;
+                pos = end;
+                continue;
+            }
+            let need = raw_len as u64;
+            if need > limits.decode_left || need > limits.memory - limits.held {
+                rec.problem(&mut unlisted, format!(
+                    "from byte {pos} on, the frames decode to more than latprof writes for a file of {file_len} bytes (a compression bomb?): the rest is not read"
+                ));
+                break;
+            }
+            let stored = rec.source.read(start, stored_len)?;
             let mut hasher = crc32fast::Hasher::new();
             hasher.update(&h[4..14]);
-            hasher.update(&data[start..end]);
+            hasher.update(&stored);
             if hasher.finalize() != crc {
-                damaged(&mut rec, "checksum mismatch; skipped");
+                rec.problem(&mut unlisted, damaged("checksum mismatch; skipped"));
                 chain = None;
-                match find_sync(&data, pos + 4) {
+                match rec.source.find_sync(pos + 4)? {
                     Some(next) => {
                         pos = next;
                         continue;
@@ -171,27 +377,19 @@ impl Recording {
                 }
             }
             pos = end;
-            let compressed = flags & FLAG_ZSTD != 0;
-            if raw_len > MAX_FRAME {
-                rec.problems.push(format!(
-                    "frame at byte {}: larger than latprof writes; skipped",
-                    start - FRAME_HEADER_LEN
-                ));
-                chain = None;
-                continue;
-            }
-            let decoded = match payload(&data[start..end], compressed, raw_len) {
+            limits.decode_left -= need;
+            let decoded = match payload(&stored, compressed, raw_len) {
                 Ok(bytes) => bytes,
                 Err(e) => {
-                    rec.problems.push(format!(
-                        "frame at byte {}: {e}; skipped",
-                        start - FRAME_HEADER_LEN
-                    ));
+                    rec.problem(&mut unlisted, damaged(&format!("{e}; skipped")));
                     chain = None;
                     continue;
                 }
             };
-            let mut d = Dec::new(&decoded);
+            drop(stored);
+            let at = start - FRAME_HEADER_LEN as u64;
+            let room = (limits.memory - limits.held).saturating_sub(shape.bytes());
+            let mut d = Dec::with_budget(&decoded, room);
             let parsed = match kind {
                 KIND_KEY => RecordingInfo::decode(&mut d, version)
                     .and_then(|i| Ok((Some(i), Body::decode(&mut d, version)?))),
@@ -200,13 +398,20 @@ impl Recording {
                     // Standalone: damage elsewhere never costs spikes.
                     match super::decode_spikes(&mut d) {
                         Ok((spikes, sleeps, left_out)) if d.is_empty() => {
+                            limits.held += d.charged();
                             rec.spikes.extend(spikes.into_iter().map(|s| (s, sleeps)));
                             rec.spikes_not_recorded = rec.spikes_not_recorded.max(left_out);
                         }
-                        _ => rec.problems.push(format!(
-                            "frame at byte {}: spike events do not decode; skipped",
-                            start - FRAME_HEADER_LEN
-                        )),
+                        Err(FormatError::TooBig) => {
+                            rec.problem(&mut unlisted, format!(
+                                "from byte {at} on, the spikes take more memory than latprof writes for a file of {file_len} bytes: the rest is not read"
+                            ));
+                            break;
+                        }
+                        _ => rec.problem(
+                            &mut unlisted,
+                            format!("frame at byte {at}: spike events do not decode; skipped"),
+                        ),
                     }
                     continue;
                 }
@@ -223,11 +428,17 @@ impl Recording {
             };
             let (frame_info, body) = match parsed {
                 Ok(p) if d.is_empty() => p,
-                Ok(_) | Err(_) => {
-                    rec.problems.push(format!(
-                        "frame at byte {}: contents do not decode; skipped",
-                        start - FRAME_HEADER_LEN
+                Err(FormatError::TooBig) => {
+                    rec.problem(&mut unlisted, format!(
+                        "from byte {at} on, the snapshots take more memory than latprof writes for a file of {file_len} bytes: the rest is not read"
                     ));
+                    break;
+                }
+                Ok(_) | Err(_) => {
+                    rec.problem(
+                        &mut unlisted,
+                        format!("frame at byte {at}: contents do not decode; skipped"),
+                    );
                     chain = None;
                     continue;
                 }
@@ -241,9 +452,24 @@ impl Recording {
                 skipped += 1;
                 continue;
             };
+            shape.apply(&body, key);
+            let kept: u64 = body
+                .syms
+                .iter()
+                .map(|(_, name)| (size_of::<(u64, String)>() + name.len()) as u64)
+                .sum::<u64>()
+                + size_of::<Entry>() as u64;
+            if limits.held + kept + shape.bytes() > limits.memory {
+                rec.problem(&mut unlisted, format!(
+                    "from byte {at} on, the snapshots take more memory than latprof writes for a file of {file_len} bytes: the rest is not read"
+                ));
+                break;
+            }
+            limits.held += kept;
             syms.extend(body.syms);
             rec.entries.push(Entry {
-                payload: start..end,
+                at,
+                stored_len,
                 compressed,
                 raw_len,
                 key,
@@ -253,9 +479,13 @@ impl Recording {
             });
         }
         if skipped > 0 {
-            rec.problems.push(format!(
+            rec.problem(&mut unlisted, format!(
                 "{skipped} snapshots after a damaged frame could not be rebuilt (they build on it) and were left out"
             ));
+        }
+        if unlisted > 0 {
+            rec.problems
+                .push(format!("{unlisted} more problems like these, not listed"));
         }
         let Some(info) = info else {
             let why = if rec.problems.is_empty() {
@@ -263,12 +493,11 @@ impl Recording {
             } else {
                 format!(": {}", rec.problems.join("; "))
             };
-            return Err(FormatError::NoSnapshot(why));
+            return Err(FormatError::NoSnapshot(why).into());
         };
         rec.spikes.sort_by_key(|(s, _)| s.end_ns);
         rec.syms = Kallsyms::from_parts(syms, info.sched_text.clone(), info.lock_text.clone());
         rec.info = info;
-        rec.data = data;
         Ok(rec)
     }
 
@@ -286,7 +515,7 @@ impl Recording {
     /// The last `max` spikes that ended by `until_ns` (CLOCK_MONOTONIC), and the reader's
     /// sleep count then.
     #[must_use]
-    pub fn spikes_until(&self, until_ns: u64, max: usize) -> (Vec<crate::collect::Spike>, u64) {
+    pub fn spikes_until(&self, until_ns: u64, max: usize) -> (Vec<Spike>, u64) {
         let n = self.spikes.partition_point(|(s, _)| s.end_ns <= until_ns);
         let from = n.saturating_sub(max);
         let sleeps = n.checked_sub(1).map_or(0, |i| self.spikes[i].1);
@@ -306,21 +535,36 @@ impl Recording {
         (e.taken_ns, e.wall_ns)
     }
 
-    fn body(&self, i: usize) -> Body {
+    /// Frame `i` read again: the file is read a frame at a time, so a file changed since it
+    /// was opened is an error here (its checksum no longer holds), not a wrong snapshot.
+    fn body(&self, i: usize) -> Result<Body> {
         let e = &self.entries[i];
-        // Every entry decoded once already when the file was indexed.
-        let bytes = payload(&self.data[e.payload.clone()], e.compressed, e.raw_len)
-            .expect("indexed frames decode");
+        let changed = || anyhow::anyhow!("the recording changed since it was opened");
+        let frame = self
+            .source
+            .read(e.at, FRAME_HEADER_LEN + e.stored_len)
+            .context("reading the recording again")?;
+        if frame.len() != FRAME_HEADER_LEN + e.stored_len {
+            return Err(changed());
+        }
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&frame[4..FRAME_HEADER_LEN - 4]);
+        hasher.update(&frame[FRAME_HEADER_LEN..]);
+        if hasher.finalize() != le_u32(&frame[FRAME_HEADER_LEN - 4..FRAME_HEADER_LEN]) {
+            return Err(changed());
+        }
+        // It decoded within the limits when the file was indexed: the same bytes do again.
+        let bytes = payload(&frame[FRAME_HEADER_LEN..], e.compressed, e.raw_len)
+            .map_err(|_| changed())?;
         let mut d = Dec::new(&bytes);
         if e.key {
-            RecordingInfo::decode(&mut d, self.version).expect("indexed frames decode");
+            RecordingInfo::decode(&mut d, self.version).map_err(|_| changed())?;
         }
-        Body::decode(&mut d, self.version).expect("indexed frames decode")
+        Body::decode(&mut d, self.version).map_err(|_| changed())
     }
 
     /// The snapshot at index `i` (clamped), rebuilt from its key frame.
-    #[must_use]
-    pub fn snapshot(&self, i: usize) -> Snapshot {
+    pub fn snapshot(&self, i: usize) -> Result<Snapshot> {
         let i = i.min(self.entries.len() - 1);
         let key_at = self.entries[i].key_at;
         let mut cache = self.cache.borrow_mut();
@@ -328,18 +572,27 @@ impl Recording {
             Some((at, state)) if at >= key_at && at <= i => (at, state),
             _ => {
                 let mut state = State::default();
-                state.apply(self.body(key_at), true);
+                state.apply(self.body(key_at)?, true);
                 (key_at, state)
             }
         };
         while at < i {
             at += 1;
-            state.apply(self.body(at), false);
+            state.apply(self.body(at)?, false);
         }
         let snap = state.snap.clone();
         *cache = Some((at, state));
-        snap
+        Ok(snap)
     }
+}
+
+/// Why a recording could not be read: its contents, or the file.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error(transparent)]
+    Io(#[from] io::Error),
 }
 
 impl Recording {

@@ -118,6 +118,47 @@ pub fn snapshots(n: u64) -> Vec<Snapshot> {
         .collect()
 }
 
+/// `snap` with every backtrace id and frame replaced by what its symbols name (a hash of the
+/// names and offsets): what a recording must keep, since it writes neither the ids nor the
+/// addresses themselves.
+pub fn named(snap: &Snapshot, syms: &Kallsyms) -> Snapshot {
+    use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+    let frame = |ip: u64| {
+        let mut h = DefaultHasher::new();
+        syms.entry(ip).map(|(at, name)| (name, ip - at)).hash(&mut h);
+        h.finish()
+    };
+    let id = |id: u64| {
+        if id >= latprof_common::DEFERRED_STACK {
+            return id;
+        }
+        let mut h = DefaultHasher::new();
+        snap.stacks[&id]
+            .iter()
+            .map(|ip| frame(*ip))
+            .collect::<Vec<_>>()
+            .hash(&mut h);
+        h.finish()
+    };
+    let mut out = snap.clone();
+    out.stacks = snap
+        .stacks
+        .iter()
+        .map(|(k, frames)| (id(*k), frames.iter().map(|ip| frame(*ip)).collect()))
+        .collect();
+    for t in &mut out.tasks {
+        for r in &mut t.records {
+            r.stack_id = id(r.stack_id);
+        }
+    }
+    for (k, _) in &mut out.global {
+        *k = id(*k);
+    }
+    out.global.sort_unstable_by_key(|(k, _)| *k);
+    out.histograms = snap.histograms.iter().map(|(k, h)| (id(*k), *h)).collect();
+    out
+}
+
 pub fn record(snaps: &[Snapshot], options: Options) -> Vec<u8> {
     let dir = std::env::temp_dir().join(format!(
         "latprof-store-{}-{:?}",
@@ -151,22 +192,34 @@ fn every_snapshot_comes_back_as_it_was_written() {
         let r = Recording::from_bytes(bytes).unwrap();
         assert!(r.problems.is_empty(), "{:?}", r.problems);
         assert_eq!(r.end.as_deref(), Some("test"));
-        assert_eq!(r.info, info());
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        let (sched_text, lock_text) = syms.public_ranges();
+        assert_eq!(
+            r.info,
+            RecordingInfo {
+                sched_text,
+                lock_text,
+                ..info()
+            }
+        );
         assert_eq!(r.len(), snaps.len());
         // Forward, backward and jumping across key frames.
         for i in (0..snaps.len())
             .chain((0..snaps.len()).rev())
             .chain([3, 140, 61, 59, 0])
         {
-            assert_eq!(r.snapshot(i), snaps[i], "snapshot {i}, compress {compress}");
+            assert_eq!(
+                named(&r.snapshot(i).unwrap(), &r.syms),
+                named(&snaps[i], &syms),
+                "snapshot {i}, compress {compress}"
+            );
         }
-        let syms = Kallsyms::parse(KALLSYMS).unwrap();
         for ip in [
             0xffff_ffff_8120_0010,
             0xffff_ffff_c000_0042,
             0xffff_ffff_8140_0020,
         ] {
-            assert_eq!(r.syms.name(ip), syms.name(ip));
+            assert_eq!(r.syms.name(syms.public_addr(ip)), syms.name(ip));
         }
     }
 }
@@ -192,6 +245,7 @@ fn deltas_and_compression_keep_the_file_small() {
 #[test]
 fn a_cut_file_replays_up_to_its_last_whole_frame() {
     let snaps = snapshots(70);
+    let syms = Kallsyms::parse(KALLSYMS).unwrap();
     let bytes = record(&snaps, Options::default());
     // Every cut point: never a panic; the count of snapshots only grows with the length.
     let mut prev = 0;
@@ -205,7 +259,7 @@ fn a_cut_file_replays_up_to_its_last_whole_frame() {
                 prev = r.len();
                 assert!(r.end.is_none() || cut + 1 >= bytes.len() - 20);
                 let i = r.len() - 1;
-                assert_eq!(r.snapshot(i), snaps[i]);
+                assert_eq!(named(&r.snapshot(i).unwrap(), &r.syms), named(&snaps[i], &syms));
             }
             Err(e) => assert!(matches!(e, FormatError::NoSnapshot(_)), "cut at {cut}: {e}"),
         }
@@ -217,6 +271,10 @@ fn a_cut_file_replays_up_to_its_last_whole_frame() {
 #[test]
 fn a_flipped_byte_costs_the_frames_up_to_the_next_key_frame() {
     let snaps = snapshots(130);
+    let syms = Kallsyms::parse(KALLSYMS).unwrap();
+    let same = |r: &Recording, i: usize, j: usize| {
+        assert_eq!(named(&r.snapshot(i).unwrap(), &r.syms), named(&snaps[j], &syms));
+    };
     let bytes = record(&snaps, Options::default());
     let r = Recording::from_bytes(bytes.clone()).unwrap();
     assert_eq!(r.len(), 130);
@@ -233,8 +291,8 @@ fn a_flipped_byte_costs_the_frames_up_to_the_next_key_frame() {
     let r = Recording::from_bytes(bad).unwrap();
     // Snapshots 0..3 stay, 3..60 are lost, 60.. come back from the next key frame.
     assert_eq!(r.len(), 3 + 70);
-    assert_eq!(r.snapshot(3), snaps[60]);
-    assert_eq!(r.snapshot(r.len() - 1), snaps[129]);
+    same(&r, 3, 60);
+    same(&r, r.len() - 1, 129);
     assert!(
         r.problems.iter().any(|p| p.contains("checksum")),
         "{:?}",
@@ -245,7 +303,7 @@ fn a_flipped_byte_costs_the_frames_up_to_the_next_key_frame() {
     bad[frames[5] + 5] ^= 0x40;
     let r = Recording::from_bytes(bad).unwrap();
     assert_eq!(r.len(), 5 + 70);
-    assert_eq!(r.snapshot(5), snaps[60]);
+    same(&r, 5, 60);
 }
 
 #[test]
@@ -281,7 +339,16 @@ fn spike_frames_come_back_in_time_order() {
     assert_eq!(sleeps, 20);
     let (last, _) = r.spikes_until(snaps[4].taken_ns, 3);
     assert_eq!(last.len(), 3);
-    assert_eq!(last[2], spike(snaps[4].taken_ns - 100));
+    // The spike names the backtrace the snapshot names (both written through the same key).
+    let id = r.snapshot(4).unwrap().tasks[0].records[0].stack_id;
+    assert_ne!(id, 1);
+    assert_eq!(
+        last[2],
+        crate::collect::Spike {
+            stack_id: id,
+            ..spike(snaps[4].taken_ns - 100)
+        }
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -306,7 +373,7 @@ fn version_1_is_still_read() {
     assert_eq!(r.info.hostname, info().hostname);
     let mut expect = snaps[2].clone();
     expect.ticks.clear();
-    assert_eq!(r.snapshot(2), expect);
+    assert_eq!(r.snapshot(2).unwrap(), expect);
 }
 
 /// A whole snapshot as a frame body (a key frame's).
@@ -378,8 +445,14 @@ fn rotation_keeps_a_bounded_set_of_complete_files() {
     let newest = Recording::open(&path).unwrap();
     let older = Recording::open(&dir.join("run.lpr.1")).unwrap();
     assert_eq!(older.end.as_deref(), Some("rotated"));
-    assert_eq!(newest.snapshot(newest.len() - 1), snaps[299]);
-    assert_eq!(older.snapshot(older.len() - 1), snaps[299 - newest.len()]);
+    assert_eq!(
+        named(&newest.snapshot(newest.len() - 1).unwrap(), &newest.syms),
+        named(&snaps[299], &syms)
+    );
+    assert_eq!(
+        named(&older.snapshot(older.len() - 1).unwrap(), &older.syms),
+        named(&snaps[299 - newest.len()], &syms)
+    );
     for name in &names {
         assert!(std::fs::metadata(dir.join(name)).unwrap().len() < 4000);
     }
@@ -425,7 +498,7 @@ mod fuzz {
         if let Ok(r) = Recording::from_bytes(bytes) {
             assert!(!r.is_empty());
             for i in 0..r.len() {
-                let _ = r.snapshot(i);
+                let _ = r.snapshot(i).unwrap();
             }
             let _ = r.find("+1s");
             let _ = r.find("12:00");
@@ -536,4 +609,23 @@ mod fuzz {
             exercise(apply(plain_recording().to_vec(), &edits));
         }
     }
+}
+
+/// A recording is shared with people who may not read /proc/kallsyms: no kernel address in it,
+/// and backtrace ids that are not the kernel side's (hashes of raw addresses).
+#[test]
+fn a_recording_holds_no_kernel_address() {
+    let snaps = snapshots(70);
+    let bytes = record(&snaps, Options::default());
+    let kernel = 0xffff_ffff_8000_0000..0xffff_ffff_c100_0000;
+    let leaked: Vec<_> = numbers_in(&bytes)
+        .unwrap()
+        .into_iter()
+        .filter(|v| kernel.contains(v))
+        .collect();
+    assert!(leaked.is_empty(), "{leaked:x?}");
+    let r = Recording::from_bytes(bytes).unwrap();
+    let ids: Vec<u64> = r.snapshot(69).unwrap().stacks.keys().copied().collect();
+    assert_eq!(ids.len(), 2);
+    assert!(!ids.contains(&1) && !ids.contains(&2), "{ids:?}");
 }

@@ -1,14 +1,20 @@
 //! Appends snapshots to a recording: key frames and deltas, one `write` and one `fdatasync`
 //! per frame, optional rotation or a size limit.
+//!
+//! A recording is meant to be shared, so it holds no kernel address: frames and symbols are
+//! written as [`Kallsyms::public_addr`] (symbol rank and offset), and backtrace ids, which the
+//! eBPF side hashes from raw addresses (a hash of a few hundred possible KASLR offsets can be
+//! inverted), through a hash keyed at random per recorder.
 use std::{
     collections::{HashMap, HashSet},
+    hash::{BuildHasher as _, RandomState},
     fs::{File, OpenOptions},
     io::Write as _,
     path::{Path, PathBuf},
 };
 
 use anyhow::{Context as _, Result};
-use latprof_common::{GlobalRecord, Histogram};
+use latprof_common::{DEFERRED_STACK, GlobalRecord, Histogram};
 
 use super::{
     Body, FILE_HEADER_LEN, FLAG_ZSTD, FRAME_HEADER_LEN, KEY_EVERY, KIND_DELTA, KIND_END, KIND_KEY,
@@ -74,6 +80,8 @@ pub struct Writer {
     histograms: HashMap<u64, Histogram>,
     stacks_written: HashSet<u64>,
     syms_written: HashSet<u64>,
+    /// The key of the backtrace ids written.
+    ids: RandomState,
     pub stats: Stats,
 }
 
@@ -146,6 +154,7 @@ impl Writer {
             histograms: HashMap::new(),
             stacks_written: HashSet::new(),
             syms_written: HashSet::new(),
+            ids: RandomState::new(),
             stats: Stats {
                 bytes: FILE_HEADER_LEN as u64,
                 ..Stats::default()
@@ -157,6 +166,23 @@ impl Writer {
     #[must_use]
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// A backtrace id as the recording writes it; the reserved ids stay what they are.
+    fn public_id(&self, id: u64) -> u64 {
+        if id >= DEFERRED_STACK {
+            return id;
+        }
+        let h = self.ids.hash_one(id);
+        if h >= DEFERRED_STACK { h - 3 } else { h }
+    }
+
+    fn public_task(&self, t: &TaskSnapshot) -> TaskSnapshot {
+        let mut t = t.clone();
+        for r in &mut t.records {
+            r.stack_id = self.public_id(r.stack_id);
+        }
+        t
     }
 
     fn body(&mut self, snap: &Snapshot, syms: &Kallsyms, key: bool) -> Body {
@@ -184,18 +210,22 @@ impl Writer {
                     if let Some((addr, name)) = syms.entry(*ip)
                         && self.syms_written.insert(addr)
                     {
-                        body.syms.push((addr, name.to_owned()));
+                        body.syms.push((syms.public_addr(addr), name.to_owned()));
                     }
                 }
-                body.stacks.push((*id, frames.clone()));
+                body.stacks.push((
+                    self.public_id(*id),
+                    frames.iter().map(|ip| syms.public_addr(*ip)).collect(),
+                ));
             }
         }
         let mut seen = HashSet::with_capacity(snap.tasks.len());
         for t in &snap.tasks {
             seen.insert(t.tid);
-            if self.tasks.get(&t.tid) != Some(t) {
+            let t = self.public_task(t);
+            if self.tasks.get(&t.tid) != Some(&t) {
                 body.tasks.push(t.clone());
-                self.tasks.insert(t.tid, t.clone());
+                self.tasks.insert(t.tid, t);
             }
         }
         self.tasks.retain(|tid, _| {
@@ -206,13 +236,20 @@ impl Writer {
             keep
         });
         body.tasks_gone.sort_unstable();
-        let (gone, changed) = diff(&mut self.global, snap.global.iter().copied());
+        let global: Vec<_> = snap
+            .global
+            .iter()
+            .map(|(id, r)| (self.public_id(*id), *r))
+            .collect();
+        let (gone, changed) = diff(&mut self.global, global.into_iter());
         body.global_gone = gone;
         body.global = changed;
-        let (gone, changed) = diff(
-            &mut self.histograms,
-            snap.histograms.iter().map(|(k, v)| (*k, *v)),
-        );
+        let histograms: Vec<_> = snap
+            .histograms
+            .iter()
+            .map(|(id, h)| (self.public_id(*id), *h))
+            .collect();
+        let (gone, changed) = diff(&mut self.histograms, histograms.into_iter());
         body.hist_gone = gone;
         body.histograms = changed;
         body
@@ -240,7 +277,13 @@ impl Writer {
         let body = self.body(snap, syms, key);
         let mut e = Enc::default();
         if key {
-            self.info.encode(&mut e, VERSION);
+            let (sched_text, lock_text) = syms.public_ranges();
+            RecordingInfo {
+                sched_text,
+                lock_text,
+                ..self.info.clone()
+            }
+            .encode(&mut e, VERSION);
         }
         body.encode(&mut e, VERSION);
         let bytes = frame(
@@ -276,8 +319,15 @@ impl Writer {
         reader_sleeps: u64,
         not_recorded: u64,
     ) -> Result<Appended> {
+        let spikes: Vec<_> = spikes
+            .iter()
+            .map(|s| crate::collect::Spike {
+                stack_id: self.public_id(s.stack_id),
+                ..s.clone()
+            })
+            .collect();
         let mut e = Enc::default();
-        super::encode_spikes(&mut e, spikes, reader_sleeps, not_recorded);
+        super::encode_spikes(&mut e, &spikes, reader_sleeps, not_recorded);
         let bytes = frame(super::KIND_SPIKES, &e.buf, self.options.compress);
         if !self.fits(&bytes) {
             return Ok(Appended::Full);

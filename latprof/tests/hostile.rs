@@ -1,0 +1,276 @@
+//! Files any user may hand `latprof dump` and `replay`, built to hurt: compression and memory
+//! bombs, files that never end or block, names with terminal escapes. Each must end in bounded
+//! memory and CPU time (the child's own rusage) with one clear line, never a panic.
+//!
+//! Needs no root: these run in a plain `cargo test`.
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use latprof::store::{
+    FILE_HEADER_LEN, KIND_KEY, MAGIC, VERSION,
+    codec::Enc,
+    writer::frame,
+};
+
+mod common;
+
+use common::LATPROF;
+
+/// The ceiling a hostile file may push latprof to: far above what reading it needs (a few
+/// MiB), far below what the bombs asked for before the reader was bounded (4.5 GB).
+const MAX_RSS_KIB: i64 = 200 * 1024;
+/// CPU seconds: the time bomb took 66 s before; bounded, it takes well under one.
+const MAX_CPU_S: f64 = 5.0;
+
+struct Run {
+    code: Option<i32>,
+    signal: Option<i32>,
+    stdout: String,
+    stderr: String,
+    max_rss_kib: i64,
+    cpu_s: f64,
+}
+
+/// Runs latprof with `args` under `latprof-workload measure` (its peak memory is its own, not
+/// this test process's), its output in files (a pipe could fill).
+fn run(args: &[&str], dir: &Path) -> Run {
+    let out = dir.join("stdout");
+    let err = dir.join("stderr");
+    let report = dir.join("rusage");
+    let status = Command::new(common::workload_bin())
+        .args(["measure", "--report", report.to_str().unwrap(), LATPROF])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .status()
+        .expect("spawn latprof-workload measure");
+    let stderr = std::fs::read_to_string(err).unwrap();
+    assert!(status.success(), "measure failed: {stderr}");
+    let report = std::fs::read_to_string(report).unwrap();
+    let field = |key: &str| -> f64 {
+        report
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {report}"))
+    };
+    #[expect(clippy::cast_possible_truncation, reason = "small integers")]
+    let int = |key: &str| field(key) as i64;
+    Run {
+        code: Some(i32::try_from(int("code")).unwrap()).filter(|c| *c >= 0),
+        signal: Some(i32::try_from(int("signal")).unwrap()).filter(|s| *s != 0),
+        stdout: std::fs::read_to_string(out).unwrap(),
+        stderr,
+        max_rss_kib: int("maxrss_kib"),
+        cpu_s: field("cpu_s"),
+    }
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("latprof-hostile-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A file header and these frames.
+fn recording(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&VERSION.to_le_bytes());
+    bytes.extend_from_slice(&[0, 0]);
+    assert_eq!(bytes.len(), FILE_HEADER_LEN);
+    for f in frames {
+        bytes.extend_from_slice(f);
+    }
+    bytes
+}
+
+/// The start of a key frame's payload: the recording's facts (version 4's layout), then a
+/// body's times and an empty backtrace list; what follows is up to the bomb.
+fn key_frame_head() -> Enc {
+    let mut e = Enc::default();
+    for s in ["0.1.0", "host", "6.18.0", "#1"] {
+        e.str(s);
+    }
+    e.u32(2); // cpus
+    e.u64(0); // lazy
+    e.u64(1_000_000_000); // interval
+    e.u32(12); // stack depth
+    e.bool(true); // details
+    for _ in 0..4 {
+        e.u64(0); // sched and lock text
+    }
+    e.str(""); // kernel facts: config source
+    e.u64(0); // HZ
+    for _ in 0..4 {
+        e.u64(0); // optional booleans
+    }
+    e.usize(0); // nohz_full CPUs
+    e.usize(0); // tick sources
+    e.u64(u64::MAX); // spike threshold
+    e.str(""); // programs
+    e.str(""); // their cost
+    e.usize(0); // fallbacks
+    e.u64(1); // taken
+    e.u64(1); // wall
+    e.usize(0); // backtraces
+    e
+}
+
+/// Bounded memory and time, a failure or a warning said in lines, never a panic or an abort.
+fn assert_bounded(r: &Run, what: &str) {
+    assert!(
+        r.signal.is_none() && r.code != Some(101),
+        "{what}: latprof died (signal {:?}, code {:?}):\n{}",
+        r.signal,
+        r.code,
+        r.stderr
+    );
+    assert!(!r.stderr.contains("panicked"), "{what}: {}", r.stderr);
+    assert!(
+        r.max_rss_kib < MAX_RSS_KIB,
+        "{what}: {} KiB resident",
+        r.max_rss_kib
+    );
+    assert!(r.cpu_s < MAX_CPU_S, "{what}: {} s of CPU", r.cpu_s);
+}
+
+/// D3: one 8 KB key frame declaring 134 million empty symbols (2 bytes each in the frame,
+/// 32 in memory): the reader stops at what the file's size allows.
+#[test]
+fn a_symbol_bomb_is_refused_in_bounded_memory() {
+    let dir = tempdir("syms");
+    for count in [134_000_000usize, 30_000_000] {
+        let mut e = key_frame_head();
+        e.usize(count);
+        e.buf.resize(e.buf.len() + 2 * count, 0);
+        let bytes = recording(&[frame(KIND_KEY, &e.buf, true)]);
+        assert!(bytes.len() < 64 << 10, "{} bytes", bytes.len());
+        let path = dir.join(format!("syms-{count}.lpr"));
+        std::fs::write(&path, &bytes).unwrap();
+        let r = run(&["dump", path.to_str().unwrap()], &dir);
+        assert_bounded(&r, "symbol bomb");
+        assert_eq!(r.code, Some(1), "{}", r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+        assert!(r.stderr.contains("than latprof writes"), "{}", r.stderr);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// D4: 300 frames of a few KB that each inflate to 256 MiB of zeros (77 GB in all).
+#[test]
+fn a_compression_bomb_costs_bounded_time() {
+    let dir = tempdir("zeros");
+    let zeros = frame(KIND_KEY, &vec![0; 256 << 20], true);
+    let small = frame(KIND_KEY, &vec![0; 16 << 20], true);
+    let mut frames = vec![zeros; 300];
+    // Smaller ones that each fit the limit: together they do not.
+    frames.extend(std::iter::repeat_n(small, 300));
+    let bytes = recording(&frames);
+    assert!(bytes.len() < 8 << 20, "{} bytes", bytes.len());
+    let path = dir.join("zeros.lpr");
+    std::fs::write(&path, &bytes).unwrap();
+    let r = run(&["dump", path.to_str().unwrap()], &dir);
+    assert_bounded(&r, "compression bomb");
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// D15: a device that never ends, a FIFO nobody writes, a directory: refused at once.
+#[test]
+fn files_that_are_not_regular_are_refused() {
+    let dir = tempdir("special");
+    let fifo = dir.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let fifo = fifo.to_str().unwrap();
+    let d = dir.to_str().unwrap();
+    for args in [
+        vec!["dump", "/dev/zero"],
+        vec!["dump", fifo],
+        vec!["dump", d],
+        vec!["replay", "/dev/zero"],
+        vec!["stats", "--reasons", "/dev/zero", "--duration", "1ms"],
+        vec!["dump", "--reasons", fifo, "/dev/null"],
+    ] {
+        let r = run(&args, &dir);
+        assert_bounded(&r, &args.join(" "));
+        assert_eq!(r.code, Some(1), "{args:?}: {}", r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("not a regular file"),
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// D16: 20,000 damaged frames are not one 1.4 MB error line: the first few are named, the
+/// rest counted.
+#[test]
+fn many_damaged_frames_are_counted_not_listed() {
+    let dir = tempdir("damaged");
+    let mut bad = frame(KIND_KEY, b"not a snapshot", false);
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    let bytes = recording(&vec![bad; 20_000]);
+    let path = dir.join("damaged.lpr");
+    std::fs::write(&path, &bytes).unwrap();
+    let r = run(&["dump", path.to_str().unwrap()], &dir);
+    assert_bounded(&r, "damaged frames");
+    assert_eq!(r.code, Some(1));
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.len() < 2000, "{} bytes: {}", r.stderr.len(), r.stderr);
+    assert!(r.stderr.contains("19990 more problems"), "{}", r.stderr);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// D6: a task name with terminal escapes, as a hostile recording holds it, reaches no output
+/// raw.
+#[test]
+fn escapes_in_a_recording_are_printed_escaped() {
+    use latprof::{
+        collect::{Snapshot, TaskSnapshot},
+        store::{RecordingInfo, writer::{Options, Writer}},
+        symbols::Kallsyms,
+    };
+    let dir = tempdir("escapes");
+    let path = dir.join("names.lpr");
+    let syms = Kallsyms::parse("ffffffff81200000 T hrtimer_nanosleep\n").unwrap();
+    let mut w = Writer::create(&path, RecordingInfo::default(), Options::default()).unwrap();
+    let mut snap = Snapshot::default();
+    snap.stacks.insert(7, vec![0xffff_ffff_8120_0010]);
+    snap.tasks.push(TaskSnapshot {
+        tid: 42,
+        tgid: 42,
+        comm: "\x1b[2J\x1b[31mPWN".into(),
+        kthread: false,
+        task_only: 0,
+        records: vec![latprof_common::LatencyRecord {
+            stack_id: 7,
+            count: 1,
+            total_ns: 9_000_000,
+            max_ns: 9_000_000,
+        }],
+    });
+    w.append(&snap, &syms).unwrap();
+    w.finish("test").unwrap();
+    for format in ["json", "text", "folded", "openmetrics"] {
+        let r = run(
+            &["dump", "--format", format, "--pid", "42", path.to_str().unwrap()],
+            &dir,
+        );
+        assert_eq!(r.code, Some(0), "{format}: {}", r.stderr);
+        assert!(!r.stdout.contains('\x1b'), "{format}: {:?}", r.stdout);
+        if format == "json" {
+            assert!(r.stdout.contains(r"\\x1b[2J\\x1b[31mPWN"), "{}", r.stdout);
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
