@@ -130,6 +130,28 @@ impl Reasons {
     }
 }
 
+/// A reasons file is a few kilobytes of rules; anything past this is not one.
+const MAX_REASONS_FILE: u64 = 1 << 20;
+
+/// The text of `path`, refused when it is not a regular file (a FIFO would block, `/dev/zero`
+/// would never end) or larger than [`MAX_REASONS_FILE`].
+fn read_small(path: &Path) -> Result<String> {
+    use std::io::Read as _;
+    let (file, len) = crate::store::reader::open_regular(path)
+        .with_context(|| format!("reasons file {}", path.display()))?;
+    if len > MAX_REASONS_FILE {
+        anyhow::bail!(
+            "reasons file {} is {len} bytes: a reasons file is at most {MAX_REASONS_FILE}",
+            path.display()
+        );
+    }
+    let mut text = String::new();
+    file.take(MAX_REASONS_FILE)
+        .read_to_string(&mut text)
+        .with_context(|| format!("reading reasons file {}", path.display()))?;
+    Ok(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,26 +265,4 @@ mod tests {
         assert!(Reasons::with_file(&dir.join("missing")).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
-}
-
-/// A reasons file is a few kilobytes of rules; anything past this is not one.
-const MAX_REASONS_FILE: u64 = 1 << 20;
-
-/// The text of `path`, refused when it is not a regular file (a FIFO would block, `/dev/zero`
-/// would never end) or larger than [`MAX_REASONS_FILE`].
-fn read_small(path: &Path) -> Result<String> {
-    use std::io::Read as _;
-    let (file, len) = crate::store::reader::open_regular(path)
-        .with_context(|| format!("reasons file {}", path.display()))?;
-    if len > MAX_REASONS_FILE {
-        anyhow::bail!(
-            "reasons file {} is {len} bytes: a reasons file is at most {MAX_REASONS_FILE}",
-            path.display()
-        );
-    }
-    let mut text = String::new();
-    file.take(MAX_REASONS_FILE)
-        .read_to_string(&mut text)
-        .with_context(|| format!("reading reasons file {}", path.display()))?;
-    Ok(text)
 }

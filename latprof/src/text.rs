@@ -1,6 +1,6 @@
 //! Text from outside latprof (task names, names in a recording) made safe to print: any user
 //! can name a thread `\x1b[2J...`, and root's terminal must not receive the escape.
-use std::borrow::Cow;
+use std::{borrow::Cow, fmt::Write as _};
 
 /// `s` with every control character written as an escape (`\x1b`, `\x7f`, `\u{9b}`), as text.
 /// Borrowed when there is nothing to escape, which is nearly always.
@@ -14,9 +14,9 @@ pub fn printable(s: &str) -> Cow<'_, str> {
         if !c.is_control() {
             out.push(c);
         } else if let Ok(b) = u8::try_from(c) {
-            out.push_str(&format!("\\x{b:02x}"));
+            let _ = write!(out, "\\x{b:02x}");
         } else {
-            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
         }
     }
     Cow::Owned(out)

@@ -8,11 +8,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use latprof::store::{
-    FILE_HEADER_LEN, KIND_KEY, MAGIC, VERSION,
-    codec::Enc,
-    writer::frame,
-};
+use latprof::store::{FILE_HEADER_LEN, KIND_KEY, MAGIC, VERSION, codec::Enc, writer::frame};
 
 mod common;
 
@@ -226,7 +222,12 @@ fn many_damaged_frames_are_counted_not_listed() {
     assert_bounded(&r, "damaged frames");
     assert_eq!(r.code, Some(1));
     assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
-    assert!(r.stderr.len() < 2000, "{} bytes: {}", r.stderr.len(), r.stderr);
+    assert!(
+        r.stderr.len() < 2000,
+        "{} bytes: {}",
+        r.stderr.len(),
+        r.stderr
+    );
     assert!(r.stderr.contains("19990 more problems"), "{}", r.stderr);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -237,7 +238,10 @@ fn many_damaged_frames_are_counted_not_listed() {
 fn escapes_in_a_recording_are_printed_escaped() {
     use latprof::{
         collect::{Snapshot, TaskSnapshot},
-        store::{RecordingInfo, writer::{Options, Writer}},
+        store::{
+            RecordingInfo,
+            writer::{Options, Writer},
+        },
         symbols::Kallsyms,
     };
     let dir = tempdir("escapes");
@@ -263,7 +267,14 @@ fn escapes_in_a_recording_are_printed_escaped() {
     w.finish("test").unwrap();
     for format in ["json", "text", "folded", "openmetrics"] {
         let r = run(
-            &["dump", "--format", format, "--pid", "42", path.to_str().unwrap()],
+            &[
+                "dump",
+                "--format",
+                format,
+                "--pid",
+                "42",
+                path.to_str().unwrap(),
+            ],
             &dir,
         );
         assert_eq!(r.code, Some(0), "{format}: {}", r.stderr);

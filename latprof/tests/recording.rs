@@ -6,6 +6,7 @@
 //! `cargo xtask test` (and CI, as root) runs them. The bad-file tests need no root.
 use std::{
     io::{BufReader, Write as _},
+    os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
@@ -106,10 +107,16 @@ fn assert_no_kernel_address(file: &Path) {
         .filter(|v| (low..high).contains(*v))
         .map(|v| format!("{v:x}"))
         .collect();
-    assert!(leaked.is_empty(), "kernel addresses in {}: {leaked:?}", file.display());
+    assert!(
+        leaked.is_empty(),
+        "kernel addresses in {}: {leaked:?}",
+        file.display()
+    );
     // Shared as it is: readable by others (the test reads it as nobody below).
-    use std::os::unix::fs::PermissionsExt as _;
-    let mode = std::fs::metadata(file).expect("metadata").permissions().mode();
+    let mode = std::fs::metadata(file)
+        .expect("metadata")
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o004, 0o004, "mode {mode:o}");
 }
 

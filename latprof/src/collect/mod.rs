@@ -153,11 +153,10 @@ impl Snapshot {
             let who: Vec<String> = tids
                 .iter()
                 .map(|tid| {
-                    let comm = std::fs::read_to_string(format!("/proc/{tid}/comm"))
-                        .map_or_else(
-                            |_| "exited".to_owned(),
-                            |c| crate::text::printable(c.trim_end_matches('\n')).into_owned(),
-                        );
+                    let comm = std::fs::read_to_string(format!("/proc/{tid}/comm")).map_or_else(
+                        |_| "exited".to_owned(),
+                        |c| crate::text::printable(c.trim_end_matches('\n')).into_owned(),
+                    );
                     format!("tid {tid} ({comm})")
                 })
                 .collect();

@@ -139,8 +139,8 @@ impl<'a> Dec<'a> {
         let n = self.len(1, 1)?;
         let bytes = &self.data[self.pos..self.pos + n];
         self.pos += n;
-        let s = std::str::from_utf8(bytes)
-            .map_err(|_| FormatError::Malformed("string not UTF-8"))?;
+        let s =
+            std::str::from_utf8(bytes).map_err(|_| FormatError::Malformed("string not UTF-8"))?;
         Ok(crate::text::printable(s).into_owned())
     }
 }
@@ -194,7 +194,10 @@ mod tests {
         let mut e = Enc::default();
         e.usize(1000);
         e.buf.extend([0; 1000]);
-        assert_eq!(Dec::with_budget(&e.buf, 31_999).len(1, 32), Err(FormatError::TooBig));
+        assert_eq!(
+            Dec::with_budget(&e.buf, 31_999).len(1, 32),
+            Err(FormatError::TooBig)
+        );
         assert_eq!(Dec::with_budget(&e.buf, 32_000).len(1, 32), Ok(1000));
         assert!(Dec::new(&[2]).bool().is_err());
     }

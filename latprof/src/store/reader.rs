@@ -256,7 +256,10 @@ impl Recording {
         }
     }
 
-    #[expect(clippy::too_many_lines, reason = "one pass over the frames, every case in order")]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one pass over the frames, every case in order"
+    )]
     fn read(source: Source) -> Result<Self, ReadError> {
         let head = source.read(0, FILE_HEADER_LEN)?;
         if head.is_empty() {
@@ -266,9 +269,7 @@ impl Recording {
             return Err(FormatError::NotARecording.into());
         }
         if head.len() < FILE_HEADER_LEN {
-            return Err(
-                FormatError::NoSnapshot(": the file ends inside its header".into()).into(),
-            );
+            return Err(FormatError::NoSnapshot(": the file ends inside its header".into()).into());
         }
         let version = u16::from_le_bytes([head[8], head[9]]);
         match version {
@@ -554,8 +555,8 @@ impl Recording {
             return Err(changed());
         }
         // It decoded within the limits when the file was indexed: the same bytes do again.
-        let bytes = payload(&frame[FRAME_HEADER_LEN..], e.compressed, e.raw_len)
-            .map_err(|_| changed())?;
+        let bytes =
+            payload(&frame[FRAME_HEADER_LEN..], e.compressed, e.raw_len).map_err(|_| changed())?;
         let mut d = Dec::new(&bytes);
         if e.key {
             RecordingInfo::decode(&mut d, self.version).map_err(|_| changed())?;

@@ -125,7 +125,9 @@ pub fn named(snap: &Snapshot, syms: &Kallsyms) -> Snapshot {
     use std::hash::{DefaultHasher, Hash as _, Hasher as _};
     let frame = |ip: u64| {
         let mut h = DefaultHasher::new();
-        syms.entry(ip).map(|(at, name)| (name, ip - at)).hash(&mut h);
+        syms.entry(ip)
+            .map(|(at, name)| (name, ip - at))
+            .hash(&mut h);
         h.finish()
     };
     let id = |id: u64| {
@@ -259,7 +261,10 @@ fn a_cut_file_replays_up_to_its_last_whole_frame() {
                 prev = r.len();
                 assert!(r.end.is_none() || cut + 1 >= bytes.len() - 20);
                 let i = r.len() - 1;
-                assert_eq!(named(&r.snapshot(i).unwrap(), &r.syms), named(&snaps[i], &syms));
+                assert_eq!(
+                    named(&r.snapshot(i).unwrap(), &r.syms),
+                    named(&snaps[i], &syms)
+                );
             }
             Err(e) => assert!(matches!(e, FormatError::NoSnapshot(_)), "cut at {cut}: {e}"),
         }
@@ -273,7 +278,10 @@ fn a_flipped_byte_costs_the_frames_up_to_the_next_key_frame() {
     let snaps = snapshots(130);
     let syms = Kallsyms::parse(KALLSYMS).unwrap();
     let same = |r: &Recording, i: usize, j: usize| {
-        assert_eq!(named(&r.snapshot(i).unwrap(), &r.syms), named(&snaps[j], &syms));
+        assert_eq!(
+            named(&r.snapshot(i).unwrap(), &r.syms),
+            named(&snaps[j], &syms)
+        );
     };
     let bytes = record(&snaps, Options::default());
     let r = Recording::from_bytes(bytes.clone()).unwrap();
@@ -492,16 +500,114 @@ fn max_size_stops_before_the_limit() {
 mod fuzz {
     use proptest::prelude::*;
 
-    use super::super::{MAGIC, VERSION, reader::Recording, tests, writer::Options};
+    use super::super::{
+        KIND_KEY, MAGIC, VERSION,
+        codec::Enc,
+        reader::{MEMORY_FLOOR, MEMORY_PER_BYTE, Recording},
+        tests,
+        writer::{Options, frame},
+    };
 
+    /// Reads `bytes` as a recording and rebuilds every snapshot it offers, within bounds: heap
+    /// at its peak under three times the reader's memory limit for the file's size (the
+    /// decoded frame, the items decoded from it, which a growing vector may hold twice over),
+    /// and a few seconds of this thread's CPU.
     fn exercise(bytes: Vec<u8>) {
-        if let Ok(r) = Recording::from_bytes(bytes) {
-            assert!(!r.is_empty());
-            for i in 0..r.len() {
-                let _ = r.snapshot(i).unwrap();
+        let len = bytes.len() as u64;
+        let cpu = thread_cpu_s();
+        let ((), peak) = counting::peak_during(|| {
+            if let Ok(r) = Recording::from_bytes(bytes) {
+                assert!(!r.is_empty());
+                for i in 0..r.len() {
+                    let _ = r.snapshot(i).unwrap();
+                }
+                let _ = r.find("+1s");
+                let _ = r.find("12:00");
             }
-            let _ = r.find("+1s");
-            let _ = r.find("12:00");
+        });
+        let limit = len + 3 * (MEMORY_FLOOR + MEMORY_PER_BYTE * len);
+        assert!(
+            peak <= limit,
+            "peak heap {peak} bytes for a {len}-byte file"
+        );
+        let cpu = thread_cpu_s() - cpu;
+        assert!(cpu < 5.0, "{cpu} s of CPU for a {len}-byte file");
+    }
+
+    fn thread_cpu_s() -> f64 {
+        // SAFETY: all-zero is a valid rusage; getrusage fills it.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a live local.
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &raw mut u) };
+        #[expect(clippy::cast_precision_loss, reason = "seconds")]
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        secs(u.ru_utime) + secs(u.ru_stime)
+    }
+
+    /// The test binary's allocator counts each thread's heap, so that a case measures its own
+    /// peak while other tests run beside it.
+    mod counting {
+        use std::{
+            alloc::{GlobalAlloc, Layout, System},
+            cell::Cell,
+        };
+
+        struct Counting;
+
+        thread_local! {
+            static NOW: Cell<u64> = const { Cell::new(0) };
+            static PEAK: Cell<u64> = const { Cell::new(0) };
+        }
+
+        fn grow(by: u64) {
+            let _ = NOW.try_with(|now| {
+                let v = now.get() + by;
+                now.set(v);
+                let _ = PEAK.try_with(|peak| peak.set(peak.get().max(v)));
+            });
+        }
+
+        fn shrink(by: u64) {
+            let _ = NOW.try_with(|now| now.set(now.get().saturating_sub(by)));
+        }
+
+        // SAFETY: every call goes to System unchanged; only the counts are added.
+        unsafe impl GlobalAlloc for Counting {
+            unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+                // SAFETY: the caller's contract, passed on.
+                let p = unsafe { System.alloc(layout) };
+                if !p.is_null() {
+                    grow(layout.size() as u64);
+                }
+                p
+            }
+
+            unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+                shrink(layout.size() as u64);
+                // SAFETY: the caller's contract, passed on.
+                unsafe { System.dealloc(ptr, layout) };
+            }
+
+            unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
+                // SAFETY: the caller's contract, passed on.
+                let p = unsafe { System.realloc(ptr, layout, new) };
+                if !p.is_null() {
+                    shrink(layout.size() as u64);
+                    grow(new as u64);
+                }
+                p
+            }
+        }
+
+        #[global_allocator]
+        static ALLOC: Counting = Counting;
+
+        /// `f`'s result and the most heap this thread held during it beyond what it held before.
+        pub fn peak_during<R>(f: impl FnOnce() -> R) -> (R, u64) {
+            let start = NOW.with(Cell::get);
+            PEAK.with(|p| p.set(start));
+            let r = f();
+            (r, PEAK.with(Cell::get) - start)
         }
     }
 
@@ -607,6 +713,39 @@ mod fuzz {
         fn mutated_uncompressed_recordings(edits in proptest::collection::vec(edit(), 1..6)) {
             // Without compression a flipped byte lands in the encoded snapshot itself.
             exercise(apply(plain_recording().to_vec(), &edits));
+        }
+    }
+
+    proptest! {
+        // Each case compresses up to 32 MiB: fewer cases.
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// Bombs: a key frame whose counts declare far more items than its bytes hold once
+        /// decoded (symbols or backtraces), and frames of zeros that inflate a thousandfold.
+        #[test]
+        fn bombs(
+            count in 1u64..=u64::from(u32::MAX),
+            exact in any::<bool>(),
+            filler in 0usize..(32 << 20),
+            symbols in any::<bool>(),
+            zeros in proptest::collection::vec(0usize..(16 << 20), 0..4),
+        ) {
+            let mut bytes = plain_recording().to_vec();
+            let mut e = Enc::default();
+            tests::info().encode(&mut e, VERSION);
+            e.u64(1);
+            e.u64(1);
+            if symbols {
+                e.usize(0);
+            }
+            // Exactly as many two-byte items as the filler holds, or any count.
+            e.u64(if exact { filler as u64 / 2 } else { count });
+            e.buf.resize(e.buf.len() + filler, 0);
+            bytes.extend_from_slice(&frame(KIND_KEY, &e.buf, true));
+            for n in zeros {
+                bytes.extend_from_slice(&frame(KIND_KEY, &vec![0; n], true));
+            }
+            exercise(bytes);
         }
     }
 }

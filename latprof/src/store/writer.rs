@@ -7,8 +7,8 @@
 //! inverted), through a hash keyed at random per recorder.
 use std::{
     collections::{HashMap, HashSet},
-    hash::{BuildHasher as _, RandomState},
     fs::{File, OpenOptions},
+    hash::{BuildHasher as _, RandomState},
     io::Write as _,
     path::{Path, PathBuf},
 };
