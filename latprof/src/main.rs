@@ -1,7 +1,83 @@
-use std::process::ExitCode;
+use std::{
+    alloc::{GlobalAlloc, Layout, System},
+    process::ExitCode,
+};
 
 use clap::Parser as _;
 use latprof::cli::Cli;
+
+/// The system allocator, except that running out of memory (a small `ulimit -v`, a cgroup
+/// limit) is one line and exit status 1, not Rust's abort with a backtrace (exit 134).
+struct OneLineOnFailure;
+
+impl OneLineOnFailure {
+    /// Says so without allocating, and exits without running anything that might: a
+    /// recording's frames on disk are whole (each is written and synced before the next).
+    fn fail(size: usize) -> ! {
+        const HEAD: &[u8] = b"latprof: error: out of memory allocating ";
+        const TAIL: &[u8] = b" bytes (a memory limit such as ulimit -v?)\n";
+        let mut digits = [0u8; 20];
+        let mut n = size;
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b"0123456789"[n % 10];
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let mut line = [0u8; HEAD.len() + 20 + TAIL.len()];
+        let mut len = 0;
+        for part in [HEAD, &digits[i..], TAIL] {
+            line[len..len + part.len()].copy_from_slice(part);
+            len += part.len();
+        }
+        // SAFETY: writes a local buffer to stderr, then ends the process.
+        unsafe {
+            libc::write(2, line.as_ptr().cast(), len);
+            libc::_exit(1)
+        }
+    }
+}
+
+// SAFETY: every call goes to System; a failed allocation ends the process instead of returning.
+unsafe impl GlobalAlloc for OneLineOnFailure {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let p = unsafe { System.alloc(layout) };
+        if p.is_null() {
+            Self::fail(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if p.is_null() {
+            Self::fail(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) };
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if p.is_null() {
+            Self::fail(new_size);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOC: OneLineOnFailure = OneLineOnFailure;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -285,3 +285,50 @@ fn escapes_in_a_recording_are_printed_escaped() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// D16: under a small `ulimit -v`, running out of memory is one line and exit status 1, not
+/// an abort with a backtrace. The file decodes to 60 MB (within what the reader allows), so
+/// some of these limits stop latprof in the middle of reading it.
+#[test]
+fn out_of_memory_is_one_line() {
+    let dir = tempdir("ulimit");
+    let mut e = key_frame_head();
+    e.usize(0);
+    e.buf.resize(e.buf.len() + (60 << 20), 0);
+    let path = dir.join("big.lpr");
+    std::fs::write(&path, recording(&[frame(KIND_KEY, &e.buf, true)])).unwrap();
+    drop(e);
+    let mut out_of_memory = 0;
+    for limit_kib in [40_000, 60_000, 80_000, 100_000, 120_000, 160_000] {
+        let out = Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "ulimit -v {limit_kib} && exec {LATPROF} dump {}",
+                    path.display()
+                ),
+            ])
+            .output()
+            .expect("sh");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("memory allocation of") && !stderr.contains("panicked"),
+            "ulimit -v {limit_kib}: {stderr}"
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "ulimit -v {limit_kib}: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "ulimit -v {limit_kib}: {stderr}");
+        eprintln!("ulimit -v {limit_kib}: {stderr}");
+        if stderr.contains("out of memory allocating") {
+            out_of_memory += 1;
+        }
+    }
+    assert!(
+        out_of_memory > 0,
+        "no limit was small enough to run out of memory"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -17,7 +17,9 @@ struct Tmux {
 
 impl Tmux {
     fn start(command: &str) -> Self {
-        let session = format!("latprof-test-{}", std::process::id());
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let session = format!("latprof-test-{}-{n}", std::process::id());
         let status = Command::new("tmux")
             .args([
                 "new-session",
@@ -173,6 +175,32 @@ fn top_in_a_real_terminal() {
         !screen.contains("Global causes"),
         "TUI left on the screen:\n{screen}"
     );
+}
+
+/// D16: a hangup (the terminal closed, ssh dropped) stops `top` as `q` does: the terminal
+/// comes back cooked, with echo, out of the alternate screen.
+#[test]
+#[ignore = "needs root and tmux: run `cargo xtask test`"]
+fn a_hangup_gives_the_terminal_back() {
+    latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
+    let tmux = Tmux::start(&format!(
+        "{LATPROF} top --interval 300ms; echo LATPROF-EXIT=$?; echo MODES $(stty -a | tr ' ;' '\\n\\n' | grep -x -e -icanon -e icanon -e -echo -e echo); sleep 60"
+    ));
+    tmux.wait_for(&["Global causes"]);
+    let pane = Command::new("tmux")
+        .args(["display-message", "-p", "-t", &tmux.session, "#{pane_pid}"])
+        .output()
+        .expect("tmux display-message");
+    let pane = String::from_utf8_lossy(&pane.stdout).trim().to_owned();
+    let status = Command::new("pkill")
+        .args(["-HUP", "-P", &pane, "-x", "latprof"])
+        .status()
+        .expect("pkill");
+    assert!(status.success(), "no latprof under pane {pane}");
+    let screen = tmux.wait_for(&["LATPROF-EXIT=", "MODES"]);
+    assert!(screen.contains("LATPROF-EXIT=0"), "{screen}");
+    assert!(screen.contains("MODES icanon echo"), "{screen}");
+    assert!(!tmux.alternate_screen(), "terminal not restored:\n{screen}");
 }
 
 #[test]

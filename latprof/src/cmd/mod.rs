@@ -26,11 +26,25 @@ pub fn run(cli: &Cli) -> Result<()> {
     }
 }
 
-/// Set by SIGINT and SIGTERM.
+/// Set by SIGINT, SIGTERM and SIGHUP (the terminal went away: `top` restores it on the way
+/// out). A SIGHUP ignored when latprof started (`nohup latprof record ...`) stays ignored.
 pub fn stop_flag() -> Result<Arc<AtomicBool>> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    for sig in [SIGINT, SIGTERM, SIGHUP] {
+        if sig == SIGHUP && ignored(sig) {
+            continue;
+        }
         signal_hook::flag::register(sig, Arc::clone(&stop)).context("install signal handler")?;
     }
     Ok(stop)
+}
+
+/// Whether `sig` is ignored now (inherited from whoever started latprof).
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: all-zero is a valid sigaction; a null new action only reads the current one.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `old` is a live local.
+    let read = unsafe { libc::sigaction(sig, std::ptr::null(), &raw mut old) };
+    read == 0 && old.sa_sigaction == libc::SIG_IGN
 }
