@@ -134,7 +134,19 @@ fn switch_out(ctx: &RawTracePointContext, kind: u32) -> Result<i32, i32> {
         return Ok(0);
     }
     let entry = match TASKS.get_ptr_mut(&tid) {
-        Some(entry) => entry,
+        Some(entry) => {
+            // The name now, not at the task's first sleep: a child that slept before exec, a
+            // thread renamed since. Written in place, 16 bytes.
+            // SAFETY: the entry belongs to the current task; the helper writes 16 bytes into
+            // its comm, which is 16 bytes long.
+            unsafe {
+                aya_ebpf::helpers::generated::bpf_get_current_comm(
+                    (&raw mut (*entry).comm).cast(),
+                    16,
+                );
+            }
+            entry
+        }
         None => match new_task(tid, tgid)? {
             Some(entry) => entry,
             None => return Ok(0),

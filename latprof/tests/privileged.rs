@@ -1036,3 +1036,47 @@ fn a_verifier_rejection_is_said_with_its_reason_and_log() {
         }
     }
 }
+
+/// D11: a task's name is the one it has now, not the one of its first sleep: a shell child
+/// sleeps (waiting for `sleep`) as `sh`, then execs the workload, whose name every line shows.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn the_name_is_the_current_one() {
+    let _guard = serial();
+    let probe = attach(Mode::Lazy, None);
+    let mut child = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "sleep 0.05; exec {} --hold sleep --count 10 --interval 2ms",
+                common::workload_bin().display()
+            ),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sh");
+    let pid = child.id();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read");
+    assert!(line.starts_with("done"), "{line}");
+    let snap = Collector::new().snapshot(&probe).expect("snapshot");
+    drop(child.stdin.take());
+    let _ = child.wait();
+    let task = snap
+        .tasks
+        .iter()
+        .find(|t| t.tid == pid)
+        .unwrap_or_else(|| panic!("pid {pid} not tracked"));
+    // It slept as sh first (waiting for sleep), then as the workload (its 10 nanosleeps).
+    let sleeps: u64 = task
+        .records
+        .iter()
+        .filter(|r| r.stack_id != latprof_common::RUNQ_STACK)
+        .map(|r| r.count)
+        .sum();
+    assert!(sleeps >= 11, "{task:?}");
+    assert_eq!(task.comm, common::WORKLOAD_COMM, "{task:?}");
+}

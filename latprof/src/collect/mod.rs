@@ -127,6 +127,9 @@ pub struct Snapshot {
     /// Per CPU, the tid of the last task during whose time there switches went unseen (0:
     /// none); live only, recordings do not keep it.
     pub hidden_tids: Vec<u32>,
+    /// Exits kept merging tasks into the global table through every retry of the read: an
+    /// exiting task's records may count twice or not at all in this snapshot (live only).
+    pub unsettled: bool,
 }
 
 /// One CPU's tick counters, by `TickCounter`.
@@ -149,6 +152,12 @@ impl Snapshot {
         tids.dedup();
         let lost = c.get(Counter::SleepLost);
         let mut out = c.losses();
+        if self.unsettled {
+            out.push(format!(
+                "exits kept moving records into the global table through {} reads: an exiting task's sleeps may count twice or not at all in this snapshot",
+                self.retries + 1
+            ));
+        }
         if hidden > 0 && !tids.is_empty() {
             let who: Vec<String> = tids
                 .iter()
@@ -290,7 +299,7 @@ impl Collector {
         // In lazy mode an exit moves a task's records from TASKS to GLOBAL_LATENCY; a read that
         // overlaps such a move would count it twice or not at all, so it is retried.
         let mut retries = 0;
-        let (mut tasks, mut global, counters) = loop {
+        let (mut tasks, mut global, counters, settled) = loop {
             let before = read_counters()?;
             let mut tasks = Vec::new();
             for item in &tasks_map {
@@ -318,8 +327,9 @@ impl Collector {
             let global: Vec<(u64, GlobalRecord)> = table.into_iter().collect();
             let after = read_counters()?;
             let settled = after.get(Counter::MergesBegun) == before.get(Counter::MergesDone);
-            if probe.config().mode == Mode::Normal || settled || retries >= MAX_RETRIES {
-                break (tasks, global, after);
+            let settled = probe.config().mode == Mode::Normal || settled;
+            if settled || retries >= MAX_RETRIES {
+                break (tasks, global, after, settled);
             }
             retries += 1;
         };
@@ -341,7 +351,11 @@ impl Collector {
             };
             stacks.insert(id, frames);
         }
+        // A hash map iterated while tasks exit (their entries deleted) can return a task twice:
+        // the later read of it stays.
+        tasks.reverse();
         tasks.sort_by_key(|t| t.tid);
+        tasks.dedup_by_key(|t| t.tid);
         global.sort_by_key(|(id, _)| *id);
         let mut histograms = BTreeMap::new();
         let mut programs = Vec::new();
@@ -380,6 +394,7 @@ impl Collector {
             programs,
             ticks: read_ticks(probe)?,
             hidden_tids: read_hidden(probe)?,
+            unsettled: !settled,
             taken_ns: crate::time::monotonic_ns(),
             wall_ns: crate::time::wall_ns(),
         })
@@ -432,5 +447,32 @@ fn task_snapshot(tid: u32, state: &TaskState) -> TaskSnapshot {
         kthread: state.flags & latprof_common::TASK_FLAG_KTHREAD != 0,
         records: state.records[..n].to_vec(),
         task_only: state.task_only,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// D14: a read that never settled says so with the warnings, instead of nothing.
+    #[test]
+    fn an_unsettled_snapshot_is_a_warning() {
+        let mut snap = Snapshot {
+            retries: MAX_RETRIES,
+            ..Snapshot::default()
+        };
+        assert!(snap.losses().is_empty());
+        snap.unsettled = true;
+        let lines = snap.losses();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("through 6 reads"), "{lines:?}");
+    }
+
+    /// Names from the kernel reach no terminal raw.
+    #[test]
+    fn task_names_are_printable() {
+        let mut comm = [0u8; 16];
+        comm[..8].copy_from_slice(b"\x1b[2Jevil");
+        assert_eq!(comm_str(&comm), "\\x1b[2Jevil");
     }
 }

@@ -516,6 +516,7 @@ impl State {
             ticks: body.ticks,
             // Live only: which task hid switches names it for the live warning.
             hidden_tids: Vec::new(),
+            unsettled: false,
         };
     }
 }
