@@ -461,7 +461,7 @@ mod tests {
             retries: MAX_RETRIES,
             ..Snapshot::default()
         };
-        assert!(snap.losses().is_empty());
+        assert_eq!(snap.losses(), Vec::<String>::new());
         snap.unsettled = true;
         let lines = snap.losses();
         assert_eq!(lines.len(), 1, "{lines:?}");
