@@ -1080,3 +1080,45 @@ fn the_name_is_the_current_one() {
     assert!(sleeps >= 11, "{task:?}");
     assert_eq!(task.comm, common::WORKLOAD_COMM, "{task:?}");
 }
+
+/// D16: the global table leaves kernel threads out, as latencytop does, and `stats` says how
+/// many of their sleeps it left out instead of counting them with no word.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn stats_says_what_it_left_out() {
+    let _guard = serial();
+    let mut stats = Command::new(LATPROF)
+        .args(["stats", "--duration", "3s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn latprof stats");
+    let mut stderr = BufReader::new(stats.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("read stderr");
+    assert!(line.contains("attached"), "first stderr line: {line}");
+    // Writeback wakes kernel threads (kworkers, the journal) that sleep again.
+    let mut work = Workload::spawn(&[
+        "fsync",
+        "--count",
+        "20",
+        "--dir",
+        env!("CARGO_TARGET_TMPDIR"),
+    ]);
+    work.go();
+    work.wait_done();
+    work.release();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("stderr");
+    assert!(stats.wait().expect("wait").success(), "{rest}");
+    let note = rest
+        .lines()
+        .find(|l| l.contains("sleeps of kernel threads and"))
+        .unwrap_or_else(|| panic!("no word of kernel threads:\n{rest}"));
+    let kthreads: u64 = note
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{note}"));
+    assert!(kthreads > 0, "{note}");
+}
