@@ -29,6 +29,14 @@ pub const RUNQ_STACK: u64 = u64::MAX - 1;
 /// `TaskState::sleep_stack` of a sleep whose backtrace is to be taken at wakeup, if it counts.
 pub const DEFERRED_STACK: u64 = u64::MAX - 2;
 
+/// Pseudo stack id of recovered sleeps whose backtrace was to be taken at their wakeup, which
+/// the kernel hid from tracing: found still open later, their length comes from the task's
+/// run time and run-queue wait since (`Counter::SleepsRecovered`), their backtrace is gone.
+pub const RECOVERED_STACK: u64 = u64::MAX - 3;
+
+/// The lowest reserved stack id: the hashes of real backtraces stay below it.
+pub const RESERVED_STACKS: u64 = RECOVERED_STACK;
+
 /// Log2 buckets of a cause's latency histogram: bucket `i` holds latencies of `2^i` to
 /// `2^(i+1)` microseconds (bucket 0 also holds those under 1 µs).
 pub const HIST_BUCKETS: usize = 32;
@@ -103,7 +111,7 @@ pub fn stack_hash_step(h: u64, ip: u64) -> u64 {
 pub fn stack_hash_finish(mut h: u64) -> u64 {
     h ^= h >> 33;
     // Keep clear of the reserved ids.
-    if h >= DEFERRED_STACK { h - 3 } else { h }
+    if h >= RESERVED_STACKS { h - 4 } else { h }
 }
 
 /// `Global` value of `MODE`: per-task state only, merged into the global table at exit.
@@ -207,6 +215,10 @@ pub struct TaskState {
     /// When the task was woken (0: not waiting for a CPU).
     pub runq_start_ns: u64,
     pub sleep_stack: u64,
+    /// At the sleep's start, the task's `se.sum_exec_runtime` and `sched_info.run_delay`
+    /// (where the kernel has them): a sleep whose wakeup was hidden is recovered from them.
+    pub sleep_exec_ns: u64,
+    pub sleep_run_delay_ns: u64,
     pub sleep_kind: u32,
     pub tgid: u32,
     pub flags: u32,
@@ -222,7 +234,7 @@ pub struct TaskState {
     pub stack_cache: StackCache,
     pub records: [LatencyRecord; TASK_RECORDS],
 }
-const _: () = assert!(size_of::<TaskState>() == 64 + size_of::<StackCache>() + 32 * TASK_RECORDS);
+const _: () = assert!(size_of::<TaskState>() == 80 + size_of::<StackCache>() + 32 * TASK_RECORDS);
 // One bit of `task_only` per record.
 const _: () = assert!(TASK_RECORDS <= 32);
 
@@ -351,10 +363,17 @@ pub enum Counter {
     /// Counted sleeps of user tasks without a memory map (exiting, after exit_mm): the task's
     /// own, kept out of the global table, as latencytop does (without `--pid`).
     NoMmSleeps,
+    /// Sleeps found still open at their task's next sleep or exit (their wakeup was hidden)
+    /// and recovered: woken at `now - run time since - run-queue wait since`, then filtered
+    /// and counted like any other (those that pass are in `Counted` too).
+    SleepsRecovered,
+    /// Run-queue waits not measured: their wakeup was hidden (its time is known only after
+    /// the fact, from the recovered sleep).
+    RunqUnknown,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::NoMmSleeps as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::RunqUnknown as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -389,6 +408,8 @@ impl Counter {
         Self::SwitchesHidden,
         Self::KthreadSleeps,
         Self::NoMmSleeps,
+        Self::SleepsRecovered,
+        Self::RunqUnknown,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -425,6 +446,8 @@ impl Counter {
             Self::SwitchesHidden => "switches_hidden",
             Self::KthreadSleeps => "kthread_sleeps",
             Self::NoMmSleeps => "no_mm_sleeps",
+            Self::SleepsRecovered => "sleeps_recovered",
+            Self::RunqUnknown => "runq_unknown",
         }
     }
 
@@ -440,6 +463,9 @@ impl Counter {
             Self::GlobalTableFull => Some("records lost: global table full (raise --max-records)"),
             Self::ExitingSkipped => Some("sleeps of already-exiting tasks not tracked"),
             Self::SleepLost => Some("sleeps lost: the kernel did not run latprof for their wakeup"),
+            Self::RunqUnknown => {
+                Some("run-queue waits not measured: their wakeup was hidden from tracing")
+            }
             Self::HistTableFull => Some("histogram updates lost: table full (raise --max-records)"),
             Self::SpikesDropped => Some("spike events lost: the ring buffer was full"),
             _ => None,

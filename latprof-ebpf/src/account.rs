@@ -4,7 +4,9 @@
 use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST, helpers::bpf_get_current_pid_tgid, macros::raw_tracepoint,
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
+    macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
 use latprof_common::{
@@ -15,6 +17,7 @@ use latprof_common::{
 use crate::{
     debug::anomaly,
     maps::{GLOBAL_LATENCY, HISTOGRAMS, MERGED, TASKS, count},
+    recover::recover,
     settings::{DEBUG_CHECKS, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, read_field},
 };
 
@@ -252,15 +255,19 @@ pub fn sched_process_exit_nocas(ctx: RawTracePointContext) -> i32 {
 )]
 fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
     let tid = bpf_get_current_pid_tgid() as u32;
-    let Some(entry) = TASKS.get_ptr(&tid) else {
+    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
         return Ok(0);
     };
     // SAFETY: the exiting task is current; only its own events write its entry.
-    let entry = unsafe { &*entry };
+    let entry = unsafe { &mut *entry };
     if entry.sleep_kind != SLEEP_NONE {
-        // A running task is not asleep: that sleep's wakeup never reached latprof.
-        count(Counter::SleepLost);
+        // A running task is not asleep: that sleep's wakeup never reached latprof. Its run
+        // time since may miss the current slice (updated at the next tick or switch): the
+        // recovered sleep can be that much too long.
+        let task = unsafe { bpf_get_current_task() } as *const u8;
+        recover::<CAS>(tid, entry, task, unsafe { bpf_ktime_get_ns() });
     }
+    let entry = &*entry;
     if MODE.load() == MODE_LAZY
         && (entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0)
     {

@@ -84,6 +84,7 @@
 mod account;
 mod debug;
 mod maps;
+mod recover;
 mod settings;
 mod spikes;
 mod stack_cache;

@@ -67,6 +67,17 @@ pub(crate) static TASK_PID_OFF: Global<u32> = Global::new(0);
 pub(crate) static TASK_FLAGS_OFF: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub(crate) static TASK_MM_OFF: Global<u32> = Global::new(0);
+/// Offsets of `se.sum_exec_runtime` and `sched_info.run_delay` in `struct task_struct`, from
+/// vmlinux BTF; 0: the kernel has not both, and a sleep whose wakeup was hidden is lost
+/// instead of recovered.
+#[unsafe(no_mangle)]
+pub(crate) static TASK_EXEC_RUNTIME_OFF: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub(crate) static TASK_RUN_DELAY_OFF: Global<u32> = Global::new(0);
+/// N > 0: the wakeup programs ignore about one wakeup in N, as a kernel that hides tasks from
+/// tracing does (the tests' way to check recovery); 0: dead code the verifier removes.
+#[unsafe(no_mangle)]
+pub(crate) static DEBUG_HIDE_WAKEUPS: Global<u32> = Global::new(0);
 /// Sleeps and run-queue waits at least this long are sent as spike events; `u64::MAX`: none.
 #[unsafe(no_mangle)]
 pub(crate) static SPIKE_NS: Global<u64> = Global::new(u64::MAX);

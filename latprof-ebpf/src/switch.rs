@@ -18,6 +18,7 @@ use crate::{
     account::{account, runq_in_global},
     debug::anomaly,
     maps::{COUNTERS, LAST_SWITCH, SCRATCH, TASKS, count, tick_count},
+    recover::{note_sleep_start, recover},
     settings::{
         DEBUG_CHECKS, FILTER_TGID, FORCE_REJECT, MIN_SLEEP_NS, RUNQ, SELF_TGID, STACK_AT_WAKEUP,
         SWITCH_HAS_PREV_STATE, TASK_FLAGS_OFF, TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF,
@@ -70,7 +71,7 @@ fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, 
     if kind == SLEEP_NONE {
         return Ok(0);
     }
-    switch_out(ctx, kind)
+    switch_out::<CAS>(ctx, kind)
 }
 
 /// Finds switches the kernel ran no program for: the task going out is not the one this CPU's
@@ -121,7 +122,7 @@ fn runq_end<const CAS: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
 
 /// The task switched out in S or D state starts a sleep.
 #[expect(clippy::similar_names, reason = "tid and tgid are the kernel's names")]
-fn switch_out(ctx: &RawTracePointContext, kind: u32) -> Result<i32, i32> {
+fn switch_out<const CAS: bool>(ctx: &RawTracePointContext, kind: u32) -> Result<i32, i32> {
     // prev is the current task at sched_switch.
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
@@ -167,16 +168,18 @@ fn switch_out(ctx: &RawTracePointContext, kind: u32) -> Result<i32, i32> {
         }
         stack
     };
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: the entry belongs to the current task; only its own events write it.
-    unsafe {
-        if (*entry).sleep_kind != SLEEP_NONE {
-            // The previous sleep never saw its wakeup.
-            count(Counter::SleepLost);
-        }
-        (*entry).sleep_stack = stack;
-        (*entry).sleep_kind = kind;
-        (*entry).sleep_start_ns = bpf_ktime_get_ns();
+    let entry = unsafe { &mut *entry };
+    if entry.sleep_kind != SLEEP_NONE {
+        // The previous sleep never saw its wakeup: the kernel hid it.
+        recover::<CAS>(tid, entry, task, now);
     }
+    entry.sleep_stack = stack;
+    entry.sleep_kind = kind;
+    entry.sleep_start_ns = now;
+    note_sleep_start(entry, task);
     count(Counter::SleepsTracked);
     Ok(0)
 }

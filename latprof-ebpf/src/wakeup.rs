@@ -4,7 +4,7 @@
 use aya_ebpf::{
     EbpfContext,
     bindings::task_struct,
-    helpers::bpf_ktime_get_ns,
+    helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns},
     macros::{btf_tracepoint, raw_tracepoint},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
@@ -16,7 +16,10 @@ use crate::{
     account::{account, sleep_in_global},
     debug::anomaly,
     maps::{TASKS, count},
-    settings::{DEBUG_CHECKS, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, TASK_PID_OFF, read_field},
+    settings::{
+        DEBUG_CHECKS, DEBUG_HIDE_WAKEUPS, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, TASK_PID_OFF,
+        read_field,
+    },
     spikes::spike,
     stack_cache::sleeping_stack,
     stacks::task_stack,
@@ -110,6 +113,11 @@ fn wake<C: EbpfContext, const CAS: bool, const BT: u8>(
         }
         return Ok(0);
     };
+    let hide = DEBUG_HIDE_WAKEUPS.load();
+    if hide != 0 && unsafe { bpf_get_prandom_u32() } % hide == 0 {
+        // As a kernel that hides tasks from tracing would: this wakeup never arrives.
+        return Ok(0);
+    }
     // SAFETY: the wakee is not running; ttwu serializes wakeups of one task (pi_lock).
     let entry = unsafe { &mut *entry };
     if entry.sleep_kind != SLEEP_NONE {

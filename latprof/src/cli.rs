@@ -77,6 +77,10 @@ pub struct Cli {
     /// Learn the stack cache in a bounded loop, as on kernels without bpf_loop.
     #[arg(long, global = true, hide = true)]
     pub debug_bounded_cache: bool,
+    /// Ignore about one wakeup in N, as a kernel that hides tasks from tracing does (tests the
+    /// recovery of such sleeps).
+    #[arg(long, global = true, hide = true, default_value_t = 0)]
+    pub debug_hide_wakeups: u32,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -279,6 +283,7 @@ impl Cli {
             debug_checks: self.debug_checks,
             force_reject: self.debug_force_reject,
             bounded_cache: self.debug_bounded_cache,
+            hide_wakeups: self.debug_hide_wakeups,
         }
     }
 }

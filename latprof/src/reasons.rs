@@ -109,6 +109,7 @@ impl Reasons {
         let frames = match backtrace {
             Backtrace::WaitingForCpu => return "Waiting for CPU".to_owned(),
             Backtrace::Unavailable => return Backtrace::UNAVAILABLE.to_owned(),
+            Backtrace::WakeupHidden => return Backtrace::WAKEUP_HIDDEN.to_owned(),
             Backtrace::Frames(frames) if frames.is_empty() => {
                 return Backtrace::UNAVAILABLE.to_owned();
             }

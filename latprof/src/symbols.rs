@@ -163,6 +163,9 @@ pub enum Backtrace {
     WaitingForCpu,
     /// A sleep whose backtrace the kernel could not store.
     Unavailable,
+    /// A sleep recovered after its wakeup was hidden from tracing: its backtrace was to be
+    /// taken at that wakeup.
+    WakeupHidden,
 }
 
 impl Backtrace {
@@ -170,12 +173,17 @@ impl Backtrace {
     pub const UNAVAILABLE: &'static str = "[stack unavailable]";
     /// The text shown for [`Backtrace::WaitingForCpu`].
     pub const WAITING_FOR_CPU: &'static str = "[waiting for CPU]";
+    /// The text shown for [`Backtrace::WakeupHidden`], also its reason.
+    pub const WAKEUP_HIDDEN: &'static str = "[wakeup hidden from tracing]";
 
     /// The backtrace of a stack id, from its raw instruction pointers where they are known.
     #[must_use]
     pub fn of(stack_id: u64, raw: Option<&[u64]>, syms: &Kallsyms, depth: usize) -> Self {
         if stack_id == latprof_common::RUNQ_STACK {
             return Self::WaitingForCpu;
+        }
+        if stack_id == latprof_common::RECOVERED_STACK {
+            return Self::WakeupHidden;
         }
         let frames = raw
             .filter(|_| stack_id != latprof_common::NO_STACK)
@@ -195,6 +203,7 @@ impl Backtrace {
             Self::Frames(frames) => frames.iter().map(String::as_str).collect(),
             Self::WaitingForCpu => vec![Self::WAITING_FOR_CPU],
             Self::Unavailable => vec![Self::UNAVAILABLE],
+            Self::WakeupHidden => vec![Self::WAKEUP_HIDDEN],
         }
     }
 

@@ -659,7 +659,7 @@ fn stats_cli_attempt(signal: i32) {
     let text = String::from_utf8(out.stdout).expect("utf-8 output");
     // A sleep the kernel never ran latprof for is reported on stderr, never silently dropped.
     let rest = String::from_utf8_lossy(&out.stderr);
-    let lost = common::reported_lost(&rest);
+    let lost = common::reported_missing(&rest);
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("Latency Top version : v0.1"));
     let nanosleep: Vec<&str> = text
@@ -1121,4 +1121,91 @@ fn stats_says_what_it_left_out() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{note}"));
     assert!(kthreads > 0, "{note}");
+}
+
+/// Issue 12: a sleep whose wakeup the kernel hid is recovered, not lost: found open when its
+/// task sleeps again, it was woken at `now - run time since - wait since`. latprof hides about
+/// one wakeup in three here (`--debug-hide-wakeups 3`); every sleep the workload slept must be
+/// counted, the recovered ones as long as the others. Where the backtrace is taken at the
+/// wakeup, the recovered ones have none; where it is taken at switch-out, they keep theirs.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn sleeps_with_a_hidden_wakeup_are_recovered() {
+    let _guard = serial();
+    for btf_wakeup in [true, false] {
+        twice("recovery", || recovery_attempt(btf_wakeup));
+    }
+}
+
+fn recovery_attempt(btf_wakeup: bool) {
+    let mut work = Workload::spawn(&["sleep", "--count", "300", "--interval", "2ms"]);
+    let mut args = vec!["--debug-hide-wakeups", "3", "stats", "--duration", "60s"];
+    if !btf_wakeup {
+        args.insert(0, "--no-btf-wakeup");
+    }
+    let pid = work.pid().to_string();
+    args.extend(["--pid", &pid]);
+    let (stats, stderr) = common::start(
+        Command::new(LATPROF).args(&args).stdout(Stdio::piped()),
+        "attached",
+    );
+    work.go();
+    let facts = work.wait_done();
+    let fact = |key: &str| {
+        facts
+            .iter()
+            .find_map(|(k, v)| (k == key).then_some(*v))
+            .unwrap_or_else(|| panic!("no {key} in {facts:?}"))
+    };
+    let (slept, own_max_us) = (fact("slept"), fact("max_ns") / 1000);
+    work.release();
+    let (out, rest) = common::interrupt(stats, stderr);
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let line = |needle: &str| -> Option<(u64, u64, u64)> {
+        text.lines().find(|l| l.contains(needle)).map(|l| {
+            let f: Vec<u64> = l
+                .split(' ')
+                .take(3)
+                .map(|n| n.parse().expect("number"))
+                .collect();
+            (f[0], f[1], f[2])
+        })
+    };
+    let recovered: u64 = rest
+        .lines()
+        .find(|l| l.contains("sleeps recovered"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no sleeps recovered:\n{rest}"));
+    // About a third of the wakeups hidden (random): far from none, far from all.
+    assert!(
+        (slept / 6..=slept / 2).contains(&recovered),
+        "{recovered} of {slept} recovered\n{rest}"
+    );
+    let (count, total, max) = line(" hrtimer_nanosleep ").expect("nanosleep line");
+    let hidden = line("[wakeup hidden from tracing]");
+    let lost = common::reported_lost(&rest);
+    if btf_wakeup {
+        let (h_count, h_total, h_max) =
+            hidden.unwrap_or_else(|| panic!("no recovered line:\n{text}"));
+        assert_eq!(h_count, recovered, "{text}\n{rest}");
+        assert_eq!(count + h_count + lost, slept, "{text}\n{rest}");
+        // As long as the others: within 10% on average (measured: 2,077 against 2,076 us),
+        // and no longer than the workload's own longest sleep.
+        let (avg, h_avg) = (total / count, h_total / h_count);
+        assert!(
+            h_avg.abs_diff(avg) <= avg / 10,
+            "average {h_avg} us recovered, {avg} us seen\n{text}"
+        );
+        assert!(h_max <= own_max_us + 100, "{h_max} > {own_max_us}\n{text}");
+    } else {
+        // Backtraces taken at switch-out: the recovered sleeps are under their own cause.
+        assert!(hidden.is_none(), "{text}");
+        assert_eq!(count + lost, slept, "{text}\n{rest}");
+        assert!(
+            (slept * 1_900..=slept * 2_500).contains(&total),
+            "slept {slept}, total {total} us\n{text}"
+        );
+        assert!(max <= own_max_us + 100, "{max} > {own_max_us}\n{text}");
+    }
 }

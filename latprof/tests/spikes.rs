@@ -59,7 +59,7 @@ fn stop(
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("no '{key}' in {summary}"))
     };
-    let lost = common::reported_lost(&rest);
+    let lost = common::reported_missing(&rest);
     let path = out_file(work_pid);
     let lines = std::fs::read_to_string(&path)
         .expect("spikes output")

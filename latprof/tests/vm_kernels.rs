@@ -258,6 +258,7 @@ fn check_counters(out: &str, variant: &str, cached: bool) -> f64 {
             .unwrap_or_else(|| panic!("no counter {name}:\n{}", text.join("\n")))
     };
     assert_eq!(counter("sleep_lost"), 0, "{}", text.join("\n"));
+    assert_eq!(counter("sleeps_recovered"), 0, "{}", text.join("\n"));
     assert_eq!(counter("stack_missing"), 0, "{}", text.join("\n"));
     // 2,000 round trips: two pipe waits each, nearly all counted.
     assert!(counter("counted") >= 2000, "{}", text.join("\n"));

@@ -147,6 +147,10 @@ fn assert_deficit_is_lost(kernel: &Table, latprof: &Table, output: &str) {
     let lost = common::reported_lost(output);
     assert_eq!(lost, 0, "latprof lost sleeps in the VM\n{output}");
     assert!(
+        !output.contains("sleeps recovered"),
+        "latprof recovered sleeps in the VM (no wakeup is hidden there)\n{output}"
+    );
+    assert!(
         !output.contains("switches hidden"),
         "the VM's kernel hid switches\n{output}"
     );

@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap};
 use latprof_common::{
     COUNTER_COUNT, Counter, CpuSwitch, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord,
-    NO_STACK, RUNQ_STACK, RawStack, TICK_COUNTER_COUNT, TaskState,
+    RawStack, TICK_COUNTER_COUNT, TaskState,
 };
 
 use crate::probe::{Mode, Probe, names};
@@ -152,6 +152,17 @@ impl Snapshot {
         tids.dedup();
         let lost = c.get(Counter::SleepLost);
         let mut out = c.losses();
+        let recovered = c.get(Counter::SleepsRecovered);
+        if recovered > 0 {
+            let without = self
+                .global_records()
+                .get(&latprof_common::RECOVERED_STACK)
+                .map_or(0, |r| r.count);
+            out.push(format!(
+                "{recovered} sleeps recovered: their wakeups were hidden from tracing, their length taken from the task's run time and wait since ({without} counted under {} as their backtrace was to be taken at the wakeup)",
+                crate::symbols::Backtrace::WAKEUP_HIDDEN
+            ));
+        }
         if self.unsettled {
             out.push(format!(
                 "exits kept moving records into the global table through {} reads: an exiting task's sleeps may count twice or not at all in this snapshot",
@@ -338,7 +349,7 @@ impl Collector {
             BpfHashMap::try_from(ebpf.map(names::MAP_STACKS).context("no STACKS map")?)?;
         let mut stacks = BTreeMap::new();
         for id in stack_ids(&global, &tasks) {
-            if id == NO_STACK || id == RUNQ_STACK || stacks.contains_key(&id) {
+            if id >= latprof_common::RESERVED_STACKS || stacks.contains_key(&id) {
                 continue;
             }
             let frames = if let Some(frames) = self.stacks.get(&id) {

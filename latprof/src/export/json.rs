@@ -98,6 +98,7 @@ fn causes_json(scope: &Scope<'_>, records: Vec<(u64, GlobalRecord)>) -> Vec<Caus
             let kind = match c.backtrace {
                 Backtrace::WaitingForCpu => "runqueue",
                 Backtrace::Unavailable => "unavailable",
+                Backtrace::WakeupHidden => "recovered",
                 Backtrace::Frames(_) => "sleep",
             };
             CauseJson {

@@ -55,6 +55,9 @@ pub struct ProbeConfig {
     /// Learn the stack cache in a bounded loop as on kernels without `bpf_loop`, even where
     /// the kernel has it (tests that form here).
     pub bounded_cache: bool,
+    /// Ignore about one wakeup in N (0: none), as a kernel that hides tasks from tracing
+    /// does: for tests of the recovery of such sleeps.
+    pub hide_wakeups: u32,
 }
 
 /// When the spike reader is woken.
@@ -86,6 +89,7 @@ impl Default for ProbeConfig {
             debug_checks: false,
             force_reject: false,
             bounded_cache: false,
+            hide_wakeups: 0,
         }
     }
 }

@@ -58,6 +58,11 @@ struct Globals {
     pid_off: u32,
     flags_off: u32,
     mm_off: u32,
+    /// `se.sum_exec_runtime` and `sched_info.run_delay` in task_struct; 0: no recovery of
+    /// sleeps whose wakeup was hidden.
+    exec_runtime_off: u32,
+    run_delay_off: u32,
+    hide_wakeups: u32,
     /// `thread.sp` in task_struct; 0: no stack cache.
     thread_sp_off: u32,
     /// `stack` in task_struct, and the user registers' place above it.
@@ -142,6 +147,13 @@ fn load_variant(
         .override_global(names::GLOBAL_TASK_PID_OFF, &g.pid_off, true)
         .override_global(names::GLOBAL_TASK_FLAGS_OFF, &g.flags_off, true)
         .override_global(names::GLOBAL_TASK_MM_OFF, &g.mm_off, true)
+        .override_global(
+            names::GLOBAL_TASK_EXEC_RUNTIME_OFF,
+            &g.exec_runtime_off,
+            true,
+        )
+        .override_global(names::GLOBAL_TASK_RUN_DELAY_OFF, &g.run_delay_off, true)
+        .override_global(names::GLOBAL_DEBUG_HIDE_WAKEUPS, &g.hide_wakeups, true)
         .override_global(names::GLOBAL_THREAD_SP_OFF, &g.thread_sp_off, true)
         .override_global(names::GLOBAL_TASK_STACK_OFF, &g.task_stack_off, true)
         .override_global(names::GLOBAL_PT_REGS_IN_STACK, &g.pt_regs_in_stack, true)
@@ -277,6 +289,20 @@ fn pt_regs_place(btf: &btf::Btf) -> (u32, u32) {
     }
 }
 
+/// Offsets of `se.sum_exec_runtime` and `sched_info.run_delay` in `struct task_struct`: both, or
+/// (0, 0) where the kernel lacks either (no recovery of sleeps whose wakeup was hidden).
+fn recovery_offsets(btf: &btf::Btf) -> (u32, u32) {
+    match (
+        btf.member_offset("task_struct", "se"),
+        btf.member_offset("sched_entity", "sum_exec_runtime"),
+        btf.member_offset("task_struct", "sched_info"),
+        btf.member_offset("sched_info", "run_delay"),
+    ) {
+        (Ok(se), Ok(exec), Ok(info), Ok(delay)) => (se + exec, info + delay),
+        _ => (0, 0),
+    }
+}
+
 /// Offset of the saved kernel stack pointer in `struct task_struct` (`thread.sp`), where the
 /// stack cache knows how to use it (x86-64); 0 otherwise.
 fn thread_sp_offset(btf: &btf::Btf) -> u32 {
@@ -307,6 +333,12 @@ impl Probe {
         let flags_off = btf.member_offset("task_struct", "flags")?;
         let mm_off = btf.member_offset("task_struct", "mm")?;
         let mut fallbacks = Vec::new();
+        let (exec_runtime_off, run_delay_off) = recovery_offsets(&btf);
+        if exec_runtime_off == 0 {
+            fallbacks.push(
+                "sleeps whose wakeup the kernel hides are lost, not recovered: no se.sum_exec_runtime or sched_info.run_delay in this kernel's task_struct (CONFIG_SCHED_INFO)".to_owned(),
+            );
+        }
         let thread_sp_off = thread_sp_offset(&btf);
         // The stack cache: x86-64's saved stack pointer; bpf_loop (5.17) and bpf_task_pt_regs
         // (5.15) where the kernel has them, a bounded loop and the task's stack elsewhere.
@@ -353,6 +385,9 @@ impl Probe {
             pid_off,
             flags_off,
             mm_off,
+            exec_runtime_off,
+            run_delay_off,
+            hide_wakeups: config.hide_wakeups,
             thread_sp_off,
             task_stack_off,
             pt_regs_in_stack,

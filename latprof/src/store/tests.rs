@@ -131,7 +131,7 @@ pub fn named(snap: &Snapshot, syms: &Kallsyms) -> Snapshot {
         h.finish()
     };
     let id = |id: u64| {
-        if id >= latprof_common::DEFERRED_STACK {
+        if id >= latprof_common::RESERVED_STACKS {
             return id;
         }
         let mut h = DefaultHasher::new();

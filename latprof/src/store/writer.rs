@@ -14,7 +14,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use latprof_common::{DEFERRED_STACK, GlobalRecord, Histogram};
+use latprof_common::{GlobalRecord, Histogram, RESERVED_STACKS};
 
 use super::{
     Body, FILE_HEADER_LEN, FLAG_ZSTD, FRAME_HEADER_LEN, KEY_EVERY, KIND_DELTA, KIND_END, KIND_KEY,
@@ -170,11 +170,11 @@ impl Writer {
 
     /// A backtrace id as the recording writes it; the reserved ids stay what they are.
     fn public_id(&self, id: u64) -> u64 {
-        if id >= DEFERRED_STACK {
+        if id >= RESERVED_STACKS {
             return id;
         }
         let h = self.ids.hash_one(id);
-        if h >= DEFERRED_STACK { h - 3 } else { h }
+        if h >= RESERVED_STACKS { h - 4 } else { h }
     }
 
     fn public_task(&self, t: &TaskSnapshot) -> TaskSnapshot {

@@ -146,14 +146,41 @@ pub fn reported_lost(text: &str) -> u64 {
         .map_or(0, |n| n.parse().expect("lost count"))
 }
 
-/// The same for a snapshot: lost sleeps only where the kernel hid switches.
+/// Sleeps missing from their own cause in latprof's stderr `text`: lost, or recovered after a
+/// hidden wakeup without their backtrace (counted under "[wakeup hidden from tracing]").
+/// Either is accepted only where the kernel hid switches, which latprof then names.
+pub fn reported_missing(text: &str) -> u64 {
+    let lost = reported_lost(text);
+    let Some(line) = text.lines().find(|l| l.contains("sleeps recovered")) else {
+        return lost;
+    };
+    assert!(
+        text.contains("switches hidden"),
+        "sleeps recovered with no hidden switch to explain them: {line}"
+    );
+    let without: u64 = line
+        .split(" counted under ")
+        .next()
+        .and_then(|l| l.rsplit('(').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {line}"));
+    lost + without
+}
+
+/// The same for a snapshot: sleeps lost or recovered without a backtrace, accepted only where
+/// the kernel hid switches.
 pub fn lost_where_hidden(snap: &latprof::collect::Snapshot) -> u64 {
-    use latprof_common::Counter;
+    use latprof_common::{Counter, RECOVERED_STACK};
     let lost = snap.counters.get(Counter::SleepLost);
+    let recovered = snap.counters.get(Counter::SleepsRecovered);
     let hidden = snap.counters.get(Counter::SwitchesHidden);
     assert!(
-        lost == 0 || hidden > 0,
-        "{lost} sleeps lost but no switch was hidden: lost for another reason"
+        lost + recovered == 0 || hidden > 0,
+        "{lost} sleeps lost and {recovered} recovered but no switch was hidden: lost for another reason"
     );
-    lost
+    let without = snap
+        .global_records()
+        .get(&RECOVERED_STACK)
+        .map_or(0, |r| r.count);
+    lost + without
 }

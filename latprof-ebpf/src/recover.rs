@@ -1,0 +1,81 @@
+//! Sleeps whose wakeup the kernel hid: some kernels run no BPF program while certain tasks are
+//! current, so a wakeup done then (from an interrupt, or by such a task) never reaches
+//! `sched_wakeup`, and the sleep is found still open when its task sleeps again or exits. The
+//! task's run time (`se.sum_exec_runtime`) and run-queue wait (`sched_info.run_delay`) grew
+//! only since that wakeup, so it was at `now - run time since - wait since`: the sleep is
+//! recovered, filtered and counted as any other. Its backtrace, if it was to be taken at the
+//! wakeup, is gone: it is counted under `RECOVERED_STACK`. Its run-queue wait is unknown.
+
+use latprof_common::{
+    Counter, DEFERRED_STACK, RECOVERED_STACK, SLEEP_NONE, SleepVerdict, TaskState, sleep_verdict,
+};
+
+use crate::{
+    account::{account, sleep_in_global},
+    maps::count,
+    settings::{
+        INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, TASK_EXEC_RUNTIME_OFF, TASK_RUN_DELAY_OFF, read_field,
+    },
+    spikes::spike,
+};
+
+/// At a sleep's start: what recovering it will need, where the kernel has it.
+#[inline(always)]
+pub(crate) fn note_sleep_start(entry: &mut TaskState, task: *const u8) {
+    let exec_off = TASK_EXEC_RUNTIME_OFF.load();
+    if exec_off == 0 {
+        return;
+    }
+    entry.sleep_exec_ns = read_field::<u64>(task, exec_off).unwrap_or(0);
+    entry.sleep_run_delay_ns = read_field::<u64>(task, TASK_RUN_DELAY_OFF.load()).unwrap_or(0);
+}
+
+/// Ends `entry`'s open sleep, found open at `now` while its task `task` (current) runs:
+/// recovered where the kernel keeps the task's run time and wait, lost otherwise.
+// Not inlined: one copy serves sched_switch and sched_process_exit.
+#[inline(never)]
+pub(crate) fn recover<const CAS: bool>(tid: u32, entry: &mut TaskState, task: *const u8, now: u64) {
+    let kind = entry.sleep_kind;
+    entry.sleep_kind = SLEEP_NONE;
+    let exec_off = TASK_EXEC_RUNTIME_OFF.load();
+    if exec_off == 0 {
+        count(Counter::SleepLost);
+        return;
+    }
+    let (Ok(exec), Ok(delay)) = (
+        read_field::<u64>(task, exec_off),
+        read_field::<u64>(task, TASK_RUN_DELAY_OFF.load()),
+    ) else {
+        count(Counter::SleepLost);
+        return;
+    };
+    let since = exec
+        .saturating_sub(entry.sleep_exec_ns)
+        .saturating_add(delay.saturating_sub(entry.sleep_run_delay_ns));
+    let woken = now.saturating_sub(since);
+    if woken < entry.sleep_start_ns {
+        // More run time than wall time: the counters do not fit this sleep.
+        count(Counter::SleepLost);
+        return;
+    }
+    count(Counter::SleepsRecovered);
+    if RUNQ.load() == 1 {
+        count(Counter::RunqUnknown);
+    }
+    let delta = woken - entry.sleep_start_ns;
+    match sleep_verdict(kind, delta, MIN_SLEEP_NS.load(), INTER_CUTOFF_NS.load()) {
+        SleepVerdict::TooShort => count(Counter::SkippedZero),
+        SleepVerdict::OverCutoff => count(Counter::SkippedCutoff),
+        SleepVerdict::Count => {
+            let stack = if entry.sleep_stack == DEFERRED_STACK {
+                RECOVERED_STACK
+            } else {
+                entry.sleep_stack
+            };
+            let in_global = sleep_in_global(entry, task);
+            account::<CAS>(entry, stack, delta, in_global);
+            count(Counter::Counted);
+            spike::<CAS>(tid, entry, stack, delta, kind);
+        }
+    }
+}
