@@ -138,7 +138,8 @@ pub struct RecordArgs {
     /// The recording to write.
     #[arg(long, short = 'o')]
     pub output: PathBuf,
-    /// Replace an existing file.
+    /// Replace an existing file: what is there is removed first, a symbolic link itself and
+    /// not what it points to.
     #[arg(long)]
     pub force: bool,
     /// Stop after this long (default: until Ctrl-C or SIGTERM).

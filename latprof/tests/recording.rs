@@ -358,3 +358,171 @@ fn bad_files_give_one_line_and_exit_1() {
     // A directory is not a recording either.
     one_line_error(&dir.0, "cannot read");
 }
+
+// Files latprof writes as root, in directories other users write to.
+
+/// `fs.protected_symlinks` off while it lives, restored after (a panic included): a link
+/// planted in a sticky directory is then followed as on a system without that protection,
+/// which is what latprof must defend itself against. One test at a time holds it.
+struct LinksUnprotected {
+    old: String,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+}
+
+const PROTECTED_SYMLINKS: &str = "/proc/sys/fs/protected_symlinks";
+
+impl LinksUnprotected {
+    fn new() -> Self {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let guard = LOCK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = std::fs::read_to_string(PROTECTED_SYMLINKS).expect("read protected_symlinks");
+        std::fs::write(PROTECTED_SYMLINKS, "0").expect("turn protected_symlinks off");
+        Self {
+            old,
+            _one_at_a_time: guard,
+        }
+    }
+}
+
+impl Drop for LinksUnprotected {
+    fn drop(&mut self) {
+        std::fs::write(PROTECTED_SYMLINKS, self.old.trim()).expect("restore protected_symlinks");
+    }
+}
+
+/// A directory every user may create files in (mode 1777, like /tmp) inside `dir`.
+fn public_dir(dir: &TempDir) -> PathBuf {
+    let public = dir.file("pub");
+    std::fs::create_dir(&public).expect("create pub");
+    let status = Command::new("chmod")
+        .args(["1777", public.to_str().expect("utf-8 path")])
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+    public
+}
+
+/// The user `nobody` makes `link` point at `target`; whether it could.
+fn nobody_links(target: &Path, link: &Path) -> bool {
+    Command::new("runuser")
+        .args(["-u", "nobody", "--", "ln", "-s"])
+        .args([target, link])
+        .stderr(Stdio::null())
+        .status()
+        .expect("runuser (util-linux)")
+        .success()
+}
+
+/// A root-owned file that a link planted by another user points at.
+fn victim(dir: &TempDir) -> PathBuf {
+    let victim = dir.file("victim");
+    std::fs::write(&victim, b"precious\n").expect("write victim");
+    victim
+}
+
+/// `latprof ARGS` to its end: exit code and stderr.
+fn latprof(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(LATPROF)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run latprof");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Refused: exit 1 and one stderr line, which contains `says`.
+fn refused((code, stderr): &(Option<i32>, String), says: &str) {
+    assert_eq!(*code, Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.starts_with("latprof: "), "{stderr}");
+    assert!(stderr.contains(says), "'{says}' not in: {stderr}");
+}
+
+/// `record -o` checked that the file did not exist, loaded its programs for a second or more,
+/// then opened the path with O_CREAT|O_TRUNC: a link another user planted meanwhile made root
+/// overwrite its target. Now the file is created (O_EXCL) before anything loads.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn record_never_writes_through_a_link_planted_while_it_starts() {
+    root();
+    let _links = LinksUnprotected::new();
+    let dir = TempDir::new("planted");
+    let public = public_dir(&dir);
+    let victim = victim(&dir);
+    let file = public.join("run.lpr");
+    let recorder = Command::new(LATPROF)
+        .args(["record", "--duration", "1s", "--interval", "200ms", "-o"])
+        .arg(&file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn latprof");
+    // Past the old existence check, in the middle of loading the programs.
+    std::thread::sleep(Duration::from_millis(300));
+    let planted = nobody_links(&victim, &file);
+    let out = recorder.wait_with_output().expect("wait for latprof");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        std::fs::read(&victim).expect("read victim"),
+        b"precious\n",
+        "root wrote through a link planted by nobody: {stderr}"
+    );
+    assert!(!planted, "nobody could plant a link where the recording is");
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        std::fs::symlink_metadata(&file)
+            .expect("the recording")
+            .is_file()
+    );
+    latprof::store::reader::Recording::open(&file).expect("a readable recording");
+}
+
+/// A dangling link was followed with no race at all: `exists()` says false for it.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn record_refuses_a_dangling_link() {
+    root();
+    let _links = LinksUnprotected::new();
+    let dir = TempDir::new("dangling");
+    let public = public_dir(&dir);
+    let target = dir.file("made-by-root");
+    let file = public.join("run.lpr");
+    assert!(nobody_links(&target, &file));
+    let path = file.to_str().expect("utf-8 path");
+    refused(
+        &latprof(&["record", "--duration", "1s", "-o", path]),
+        &format!("{path} exists (a symbolic link); choose another name or pass --force"),
+    );
+    assert!(
+        std::fs::symlink_metadata(&target).is_err(),
+        "root followed a dangling link"
+    );
+}
+
+/// `--force` wrote through a link instead of replacing it.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn record_force_replaces_a_link_not_its_target() {
+    root();
+    let _links = LinksUnprotected::new();
+    let dir = TempDir::new("force");
+    let public = public_dir(&dir);
+    let victim = victim(&dir);
+    let file = public.join("run.lpr");
+    assert!(nobody_links(&victim, &file));
+    let path = file.to_str().expect("utf-8 path");
+    let (code, stderr) = latprof(&["record", "--force", "--duration", "1s", "-o", path]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(std::fs::read(&victim).expect("read victim"), b"precious\n");
+    assert!(
+        std::fs::symlink_metadata(&file)
+            .expect("recording")
+            .is_file()
+    );
+    latprof::store::reader::Recording::open(&file).expect("a readable recording");
+}

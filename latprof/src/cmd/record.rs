@@ -14,7 +14,7 @@ use crate::{
     probe::{self, KernelFacts},
     store::{
         RecordingInfo,
-        writer::{Appended, Options, Writer},
+        writer::{Appended, NewFile, Options, Writer},
     },
     symbols::Kallsyms,
     time,
@@ -86,12 +86,6 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             dir.display()
         );
     }
-    if !args.force && args.output.exists() {
-        bail!(
-            "{} exists; choose another name or pass --force to replace it",
-            args.output.display()
-        );
-    }
     let details = !args.lean;
     let options = Options {
         compress: !args.no_compress,
@@ -99,17 +93,24 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
         keep: args.keep,
         max_size: args.max_size,
     };
-    let session = Session::start(
-        cli,
-        Needs {
-            details,
-            spikes: true,
-            run_time_stats: true,
-            ..Needs::default()
-        },
-    )?;
-    let mut writer = Writer::create(
-        &args.output,
+    let needs = Needs {
+        details,
+        spikes: true,
+        run_time_stats: true,
+        ..Needs::default()
+    };
+    // The file is created before the programs load (a second or more): no one can put a link
+    // in its place meanwhile. It is removed again if they do not load.
+    let file = NewFile::create(&args.output, args.force)?;
+    let session = match Session::start(cli, needs) {
+        Ok(session) => session,
+        Err(e) => {
+            file.remove();
+            return Err(e);
+        }
+    };
+    let mut writer = Writer::start(
+        file,
         info(
             cli,
             args.interval,
@@ -118,7 +119,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             session.kernel.clone(),
         ),
         options,
-    )?;
+    );
     eprintln!(
         "latprof: recording to {} every {} ({} mode){}; Ctrl-C to stop",
         args.output.display(),

@@ -7,7 +7,7 @@
 //! inverted), through a hash keyed at random per recorder.
 use std::{
     collections::{HashMap, HashSet},
-    fs::{File, OpenOptions},
+    fs::File,
     hash::{BuildHasher as _, RandomState},
     io::Write as _,
     path::{Path, PathBuf},
@@ -92,13 +92,15 @@ const ZSTD_LEVEL: i32 = 9;
 /// Room kept for the end frame under `--max-size`.
 const END_ROOM: u64 = 64;
 
-fn create_file(path: &Path) -> Result<File> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
+/// Creates a recording's file and writes its header: never through a link, never over an
+/// existing entry; `replace` (`--force`) removes what is there first (a link, not its target).
+fn create_file(path: &Path, replace: bool) -> Result<File> {
+    let mut file = crate::files::create(
+        path,
+        replace,
+        0o666,
+        "choose another name or pass --force to replace it",
+    )?;
     let mut header = Vec::with_capacity(FILE_HEADER_LEN);
     header.extend_from_slice(&MAGIC);
     header.extend_from_slice(&VERSION.to_le_bytes());
@@ -107,6 +109,29 @@ fn create_file(path: &Path) -> Result<File> {
         .and_then(|()| file.sync_data())
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(file)
+}
+
+/// A recording's file, created and holding its header before anything is recorded: `record`
+/// creates it before it loads the programs (a second or more), so no one can put a link in its
+/// place meanwhile.
+pub struct NewFile {
+    path: PathBuf,
+    file: File,
+}
+
+impl NewFile {
+    /// Creates `path`, which must not exist; `replace` (`--force`) replaces what is there.
+    pub fn create(path: &Path, replace: bool) -> Result<Self> {
+        Ok(Self {
+            path: path.to_owned(),
+            file: create_file(path, replace)?,
+        })
+    }
+
+    /// Removes the file again (the command failed before recording anything).
+    pub fn remove(self) {
+        crate::files::Created::new(&self.path, &self.file).remove();
+    }
 }
 
 /// One frame as it lies in the file.
@@ -140,11 +165,17 @@ pub fn frame(kind: u8, raw: &[u8], compress: bool) -> Vec<u8> {
 }
 
 impl Writer {
+    /// A new recording at `path`, which must not exist.
     pub fn create(path: &Path, info: RecordingInfo, options: Options) -> Result<Self> {
-        let file = create_file(path)?;
-        Ok(Self {
-            path: path.to_owned(),
-            file,
+        Ok(Self::start(NewFile::create(path, false)?, info, options))
+    }
+
+    /// A recording in a file created beforehand.
+    #[must_use]
+    pub fn start(new: NewFile, info: RecordingInfo, options: Options) -> Self {
+        Self {
+            path: new.path,
+            file: new.file,
             info,
             options,
             size: FILE_HEADER_LEN as u64,
@@ -159,7 +190,7 @@ impl Writer {
                 bytes: FILE_HEADER_LEN as u64,
                 ..Stats::default()
             },
-        })
+        }
     }
 
     /// Bytes in the current file.
@@ -358,7 +389,9 @@ impl Writer {
             std::fs::rename(&self.path, numbered(1))
                 .with_context(|| format!("rotating {}", self.path.display()))?;
         }
-        self.file = create_file(&self.path)?;
+        // The path was just renamed or removed: whatever is there now was put there by someone
+        // else, and is refused rather than written through.
+        self.file = create_file(&self.path, false)?;
         self.size = FILE_HEADER_LEN as u64;
         self.stats.bytes += FILE_HEADER_LEN as u64;
         self.stats.rotations += 1;
