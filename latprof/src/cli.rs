@@ -138,8 +138,8 @@ pub struct RecordArgs {
     /// The recording to write.
     #[arg(long, short = 'o')]
     pub output: PathBuf,
-    /// Replace an existing file: what is there is removed first, a symbolic link itself and
-    /// not what it points to.
+    /// Replace an existing file (and, with --rotate, existing FILE.1 ... FILE.K): what is
+    /// there is removed first, a symbolic link itself and not what it points to.
     #[arg(long)]
     pub force: bool,
     /// Stop after this long (default: until Ctrl-C or SIGTERM).
@@ -149,7 +149,7 @@ pub struct RecordArgs {
     #[arg(long, value_parser = time::parse_duration, default_value = "1s")]
     pub interval: Duration,
     /// Start a new file when this one reaches SIZE (e.g. 100M); older files become
-    /// FILE.1, FILE.2, ... up to --keep.
+    /// FILE.1, FILE.2, ... up to --keep (existing ones are refused unless --force).
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub rotate: Option<u64>,
     /// Rotated files kept besides the current one (at most 1000).

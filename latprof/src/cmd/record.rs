@@ -68,8 +68,19 @@ pub fn info(
     }
 }
 
+/// With `--rotate`, the rotated files that exist already (`FILE.1` ... `FILE.K`), which a
+/// rotation would replace; links count, dangling or not.
+fn rotated_files(args: &RecordArgs) -> Vec<String> {
+    if args.rotate.is_none() {
+        return Vec::new();
+    }
+    (1..=args.keep)
+        .map(|n| format!("{}.{n}", args.output.display()))
+        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .collect()
+}
+
 pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
-    probe::check_privileges()?;
     if args.interval < Duration::from_millis(10) {
         bail!("--interval must be at least 10ms");
     }
@@ -86,6 +97,15 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             dir.display()
         );
     }
+    let rotated = rotated_files(args);
+    if !args.force && !rotated.is_empty() {
+        bail!(
+            "{} exist{} and --rotate would replace {}; choose another name or pass --force",
+            rotated.join(", "),
+            if rotated.len() == 1 { "s" } else { "" },
+            if rotated.len() == 1 { "it" } else { "them" },
+        );
+    }
     let details = !args.lean;
     let options = Options {
         compress: !args.no_compress,
@@ -99,6 +119,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
         run_time_stats: true,
         ..Needs::default()
     };
+    probe::check_privileges()?;
     // The file is created before the programs load (a second or more): no one can put a link
     // in its place meanwhile. It is removed again if they do not load.
     let file = NewFile::create(&args.output, args.force)?;
