@@ -59,8 +59,9 @@ pub struct Cli {
     /// from its stack cache (for comparison: the numbers are the same, the cost is not).
     #[arg(long, global = true)]
     pub no_stack_cache: bool,
-    /// Where latprof's log goes (the eBPF side's --debug-checks lines); default stderr, and
-    /// for top and replay latprof-PID.log in the temporary directory.
+    /// Where latprof's log goes (the eBPF side's --debug-checks lines): a new file (an existing
+    /// one is refused, /dev/null excepted); default stderr, and for top a new
+    /// latprof-RANDOM.log in the temporary directory, readable by root only, named at exit.
     #[arg(long, global = true)]
     pub log: Option<PathBuf>,
     /// Distinct kernel backtraces kept (kernel table size).

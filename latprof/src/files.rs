@@ -5,7 +5,7 @@
 use std::{
     fs::{File, OpenOptions},
     io,
-    os::unix::fs::{MetadataExt as _, OpenOptionsExt as _},
+    os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _},
     path::{Path, PathBuf},
 };
 
@@ -50,6 +50,56 @@ pub fn create(path: &Path, replace: bool, mode: u32, exists: &str) -> Result<Fil
     }
 }
 
+/// Opens `path` for appending if it is a character device (`/dev/null`): writing there
+/// overwrites nothing, and other users cannot make one. `None` if it is anything else or
+/// nothing; a link is not followed.
+pub fn open_device(path: &Path) -> Result<Option<File>> {
+    let is_device = |m: &std::fs::Metadata| m.file_type().is_char_device();
+    if !std::fs::symlink_metadata(path).is_ok_and(|m| is_device(&m)) {
+        return Ok(None);
+    }
+    // No O_CREAT, no O_TRUNC: if something else took its place meanwhile, it is refused below
+    // with nothing written.
+    let file = OpenOptions::new()
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    if !file.metadata().is_ok_and(|m| is_device(&m)) {
+        bail!("{} changed while latprof opened it", path.display());
+    }
+    Ok(Some(file))
+}
+
+/// Creates a new file named `PREFIX` + 12 random letters and digits + `suffix` in `dir`, readable
+/// by its owner only: a name nobody can guess and plant a link at beforehand.
+pub fn create_unique(dir: &Path, prefix: &str, suffix: &str) -> Result<(File, PathBuf)> {
+    const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    for _ in 0..100 {
+        let mut random = [0u8; 12];
+        // SAFETY: getrandom writes at most `random.len()` bytes into it.
+        let got = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+        if usize::try_from(got).ok() != Some(random.len()) {
+            bail!(
+                "cannot name a file in {}: getrandom: {}",
+                dir.display(),
+                io::Error::last_os_error()
+            );
+        }
+        let name: String = random
+            .iter()
+            .map(|b| char::from(LETTERS[usize::from(*b) % LETTERS.len()]))
+            .collect();
+        let path = dir.join(format!("{prefix}{name}{suffix}"));
+        match create_new(&path, 0o600) {
+            Ok(file) => return Ok((file, path)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", path.display())),
+        }
+    }
+    bail!("cannot create a new file in {}", dir.display())
+}
+
 /// A file this run created, to remove again when the command fails before using it.
 #[derive(Debug)]
 pub struct Created {
@@ -82,6 +132,8 @@ impl Created {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
     use super::*;
 
     fn dir(name: &str) -> PathBuf {
@@ -116,6 +168,31 @@ mod tests {
         assert!(!std::fs::symlink_metadata(&link).unwrap().is_symlink());
         assert_eq!(std::fs::read(&target).unwrap(), b"precious");
         assert_eq!(std::fs::read(&link).unwrap(), b"new");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_devices_are_opened_as_they_are() {
+        let dir = dir("devices");
+        assert!(open_device(Path::new("/dev/null")).unwrap().is_some());
+        let file = dir.join("file");
+        std::fs::write(&file, b"keep").unwrap();
+        assert!(open_device(&file).unwrap().is_none());
+        let link = dir.join("null");
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        assert!(open_device(&link).unwrap().is_none());
+        assert!(open_device(&dir.join("nothing")).unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unique_names_are_private_and_new() {
+        let dir = dir("unique");
+        let (_, a) = create_unique(&dir, "latprof-", ".log").unwrap();
+        let (_, b) = create_unique(&dir, "latprof-", ".log").unwrap();
+        assert_ne!(a, b);
+        let mode = std::fs::metadata(&a).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -526,3 +526,55 @@ fn record_force_replaces_a_link_not_its_target() {
     );
     latprof::store::reader::Recording::open(&file).expect("a readable recording");
 }
+
+/// `--log FILE` truncated an existing file, and followed links; now it is created new or
+/// refused before anything loads.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn log_file_is_created_new_never_over_a_file_or_through_a_link() {
+    root();
+    let _links = LinksUnprotected::new();
+    let dir = TempDir::new("logfile");
+    let public = public_dir(&dir);
+    let existing = dir.file("existing.log");
+    std::fs::write(&existing, b"keep\n").expect("write");
+    let stats = |log: &Path| {
+        latprof(&[
+            "stats",
+            "--debug-checks",
+            "--duration",
+            "1s",
+            "--log",
+            log.to_str().expect("utf-8 path"),
+        ])
+    };
+    refused(
+        &stats(&existing),
+        "existing.log exists; latprof writes its log to a new file only",
+    );
+    assert_eq!(std::fs::read(&existing).expect("read"), b"keep\n");
+    let target = dir.file("made-by-root");
+    let link = public.join("latprof.log");
+    assert!(nobody_links(&target, &link));
+    refused(&stats(&link), "latprof.log exists (a symbolic link)");
+    assert!(
+        std::fs::symlink_metadata(&target).is_err(),
+        "root followed a dangling link"
+    );
+    // A new file: created, readable by root only.
+    let new = dir.file("new.log");
+    let (code, stderr) = stats(&new);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&new).expect("log created").permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    // /dev/null, to throw the lines away (the benchmark does): written to, not replaced.
+    let (code, stderr) = stats(Path::new("/dev/null"));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(std::os::unix::fs::FileTypeExt::is_char_device(
+        &std::fs::metadata("/dev/null")
+            .expect("/dev/null")
+            .file_type()
+    ));
+}
