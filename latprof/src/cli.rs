@@ -156,7 +156,8 @@ pub struct RecordArgs {
     /// Rotated files kept besides the current one (at most 1000).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub keep: u32,
-    /// Stop recording before the file grows past SIZE.
+    /// Stop recording before the file grows past SIZE (an error, and no file left, when not
+    /// even the first interval fits).
     #[arg(long, value_parser = parse_size, value_name = "SIZE", conflicts_with = "rotate")]
     pub max_size: Option<u64>,
     /// Store frames without zstd compression.

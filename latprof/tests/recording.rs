@@ -578,3 +578,53 @@ fn log_file_is_created_new_never_over_a_file_or_through_a_link() {
             .file_type()
     ));
 }
+
+/// With `--max-size` under what one interval needs, `record` exited 0 leaving a file with
+/// nothing to show (the snapshot taken at the start holds nothing yet).
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn max_size_too_small_for_one_interval_is_an_error_and_leaves_no_file() {
+    root();
+    let dir = TempDir::new("maxsize");
+    let file = dir.file("run.lpr");
+    // 64 threads sleeping: the first interval holds 64 tasks' records, more than 4 KiB stored
+    // uncompressed.
+    let mut threads = Command::new(common::workload_bin())
+        .args([
+            "threads",
+            "--count",
+            "64",
+            "--interval",
+            "1ms",
+            "--seconds",
+            "20",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn workload");
+    let (code, stderr) = latprof(&[
+        "record",
+        "--max-size",
+        "4K",
+        "--no-compress",
+        "--duration",
+        "1s",
+        "-o",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    let _ = threads.kill();
+    let _ = threads.wait();
+    assert_eq!(code, Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(
+            "latprof: error: --max-size 4096 is too small to record one interval: that needs at least "
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        std::fs::symlink_metadata(&file).is_err(),
+        "a useless file was left"
+    );
+}

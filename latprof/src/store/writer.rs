@@ -286,6 +286,22 @@ impl Writer {
         body
     }
 
+    /// `--max-size` too small to hold even the first interval (the snapshot taken at the start
+    /// holds nothing yet; the second one holds the first interval): stopping there leaves a
+    /// file with nothing to show, so there is none, and the error says what size would do.
+    fn too_small(&self, frame_len: usize) -> Option<anyhow::Error> {
+        if self.stats.snapshots >= 2 {
+            return None;
+        }
+        crate::files::Created::new(&self.path, &self.file).remove();
+        let need = self.size + frame_len as u64 + END_ROOM;
+        Some(anyhow::anyhow!(
+            "--max-size {} is too small to record one interval: that needs at least {need} bytes here; give --max-size {}K or more",
+            self.options.max_size.unwrap_or(0),
+            need.div_ceil(1024)
+        ))
+    }
+
     /// Whether `frame` still fits under `--max-size`, with room left for the end frame.
     fn fits(&self, frame: &[u8]) -> bool {
         self.options
@@ -323,6 +339,9 @@ impl Writer {
             self.options.compress,
         );
         if !self.fits(&bytes) {
+            if let Some(err) = self.too_small(bytes.len()) {
+                return Err(err);
+            }
             // Not written: the next key frame must not build on it.
             self.since_key = 0;
             return Ok(Appended::Full);
@@ -361,6 +380,9 @@ impl Writer {
         super::encode_spikes(&mut e, &spikes, reader_sleeps, not_recorded);
         let bytes = frame(super::KIND_SPIKES, &e.buf, self.options.compress);
         if !self.fits(&bytes) {
+            if let Some(err) = self.too_small(bytes.len()) {
+                return Err(err);
+            }
             return Ok(Appended::Full);
         }
         self.write_frame(&bytes)?;
