@@ -628,3 +628,47 @@ fn max_size_too_small_for_one_interval_is_an_error_and_leaves_no_file() {
         "a useless file was left"
     );
 }
+
+/// After SIGSTOP and SIGCONT, `record --interval 100ms` wrote every missed snapshot at once,
+/// 1 ms apart, each with an fdatasync; now it resumes its schedule.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_stopped_recorder_resumes_its_schedule_without_a_burst() {
+    root();
+    let dir = TempDir::new("sigstop");
+    let file = dir.file("run.lpr");
+    let (recorder, stderr) = start(&[
+        "record",
+        "--interval",
+        "100ms",
+        "-o",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    let pid = i32::try_from(recorder.id()).expect("pid");
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    std::thread::sleep(Duration::from_millis(1000));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    std::thread::sleep(Duration::from_millis(500));
+    interrupt(recorder, stderr);
+    let rec = latprof::store::reader::Recording::open(&file).expect("the recording");
+    let times: Vec<u64> = (0..rec.len()).map(|i| rec.times(i).0).collect();
+    // About 5 before the stop, 5 after, and the one at the end.
+    assert!(times.len() >= 8, "{} snapshots", times.len());
+    let gaps: Vec<u64> = times
+        .windows(2)
+        .map(|w| (w[1] - w[0]) / 1_000_000)
+        .collect();
+    // The last snapshot is taken when the signal comes, whenever that is.
+    let scheduled = &gaps[..gaps.len() - 1];
+    assert!(
+        scheduled.iter().all(|&ms| ms >= 50),
+        "snapshots closer than half the interval (ms between them): {gaps:?}"
+    );
+    assert!(
+        scheduled.iter().any(|&ms| ms >= 900),
+        "the stop does not show (ms between snapshots): {gaps:?}"
+    );
+}

@@ -80,6 +80,15 @@ fn rotated_files(args: &RecordArgs) -> Vec<String> {
         .collect()
 }
 
+/// When the snapshot after one taken at `now` is due: the next tick of the schedule, or, where
+/// ticks were missed (the process was stopped, or a snapshot took longer than the interval),
+/// one interval from now. Catching up instead wrote a burst of snapshots 1 ms apart, each
+/// with its fdatasync, after a SIGSTOP.
+fn next_tick(next: Instant, interval: Duration, now: Instant) -> Instant {
+    let next = next + interval;
+    if next > now { next } else { now + interval }
+}
+
 pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     if args.interval < Duration::from_millis(10) {
         bail!("--interval must be at least 10ms");
@@ -191,7 +200,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             reason = "--max-size reached";
             break;
         }
-        next += args.interval;
+        next = next_tick(next, args.interval, Instant::now());
         let end = args.duration.map(|d| started + d);
         // Sleep until the next snapshot, a signal, or the end of --duration.
         let done = loop {
@@ -242,4 +251,23 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
         }
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missed_ticks_are_skipped_not_caught_up() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // On time, or a little late: the schedule holds (no drift).
+        assert_eq!(next_tick(t0, ms(100), t0 + ms(3)), t0 + ms(100));
+        assert_eq!(next_tick(t0 + ms(100), ms(100), t0 + ms(150)), t0 + ms(200));
+        // Stopped for a second: one interval after the late snapshot, not ten at once.
+        assert_eq!(
+            next_tick(t0 + ms(100), ms(100), t0 + ms(1150)),
+            t0 + ms(1250)
+        );
+    }
 }
