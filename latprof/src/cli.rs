@@ -78,6 +78,10 @@ pub struct Cli {
     /// Learn the stack cache in a bounded loop, as on kernels without bpf_loop.
     #[arg(long, global = true, hide = true)]
     pub debug_bounded_cache: bool,
+    /// Take SIZE as the memory available instead of /proc/meminfo's MemAvailable (tests the
+    /// refusal of table sizes the machine cannot hold).
+    #[arg(long, global = true, hide = true, value_parser = parse_size, value_name = "SIZE")]
+    pub debug_mem_available: Option<u64>,
     #[command(subcommand)]
     pub command: Command,
 }

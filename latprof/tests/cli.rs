@@ -117,3 +117,36 @@ fn record_refuses_to_rotate_over_existing_files() {
         b"older\n"
     );
 }
+
+/// `--max-tasks 4194304` was taken as asked: 6.2 GiB of kernel memory pinned. Table sizes
+/// over half of the memory available are refused, with the estimate, before anything is
+/// created or loaded (and before the privileges are checked). The memory available is given
+/// here, so that the test does not depend on this machine's.
+#[test]
+fn table_sizes_beyond_memory_are_refused_before_anything_loads() {
+    // The total depends on the number of CPUs (per-CPU tables); the task table does not.
+    let says = "(--max-tasks 1048576: 1.5 GiB, --max-records 16384: ";
+    let over = ["--max-tasks", "1048576", "--debug-mem-available", "2G"];
+    let stats: Vec<&str> = ["stats", "--duration", "1s"]
+        .iter()
+        .chain(&over)
+        .copied()
+        .collect();
+    let out = latprof(&stats);
+    refused(&out, says);
+    refused(&out, "the kernel tables would pin about ");
+    refused(
+        &out,
+        "over half of the 2.0 GiB available; lower --max-tasks",
+    );
+    let dir = TempDir::new("memory");
+    let file = dir.0.join("run.lpr");
+    let record: Vec<&str> = ["record", "--duration", "1s", "-o"]
+        .iter()
+        .copied()
+        .chain([file.to_str().expect("utf-8 path")])
+        .chain(over)
+        .collect();
+    refused(&latprof(&record), says);
+    assert!(!file.exists(), "nothing is created");
+}

@@ -7,11 +7,11 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::session::{Needs, Session};
+use super::session::{self, Needs, Session};
 use crate::{
     cli::{Cli, RecordArgs},
     collect::{Collector, Spike},
-    probe::{self, KernelFacts},
+    probe::KernelFacts,
     store::{
         RecordingInfo,
         writer::{Appended, NewFile, Options, Writer},
@@ -128,7 +128,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
         run_time_stats: true,
         ..Needs::default()
     };
-    probe::check_privileges()?;
+    session::preflight(cli, &needs)?;
     // The file is created before the programs load (a second or more): no one can put a link
     // in its place meanwhile. It is removed again if they do not load.
     let file = NewFile::create(&args.output, args.force)?;

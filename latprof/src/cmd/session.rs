@@ -69,12 +69,21 @@ pub struct Session {
     pub run_time_stats: Option<OwnedFd>,
 }
 
+/// Everything refused before anything is created or loaded: table sizes the machine cannot
+/// hold, missing privileges, a `--pid` that is no process.
+pub fn preflight(cli: &Cli, needs: &Needs) -> Result<()> {
+    let config = cli.probe_config(needs.pid, needs.details, needs.spikes);
+    probe::memory::check(&config, cli.debug_mem_available)?;
+    probe::check_privileges()?;
+    if let Some(pid) = needs.pid {
+        check_process(pid)?;
+    }
+    Ok(())
+}
+
 impl Session {
     pub fn start(cli: &Cli, needs: Needs) -> Result<Self> {
-        probe::check_privileges()?;
-        if let Some(pid) = needs.pid {
-            check_process(pid)?;
-        }
+        preflight(cli, &needs)?;
         // Created before the programs load, and removed again if they do not.
         let log = LogFile::create(cli.debug_checks, cli.log.as_deref(), needs.owns_terminal)?;
         let created = log.as_ref().and_then(LogFile::created);
