@@ -59,8 +59,9 @@ pub struct Cli {
     /// from its stack cache (for comparison: the numbers are the same, the cost is not).
     #[arg(long, global = true)]
     pub no_stack_cache: bool,
-    /// Where latprof's log goes (the eBPF side's --debug-checks lines); default stderr, and
-    /// for top and replay latprof-PID.log in the temporary directory.
+    /// Where latprof's log goes (the eBPF side's --debug-checks lines): a new file (an existing
+    /// one is refused, /dev/null excepted); default stderr, and for top a new
+    /// latprof-RANDOM.log in the temporary directory, readable by root only, named at exit.
     #[arg(long, global = true)]
     pub log: Option<PathBuf>,
     /// Distinct kernel backtraces kept (kernel table size).
@@ -81,6 +82,10 @@ pub struct Cli {
     /// recovery of such sleeps).
     #[arg(long, global = true, hide = true, default_value_t = 0)]
     pub debug_hide_wakeups: u32,
+    /// Take SIZE as the memory available instead of /proc/meminfo's MemAvailable (tests the
+    /// refusal of table sizes the machine cannot hold).
+    #[arg(long, global = true, hide = true, value_parser = parse_size, value_name = "SIZE")]
+    pub debug_mem_available: Option<u64>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -142,7 +147,8 @@ pub struct RecordArgs {
     /// The recording to write.
     #[arg(long, short = 'o')]
     pub output: PathBuf,
-    /// Replace an existing file.
+    /// Replace an existing file (and, with --rotate, existing FILE.1 ... FILE.K): what is
+    /// there is removed first, a symbolic link itself and not what it points to.
     #[arg(long)]
     pub force: bool,
     /// Stop after this long (default: until Ctrl-C or SIGTERM).
@@ -152,13 +158,14 @@ pub struct RecordArgs {
     #[arg(long, value_parser = time::parse_duration, default_value = "1s")]
     pub interval: Duration,
     /// Start a new file when this one reaches SIZE (e.g. 100M); older files become
-    /// FILE.1, FILE.2, ... up to --keep.
+    /// FILE.1, FILE.2, ... up to --keep (existing ones are refused unless --force).
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub rotate: Option<u64>,
     /// Rotated files kept besides the current one (at most 1000).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub keep: u32,
-    /// Stop recording before the file grows past SIZE.
+    /// Stop recording before the file grows past SIZE (an error, and no file left, when not
+    /// even the first interval fits).
     #[arg(long, value_parser = parse_size, value_name = "SIZE", conflicts_with = "rotate")]
     pub max_size: Option<u64>,
     /// Store frames without zstd compression.

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod cmd;
 pub mod collect;
 pub mod export;
+pub mod files;
 pub mod model;
 pub mod probe;
 pub mod reasons;

@@ -76,3 +76,79 @@ fn pid_of_a_thread_is_refused_with_its_process() {
     let _ = work.wait();
     refused(&out, &format!("{tid} is a thread of process {pid}"));
 }
+
+/// A directory of its own for a test, removed at the end.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("latprof-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `--rotate` deleted and replaced existing FILE.1 ... FILE.K without `--force`, though
+/// `record` refuses to replace FILE itself; now they are listed up front.
+#[test]
+fn record_refuses_to_rotate_over_existing_files() {
+    let dir = TempDir::new("rotate");
+    let file = dir.0.join("run.lpr");
+    for n in [1, 3] {
+        std::fs::write(dir.0.join(format!("run.lpr.{n}")), b"older\n").expect("write");
+    }
+    let path = file.to_str().expect("utf-8 path");
+    refused(
+        &latprof(&["record", "--rotate", "4K", "--duration", "1s", "-o", path]),
+        &format!(
+            "{path}.1, {path}.3 exist and --rotate would replace them; choose another name or pass --force"
+        ),
+    );
+    assert!(!file.exists(), "nothing is created");
+    assert_eq!(
+        std::fs::read(dir.0.join("run.lpr.3")).expect("read"),
+        b"older\n"
+    );
+}
+
+/// `--max-tasks 4194304` was taken as asked: 6.3 GiB of kernel memory pinned. Table sizes
+/// over half of the memory available are refused, with the estimate, before anything is
+/// created or loaded (and before the privileges are checked). The memory available is given
+/// here, so that the test does not depend on this machine's.
+#[test]
+fn table_sizes_beyond_memory_are_refused_before_anything_loads() {
+    // The total depends on the number of CPUs (per-CPU tables), the task table on the size of
+    // a task's state (about 1.5 KiB): the message names each table with its share.
+    let says = "(--max-tasks 1048576: 1.";
+    let over = ["--max-tasks", "1048576", "--debug-mem-available", "2G"];
+    let stats: Vec<&str> = ["stats", "--duration", "1s"]
+        .iter()
+        .chain(&over)
+        .copied()
+        .collect();
+    let out = latprof(&stats);
+    refused(&out, says);
+    refused(&out, "the kernel tables would pin about ");
+    refused(&out, " GiB, --max-records 16384: ");
+    refused(
+        &out,
+        "over half of the 2.0 GiB available; lower --max-tasks",
+    );
+    let dir = TempDir::new("memory");
+    let file = dir.0.join("run.lpr");
+    let record: Vec<&str> = ["record", "--duration", "1s", "-o"]
+        .iter()
+        .copied()
+        .chain([file.to_str().expect("utf-8 path")])
+        .chain(over)
+        .collect();
+    refused(&latprof(&record), says);
+    assert!(!file.exists(), "nothing is created");
+}

@@ -222,12 +222,14 @@ fn lazy_nanosleep_attempt() {
         snap.counters.get(Counter::ExitMerges) >= 1,
         "no exit merge counted"
     );
-    // Nothing else lost: every table was large enough.
+    // Nothing else lost: every table was large enough. (Sleeps lost and run-queue waits not
+    // measured come from hidden wakeups, which check_measured accepts only where switches
+    // were hidden.)
     let losses: Vec<_> = snap
         .counters
         .losses()
         .into_iter()
-        .filter(|l| !l.contains("sleeps lost"))
+        .filter(|l| !l.contains("sleeps lost") && !l.contains("wakeup was hidden"))
         .collect();
     assert!(losses.is_empty(), "{losses:?}");
 }
@@ -1208,4 +1210,44 @@ fn recovery_attempt(btf_wakeup: bool) {
         );
         assert!(max <= own_max_us + 100, "{max} > {own_max_us}\n{text}");
     }
+}
+
+/// The kernel's own account (`memlock` in /proc/self/fdinfo) of the maps this process holds.
+fn maps_memlock() -> u64 {
+    std::fs::read_dir("/proc/self/fdinfo")
+        .expect("fdinfo")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter(|info| info.lines().any(|l| l.starts_with("map_type:")))
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("memlock:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// Table sizes are refused up front by what their maps would pin (`--max-tasks 4194304` alone
+/// pins 6.3 GiB): the estimate must follow what the kernel allocates, for larger tables than
+/// the defaults too. Kernels before 6.4 report `memlock` by a simpler rule (key and value per
+/// entry), a few percent under what they allocate: hence 10%.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn the_memory_estimate_matches_the_kernels_account() {
+    let _guard = serial();
+    let config = ProbeConfig {
+        max_tasks: 65536,
+        max_records: 32768,
+        max_stacks: 16384,
+        ..ProbeConfig::default()
+    };
+    let before = maps_memlock();
+    let probe = Probe::attach(config.clone()).expect("attach latprof");
+    let pinned = maps_memlock() - before;
+    drop(probe);
+    let cpus = latprof::probe::memory::possible_cpus();
+    let estimate = latprof::probe::memory::estimate(&config, cpus);
+    assert!(
+        estimate.total.abs_diff(pinned) <= pinned / 10,
+        "estimated {estimate:?} for {cpus} possible CPUs, the kernel says {pinned} bytes"
+    );
 }

@@ -356,5 +356,319 @@ fn bad_files_give_one_line_and_exit_1() {
     one_line_error(&header_only, "holds no complete snapshot");
     one_line_error(&dir.file("missing.lpr"), "cannot read");
     // A directory is not a recording either.
-    one_line_error(&dir.0, "cannot read");
+    one_line_error(&dir.0, "not a regular file");
+}
+
+// Files latprof writes as root, in directories other users write to.
+
+/// `fs.protected_symlinks` off while it lives, restored after (a panic included): a link
+/// planted in a sticky directory is then followed as on a system without that protection,
+/// which is what latprof must defend itself against. One test at a time holds it.
+struct LinksUnprotected {
+    old: String,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+}
+
+const PROTECTED_SYMLINKS: &str = "/proc/sys/fs/protected_symlinks";
+
+impl LinksUnprotected {
+    fn new() -> Self {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let guard = LOCK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = std::fs::read_to_string(PROTECTED_SYMLINKS).expect("read protected_symlinks");
+        std::fs::write(PROTECTED_SYMLINKS, "0").expect("turn protected_symlinks off");
+        Self {
+            old,
+            _one_at_a_time: guard,
+        }
+    }
+}
+
+impl Drop for LinksUnprotected {
+    fn drop(&mut self) {
+        std::fs::write(PROTECTED_SYMLINKS, self.old.trim()).expect("restore protected_symlinks");
+    }
+}
+
+/// A directory every user may create files in (mode 1777, like /tmp) inside `dir`.
+fn public_dir(dir: &TempDir) -> PathBuf {
+    let public = dir.file("pub");
+    std::fs::create_dir(&public).expect("create pub");
+    let status = Command::new("chmod")
+        .args(["1777", public.to_str().expect("utf-8 path")])
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+    public
+}
+
+/// The user `nobody` makes `link` point at `target`; whether it could.
+fn nobody_links(target: &Path, link: &Path) -> bool {
+    Command::new("runuser")
+        .args(["-u", "nobody", "--", "ln", "-s"])
+        .args([target, link])
+        .stderr(Stdio::null())
+        .status()
+        .expect("runuser (util-linux)")
+        .success()
+}
+
+/// A root-owned file that a link planted by another user points at.
+fn victim(dir: &TempDir) -> PathBuf {
+    let victim = dir.file("victim");
+    std::fs::write(&victim, b"precious\n").expect("write victim");
+    victim
+}
+
+/// `latprof ARGS` to its end: exit code and stderr.
+fn latprof(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(LATPROF)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run latprof");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Refused: exit 1 and one stderr line, which contains `says`.
+fn refused((code, stderr): &(Option<i32>, String), says: &str) {
+    assert_eq!(*code, Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.starts_with("latprof: "), "{stderr}");
+    assert!(stderr.contains(says), "'{says}' not in: {stderr}");
+}
+
+/// `record -o` checked that the file did not exist, loaded its programs for a second or more,
+/// then opened the path with O_CREAT|O_TRUNC: a link another user planted meanwhile made root
+/// overwrite its target. Now the file is created (O_EXCL) before anything loads.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn record_never_writes_through_a_link_planted_while_it_starts() {
+    root();
+    let _links = LinksUnprotected::new();
+    let dir = TempDir::new("planted");
+    let public = public_dir(&dir);
+    let victim = victim(&dir);
+    let file = public.join("run.lpr");
+    let recorder = Command::new(LATPROF)
+        .args(["record", "--duration", "1s", "--interval", "200ms", "-o"])
+        .arg(&file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn latprof");
+    // Past the old existence check, in the middle of loading the programs.
+    std::thread::sleep(Duration::from_millis(300));
+    let planted = nobody_links(&victim, &file);
+    let out = recorder.wait_with_output().expect("wait for latprof");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        std::fs::read(&victim).expect("read victim"),
+        b"precious\n",
+        "root wrote through a link planted by nobody: {stderr}"
+    );
+    assert!(!planted, "nobody could plant a link where the recording is");
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        std::fs::symlink_metadata(&file)
+            .expect("the recording")
+            .is_file()
+    );
+    latprof::store::reader::Recording::open(&file).expect("a readable recording");
+}
+
+/// A dangling link was followed with no race at all: `exists()` says false for it.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn record_refuses_a_dangling_link() {
+    root();
+    let _links = LinksUnprotected::new();
+    let dir = TempDir::new("dangling");
+    let public = public_dir(&dir);
+    let target = dir.file("made-by-root");
+    let file = public.join("run.lpr");
+    assert!(nobody_links(&target, &file));
+    let path = file.to_str().expect("utf-8 path");
+    refused(
+        &latprof(&["record", "--duration", "1s", "-o", path]),
+        &format!("{path} exists (a symbolic link); choose another name or pass --force"),
+    );
+    assert!(
+        std::fs::symlink_metadata(&target).is_err(),
+        "root followed a dangling link"
+    );
+}
+
+/// `--force` wrote through a link instead of replacing it.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn record_force_replaces_a_link_not_its_target() {
+    root();
+    let _links = LinksUnprotected::new();
+    let dir = TempDir::new("force");
+    let public = public_dir(&dir);
+    let victim = victim(&dir);
+    let file = public.join("run.lpr");
+    assert!(nobody_links(&victim, &file));
+    let path = file.to_str().expect("utf-8 path");
+    let (code, stderr) = latprof(&["record", "--force", "--duration", "1s", "-o", path]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(std::fs::read(&victim).expect("read victim"), b"precious\n");
+    assert!(
+        std::fs::symlink_metadata(&file)
+            .expect("recording")
+            .is_file()
+    );
+    latprof::store::reader::Recording::open(&file).expect("a readable recording");
+}
+
+/// `--log FILE` truncated an existing file, and followed links; now it is created new or
+/// refused before anything loads.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn log_file_is_created_new_never_over_a_file_or_through_a_link() {
+    root();
+    let _links = LinksUnprotected::new();
+    let dir = TempDir::new("logfile");
+    let public = public_dir(&dir);
+    let existing = dir.file("existing.log");
+    std::fs::write(&existing, b"keep\n").expect("write");
+    let stats = |log: &Path| {
+        latprof(&[
+            "stats",
+            "--debug-checks",
+            "--duration",
+            "1s",
+            "--log",
+            log.to_str().expect("utf-8 path"),
+        ])
+    };
+    refused(
+        &stats(&existing),
+        "existing.log exists; latprof writes its log to a new file only",
+    );
+    assert_eq!(std::fs::read(&existing).expect("read"), b"keep\n");
+    let target = dir.file("made-by-root");
+    let link = public.join("latprof.log");
+    assert!(nobody_links(&target, &link));
+    refused(&stats(&link), "latprof.log exists (a symbolic link)");
+    assert!(
+        std::fs::symlink_metadata(&target).is_err(),
+        "root followed a dangling link"
+    );
+    // A new file: created, readable by root only.
+    let new = dir.file("new.log");
+    let (code, stderr) = stats(&new);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&new).expect("log created").permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    // /dev/null, to throw the lines away (the benchmark does): written to, not replaced.
+    let (code, stderr) = stats(Path::new("/dev/null"));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(std::os::unix::fs::FileTypeExt::is_char_device(
+        &std::fs::metadata("/dev/null")
+            .expect("/dev/null")
+            .file_type()
+    ));
+}
+
+/// With `--max-size` under what one interval needs, `record` exited 0 leaving a file with
+/// nothing to show (the snapshot taken at the start holds nothing yet).
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn max_size_too_small_for_one_interval_is_an_error_and_leaves_no_file() {
+    root();
+    let dir = TempDir::new("maxsize");
+    let file = dir.file("run.lpr");
+    // 64 threads sleeping: the first interval holds 64 tasks' records, more than 4 KiB stored
+    // uncompressed.
+    let mut threads = Command::new(common::workload_bin())
+        .args([
+            "threads",
+            "--count",
+            "64",
+            "--interval",
+            "1ms",
+            "--seconds",
+            "20",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn workload");
+    let (code, stderr) = latprof(&[
+        "record",
+        "--max-size",
+        "4K",
+        "--no-compress",
+        "--duration",
+        "1s",
+        "-o",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    let _ = threads.kill();
+    let _ = threads.wait();
+    assert_eq!(code, Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(
+            "latprof: error: --max-size 4096 is too small to record one interval: that needs at least "
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        std::fs::symlink_metadata(&file).is_err(),
+        "a useless file was left"
+    );
+}
+
+/// After SIGSTOP and SIGCONT, `record --interval 100ms` wrote every missed snapshot at once,
+/// 1 ms apart, each with an fdatasync; now it resumes its schedule.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_stopped_recorder_resumes_its_schedule_without_a_burst() {
+    root();
+    let dir = TempDir::new("sigstop");
+    let file = dir.file("run.lpr");
+    let (recorder, stderr) = start(&[
+        "record",
+        "--interval",
+        "100ms",
+        "-o",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    let pid = i32::try_from(recorder.id()).expect("pid");
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    std::thread::sleep(Duration::from_millis(1000));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    std::thread::sleep(Duration::from_millis(500));
+    interrupt(recorder, stderr);
+    let rec = latprof::store::reader::Recording::open(&file).expect("the recording");
+    let times: Vec<u64> = (0..rec.len()).map(|i| rec.times(i).0).collect();
+    // About 5 before the stop, 5 after, and the one at the end.
+    assert!(times.len() >= 8, "{} snapshots", times.len());
+    let gaps: Vec<u64> = times
+        .windows(2)
+        .map(|w| (w[1] - w[0]) / 1_000_000)
+        .collect();
+    // The last snapshot is taken when the signal comes, whenever that is.
+    let scheduled = &gaps[..gaps.len() - 1];
+    assert!(
+        scheduled.iter().all(|&ms| ms >= 50),
+        "snapshots closer than half the interval (ms between them): {gaps:?}"
+    );
+    assert!(
+        scheduled.iter().any(|&ms| ms >= 900),
+        "the stop does not show (ms between snapshots): {gaps:?}"
+    );
 }

@@ -290,3 +290,48 @@ fn replay_in_a_real_terminal_without_root() {
     assert!(!tmux.alternate_screen(), "terminal not restored:\n{screen}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `top --debug-checks` logged to `$TMPDIR/latprof-PID.log`, opened with File::create: links
+/// planted at the next PIDs' names made root overwrite their targets. The log now has a name
+/// nobody can guess, is created new and readable by root only.
+#[test]
+#[ignore = "needs root and tmux: run `cargo xtask test`"]
+fn top_debug_log_has_a_name_nobody_can_guess() {
+    latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
+    let dir = std::env::temp_dir().join(format!("latprof-toplog-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let d = dir.to_str().expect("utf-8 path");
+    // The inner shell writes its pid and becomes latprof (exec keeps the pid).
+    let tmux = Tmux::start(&format!(
+        "sh -c 'echo $$ > {d}/pid; TMPDIR={d} exec {LATPROF} top --debug-checks --interval 300ms' 2>{d}/stderr; echo LATPROF-EXIT=$?; sleep 60"
+    ));
+    tmux.wait_for(&["Global causes"]);
+    tmux.keys(&["q"]);
+    tmux.wait_for(&["LATPROF-EXIT=0"]);
+    let pid = std::fs::read_to_string(dir.join("pid")).expect("latprof's pid");
+    let stderr = std::fs::read_to_string(dir.join("stderr")).expect("latprof's stderr");
+    let log = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("latprof: the eBPF debug log is in "))
+        .unwrap_or_else(|| panic!("top did not name its log: {stderr}"));
+    let log = std::path::Path::new(log);
+    assert_eq!(log.parent(), Some(dir.as_path()), "{stderr}");
+    let name = log.file_name().and_then(|n| n.to_str()).expect("a name");
+    assert_ne!(
+        name,
+        format!("latprof-{}.log", pid.trim()),
+        "a name one can guess"
+    );
+    assert!(
+        name.starts_with("latprof-")
+            && log.extension().is_some_and(|e| e == "log")
+            && name.len() >= 20,
+        "{name}"
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(log).expect("the log").permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "{name}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

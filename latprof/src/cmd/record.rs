@@ -7,14 +7,14 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::session::{Needs, Session};
+use super::session::{self, Needs, Session};
 use crate::{
     cli::{Cli, RecordArgs},
     collect::{Collector, Spike},
-    probe::{self, KernelFacts},
+    probe::KernelFacts,
     store::{
         RecordingInfo,
-        writer::{Appended, Options, Writer},
+        writer::{Appended, NewFile, Options, Writer},
     },
     symbols::Kallsyms,
     time,
@@ -68,8 +68,28 @@ pub fn info(
     }
 }
 
+/// With `--rotate`, the rotated files that exist already (`FILE.1` ... `FILE.K`), which a
+/// rotation would replace; links count, dangling or not.
+fn rotated_files(args: &RecordArgs) -> Vec<String> {
+    if args.rotate.is_none() {
+        return Vec::new();
+    }
+    (1..=args.keep)
+        .map(|n| format!("{}.{n}", args.output.display()))
+        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .collect()
+}
+
+/// When the snapshot after one taken at `now` is due: the next tick of the schedule, or, where
+/// ticks were missed (the process was stopped, or a snapshot took longer than the interval),
+/// one interval from now. Catching up instead wrote a burst of snapshots 1 ms apart, each
+/// with its fdatasync, after a SIGSTOP.
+fn next_tick(next: Instant, interval: Duration, now: Instant) -> Instant {
+    let next = next + interval;
+    if next > now { next } else { now + interval }
+}
+
 pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
-    probe::check_privileges()?;
     if args.interval < Duration::from_millis(10) {
         bail!("--interval must be at least 10ms");
     }
@@ -86,10 +106,13 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             dir.display()
         );
     }
-    if !args.force && args.output.exists() {
+    let rotated = rotated_files(args);
+    if !args.force && !rotated.is_empty() {
         bail!(
-            "{} exists; choose another name or pass --force to replace it",
-            args.output.display()
+            "{} exist{} and --rotate would replace {}; choose another name or pass --force",
+            rotated.join(", "),
+            if rotated.len() == 1 { "s" } else { "" },
+            if rotated.len() == 1 { "it" } else { "them" },
         );
     }
     let details = !args.lean;
@@ -99,17 +122,25 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
         keep: args.keep,
         max_size: args.max_size,
     };
-    let session = Session::start(
-        cli,
-        Needs {
-            details,
-            spikes: true,
-            run_time_stats: true,
-            ..Needs::default()
-        },
-    )?;
-    let mut writer = Writer::create(
-        &args.output,
+    let needs = Needs {
+        details,
+        spikes: true,
+        run_time_stats: true,
+        ..Needs::default()
+    };
+    session::preflight(cli, &needs)?;
+    // The file is created before the programs load (a second or more): no one can put a link
+    // in its place meanwhile. It is removed again if they do not load.
+    let file = NewFile::create(&args.output, args.force)?;
+    let session = match Session::start(cli, needs) {
+        Ok(session) => session,
+        Err(e) => {
+            file.remove();
+            return Err(e);
+        }
+    };
+    let mut writer = Writer::start(
+        file,
         info(
             cli,
             args.interval,
@@ -118,7 +149,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             session.kernel.clone(),
         ),
         options,
-    )?;
+    );
     eprintln!(
         "latprof: recording to {} every {} ({} mode){}; Ctrl-C to stop",
         args.output.display(),
@@ -169,7 +200,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             reason = "--max-size reached";
             break;
         }
-        next += args.interval;
+        next = next_tick(next, args.interval, Instant::now());
         let end = args.duration.map(|d| started + d);
         // Sleep until the next snapshot, a signal, or the end of --duration.
         let done = loop {
@@ -220,4 +251,23 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
         }
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missed_ticks_are_skipped_not_caught_up() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // On time, or a little late: the schedule holds (no drift).
+        assert_eq!(next_tick(t0, ms(100), t0 + ms(3)), t0 + ms(100));
+        assert_eq!(next_tick(t0 + ms(100), ms(100), t0 + ms(150)), t0 + ms(200));
+        // Stopped for a second: one interval after the late snapshot, not ten at once.
+        assert_eq!(
+            next_tick(t0 + ms(100), ms(100), t0 + ms(1150)),
+            t0 + ms(1250)
+        );
+    }
 }

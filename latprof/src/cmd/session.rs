@@ -12,7 +12,10 @@ use anyhow::{Result, bail};
 use crate::{
     cli::Cli,
     collect::SpikeReader,
-    probe::{self, KernelFacts, Probe, log::DebugLog},
+    probe::{
+        self, KernelFacts, Probe,
+        log::{DebugLog, LogFile},
+    },
     symbols::Kallsyms,
 };
 
@@ -66,12 +69,34 @@ pub struct Session {
     pub run_time_stats: Option<OwnedFd>,
 }
 
+/// Everything refused before anything is created or loaded: table sizes the machine cannot
+/// hold, missing privileges, a `--pid` that is no process.
+pub fn preflight(cli: &Cli, needs: &Needs) -> Result<()> {
+    let config = cli.probe_config(needs.pid, needs.details, needs.spikes);
+    probe::memory::check(&config, cli.debug_mem_available)?;
+    probe::check_privileges()?;
+    if let Some(pid) = needs.pid {
+        check_process(pid)?;
+    }
+    Ok(())
+}
+
 impl Session {
     pub fn start(cli: &Cli, needs: Needs) -> Result<Self> {
-        probe::check_privileges()?;
-        if let Some(pid) = needs.pid {
-            check_process(pid)?;
+        preflight(cli, &needs)?;
+        // Created before the programs load, and removed again if they do not.
+        let log = LogFile::create(cli.debug_checks, cli.log.as_deref(), needs.owns_terminal)?;
+        let created = log.as_ref().and_then(LogFile::created);
+        let session = Self::load(cli, needs, log);
+        if session.is_err()
+            && let Some(created) = created
+        {
+            created.remove();
         }
+        session
+    }
+
+    fn load(cli: &Cli, needs: Needs, log: Option<LogFile>) -> Result<Self> {
         let stop = super::stop_flag()?;
         let syms = Kallsyms::load()?;
         let mut probe = Probe::attach(cli.probe_config(needs.pid, needs.details, needs.spikes))?;
@@ -80,12 +105,7 @@ impl Session {
         } else {
             None
         };
-        let log_path = cli.log.clone().or_else(|| {
-            needs
-                .owns_terminal
-                .then(|| std::env::temp_dir().join(format!("latprof-{}.log", std::process::id())))
-        });
-        let log = DebugLog::start(&mut probe, cli.debug_checks, log_path)?;
+        let log = DebugLog::start(&mut probe, cli.debug_checks, log)?;
         let kernel = probe::facts::kernel_facts(&probe);
         let run_time_stats = if needs.run_time_stats {
             aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()

@@ -4,6 +4,7 @@ pub mod btf;
 mod config;
 pub mod facts;
 pub mod log;
+pub mod memory;
 pub mod names;
 mod variant;
 pub mod verifier;

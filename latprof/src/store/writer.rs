@@ -7,7 +7,7 @@
 //! inverted), through a hash keyed at random per recorder.
 use std::{
     collections::{HashMap, HashSet},
-    fs::{File, OpenOptions},
+    fs::File,
     hash::{BuildHasher as _, RandomState},
     io::Write as _,
     path::{Path, PathBuf},
@@ -92,13 +92,15 @@ const ZSTD_LEVEL: i32 = 9;
 /// Room kept for the end frame under `--max-size`.
 const END_ROOM: u64 = 64;
 
-fn create_file(path: &Path) -> Result<File> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
+/// Creates a recording's file and writes its header: never through a link, never over an
+/// existing entry; `replace` (`--force`) removes what is there first (a link, not its target).
+fn create_file(path: &Path, replace: bool) -> Result<File> {
+    let mut file = crate::files::create(
+        path,
+        replace,
+        0o666,
+        "choose another name or pass --force to replace it",
+    )?;
     let mut header = Vec::with_capacity(FILE_HEADER_LEN);
     header.extend_from_slice(&MAGIC);
     header.extend_from_slice(&VERSION.to_le_bytes());
@@ -107,6 +109,29 @@ fn create_file(path: &Path) -> Result<File> {
         .and_then(|()| file.sync_data())
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(file)
+}
+
+/// A recording's file, created and holding its header before anything is recorded: `record`
+/// creates it before it loads the programs (a second or more), so no one can put a link in its
+/// place meanwhile.
+pub struct NewFile {
+    path: PathBuf,
+    file: File,
+}
+
+impl NewFile {
+    /// Creates `path`, which must not exist; `replace` (`--force`) replaces what is there.
+    pub fn create(path: &Path, replace: bool) -> Result<Self> {
+        Ok(Self {
+            path: path.to_owned(),
+            file: create_file(path, replace)?,
+        })
+    }
+
+    /// Removes the file again (the command failed before recording anything).
+    pub fn remove(self) {
+        crate::files::Created::new(&self.path, &self.file).remove();
+    }
 }
 
 /// One frame as it lies in the file.
@@ -140,11 +165,17 @@ pub fn frame(kind: u8, raw: &[u8], compress: bool) -> Vec<u8> {
 }
 
 impl Writer {
+    /// A new recording at `path`, which must not exist.
     pub fn create(path: &Path, info: RecordingInfo, options: Options) -> Result<Self> {
-        let file = create_file(path)?;
-        Ok(Self {
-            path: path.to_owned(),
-            file,
+        Ok(Self::start(NewFile::create(path, false)?, info, options))
+    }
+
+    /// A recording in a file created beforehand.
+    #[must_use]
+    pub fn start(new: NewFile, info: RecordingInfo, options: Options) -> Self {
+        Self {
+            path: new.path,
+            file: new.file,
             info,
             options,
             size: FILE_HEADER_LEN as u64,
@@ -159,7 +190,7 @@ impl Writer {
                 bytes: FILE_HEADER_LEN as u64,
                 ..Stats::default()
             },
-        })
+        }
     }
 
     /// Bytes in the current file.
@@ -255,6 +286,22 @@ impl Writer {
         body
     }
 
+    /// `--max-size` too small to hold even the first interval (the snapshot taken at the start
+    /// holds nothing yet; the second one holds the first interval): stopping there leaves a
+    /// file with nothing to show, so there is none, and the error says what size would do.
+    fn too_small(&self, frame_len: usize) -> Option<anyhow::Error> {
+        if self.stats.snapshots >= 2 {
+            return None;
+        }
+        crate::files::Created::new(&self.path, &self.file).remove();
+        let need = self.size + frame_len as u64 + END_ROOM;
+        Some(anyhow::anyhow!(
+            "--max-size {} is too small to record one interval: that needs at least {need} bytes here; give --max-size {}K or more",
+            self.options.max_size.unwrap_or(0),
+            need.div_ceil(1024)
+        ))
+    }
+
     /// Whether `frame` still fits under `--max-size`, with room left for the end frame.
     fn fits(&self, frame: &[u8]) -> bool {
         self.options
@@ -292,6 +339,9 @@ impl Writer {
             self.options.compress,
         );
         if !self.fits(&bytes) {
+            if let Some(err) = self.too_small(bytes.len()) {
+                return Err(err);
+            }
             // Not written: the next key frame must not build on it.
             self.since_key = 0;
             return Ok(Appended::Full);
@@ -330,6 +380,9 @@ impl Writer {
         super::encode_spikes(&mut e, &spikes, reader_sleeps, not_recorded);
         let bytes = frame(super::KIND_SPIKES, &e.buf, self.options.compress);
         if !self.fits(&bytes) {
+            if let Some(err) = self.too_small(bytes.len()) {
+                return Err(err);
+            }
             return Ok(Appended::Full);
         }
         self.write_frame(&bytes)?;
@@ -358,7 +411,9 @@ impl Writer {
             std::fs::rename(&self.path, numbered(1))
                 .with_context(|| format!("rotating {}", self.path.display()))?;
         }
-        self.file = create_file(&self.path)?;
+        // The path was just renamed or removed: whatever is there now was put there by someone
+        // else, and is refused rather than written through.
+        self.file = create_file(&self.path, false)?;
         self.size = FILE_HEADER_LEN as u64;
         self.stats.bytes += FILE_HEADER_LEN as u64;
         self.stats.rotations += 1;
