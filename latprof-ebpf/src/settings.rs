@@ -62,6 +62,9 @@ pub(crate) static STACK_WALK_FRAMES: Global<u32> = Global::new(STACK_FRAMES as u
 pub(crate) static TASK_STATE_OFF: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub(crate) static TASK_PID_OFF: Global<u32> = Global::new(0);
+/// Offset of `tgid` in `struct task_struct` (read only by `--debug-checks`).
+#[unsafe(no_mangle)]
+pub(crate) static TASK_TGID_OFF: Global<u32> = Global::new(0);
 /// Offsets of `flags` and `mm` in `struct task_struct`, from vmlinux BTF.
 #[unsafe(no_mangle)]
 pub(crate) static TASK_FLAGS_OFF: Global<u32> = Global::new(0);

@@ -17,8 +17,8 @@ use crate::{
     debug::anomaly,
     maps::{TASKS, count},
     settings::{
-        DEBUG_CHECKS, DEBUG_HIDE_WAKEUPS, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, TASK_PID_OFF,
-        read_field,
+        DEBUG_CHECKS, DEBUG_HIDE_WAKEUPS, FILTER_TGID, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ,
+        SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, read_field,
     },
     spikes::spike,
     stack_cache::sleeping_stack,
@@ -106,9 +106,8 @@ fn wake<C: EbpfContext, const CAS: bool, const BT: u8>(
 ) -> Result<i32, i32> {
     let tid = read_field::<i32>(task, TASK_PID_OFF.load())? as u32;
     let Some(entry) = TASKS.get_ptr_mut(&tid) else {
-        if DEBUG_CHECKS.load() == 1 && tid != 0 {
-            // A sleep latprof never saw begin: the task slept before latprof attached (or is
-            // filtered out).
+        if DEBUG_CHECKS.load() == 1 && tid != 0 && watched(task) {
+            // A sleep latprof never saw begin: the task slept before latprof attached.
             anomaly(ctx, Counter::DebugWakeupWithoutSleep, tid, 0);
         }
         return Ok(0);
@@ -129,6 +128,18 @@ fn wake<C: EbpfContext, const CAS: bool, const BT: u8>(
         }
     }
     Ok(0)
+}
+
+/// Whether latprof tracks `task`'s sleeps at all (not latprof's own threads, and with `--pid`
+/// only that process's): a wakeup of a task it does not track is no anomaly.
+#[inline(always)]
+fn watched(task: *const u8) -> bool {
+    let Ok(tgid) = read_field::<i32>(task, TASK_TGID_OFF.load()) else {
+        return true;
+    };
+    let tgid = tgid as u32;
+    let filter = FILTER_TGID.load();
+    tgid != SELF_TGID.load() && (filter == 0 || tgid == filter)
 }
 
 /// Ends the open sleep of `entry` (of `task`) now: filters it like latencytop and accounts

@@ -57,6 +57,7 @@ struct Globals {
     has_prev_state: u32,
     state_off: u32,
     pid_off: u32,
+    tgid_off: u32,
     flags_off: u32,
     mm_off: u32,
     /// `se.sum_exec_runtime` and `sched_info.run_delay` in task_struct; 0: no recovery of
@@ -146,6 +147,7 @@ fn load_variant(
         .override_global(names::GLOBAL_SWITCH_HAS_PREV_STATE, &g.has_prev_state, true)
         .override_global(names::GLOBAL_TASK_STATE_OFF, &g.state_off, true)
         .override_global(names::GLOBAL_TASK_PID_OFF, &g.pid_off, true)
+        .override_global(names::GLOBAL_TASK_TGID_OFF, &g.tgid_off, true)
         .override_global(names::GLOBAL_TASK_FLAGS_OFF, &g.flags_off, true)
         .override_global(names::GLOBAL_TASK_MM_OFF, &g.mm_off, true)
         .override_global(
@@ -331,6 +333,7 @@ impl Probe {
             .member_offset("task_struct", "__state")
             .or_else(|_| btf.member_offset("task_struct", "state"))?;
         let pid_off = btf.member_offset("task_struct", "pid")?;
+        let tgid_off = btf.member_offset("task_struct", "tgid")?;
         let flags_off = btf.member_offset("task_struct", "flags")?;
         let mm_off = btf.member_offset("task_struct", "mm")?;
         let mut fallbacks = Vec::new();
@@ -384,6 +387,7 @@ impl Probe {
             has_prev_state,
             state_off,
             pid_off,
+            tgid_off,
             flags_off,
             mm_off,
             exec_runtime_off,
