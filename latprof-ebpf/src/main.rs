@@ -19,6 +19,7 @@
 //!   user space as a spike ([`spikes`]). From then on the task waits for a CPU.
 //! * `sched_process_exit` ([`account`]): in lazy mode the task's records are merged into this
 //!   CPU's part of the global table; in both modes the task's entry is freed.
+//! * `task_rename` ([`rename`]): a tracked task's name follows exec and renames.
 //! * `local_timer_entry`, `tick_stop`, `user_enter`, `user_exit` ([`ticks`]): per-CPU counts
 //!   of ticks, tick-stop outcomes and their reasons, and user-mode transitions.
 //!
@@ -85,6 +86,7 @@ mod account;
 mod debug;
 mod maps;
 mod recover;
+mod rename;
 mod settings;
 mod spikes;
 mod stack_cache;

@@ -77,6 +77,11 @@ pub(crate) struct ScanPos {
 /// Each CPU's last seen switch, to count the switches the kernel ran no program for.
 #[map]
 pub(crate) static LAST_SWITCH: PerCpuArray<CpuSwitch> = PerCpuArray::with_max_entries(1, 0);
+/// 1 once any CPU saw a hidden switch (`note_switch`): from then on each sleep keeps the run
+/// time and wait its recovery needs; before, that cost is not paid. Written once, read by
+/// every sleep: the cache line stays shared.
+#[map]
+pub(crate) static HIDING_SEEN: Array<u32> = Array::with_max_entries(1, 0);
 /// Per-CPU scratch space to build a new task entry (too large for the 512-byte stack).
 #[map]
 pub(crate) static SCRATCH: PerCpuArray<TaskState> = PerCpuArray::with_max_entries(1, 0);

@@ -17,7 +17,7 @@ use latprof_common::{
 use crate::{
     account::{account, runq_in_global},
     debug::anomaly,
-    maps::{COUNTERS, LAST_SWITCH, SCRATCH, TASKS, count, tick_count},
+    maps::{COUNTERS, HIDING_SEEN, LAST_SWITCH, SCRATCH, TASKS, count, tick_count},
     recover::{note_sleep_start, recover},
     settings::{
         DEBUG_CHECKS, FILTER_TGID, FORCE_REJECT, MIN_SLEEP_NS, RUNQ, SELF_TGID, STACK_AT_WAKEUP,
@@ -89,6 +89,11 @@ fn note_switch(ctx: &RawTracePointContext) {
     let slot = unsafe { &mut *slot };
     if slot.last_in != 0 && slot.last_in != prev {
         count(Counter::SwitchesHidden);
+        // From now on sleeps keep what recovering them needs (see `recover`).
+        if let Some(seen) = HIDING_SEEN.get_ptr_mut(0) {
+            // SAFETY: a u32 in an array map; a racing writer writes the same 1.
+            unsafe { *seen = 1 };
+        }
         // The task the CPU ran when latprof stopped seeing it (it may have exited since: a
         // failed read leaves the last name).
         if let Ok(tid) = read_field::<i32>(slot.last_in as *const u8, TASK_PID_OFF.load()) {
@@ -135,19 +140,7 @@ fn switch_out<const CAS: bool>(ctx: &RawTracePointContext, kind: u32) -> Result<
         return Ok(0);
     }
     let entry = match TASKS.get_ptr_mut(&tid) {
-        Some(entry) => {
-            // The name now, not at the task's first sleep: a child that slept before exec, a
-            // thread renamed since. Written in place, 16 bytes.
-            // SAFETY: the entry belongs to the current task; the helper writes 16 bytes into
-            // its comm, which is 16 bytes long.
-            unsafe {
-                aya_ebpf::helpers::generated::bpf_get_current_comm(
-                    (&raw mut (*entry).comm).cast(),
-                    16,
-                );
-            }
-            entry
-        }
+        Some(entry) => entry,
         None => match new_task(tid, tgid)? {
             Some(entry) => entry,
             None => return Ok(0),
@@ -206,6 +199,9 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
         (*template).comm = bpf_get_current_comm().unwrap_or([0; 16]);
         (*template).nr_records = 0;
         (*template).task_only = 0;
+        // 0: the sleep's start did not note what recovering it needs.
+        (*template).sleep_exec_ns = 0;
+        (*template).sleep_run_delay_ns = 0;
         let cache = &mut (*template).stack_cache;
         cache.recent = [NO_STACK; CACHE_ENTRIES];
         cache.recent_next = 0;

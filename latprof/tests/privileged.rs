@@ -1040,7 +1040,8 @@ fn a_verifier_rejection_is_said_with_its_reason_and_log() {
 }
 
 /// D11: a task's name is the one it has now, not the one of its first sleep: a shell child
-/// sleeps (waiting for `sleep`) as `sh`, then execs the workload, whose name every line shows.
+/// sleeps (waiting for `sleep`) as `sh`, then execs the workload, whose name every line shows;
+/// a process that renames itself shows its new name at once (escaped).
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn the_name_is_the_current_one() {
@@ -1067,6 +1068,36 @@ fn the_name_is_the_current_one() {
     let snap = Collector::new().snapshot(&probe).expect("snapshot");
     drop(child.stdin.take());
     let _ = child.wait();
+    // A process that sleeps, then renames itself (prctl) and waits on stdin: the snapshot
+    // after the rename has the new name, escaped.
+    let mut renamer = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import ctypes, sys, time\n\
+             for _ in range(5): time.sleep(0.002)\n\
+             ctypes.CDLL(None).prctl(15, b'renamed\\x1b[2J', 0, 0, 0)\n\
+             print('done', flush=True)\n\
+             sys.stdin.read()",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let renamer_pid = renamer.id();
+    let mut line = String::new();
+    BufReader::new(renamer.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read");
+    assert!(line.starts_with("done"), "{line}");
+    let renamed = Collector::new().snapshot(&probe).expect("snapshot");
+    drop(renamer.stdin.take());
+    let _ = renamer.wait();
+    let comm = renamed
+        .tasks
+        .iter()
+        .find(|t| t.tid == renamer_pid)
+        .map(|t| t.comm.as_str());
+    assert_eq!(comm, Some("renamed\\x1b[2J"));
     let task = snap
         .tasks
         .iter()

@@ -243,6 +243,20 @@ fn fallback_reason(variant: Variant, rejection: &Rejection) -> String {
     rejection.to_string()
 }
 
+/// Loads and attaches the rename program; a kernel without its tracepoint keeps each task's
+/// name from its first sleep, and latprof says so.
+fn attach_rename(ebpf: &mut Ebpf, fallbacks: &mut Vec<String>) -> Result<()> {
+    let p: &mut RawTracePoint = prog_mut(ebpf, names::PROG_TASK_RENAME)?;
+    p.load().context("verifier rejected task_rename")?;
+    if let Err(e) = p.attach("task_rename") {
+        p.unload().context("unloading task_rename")?;
+        fallbacks.push(format!(
+            "names are those of each task's first sleep: attaching task_rename: {e}"
+        ));
+    }
+    Ok(())
+}
+
 /// Loads and attaches each tick program whose tracepoint this kernel has; the others are
 /// unloaded again. Returns (program, attached) for each.
 fn attach_tick_programs(ebpf: &mut Ebpf) -> Result<Vec<(&'static str, bool)>> {
@@ -425,6 +439,7 @@ impl Probe {
         };
         let (mut ebpf, variant) = Self::load_best(&globals, &config, &support, &mut fallbacks)?;
         attach_variant(&mut ebpf, variant)?;
+        attach_rename(&mut ebpf, &mut fallbacks)?;
         let ticks = attach_tick_programs(&mut ebpf)?;
         Ok(Self {
             ebpf,

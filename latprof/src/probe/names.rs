@@ -36,8 +36,10 @@ pub const MAP_SCAN_POS: &str = "SCAN_POS";
 pub const MAP_LAST_SWITCH: &str = "LAST_SWITCH";
 /// Per-CPU scratch for a task's state.
 pub const MAP_SCRATCH: &str = "SCRATCH";
+/// Set once a hidden switch was seen: from then on sleeps keep what recovering them needs.
+pub const MAP_HIDING_SEEN: &str = "HIDING_SEEN";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 18] = [
+pub const MAPS: [&str; 19] = [
     MAP_TASKS,
     MAP_GLOBAL_LATENCY,
     MAP_MERGED,
@@ -56,6 +58,7 @@ pub const MAPS: [&str; 18] = [
     MAP_SCAN_POS,
     MAP_SCRATCH,
     MAP_LAST_SWITCH,
+    MAP_HIDING_SEEN,
 ];
 
 pub const PROG_SCHED_SWITCH: &str = "sched_switch";
@@ -79,6 +82,8 @@ pub const PROG_LOCAL_TIMER_ENTRY: &str = "local_timer_entry";
 pub const PROG_TICK_STOP: &str = "tick_stop";
 pub const PROG_USER_ENTER: &str = "user_enter";
 pub const PROG_USER_EXIT: &str = "user_exit";
+/// A task renamed (exec, prctl, /proc/PID/comm): its entry takes the new name.
+pub const PROG_TASK_RENAME: &str = "task_rename";
 /// The tick and time-accounting programs, each on the raw tracepoint of its name; a kernel
 /// without one of those tracepoints runs without that program.
 pub const TICK_PROGRAMS: [&str; 4] = [
@@ -87,9 +92,9 @@ pub const TICK_PROGRAMS: [&str; 4] = [
     PROG_USER_ENTER,
     PROG_USER_EXIT,
 ];
-/// Every program in the object; a session loads three latency programs (one variant of each)
-/// and the tick programs whose tracepoints exist.
-pub const PROGRAMS: [&str; 15] = [
+/// Every program in the object; a session loads three latency programs (one variant of each),
+/// the rename program and the tick programs whose tracepoints exist.
+pub const PROGRAMS: [&str; 16] = [
     PROG_SCHED_SWITCH,
     PROG_SCHED_SWITCH_NOCAS,
     PROG_SCHED_WAKEUP,
@@ -105,9 +110,11 @@ pub const PROGRAMS: [&str; 15] = [
     PROG_TICK_STOP,
     PROG_USER_ENTER,
     PROG_USER_EXIT,
+    PROG_TASK_RENAME,
 ];
-/// Latency programs a session has loaded.
-pub const LOADED_PROGRAMS: usize = 3;
+/// Programs a session has loaded besides the tick programs: the three latency programs and
+/// the rename program.
+pub const LOADED_PROGRAMS: usize = 4;
 
 pub const GLOBAL_MODE: &str = "MODE";
 pub const GLOBAL_FILTER_TGID: &str = "FILTER_TGID";
