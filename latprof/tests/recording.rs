@@ -672,3 +672,35 @@ fn a_stopped_recorder_resumes_its_schedule_without_a_burst() {
         "the stop does not show (ms between snapshots): {gaps:?}"
     );
 }
+
+/// The recorder says, when it stops, what its last snapshot lost or approximated, as `stats`
+/// does: here sleeps recovered after wakeups hidden on purpose.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn record_says_what_it_lost() {
+    root();
+    let dir = TempDir::new("losses");
+    let file = dir.file("run.lpr");
+    let mut work = Workload::spawn(&["sleep", "--count", "60", "--interval", "2ms"]);
+    let (recorder, err) = start(&[
+        "record",
+        "--debug-hide-wakeups",
+        "2",
+        "--interval",
+        "100ms",
+        "-o",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    work.go();
+    work.wait_done();
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, summary) = interrupt(recorder, err);
+    work.release();
+    assert!(summary.contains("snapshots in"), "{summary}");
+    assert!(
+        summary
+            .lines()
+            .any(|l| l.starts_with("latprof: warning: ") && l.contains("sleeps recovered")),
+        "{summary}"
+    );
+}

@@ -179,6 +179,9 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     // their backtraces.
     let mut not_recorded = 0u64;
     let max_spikes = args.max_spikes;
+    // What the last snapshot lost or approximated, said when the recording ends (as stats
+    // does): a recording's reader sees the counters, the person who ran it sees this.
+    let mut losses = Vec::new();
     let mut save =
         |writer: &mut Writer, spikes: &mut Vec<Spike>, sleeps: u64| -> Result<Appended> {
             if spikes.len() > max_spikes {
@@ -193,6 +196,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             }
             spikes.clear();
             let snap = collector.snapshot(&probe)?;
+            losses = snap.losses();
             writer.append(&snap, &syms)
         };
     loop {
@@ -250,6 +254,9 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             String::new()
         }
     );
+    for loss in losses {
+        eprintln!("latprof: warning: {loss}");
+    }
     Ok(())
 }
 
