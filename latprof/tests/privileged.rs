@@ -1239,6 +1239,217 @@ fn kernel_threads_stay_out_of_the_global_table() {
     );
 }
 
+/// Runs a system command as root; it must succeed. Returns its stdout.
+fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A small ext4 filesystem on a loop device, mounted for one test. Its journal thread
+/// (`jbd2/loopN-8`) is a kernel thread that the test can make sleep (an fsync there commits
+/// the journal: the thread wakes, waits for its writes, sleeps again) and exit (unmount):
+/// a kernel thread with a known pid, known causes and a known end.
+struct Ext4 {
+    image: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    dev: String,
+    mounted: bool,
+}
+
+impl Ext4 {
+    fn mount(name: &str) -> Self {
+        let base = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("latprof-ext4-{name}-{}", std::process::id()));
+        let (image, dir) = (base.with_extension("img"), base.with_extension("mnt"));
+        std::fs::File::create(&image)
+            .and_then(|f| f.set_len(32 << 20))
+            .expect("image file");
+        let path = |p: &std::path::Path| p.to_str().expect("utf-8 path").to_owned();
+        sh("mkfs.ext4", &["-q", "-F", &path(&image)]);
+        let dev = sh("losetup", &["-f", "--show", &path(&image)])
+            .trim()
+            .to_owned();
+        let mut fs = Self {
+            image,
+            dir,
+            dev,
+            mounted: false,
+        };
+        std::fs::create_dir_all(&fs.dir).expect("mount point");
+        sh("mount", &[&fs.dev, &path(&fs.dir)]);
+        fs.mounted = true;
+        fs
+    }
+
+    fn dir(&self) -> &str {
+        self.dir.to_str().expect("utf-8 path")
+    }
+
+    /// The pid of the filesystem's journal thread.
+    fn journal_thread(&self) -> u32 {
+        let dev = self.dev.rsplit('/').next().expect("device name");
+        let comm = format!("jbd2/{dev}-8");
+        std::fs::read_dir("/proc")
+            .expect("/proc")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim_end() == comm)
+            })
+            .unwrap_or_else(|| panic!("no journal thread {comm}"))
+    }
+
+    /// Unmounts: the journal thread exits.
+    fn unmount(&mut self) {
+        sh("umount", &[self.dir()]);
+        self.mounted = false;
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(&self.dir).status();
+        }
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+        let _ = std::fs::remove_dir(&self.dir);
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// Issue 12 section 4: a kernel thread, the journal thread of an ext4 filesystem the test
+/// mounts, made to sleep by fsyncs there and to exit by the unmount.
+///
+/// With `--pid` of it, latencytop's rule is that the process asked for is counted whatever it
+/// is (/proc/PID/latency has a kernel thread's records too): its sleeps are counted, they are
+/// its table and the global table of that run, with no kernel thread's sleep kept out; in lazy
+/// mode its exit merges them. `latprof stats --pid` takes its pid and prints them.
+///
+/// Without `--pid` (lazy mode, system-wide) kernel threads are kept out of the global table:
+/// the thread's records are its own while it lives, and its exit merges none of them (the
+/// `--debug-checks` counter of such exits says it had records).
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_kernel_thread_counts_under_its_pid_and_stays_out_of_the_global_table_otherwise() {
+    let _guard = serial();
+    let syms = Kallsyms::load().expect("kallsyms");
+    let mut fs = Ext4::mount("kthread");
+    let jbd = fs.journal_thread();
+    let jbd_arg = jbd.to_string();
+    let normal = Probe::attach(ProbeConfig {
+        mode: Mode::Normal,
+        pid: Some(jbd),
+        inter_cutoff: None,
+        ..ProbeConfig::default()
+    })
+    .expect("attach latprof on the journal thread");
+    let everyone = Probe::attach(ProbeConfig {
+        mode: Mode::Lazy,
+        inter_cutoff: None,
+        debug_checks: true,
+        ..ProbeConfig::default()
+    })
+    .expect("attach latprof");
+    let (stats, stats_err) = common::start(
+        Command::new(LATPROF)
+            .args([
+                "stats",
+                "--all-sleeps",
+                "--duration",
+                "60s",
+                "--pid",
+                &jbd_arg,
+            ])
+            .stdout(Stdio::piped()),
+        "attached",
+    );
+    let mut work = Workload::spawn(&["fsync", "--count", "20", "--dir", fs.dir()]);
+    work.go();
+    work.wait_done();
+    work.release();
+    let kjournald = |snap: &Snapshot| -> u64 {
+        frames_with(&model::global_causes(snap, &syms, 12), "kjournald2")
+            .iter()
+            .map(|c| c.count)
+            .sum()
+    };
+
+    // Under --pid: the thread is tracked, as a kernel thread, and everything it accounted is
+    // in the global table.
+    let snap = Collector::new().snapshot(&normal).expect("snapshot");
+    let task = snap
+        .tasks
+        .iter()
+        .find(|t| t.tid == jbd)
+        .unwrap_or_else(|| panic!("journal thread not tracked: {:?}", snap.tasks));
+    assert!(task.kthread, "{task:?}");
+    assert!(!task.records.is_empty(), "{task:?}");
+    assert!(kjournald(&snap) > 0, "no journal causes under --pid");
+    assert_eq!(total(&snap.global_records()), accounted(&snap));
+    assert_eq!(snap.counters.get(Counter::KthreadSleeps), 0);
+
+    // System-wide: its records are its own, none global.
+    let live = Collector::new().snapshot(&everyone).expect("snapshot");
+    let task = live
+        .tasks
+        .iter()
+        .find(|t| t.tid == jbd)
+        .unwrap_or_else(|| panic!("journal thread not tracked system-wide"));
+    assert!(task.kthread, "{task:?}");
+    assert!(!task.records.is_empty(), "{task:?}");
+    assert!(live.counters.get(Counter::KthreadSleeps) > 0);
+    assert_eq!(
+        kjournald(&live),
+        0,
+        "a kernel thread's causes in the global view"
+    );
+
+    // The thread exits.
+    fs.unmount();
+    let (out, rest) = common::interrupt(stats, stats_err);
+    let after = Collector::new().snapshot(&everyone).expect("snapshot");
+    assert!(
+        after.tasks.iter().all(|t| t.tid != jbd),
+        "journal thread still tracked"
+    );
+    assert_eq!(
+        kjournald(&after),
+        0,
+        "the exit merged a kernel thread's records into the global table"
+    );
+    assert!(after.counters.get(Counter::DebugExitWithRecords) > 0);
+
+    // latprof stats --pid (lazy): the exit merged its records; all it counted is printed.
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let counted: u64 = rest
+        .lines()
+        .find_map(|l| l.strip_prefix("latprof: ")?.split_once(" sleeps counted"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of sleeps:\n{rest}"));
+    let printed: u64 = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            l.split(' ')
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .expect("count")
+        })
+        .sum();
+    assert!(counted > 0, "{rest}");
+    assert_eq!(printed, counted, "{text}\n{rest}");
+    assert!(text.contains(" kjournald2 "), "{text}");
+    assert!(!rest.contains("kernel threads"), "{rest}");
+}
+
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn own_threads_only_with_include_self() {
