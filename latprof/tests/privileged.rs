@@ -479,7 +479,11 @@ fn lazy_reads_during_a_fork_storm_never_go_back() {
         lazy_seen.unsettled,
         lazy_seen.reads
     );
-    assert!(end.counters.get(Counter::ExitMerges) >= 1500);
+    // The storm happened, and was read through: most children slept (and so were tracked and
+    // merged at their exit; a child whose 50 us timer expired before it left the CPU never
+    // slept).
+    let merges = end.counters.get(Counter::ExitMerges);
+    assert!(merges >= 1200, "{merges} exit merges");
 }
 
 #[test]
