@@ -122,6 +122,25 @@ pub enum Workload {
         #[arg(long, value_parser = time::parse_duration, default_value = "2s")]
         time: Duration,
     },
+    /// `count` short-lived threads, `batch` alive at a time, each sleeping `sleep` once before
+    /// it exits: a storm of exits in one process (a `--pid` filter sees them all, unlike the
+    /// children of `forks`). Reports `slept=N`, the threads' sleeps that really slept.
+    ExitStorm {
+        #[arg(long, default_value_t = 2000)]
+        count: u32,
+        #[arg(long, default_value_t = 8)]
+        batch: u32,
+        #[arg(long, value_parser = time::parse_duration, default_value = "200us")]
+        sleep: Duration,
+    },
+    /// One thread sleeping at many distinct kernel places (about 40: timed waits of every kind,
+    /// socket reads by each system call on each socket type), `rounds` times each; more causes
+    /// than a task's table holds (`TASK_RECORDS`). Reports `sites=N` (the places where it
+    /// slept) and `slept=N` (its sleeps there).
+    Causes {
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
+    },
 }
 
 pub fn run(args: &WorkloadArgs) -> Result<()> {
@@ -266,6 +285,20 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
                 let info = program.context("listing the kernel's BPF programs")?;
                 println!("{}", info.name_as_str().unwrap_or("?"));
             }
+            Ok(())
+        }
+        Workload::ExitStorm {
+            count,
+            batch,
+            sleep,
+        } => {
+            let slept = exit_storm(*count, *batch, *sleep)?;
+            finish_with(&format!(" slept={slept}"));
+            Ok(())
+        }
+        Workload::Causes { rounds } => {
+            let (sites, slept) = causes::run(*rounds)?;
+            finish_with(&format!(" sites={sites} slept={slept}"));
             Ok(())
         }
         Workload::Spin {
@@ -559,4 +592,461 @@ fn exit_aio(count: u32, path: &std::path::Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// See `Workload::ExitStorm`.
+fn exit_storm(count: u32, batch: u32, sleep: Duration) -> Result<i64> {
+    let mut slept = 0;
+    let mut left = count;
+    while left > 0 {
+        let n = left.min(batch.max(1));
+        left -= n;
+        let threads: Vec<_> = (0..n)
+            .map(|_| {
+                std::thread::Builder::new()
+                    .stack_size(64 * 1024)
+                    .spawn(move || {
+                        let before = voluntary_switches();
+                        nanosleep(sleep);
+                        i64::from(voluntary_switches() > before)
+                    })
+            })
+            .collect::<Result<_, _>>()
+            .context("spawning threads")?;
+        for t in threads {
+            slept += t
+                .join()
+                .map_err(|_| anyhow::anyhow!("a storm thread panicked"))?;
+        }
+    }
+    Ok(slept)
+}
+
+/// `Workload::Causes`: timed waits at distinct kernel places, each ending by its own timeout.
+mod causes {
+    use std::{
+        net::{TcpListener, TcpStream, UdpSocket},
+        os::{
+            fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
+            unix::net::{UnixDatagram, UnixListener, UnixStream},
+        },
+        ptr::{null, null_mut},
+    };
+
+    use anyhow::{Context as _, Result};
+
+    use super::voluntary_switches;
+
+    /// A short relative timeout (a static: the system calls take its address).
+    static TS: libc::timespec = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 200_000,
+    };
+
+    fn check(rc: libc::c_int, what: &str) -> Result<libc::c_int> {
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error()).context(what.to_owned());
+        }
+        Ok(rc)
+    }
+
+    fn owned(fd: libc::c_int, what: &str) -> Result<OwnedFd> {
+        // SAFETY: a descriptor just created and owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(check(fd, what)?) })
+    }
+
+    /// SO_RCVTIMEO of 1 ms (the kernel rounds it up to a tick): reads and accepts end there.
+    fn rcvtimeo(fd: RawFd) -> Result<()> {
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 1000,
+        };
+        // SAFETY: a valid socket and option value.
+        check(
+            unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVTIMEO,
+                    (&raw const tv).cast(),
+                    libc::socklen_t::try_from(size_of::<libc::timeval>()).unwrap_or(0),
+                )
+            },
+            "SO_RCVTIMEO",
+        )
+        .map(drop)
+    }
+
+    /// Everything the waits need, kept open for every round.
+    struct Objects {
+        pipe_r: std::fs::File,
+        _pipe_w: std::fs::File,
+        epoll: OwnedFd,
+        timerfd: OwnedFd,
+        sem: libc::c_int,
+        mq: libc::mqd_t,
+        mq_name: std::ffi::CString,
+        aio: libc::c_ulong,
+        /// Sockets to read from (nothing is ever sent): each by four system calls.
+        readers: Vec<RawFd>,
+        /// Listening sockets no one connects to: each by accept and accept4.
+        listeners: Vec<RawFd>,
+        _keep: Vec<Box<dyn std::any::Any>>,
+        unix_path: std::path::PathBuf,
+    }
+
+    impl Drop for Objects {
+        fn drop(&mut self) {
+            // SAFETY: our own semaphore set, queue and AIO context.
+            unsafe {
+                libc::semctl(self.sem, 0, libc::IPC_RMID);
+                libc::mq_close(self.mq);
+                libc::mq_unlink(self.mq_name.as_ptr());
+                libc::syscall(libc::SYS_io_destroy, self.aio);
+            }
+            let _ = std::fs::remove_file(&self.unix_path);
+        }
+    }
+
+    fn objects() -> Result<Objects> {
+        let (pipe_r, pipe_w) = super::pipe()?;
+        // SAFETY: plain constructors of kernel objects.
+        let epoll = owned(unsafe { libc::epoll_create1(0) }, "epoll_create1")?;
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 0,
+        };
+        // SAFETY: valid descriptors and event.
+        check(
+            unsafe {
+                libc::epoll_ctl(
+                    epoll.as_raw_fd(),
+                    libc::EPOLL_CTL_ADD,
+                    pipe_r.as_raw_fd(),
+                    &raw mut ev,
+                )
+            },
+            "epoll_ctl",
+        )?;
+        // SAFETY: as above.
+        let timerfd = owned(
+            unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, 0) },
+            "timerfd_create",
+        )?;
+        // SAFETY: a private semaphore set of one, at zero.
+        let sem = check(
+            unsafe { libc::semget(libc::IPC_PRIVATE, 1, 0o600) },
+            "semget",
+        )?;
+        let mq_name = std::ffi::CString::new(format!("/latprof-causes-{}", std::process::id()))
+            .context("queue name")?;
+        // SAFETY: a valid attribute block and name; the queue is unlinked at drop.
+        let mq = unsafe {
+            let mut attr: libc::mq_attr = std::mem::zeroed();
+            attr.mq_maxmsg = 1;
+            attr.mq_msgsize = 8;
+            libc::mq_open(
+                mq_name.as_ptr(),
+                libc::O_CREAT | libc::O_RDWR,
+                0o600,
+                &raw mut attr,
+            )
+        };
+        check(mq, "mq_open")?;
+        let mut aio: libc::c_ulong = 0;
+        // SAFETY: a zeroed context to fill.
+        if unsafe { libc::syscall(libc::SYS_io_setup, 1, &raw mut aio) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("io_setup");
+        }
+        let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
+        let mut readers = Vec::new();
+        let (a, b) = UnixStream::pair().context("unix stream pair")?;
+        readers.push(a.as_raw_fd());
+        keep.extend([Box::new(a) as Box<dyn std::any::Any>, Box::new(b)]);
+        let (a, b) = UnixDatagram::pair().context("unix datagram pair")?;
+        readers.push(a.as_raw_fd());
+        keep.extend([Box::new(a) as Box<dyn std::any::Any>, Box::new(b)]);
+        let mut fds = [0; 2];
+        // SAFETY: a valid array of two.
+        check(
+            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr()) },
+            "seqpacket pair",
+        )?;
+        readers.push(fds[0]);
+        // SAFETY: both just created.
+        keep.extend(unsafe {
+            [
+                Box::new(OwnedFd::from_raw_fd(fds[0])) as Box<dyn std::any::Any>,
+                Box::new(OwnedFd::from_raw_fd(fds[1])),
+            ]
+        });
+        let udp = UdpSocket::bind("127.0.0.1:0").context("udp socket")?;
+        readers.push(udp.as_raw_fd());
+        keep.push(Box::new(udp));
+        let tcp_listener = TcpListener::bind("127.0.0.1:0").context("tcp listener")?;
+        let client = TcpStream::connect(tcp_listener.local_addr()?).context("tcp connect")?;
+        let (server, _) = tcp_listener.accept().context("tcp accept")?;
+        readers.push(client.as_raw_fd());
+        let mut listeners = vec![tcp_listener.as_raw_fd()];
+        keep.extend([
+            Box::new(client) as Box<dyn std::any::Any>,
+            Box::new(server),
+            Box::new(tcp_listener),
+        ]);
+        let unix_path =
+            std::env::temp_dir().join(format!("latprof-causes-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&unix_path);
+        let unix_listener = UnixListener::bind(&unix_path).context("unix listener")?;
+        listeners.push(unix_listener.as_raw_fd());
+        keep.push(Box::new(unix_listener));
+        for &fd in readers.iter().chain(&listeners) {
+            rcvtimeo(fd)?;
+        }
+        Ok(Objects {
+            pipe_r,
+            _pipe_w: pipe_w,
+            epoll,
+            timerfd,
+            sem,
+            mq,
+            mq_name,
+            aio,
+            readers,
+            listeners,
+            _keep: keep,
+            unix_path,
+        })
+    }
+
+    /// The waits, each a different kernel backtrace; each returns when its timeout passes.
+    fn waits(o: &Objects) -> Vec<Box<dyn Fn() + '_>> {
+        let pipe = o.pipe_r.as_raw_fd();
+        let mut w: Vec<Box<dyn Fn() + '_>> = vec![
+            // SAFETY (all below): system calls on our own objects with valid arguments; each
+            // fails with a timeout, which is the point.
+            Box::new(|| unsafe {
+                libc::syscall(
+                    libc::SYS_nanosleep,
+                    &raw const TS,
+                    null_mut::<libc::timespec>(),
+                );
+            }),
+            Box::new(|| unsafe {
+                libc::syscall(
+                    libc::SYS_clock_nanosleep,
+                    libc::CLOCK_MONOTONIC,
+                    0,
+                    &raw const TS,
+                    null_mut::<libc::timespec>(),
+                );
+            }),
+            Box::new(move || unsafe {
+                let mut p = libc::pollfd {
+                    fd: pipe,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                libc::poll(&raw mut p, 1, 1);
+            }),
+            Box::new(move || unsafe {
+                let mut p = libc::pollfd {
+                    fd: pipe,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                libc::syscall(
+                    libc::SYS_ppoll,
+                    &raw mut p,
+                    1,
+                    &raw const TS,
+                    null::<u8>(),
+                    8,
+                );
+            }),
+            Box::new(move || unsafe {
+                let mut set: libc::fd_set = std::mem::zeroed();
+                libc::FD_SET(pipe, &raw mut set);
+                let mut tv = libc::timeval {
+                    tv_sec: 0,
+                    tv_usec: 200,
+                };
+                libc::select(pipe + 1, &raw mut set, null_mut(), null_mut(), &raw mut tv);
+            }),
+            Box::new(move || unsafe {
+                let mut set: libc::fd_set = std::mem::zeroed();
+                libc::FD_SET(pipe, &raw mut set);
+                let mut ts = TS;
+                libc::syscall(
+                    libc::SYS_pselect6,
+                    pipe + 1,
+                    &raw mut set,
+                    null_mut::<libc::fd_set>(),
+                    null_mut::<libc::fd_set>(),
+                    &raw mut ts,
+                    null::<u8>(),
+                );
+            }),
+            Box::new(|| unsafe {
+                let mut ev: libc::epoll_event = std::mem::zeroed();
+                libc::epoll_wait(o.epoll.as_raw_fd(), &raw mut ev, 1, 1);
+            }),
+            Box::new(|| unsafe {
+                let mut ev: libc::epoll_event = std::mem::zeroed();
+                libc::epoll_pwait(o.epoll.as_raw_fd(), &raw mut ev, 1, 1, null());
+            }),
+            Box::new(|| unsafe {
+                let mut ev: libc::epoll_event = std::mem::zeroed();
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    o.epoll.as_raw_fd(),
+                    &raw mut ev,
+                    1,
+                    &raw const TS,
+                    null::<u8>(),
+                    0,
+                );
+            }),
+            Box::new(|| unsafe {
+                let word: u32 = 0;
+                libc::syscall(
+                    libc::SYS_futex,
+                    &raw const word,
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    0,
+                    &raw const TS,
+                );
+            }),
+            Box::new(|| unsafe {
+                // SIGUSR2 is blocked (see `run`), never sent: the wait times out.
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&raw mut set);
+                libc::sigaddset(&raw mut set, libc::SIGUSR2);
+                libc::syscall(
+                    libc::SYS_rt_sigtimedwait,
+                    &raw const set,
+                    null_mut::<libc::siginfo_t>(),
+                    &raw const TS,
+                    8,
+                );
+            }),
+            Box::new(|| unsafe {
+                let mut op = libc::sembuf {
+                    sem_num: 0,
+                    sem_op: -1,
+                    sem_flg: 0,
+                };
+                libc::syscall(libc::SYS_semtimedop, o.sem, &raw mut op, 1, &raw const TS);
+            }),
+            Box::new(|| unsafe {
+                let mut now: libc::timespec = std::mem::zeroed();
+                libc::clock_gettime(libc::CLOCK_REALTIME, &raw mut now);
+                now.tv_nsec += TS.tv_nsec;
+                if now.tv_nsec >= 1_000_000_000 {
+                    now.tv_nsec -= 1_000_000_000;
+                    now.tv_sec += 1;
+                }
+                let mut buf = [0u8; 8];
+                libc::mq_timedreceive(
+                    o.mq,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    null_mut(),
+                    &raw const now,
+                );
+            }),
+            Box::new(|| unsafe {
+                let spec = libc::itimerspec {
+                    it_interval: std::mem::zeroed(),
+                    it_value: TS,
+                };
+                libc::timerfd_settime(o.timerfd.as_raw_fd(), 0, &raw const spec, null_mut());
+                let mut n = 0u64;
+                libc::read(o.timerfd.as_raw_fd(), (&raw mut n).cast(), 8);
+            }),
+            Box::new(|| unsafe {
+                let mut events = [0u64; 4];
+                libc::syscall(
+                    libc::SYS_io_getevents,
+                    o.aio,
+                    1,
+                    1,
+                    events.as_mut_ptr(),
+                    &raw const TS,
+                );
+            }),
+        ];
+        for &fd in &o.readers {
+            w.push(Box::new(move || unsafe {
+                let mut buf = [0u8; 64];
+                libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            }));
+            w.push(Box::new(move || unsafe {
+                let mut buf = [0u8; 64];
+                let iov = libc::iovec {
+                    iov_base: buf.as_mut_ptr().cast(),
+                    iov_len: buf.len(),
+                };
+                libc::readv(fd, &raw const iov, 1);
+            }));
+            w.push(Box::new(move || unsafe {
+                let mut buf = [0u8; 64];
+                libc::recvfrom(
+                    fd,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    0,
+                    null_mut(),
+                    null_mut(),
+                );
+            }));
+            w.push(Box::new(move || unsafe {
+                let mut buf = [0u8; 64];
+                let mut iov = libc::iovec {
+                    iov_base: buf.as_mut_ptr().cast(),
+                    iov_len: buf.len(),
+                };
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_iov = &raw mut iov;
+                msg.msg_iovlen = 1;
+                libc::recvmsg(fd, &raw mut msg, 0);
+            }));
+        }
+        for &fd in &o.listeners {
+            w.push(Box::new(move || unsafe {
+                libc::accept(fd, null_mut(), null_mut());
+            }));
+            w.push(Box::new(move || unsafe {
+                libc::accept4(fd, null_mut(), null_mut(), libc::SOCK_CLOEXEC);
+            }));
+        }
+        w
+    }
+
+    /// Runs every wait `rounds` times; returns the waits that slept (each round) and the
+    /// sleeps.
+    pub(super) fn run(rounds: u32) -> Result<(u32, i64)> {
+        // SAFETY: blocks SIGUSR2 for this (only) thread, so that rt_sigtimedwait waits.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&raw mut set);
+            libc::sigaddset(&raw mut set, libc::SIGUSR2);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, null_mut());
+        }
+        let o = objects()?;
+        let waits = waits(&o);
+        let mut sites = vec![true; waits.len()];
+        let mut slept = 0;
+        for _ in 0..rounds {
+            for (wait, site) in waits.iter().zip(&mut sites) {
+                let before = voluntary_switches();
+                wait();
+                let n = voluntary_switches() - before;
+                *site &= n > 0;
+                slept += n;
+            }
+        }
+        drop(waits);
+        drop(o);
+        Ok((u32::try_from(sites.iter().filter(|s| **s).count())?, slept))
+    }
 }

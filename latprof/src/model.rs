@@ -353,6 +353,9 @@ pub fn processes(
     expanded: &std::collections::BTreeSet<u32>,
 ) -> Vec<ProcLine> {
     let filter = filter.trim().to_lowercase();
+    // A number is a pid (or a thread's id), never part of a name: `top --pid 1` showed every
+    // kernel thread with a 1 in its name (ksoftirqd/1, migration/1, ...).
+    let by_id = !filter.is_empty() && filter.bytes().all(|b| b.is_ascii_digit());
     let mut by_tgid: std::collections::BTreeMap<u32, Threads> = std::collections::BTreeMap::new();
     for task in &cur.tasks {
         let records = task_since(cur, base, task.tid);
@@ -397,9 +400,9 @@ pub fn processes(
             .clone();
         let matches = filter.is_empty()
             || tgid.to_string() == filter
-            || threads
-                .iter()
-                .any(|(tid, c, _)| tid.to_string() == filter || c.to_lowercase().contains(&filter));
+            || threads.iter().any(|(tid, c, _)| {
+                tid.to_string() == filter || (!by_id && c.to_lowercase().contains(&filter))
+            });
         if !matches {
             continue;
         }

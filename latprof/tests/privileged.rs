@@ -5,7 +5,7 @@
 //! `cargo test`; `cargo xtask test` (and CI, as root) runs them with `--include-ignored`.
 //! Without privileges they fail, never pass silently.
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     io::{BufRead as _, BufReader},
     process::{Command, Stdio},
     sync::{Mutex, MutexGuard},
@@ -18,7 +18,7 @@ use latprof::{
     probe::{Backtraces, Mode, Probe, ProbeConfig, names},
     symbols::{Backtrace, Kallsyms},
 };
-use latprof_common::Counter;
+use latprof_common::{Counter, GlobalRecord};
 
 mod common;
 
@@ -302,6 +302,188 @@ fn normal_and_lazy_attempt() {
             assert!(close(n.max_ns, l.max_ns), "{what}: {n:?} {l:?}");
         }
     }
+}
+
+/// What lazy-mode snapshots read while tasks exit must keep (`Collector::snapshot` retries a
+/// read that overlapped an exit merge, and drops a task the map returned twice): each tid
+/// once; cumulative numbers that never go back (a task read and then merged into the global
+/// table within one read counts twice, and once in the next); a read that could not settle
+/// says so.
+#[derive(Default)]
+struct Cumulative {
+    prev: Option<HashMap<u64, GlobalRecord>>,
+    reads: u32,
+    retried: u32,
+    unsettled: u32,
+    compared: u32,
+}
+
+impl Cumulative {
+    fn check(&mut self, snap: &Snapshot) {
+        let mut tids = HashSet::new();
+        for t in &snap.tasks {
+            assert!(tids.insert(t.tid), "tid {} twice in one snapshot", t.tid);
+        }
+        self.reads += 1;
+        self.retried += u32::from(snap.retries > 0);
+        if snap.unsettled {
+            assert!(
+                snap.losses()
+                    .iter()
+                    .any(|l| l.contains("exits kept moving records")),
+                "an unsettled read not said: {:?}",
+                snap.losses()
+            );
+            self.unsettled += 1;
+            // It may hold an exiting task twice or not at all: no base for the next.
+            self.prev = None;
+            return;
+        }
+        let cur = snap.global_records();
+        if let Some(prev) = &self.prev {
+            self.compared += 1;
+            for (stack, p) in prev {
+                let c = cur.get(stack).copied().unwrap_or_default();
+                assert!(
+                    c.count >= p.count && c.total_ns >= p.total_ns,
+                    "cause {stack:x} went back from {p:?} to {c:?} (retries {}; {} tasks)",
+                    snap.retries,
+                    snap.tasks.len()
+                );
+            }
+        }
+        self.prev = Some(cur);
+    }
+}
+
+/// Runs `work` (started) to its end in a thread while `read` takes snapshots; returns the
+/// workload and its facts.
+fn read_while_it_runs(work: Workload, mut read: impl FnMut()) -> (Workload, Vec<(String, u64)>) {
+    let mut work = work;
+    let waiter = std::thread::spawn(move || {
+        let facts = work.wait_done();
+        (work, facts)
+    });
+    while !waiter.is_finished() {
+        read();
+    }
+    waiter.join().expect("the workload's waiter")
+}
+
+/// Issue 12 section 4: lazy mode read during a storm of exits. 3000 threads of one process,
+/// 8 at a time, each sleeping 200 us once and exiting (each exit merges its records into the
+/// global table); a lazy and a normal probe on the process, read over and over while it runs.
+/// Every lazy read keeps the invariants of [`Cumulative`]; at the end both modes count every
+/// sleep the threads slept (less those lost to hidden wakeups).
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn lazy_reads_during_an_exit_storm_stay_exact() {
+    let _guard = serial();
+    let syms = Kallsyms::load().expect("kallsyms");
+    let mut work = Workload::spawn(&["exit-storm", "--count", "3000", "--batch", "8"]);
+    let probe = |mode| {
+        Probe::attach(ProbeConfig {
+            mode,
+            pid: Some(work.pid()),
+            inter_cutoff: None,
+            ..ProbeConfig::default()
+        })
+        .expect("attach latprof")
+    };
+    let (lazy, normal) = (probe(Mode::Lazy), probe(Mode::Normal));
+    let (mut lazy_reader, mut normal_reader) = (Collector::new(), Collector::new());
+    let (mut lazy_seen, mut normal_seen) = (Cumulative::default(), Cumulative::default());
+    work.go();
+    let (work, facts) = read_while_it_runs(work, || {
+        lazy_seen.check(&lazy_reader.snapshot(&lazy).expect("snapshot"));
+        normal_seen.check(&normal_reader.snapshot(&normal).expect("snapshot"));
+    });
+    let slept = facts
+        .iter()
+        .find_map(|(k, v)| (k == "slept").then_some(*v))
+        .expect("slept=");
+    let (lazy_end, normal_end) = (
+        lazy_reader.snapshot(&lazy).expect("snapshot"),
+        normal_reader.snapshot(&normal).expect("snapshot"),
+    );
+    lazy_seen.check(&lazy_end);
+    work.release();
+    eprintln!(
+        "{} lazy reads during the storm: {} retried, {} unsettled, {} compared",
+        lazy_seen.reads, lazy_seen.retried, lazy_seen.unsettled, lazy_seen.compared
+    );
+    assert!(lazy_seen.compared >= 10, "too few reads to compare");
+    // The retries settle nearly every read.
+    assert!(
+        lazy_seen.unsettled * 10 <= lazy_seen.reads,
+        "{} of {} reads unsettled",
+        lazy_seen.unsettled,
+        lazy_seen.reads
+    );
+    assert!(lazy_end.counters.get(Counter::ExitMerges) >= slept);
+    let nap = |snap: &Snapshot| -> u64 {
+        let causes = model::global_causes(snap, &syms, 12);
+        frames_with(&causes, "nanosleep")
+            .iter()
+            .map(|c| c.count)
+            .sum()
+    };
+    let (lazy_lost, normal_lost) = (
+        common::lost_where_hidden(&lazy_end),
+        common::lost_where_hidden(&normal_end),
+    );
+    assert_eq!(
+        nap(&lazy_end) + lazy_lost,
+        slept,
+        "lazy: {:?}",
+        lazy_end.counters
+    );
+    assert_eq!(
+        nap(&normal_end) + normal_lost,
+        slept,
+        "normal: {:?}",
+        normal_end.counters
+    );
+}
+
+/// Issue 12 section 4: the same system-wide, while `forks` starts 1500 short-lived processes
+/// that each sleep once (a `--pid` filter would not follow them: each is a process of its
+/// own). Every read of both modes keeps the invariants of [`Cumulative`] while the whole
+/// machine's tasks come and go. (The two modes' totals are not compared here: they include
+/// everything else this machine does between the two reads; the exit storm above compares
+/// them exactly.)
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn lazy_reads_during_a_fork_storm_never_go_back() {
+    let _guard = serial();
+    let mut work = Workload::spawn(&["forks", "--count", "1500", "--sleep", "50us"]);
+    let (lazy, normal) = (attach(Mode::Lazy, None), attach(Mode::Normal, None));
+    let (mut lazy_reader, mut normal_reader) = (Collector::new(), Collector::new());
+    let (mut lazy_seen, mut normal_seen) = (Cumulative::default(), Cumulative::default());
+    work.go();
+    let (work, _) = read_while_it_runs(work, || {
+        lazy_seen.check(&lazy_reader.snapshot(&lazy).expect("snapshot"));
+        normal_seen.check(&normal_reader.snapshot(&normal).expect("snapshot"));
+    });
+    work.release();
+    let end = lazy_reader.snapshot(&lazy).expect("snapshot");
+    lazy_seen.check(&end);
+    eprintln!(
+        "{} lazy reads during the storm: {} retried, {} unsettled, {} compared",
+        lazy_seen.reads, lazy_seen.retried, lazy_seen.unsettled, lazy_seen.compared
+    );
+    assert!(lazy_seen.compared >= 10, "too few reads to compare");
+    assert!(
+        lazy_seen.unsettled * 10 <= lazy_seen.reads,
+        "{} of {} reads unsettled",
+        lazy_seen.unsettled,
+        lazy_seen.reads
+    );
+    // The storm happened, and was read through: most children slept (and so were tracked and
+    // merged at their exit; a child whose 50 us timer expired before it left the CPU never
+    // slept).
+    let merges = end.counters.get(Counter::ExitMerges);
+    assert!(merges >= 1200, "{merges} exit merges");
 }
 
 #[test]
@@ -795,6 +977,218 @@ fn full_tables_are_counted_not_silent() {
     );
 }
 
+/// Sleeps and run-queue waits each probe accounted (every one goes to one record).
+fn accounted(snap: &Snapshot) -> u64 {
+    snap.counters.get(Counter::Counted) + snap.counters.get(Counter::RunqCounted)
+}
+
+fn total(records: &HashMap<u64, GlobalRecord>) -> u64 {
+    records.values().map(|r| r.count).sum()
+}
+
+/// Events in the histograms, summed over causes.
+fn hist_total(snap: &Snapshot) -> u64 {
+    snap.histograms
+        .values()
+        .flat_map(|h| h.iter())
+        .map(|&n| u64::from(n))
+        .sum()
+}
+
+/// Everything counted lost but what the kernel's hidden wakeups explain (sleeps lost and
+/// run-queue waits not measured, which `common::lost_where_hidden` accepts only where
+/// switches were hidden).
+fn lost_otherwise(snap: &Snapshot) -> u64 {
+    common::lost_where_hidden(snap);
+    let c = &snap.counters;
+    c.lost() - c.get(Counter::SleepLost) - c.get(Counter::RunqUnknown)
+}
+
+fn said(snap: &Snapshot, needle: &str) -> bool {
+    snap.losses().iter().any(|l| l.contains(needle))
+}
+
+/// Issue 12 section 4: one thread sleeping at 39 places, more causes than a task's table holds
+/// (`TASK_RECORDS`). The causes beyond it go to the global table and are counted
+/// (`TaskRecordsFull`) and said, since the task's own view lacks them; the global table (live
+/// in lazy mode, at every event in normal mode, and after the exit merge) holds every
+/// accounted sleep, and both modes agree cause by cause.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn causes_beyond_a_tasks_table_go_global_and_are_said() {
+    let _guard = serial();
+    let mut work = Workload::spawn(&["causes", "--rounds", "2"]);
+    let pid = work.pid();
+    let probe = |mode| {
+        Probe::attach(ProbeConfig {
+            mode,
+            pid: Some(pid),
+            inter_cutoff: None,
+            ..ProbeConfig::default()
+        })
+        .expect("attach latprof")
+    };
+    let (lazy, normal) = (probe(Mode::Lazy), probe(Mode::Normal));
+    work.go();
+    let facts = work.wait_done();
+    let sites = facts
+        .iter()
+        .find_map(|(k, v)| (k == "sites").then_some(*v))
+        .expect("sites=");
+    assert!(
+        sites > latprof_common::TASK_RECORDS as u64,
+        "the workload slept at only {sites} places"
+    );
+    let live = Collector::with_details().snapshot(&lazy).expect("snapshot");
+    let norm = Collector::with_details()
+        .snapshot(&normal)
+        .expect("snapshot");
+    let task = live
+        .tasks
+        .iter()
+        .find(|t| t.tid == pid)
+        .unwrap_or_else(|| panic!("workload not tracked: {:?}", live.tasks));
+    assert_eq!(live.tasks.len(), 1, "one thread: {:?}", live.tasks);
+    assert_eq!(task.records.len(), latprof_common::TASK_RECORDS);
+    let beyond = live.counters.get(Counter::TaskRecordsFull);
+    assert!(beyond > 0, "{:?}", live.counters);
+    assert_eq!(
+        norm.counters.get(Counter::TaskRecordsFull),
+        beyond,
+        "the same events overflowed both probes' task tables"
+    );
+    // The task's own records plus the overflow are everything it accounted.
+    let own: u64 = task.records.iter().map(|r| r.count).sum();
+    assert_eq!(own + beyond, accounted(&live), "{:?}", live.counters);
+    // The global view holds all of it, in both modes.
+    let (lazy_global, normal_global) = (live.global_records(), norm.global_records());
+    assert_eq!(total(&lazy_global), accounted(&live));
+    assert_eq!(total(&normal_global), accounted(&norm));
+    assert!(
+        lazy_global.len() > latprof_common::TASK_RECORDS,
+        "{lazy_global:?}"
+    );
+    // Said, never silent; and nothing was lost.
+    for snap in [&live, &norm] {
+        assert!(said(snap, "more than 32"), "{:?}", snap.losses());
+        assert_eq!(lost_otherwise(snap), 0, "{:?}", snap.losses());
+    }
+    // Both probes saw the same sleeps, cause by cause (run-queue waits under 1 us aside:
+    // each probe's own cost moves them across that line).
+    let lost = common::lost_where_hidden(&live) + common::lost_where_hidden(&norm);
+    let differ: u64 = lazy_global
+        .keys()
+        .chain(normal_global.keys())
+        .filter(|&&k| k != latprof_common::RUNQ_STACK)
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .map(|k| {
+            let n = |m: &HashMap<u64, GlobalRecord>| m.get(k).map_or(0, |r| r.count);
+            n(&lazy_global).abs_diff(n(&normal_global))
+        })
+        .sum();
+    assert!(
+        differ <= lost,
+        "lazy {lazy_global:?}\nnormal {normal_global:?}"
+    );
+    work.release();
+    // After the exit merge the kernel's table alone holds everything.
+    let after = Collector::new().snapshot(&lazy).expect("snapshot");
+    assert!(after.tasks.is_empty(), "{:?}", after.tasks);
+    let merged: u64 = after.global.iter().map(|(_, r)| r.count).sum();
+    assert_eq!(merged, accounted(&after), "{:?}", after.counters);
+    assert_eq!(lost_otherwise(&after), 0, "{:?}", after.losses());
+}
+
+/// Issue 12 section 4: a global table and histogram table of 8 causes for 39. Normal mode
+/// loses one sleep per failed update, and every accounted sleep is either in the table or
+/// counted lost: the numbers add up exactly, for the histograms too. Lazy mode loses whole
+/// records at the exit merge: every cause missing afterwards is a counted record. Each loss
+/// is said, with the flag that avoids it.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_full_global_table_and_histogram_table_are_counted_and_add_up() {
+    const SMALL: u32 = 8;
+    let _guard = serial();
+    let mut work = Workload::spawn(&["causes", "--rounds", "2"]);
+    let pid = work.pid();
+    let probe = |mode| {
+        Probe::attach(ProbeConfig {
+            mode,
+            pid: Some(pid),
+            inter_cutoff: None,
+            max_records: SMALL,
+            ..ProbeConfig::default()
+        })
+        .expect("attach latprof")
+    };
+    let (lazy, normal) = (probe(Mode::Lazy), probe(Mode::Normal));
+    work.go();
+    work.wait_done();
+    let live = Collector::with_details().snapshot(&lazy).expect("snapshot");
+    let norm = Collector::with_details()
+        .snapshot(&normal)
+        .expect("snapshot");
+
+    // Normal mode: in the table or counted lost, sleep by sleep.
+    let c = &norm.counters;
+    let full = c.get(Counter::GlobalTableFull);
+    assert!(full > 0, "{c:?}");
+    assert!(norm.global.len() <= SMALL as usize, "{:?}", norm.global);
+    assert_eq!(
+        total(&norm.global_records()) + full,
+        accounted(&norm),
+        "{c:?}"
+    );
+    // The histograms: one update per accounted event, in the table or counted lost.
+    for snap in [&norm, &live] {
+        let c = &snap.counters;
+        let hist_full = c.get(Counter::HistTableFull);
+        assert!(hist_full > 0, "{c:?}");
+        assert!(snap.histograms.len() <= SMALL as usize);
+        assert_eq!(hist_total(snap) + hist_full, accounted(snap), "{c:?}");
+        assert!(said(snap, "histogram updates lost"), "{:?}", snap.losses());
+    }
+    assert!(said(&norm, "--max-records"), "{:?}", norm.losses());
+
+    // Lazy mode: the task's own 32 records are intact while it lives; what overflowed them
+    // went to the small tables at once.
+    let live_view = live.global_records();
+    work.release();
+    let after = Collector::new().snapshot(&lazy).expect("snapshot");
+    let c = &after.counters;
+    let full_at_exit =
+        c.get(Counter::GlobalTableFull) - live.counters.get(Counter::GlobalTableFull);
+    let after_view: HashMap<u64, GlobalRecord> = after.global.iter().copied().collect();
+    assert!(after_view.len() <= 2 * SMALL as usize, "{after_view:?}");
+    // Each of the task's records missing after the merge is one record counted lost. (Its
+    // wakeup at release may add one cause past its table, which can be lost too.)
+    let task = live.tasks.iter().find(|t| t.tid == pid).expect("workload");
+    let missing = task
+        .records
+        .iter()
+        .filter(|r| !after_view.contains_key(&r.stack_id))
+        .count() as u64;
+    assert!(missing > 0, "{after_view:?}");
+    assert!(
+        (missing..=missing + 1).contains(&full_at_exit),
+        "{missing} records missing after the exit merge, {full_at_exit} counted lost"
+    );
+    // What was merged kept its numbers.
+    for (stack, rec) in &after_view {
+        let before = live_view.get(stack).map_or(0, |r| r.count);
+        assert!(rec.count >= before, "{stack:x}: {rec:?} < {before}");
+    }
+    assert!(
+        said(
+            &after,
+            "records lost: global table full (raise --max-records)"
+        ),
+        "{:?}",
+        after.losses()
+    );
+}
+
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn kernel_threads_stay_out_of_the_global_table() {
@@ -847,6 +1241,394 @@ fn kernel_threads_stay_out_of_the_global_table() {
         leaked.is_empty(),
         "kernel-thread causes in the global table: {leaked:?}"
     );
+}
+
+/// Runs a system command as root; it must succeed. Returns its stdout.
+fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A small ext4 filesystem on a loop device, mounted for one test. Its journal thread
+/// (`jbd2/loopN-8`) is a kernel thread that the test can make sleep (an fsync there commits
+/// the journal: the thread wakes, waits for its writes, sleeps again) and exit (unmount):
+/// a kernel thread with a known pid, known causes and a known end.
+struct Ext4 {
+    image: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    dev: String,
+    mounted: bool,
+}
+
+impl Ext4 {
+    fn mount(name: &str) -> Self {
+        let base = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("latprof-ext4-{name}-{}", std::process::id()));
+        let (image, dir) = (base.with_extension("img"), base.with_extension("mnt"));
+        std::fs::File::create(&image)
+            .and_then(|f| f.set_len(32 << 20))
+            .expect("image file");
+        let path = |p: &std::path::Path| p.to_str().expect("utf-8 path").to_owned();
+        sh("mkfs.ext4", &["-q", "-F", &path(&image)]);
+        let dev = sh("losetup", &["-f", "--show", &path(&image)])
+            .trim()
+            .to_owned();
+        let mut fs = Self {
+            image,
+            dir,
+            dev,
+            mounted: false,
+        };
+        std::fs::create_dir_all(&fs.dir).expect("mount point");
+        sh("mount", &[&fs.dev, &path(&fs.dir)]);
+        fs.mounted = true;
+        fs
+    }
+
+    fn dir(&self) -> &str {
+        self.dir.to_str().expect("utf-8 path")
+    }
+
+    /// The pid of the filesystem's journal thread.
+    fn journal_thread(&self) -> u32 {
+        let dev = self.dev.rsplit('/').next().expect("device name");
+        let comm = format!("jbd2/{dev}-8");
+        std::fs::read_dir("/proc")
+            .expect("/proc")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim_end() == comm)
+            })
+            .unwrap_or_else(|| panic!("no journal thread {comm}"))
+    }
+
+    /// Unmounts: the journal thread exits.
+    fn unmount(&mut self) {
+        sh("umount", &[self.dir()]);
+        self.mounted = false;
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(&self.dir).status();
+        }
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+        let _ = std::fs::remove_dir(&self.dir);
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// Issue 12 section 4: a kernel thread, the journal thread of an ext4 filesystem the test
+/// mounts, made to sleep by fsyncs there and to exit by the unmount.
+///
+/// With `--pid` of it, latencytop's rule is that the process asked for is counted whatever it
+/// is (/proc/PID/latency has a kernel thread's records too): its sleeps are counted, they are
+/// its table and the global table of that run, with no kernel thread's sleep kept out; in lazy
+/// mode its exit merges them. `latprof stats --pid` takes its pid and prints them.
+///
+/// Without `--pid` (lazy mode, system-wide) kernel threads are kept out of the global table:
+/// the thread's records are its own while it lives, and its exit merges none of them (the
+/// `--debug-checks` counter of such exits says it had records).
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_kernel_thread_counts_under_its_pid_and_stays_out_of_the_global_table_otherwise() {
+    let _guard = serial();
+    let syms = Kallsyms::load().expect("kallsyms");
+    let mut fs = Ext4::mount("kthread");
+    let jbd = fs.journal_thread();
+    let jbd_arg = jbd.to_string();
+    let normal = Probe::attach(ProbeConfig {
+        mode: Mode::Normal,
+        pid: Some(jbd),
+        inter_cutoff: None,
+        ..ProbeConfig::default()
+    })
+    .expect("attach latprof on the journal thread");
+    let everyone = Probe::attach(ProbeConfig {
+        mode: Mode::Lazy,
+        inter_cutoff: None,
+        debug_checks: true,
+        ..ProbeConfig::default()
+    })
+    .expect("attach latprof");
+    let (stats, stats_err) = common::start(
+        Command::new(LATPROF)
+            .args([
+                "stats",
+                "--all-sleeps",
+                "--duration",
+                "60s",
+                "--pid",
+                &jbd_arg,
+            ])
+            .stdout(Stdio::piped()),
+        "attached",
+    );
+    let mut work = Workload::spawn(&["fsync", "--count", "20", "--dir", fs.dir()]);
+    work.go();
+    work.wait_done();
+    work.release();
+    let kjournald = |snap: &Snapshot| -> u64 {
+        frames_with(&model::global_causes(snap, &syms, 12), "kjournald2")
+            .iter()
+            .map(|c| c.count)
+            .sum()
+    };
+
+    // Under --pid: the thread is tracked, as a kernel thread, and everything it accounted is
+    // in the global table.
+    let snap = Collector::new().snapshot(&normal).expect("snapshot");
+    let task = snap
+        .tasks
+        .iter()
+        .find(|t| t.tid == jbd)
+        .unwrap_or_else(|| panic!("journal thread not tracked: {:?}", snap.tasks));
+    assert!(task.kthread, "{task:?}");
+    assert!(!task.records.is_empty(), "{task:?}");
+    assert!(kjournald(&snap) > 0, "no journal causes under --pid");
+    assert_eq!(total(&snap.global_records()), accounted(&snap));
+    assert_eq!(snap.counters.get(Counter::KthreadSleeps), 0);
+
+    // System-wide: its records are its own, none global.
+    let live = Collector::new().snapshot(&everyone).expect("snapshot");
+    let task = live
+        .tasks
+        .iter()
+        .find(|t| t.tid == jbd)
+        .unwrap_or_else(|| panic!("journal thread not tracked system-wide"));
+    assert!(task.kthread, "{task:?}");
+    assert!(!task.records.is_empty(), "{task:?}");
+    assert!(live.counters.get(Counter::KthreadSleeps) > 0);
+    assert_eq!(
+        kjournald(&live),
+        0,
+        "a kernel thread's causes in the global view"
+    );
+
+    // The thread exits.
+    fs.unmount();
+    let (out, rest) = common::interrupt(stats, stats_err);
+    let after = Collector::new().snapshot(&everyone).expect("snapshot");
+    assert!(
+        after.tasks.iter().all(|t| t.tid != jbd),
+        "journal thread still tracked"
+    );
+    assert_eq!(
+        kjournald(&after),
+        0,
+        "the exit merged a kernel thread's records into the global table"
+    );
+    assert!(after.counters.get(Counter::DebugExitWithRecords) > 0);
+
+    // latprof stats --pid (lazy): the exit merged its records; all it counted is printed.
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let counted: u64 = rest
+        .lines()
+        .find_map(|l| l.strip_prefix("latprof: ")?.split_once(" sleeps counted"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of sleeps:\n{rest}"));
+    let printed: u64 = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            l.split(' ')
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .expect("count")
+        })
+        .sum();
+    assert!(counted > 0, "{rest}");
+    assert_eq!(printed, counted, "{text}\n{rest}");
+    assert!(text.contains(" kjournald2 "), "{text}");
+    assert!(!rest.contains("kernel threads"), "{rest}");
+}
+
+/// The parent process of `pid`, from /proc.
+fn parent_of(pid: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The workload sleeping 1 ms in a loop under another name, `other-NAME` (a task's name is its
+/// program's: a link to the workload); killed when dropped, even by a failing test.
+struct OtherCommand {
+    child: std::process::Child,
+    link: std::path::PathBuf,
+}
+
+impl OtherCommand {
+    fn start(name: &str) -> Self {
+        let link = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("other-{name}"));
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(common::workload_bin(), &link).expect("symlink");
+        let child = Command::new(&link)
+            .args(["sleep", "--count", "1000000", "--interval", "1ms"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn the other command");
+        Self { child, link }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for OtherCommand {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.link);
+    }
+}
+
+/// `latprof top ARGS`'s App (what its processes pane shows), fed by `probe`'s snapshots.
+fn top_app(args: &[&str], probe: &Probe, syms: &Kallsyms) -> latprof::tui::app::App {
+    use clap::Parser as _;
+    let cli = latprof::cli::Cli::try_parse_from(
+        std::iter::once("latprof")
+            .chain(["top"])
+            .chain(args.iter().copied()),
+    )
+    .expect("top's flags");
+    let latprof::cli::Command::Top(top) = &cli.command else {
+        panic!("not top");
+    };
+    latprof::tui::app::App::new(
+        latprof::tui::app::Settings {
+            mode: Mode::Lazy,
+            interval_ms: 100,
+            depth: 12,
+            syms: syms.clone(),
+            reasons: latprof::reasons::Reasons::builtin(),
+            kernel: latprof::probe::facts::kernel_facts(probe),
+            spike_ns: u64::MAX,
+        },
+        latprof::cmd::top::initial_filter(top),
+    )
+}
+
+/// Issue 12 section 4: who `--pid` and `--comm` take in, with a parent whose two forked
+/// children sleep 1 ms in a loop for 1.5 s, and another command sleeping, whose name holds the
+/// parent's pid (`other-PID`).
+///
+/// `--pid P` filters in the kernel on the thread group: P's threads, no other process, and
+/// not P's children, which are processes of their own (their own tgid) from their first
+/// instruction. That is latencytop's rule: /proc/P/latency holds P's own records, a child's
+/// start empty at fork and are in /proc/CHILD/latency. (Where latprof differs on purpose:
+/// /proc/P/latency is P's main thread alone, `--pid P` all its threads, as its help says.)
+/// So `stats --pid P` prints the parent's waits for its children and none of their thousands
+/// of nanosleeps, nor the other command's.
+///
+/// `top --comm NAME` is a view filter: the processes pane shows every process one of whose
+/// threads' names contains NAME. Forked children keep their parent's name, so they are in;
+/// the other command is not. `top --pid P` shows P alone: not its children, and not a
+/// command whose name holds the digits of P (it did: the pid was matched as part of a name).
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn pid_and_comm_take_in_what_latencytop_would() {
+    let _guard = serial();
+    let syms = Kallsyms::load().expect("kallsyms");
+    let mut parent = Workload::spawn(&[
+        "sleepers",
+        "--procs",
+        "2",
+        "--interval",
+        "1ms",
+        "--time",
+        "1500ms",
+    ]);
+    let pid = parent.pid();
+    // Another command: the workload under another name (a task's name is its program's).
+    let other = OtherCommand::start(&pid.to_string());
+    let probe = attach(Mode::Lazy, None);
+    let (stats, stats_err) = common::start(
+        Command::new(LATPROF)
+            .args([
+                "stats",
+                "--all-sleeps",
+                "--duration",
+                "60s",
+                "--pid",
+                &pid.to_string(),
+            ])
+            .stdout(Stdio::piped()),
+        "attached",
+    );
+    let mut everyone = top_app(&[], &probe, &syms);
+    let mut by_comm = top_app(&["--comm", "LATPROF-WORKLOA"], &probe, &syms);
+    let mut by_pid = top_app(&["--pid", &pid.to_string()], &probe, &syms);
+    parent.go();
+    // Until the unfiltered pane shows both children and the other command (each sleeps every
+    // millisecond once started).
+    let mut collector = Collector::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let children = loop {
+        let snap = collector.snapshot(&probe).expect("snapshot");
+        for app in [&mut everyone, &mut by_comm, &mut by_pid] {
+            app.on_snapshot(snap.clone());
+        }
+        let shown: HashSet<u32> = everyone.procs.iter().map(|p| p.tgid).collect();
+        let children: HashSet<u32> = shown
+            .iter()
+            .copied()
+            .filter(|&t| parent_of(t) == Some(pid))
+            .collect();
+        if children.len() == 2 && shown.contains(&other.pid()) {
+            break children;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "children or the other command not shown: {:?}",
+            everyone.procs
+        );
+    };
+    let tgids = |app: &latprof::tui::app::App| -> HashSet<u32> {
+        app.procs.iter().map(|p| p.tgid).collect()
+    };
+    let comm = tgids(&by_comm);
+    assert!(comm.is_superset(&children), "--comm: {:?}", by_comm.procs);
+    assert!(!comm.contains(&other.pid()), "--comm: {:?}", by_comm.procs);
+    assert!(
+        by_comm
+            .procs
+            .iter()
+            .all(|p| p.comm == common::WORKLOAD_COMM),
+        "--comm: {:?}",
+        by_comm.procs
+    );
+    assert!(
+        tgids(&by_pid).iter().all(|&t| t == pid),
+        "--pid shows another process: {:?}",
+        by_pid.procs
+    );
+    parent.wait_done();
+    drop(other);
+    let (out, rest) = common::interrupt(stats, stats_err);
+    parent.release();
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    // The parent waited for its children; their sleeps and the other command's are not its.
+    assert!(
+        text.lines().any(|l| l.contains(" do_wait ")),
+        "no wait for the children:\n{text}\n{rest}"
+    );
+    assert!(!text.contains("nanosleep"), "{text}");
 }
 
 #[test]

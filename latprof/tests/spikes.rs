@@ -76,6 +76,7 @@ fn stop(
             dropped: num("dropped"),
             sleeps: num("reader sleeps"),
             lost,
+            stderr: rest,
         },
     )
 }
@@ -88,6 +89,8 @@ struct Summary {
     dropped: u64,
     sleeps: u64,
     lost: u64,
+    /// Everything after the first line.
+    stderr: String,
 }
 
 /// 30 nanosleeps of 12 ms with a 10 ms threshold: exactly 30 spike lines at nanosleep, in
@@ -177,6 +180,79 @@ fn adaptive_wakeups_are_far_fewer_than_events() {
     assert!(sum.wakeups * 3 < sum.submitted, "{sum:?}");
     // Each wakeup answers one announced sleep (plus buffer-fill wakeups, none here).
     assert!(sum.wakeups <= sum.sleeps, "{sum:?}");
+}
+
+/// Sends `signal` to our child `pid`.
+fn signal(pid: u32, signal: i32) {
+    let pid = i32::try_from(pid).expect("pid");
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+}
+
+/// Issue 12 section 4: the ring buffer full. `latprof spikes` is stopped (SIGSTOP, and the
+/// test waits until it is) while a ping-pong makes a spike of every sleep (`--spike 1us`):
+/// the buffer (256 KiB: 4096 events of 64 bytes) fills and the rest are dropped, counted in
+/// the summary and said in a warning; every event from the fill mark (64 KiB: 1024 events)
+/// on wakes the reader although it did not ask, so wakeups outnumber the reader's sleeps by
+/// about 3072. After SIGCONT every event in the buffer is printed, and printed plus dropped
+/// are the sleeps the ping-pong slept.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_full_ring_buffer_drops_are_counted_and_the_fill_mark_wakes_the_reader() {
+    const RING_EVENTS: u64 = 256 * 1024 / 64;
+    const FILL_MARK_EVENTS: u64 = 64 * 1024 / 64;
+    let _guard = serial();
+    let mut work = Workload::spawn(&["pingpong", "--count", "20000"]);
+    let pid = work.pid();
+    let (child, stderr) = spikes(&["--all-sleeps", "--spike", "1us"], pid);
+    signal(child.id(), libc::SIGSTOP);
+    let mut status = 0;
+    // SAFETY: waiting for our own child to stop (it is not reaped).
+    let waited = unsafe {
+        libc::waitpid(
+            i32::try_from(child.id()).expect("pid"),
+            &raw mut status,
+            libc::WUNTRACED,
+        )
+    };
+    assert!(
+        waited > 0 && libc::WIFSTOPPED(status),
+        "latprof spikes did not stop: {status:#x}"
+    );
+    work.go();
+    let slept = work.wait_fact("slept");
+    signal(child.id(), libc::SIGCONT);
+    let (lines, sum) = stop(child, stderr, pid);
+    work.release();
+    let printed = lines.len() as u64 - 1;
+    assert!(sum.dropped > 0, "{sum:?}");
+    assert!(
+        sum.stderr.contains(&format!(
+            "warning: {} spike events lost: the ring buffer was full",
+            sum.dropped
+        )),
+        "{sum:?}"
+    );
+    // What was in the buffer reached the reader, all of it: a full buffer's worth.
+    assert_eq!(sum.submitted, printed, "{sum:?}");
+    assert!(
+        (RING_EVENTS - 64..=RING_EVENTS + 64).contains(&sum.submitted),
+        "{sum:?}"
+    );
+    // Every sleep was a spike, printed or dropped (bar the few of the threads' start and
+    // end, the sleeps under 1 us, and those lost to hidden wakeups).
+    let spikes = sum.submitted + sum.dropped;
+    assert!(
+        spikes <= slept + 16 && spikes + sum.lost + slept / 50 >= slept,
+        "slept {slept}: {sum:?}"
+    );
+    // A wakeup only for a raised flag (at most one per sleep of the reader) or past the fill
+    // mark: the wakeups beyond the sleeps are the fill mark's.
+    assert!(
+        sum.wakeups >= sum.sleeps + (RING_EVENTS - FILL_MARK_EVENTS) * 9 / 10,
+        "the fill mark woke the reader {} times at most: {sum:?}",
+        sum.wakeups.saturating_sub(sum.sleeps)
+    );
 }
 
 /// A task already asleep when latprof attaches wakes up: with --debug-checks that is counted

@@ -20,6 +20,18 @@ use crate::{
     tui::{TerminalGuard, app, ui},
 };
 
+/// The processes pane's filter at the start: `--pid`, else `--comm`. A view filter: the
+/// programs see every process, and the pane shows those whose pid, or one of whose threads'
+/// id or name (part of it, any case), matches.
+#[must_use]
+pub fn initial_filter(args: &TopArgs) -> String {
+    match (args.pid, &args.comm) {
+        (Some(pid), _) => pid.to_string(),
+        (None, Some(comm)) => comm.clone(),
+        (None, None) => String::new(),
+    }
+}
+
 pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
     // Before anything loads: what top cannot do says so at once.
     if args.interval < Duration::from_millis(10) {
@@ -98,11 +110,7 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
             .context("starting the spike reader thread")?
     };
 
-    let filter = match (args.pid, &args.comm) {
-        (Some(pid), _) => pid.to_string(),
-        (None, Some(comm)) => comm.clone(),
-        (None, None) => String::new(),
-    };
+    let filter = initial_filter(args);
     let mut app = app::App::new(
         app::Settings {
             mode: cli.mode,

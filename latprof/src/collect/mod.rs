@@ -163,6 +163,15 @@ impl Snapshot {
                 crate::symbols::Backtrace::WAKEUP_HIDDEN
             ));
         }
+        let beyond = c.get(Counter::TaskRecordsFull);
+        if beyond > 0 {
+            // Not lost from the global table, which takes them, but from the task's own causes
+            // (a process's view, /proc/PID/latency's): they would be missing there with no word.
+            out.push(format!(
+                "{beyond} sleeps missing from their task's own causes: it had more than {} (latencytop's limit); the global table has them",
+                latprof_common::TASK_RECORDS
+            ));
+        }
         if self.unsettled {
             out.push(format!(
                 "exits kept moving records into the global table through {} reads: an exiting task's sleeps may count twice or not at all in this snapshot",

@@ -425,6 +425,39 @@ fn bad_files_are_refused_with_one_line() {
     assert_ne!(msg(MAGIC[..4].to_vec()), "");
 }
 
+/// Every snapshot past the limit (here: each one) rotates, the last one too: the file the
+/// recording finishes in still holds the last snapshot and the reason it ended.
+#[test]
+fn the_last_file_of_a_rotation_holds_the_last_snapshot() {
+    let dir = std::env::temp_dir().join(format!("latprof-rotate-last-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.lpr");
+    let syms = Kallsyms::parse(KALLSYMS).unwrap();
+    let options = Options {
+        rotate: Some(1),
+        keep: 2,
+        ..Options::default()
+    };
+    let mut w = Writer::create(&path, info(), options).unwrap();
+    let snaps = snapshots(5);
+    for s in &snaps {
+        assert_eq!(w.append(s, &syms).unwrap(), writer::Appended::Written);
+    }
+    w.finish("test").unwrap();
+    for (name, n) in [("run.lpr", 4), ("run.lpr.1", 3), ("run.lpr.2", 2)] {
+        let rec = Recording::open(&dir.join(name)).unwrap();
+        assert_eq!(rec.len(), 1, "{name}");
+        assert_eq!(
+            named(&rec.snapshot(0).unwrap(), &rec.syms),
+            named(&snaps[n], &syms),
+            "{name}"
+        );
+        let end = if n == 4 { "test" } else { "rotated" };
+        assert_eq!(rec.end.as_deref(), Some(end), "{name}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn rotation_keeps_a_bounded_set_of_complete_files() {
     let dir = std::env::temp_dir().join(format!("latprof-rotate-{}", std::process::id()));

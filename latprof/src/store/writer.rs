@@ -320,6 +320,7 @@ impl Writer {
     }
 
     pub fn append(&mut self, snap: &Snapshot, syms: &Kallsyms) -> Result<Appended> {
+        self.rotate_if_due()?;
         let key = self.since_key == 0;
         let body = self.body(snap, syms, key);
         let mut e = Enc::default();
@@ -353,11 +354,6 @@ impl Writer {
             self.stats.key_frames += 1;
         }
         self.since_key = (self.since_key + 1) % KEY_EVERY;
-        if let Some(limit) = self.options.rotate
-            && self.size >= limit
-        {
-            self.rotate()?;
-        }
         Ok(Appended::Written)
     }
 
@@ -376,6 +372,7 @@ impl Writer {
                 ..s.clone()
             })
             .collect();
+        self.rotate_if_due()?;
         let mut e = Enc::default();
         super::encode_spikes(&mut e, &spikes, reader_sleeps, not_recorded);
         let bytes = frame(super::KIND_SPIKES, &e.buf, self.options.compress);
@@ -394,6 +391,19 @@ impl Writer {
         e.str(reason);
         e.u64(self.stats.snapshots);
         frame(KIND_END, &e.buf, false)
+    }
+
+    /// Rotates when the current file has reached `--rotate`: before a frame is written, not
+    /// after, so that the file the recording finishes in holds its last snapshot. (Rotating
+    /// right after the last snapshot left FILE with a header and an end frame only, which no
+    /// reader takes for a recording, and the last snapshots in FILE.1, marked "rotated".)
+    fn rotate_if_due(&mut self) -> Result<()> {
+        if let Some(limit) = self.options.rotate
+            && self.size >= limit
+        {
+            self.rotate()?;
+        }
+        Ok(())
     }
 
     /// Closes the current file (it stays a complete recording) and starts a new one.

@@ -593,6 +593,13 @@ mod tests {
         let mut app = app;
         app.on_snapshot(snapshot(1));
         assert_eq!(app.procs.len(), 1, "a thread's tid finds its process");
+        // A pid is a pid, not part of a name.
+        let mut app = App::new(app.settings, "100".into());
+        let mut snap = snapshot(1);
+        snap.tasks[2].comm = "piper-100".into();
+        app.on_snapshot(snap);
+        assert_eq!(app.procs.len(), 1, "{:?}", app.procs);
+        assert_eq!(app.procs[0].tgid, 100);
     }
 
     #[test]
