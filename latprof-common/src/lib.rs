@@ -34,6 +34,10 @@ pub const DEFERRED_STACK: u64 = u64::MAX - 2;
 /// run time and run-queue wait since (`Counter::SleepsRecovered`), their backtrace is gone.
 pub const RECOVERED_STACK: u64 = u64::MAX - 3;
 
+/// `TaskState::sleep_flags` bit: the sleep began without a memory map (an exiting task after
+/// exit_mm), so it stays out of the global table if recovered.
+pub const SLEEP_NO_MM: u32 = 1;
+
 /// The lowest reserved stack id: the hashes of real backtraces stay below it.
 pub const RESERVED_STACKS: u64 = RECOVERED_STACK;
 
@@ -227,8 +231,9 @@ pub struct TaskState {
     /// while the task had no memory map, as latencytop's `account_global_scheduler_latency`
     /// skips such tasks; or a kernel thread's).
     pub task_only: u32,
-    /// Explicit padding to the next 8-byte field.
-    pub reserved: u32,
+    /// `SLEEP_NO_MM`: when the open sleep began (and kept what recovering it needs), the task
+    /// had no memory map.
+    pub sleep_flags: u32,
     pub comm: [u8; 16],
     /// The backtraces of the task's recent sleeps and where their return addresses sat.
     pub stack_cache: StackCache,

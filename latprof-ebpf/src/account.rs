@@ -34,15 +34,29 @@ pub(crate) fn sleep_in_global(entry: &TaskState, task: *const u8) -> bool {
     if SKIP_KTHREADS.load() == 0 {
         return true;
     }
+    sleep_in_global_with(entry, has_mm(task))
+}
+
+/// Whether `task` has a memory map; a failed read says yes (the sleep stays global, as before
+/// this check existed).
+#[inline(always)]
+pub(crate) fn has_mm(task: *const u8) -> bool {
+    match read_field::<u64>(task, TASK_MM_OFF.load()) {
+        Ok(mm) => mm != 0,
+        Err(_) => true,
+    }
+}
+
+/// [`sleep_in_global`] for a task whose memory map at the time that matters is known.
+#[inline(always)]
+pub(crate) fn sleep_in_global_with(entry: &TaskState, has_mm: bool) -> bool {
+    if SKIP_KTHREADS.load() == 0 {
+        return true;
+    }
     if entry.flags & TASK_FLAG_KTHREAD != 0 {
         count(Counter::KthreadSleeps);
         return false;
     }
-    // A failed read keeps the sleep global, as before this check existed.
-    let has_mm = match read_field::<u64>(task, TASK_MM_OFF.load()) {
-        Ok(mm) => mm != 0,
-        Err(_) => true,
-    };
     if !has_mm {
         count(Counter::NoMmSleeps);
     }

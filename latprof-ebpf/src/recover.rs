@@ -12,11 +12,12 @@
 //! does, a sleep hidden before the first hidden switch is seen is lost.
 
 use latprof_common::{
-    Counter, DEFERRED_STACK, RECOVERED_STACK, SLEEP_NONE, SleepVerdict, TaskState, sleep_verdict,
+    Counter, DEFERRED_STACK, RECOVERED_STACK, SLEEP_NO_MM, SLEEP_NONE, SleepVerdict, TaskState,
+    sleep_verdict,
 };
 
 use crate::{
-    account::{account, sleep_in_global},
+    account::{account, has_mm, sleep_in_global_with},
     maps::{HIDING_SEEN, count},
     settings::{
         DEBUG_HIDE_WAKEUPS, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, TASK_EXEC_RUNTIME_OFF,
@@ -39,6 +40,9 @@ pub(crate) fn note_sleep_start(entry: &mut TaskState, task: *const u8) {
     }
     entry.sleep_exec_ns = read_field::<u64>(task, exec_off).unwrap_or(0);
     entry.sleep_run_delay_ns = read_field::<u64>(task, TASK_RUN_DELAY_OFF.load()).unwrap_or(0);
+    // Whether it belongs in the global table is decided by the memory map the task had while
+    // it slept: at exit (where a recovered sleep may be found) the map is already gone.
+    entry.sleep_flags = if has_mm(task) { 0 } else { SLEEP_NO_MM };
 }
 
 /// Ends `entry`'s open sleep, found open at `now` while its task `task` (current) runs:
@@ -84,10 +88,10 @@ pub(crate) fn recover<const CAS: bool>(tid: u32, entry: &mut TaskState, task: *c
             } else {
                 entry.sleep_stack
             };
-            let in_global = sleep_in_global(entry, task);
+            let in_global = sleep_in_global_with(entry, entry.sleep_flags & SLEEP_NO_MM == 0);
             account::<CAS>(entry, stack, delta, in_global);
             count(Counter::Counted);
-            spike::<CAS>(tid, entry, stack, delta, kind);
+            spike::<CAS>(tid, entry, stack, delta, kind, woken);
         }
     }
 }

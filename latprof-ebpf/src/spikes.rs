@@ -6,7 +6,7 @@ use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg};
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    helpers::bpf_get_smp_processor_id,
 };
 use latprof_common::{Counter, SpikeEvent, TaskState, WAKEUP_ALWAYS};
 
@@ -15,7 +15,8 @@ use crate::{
     settings::{SPIKE_FILL_MARK, SPIKE_NS, WAKEUP_POLICY},
 };
 
-/// Sends a sleep or wait of `delta` ns as a spike event when it reaches `SPIKE_NS`.
+/// Sends a sleep or wait of `delta` ns that ended at `end_ns` as a spike event when it reaches
+/// `SPIKE_NS`.
 #[inline(always)]
 pub(crate) fn spike<const CAS: bool>(
     tid: u32,
@@ -23,6 +24,7 @@ pub(crate) fn spike<const CAS: bool>(
     stack: u64,
     delta: u64,
     kind: u32,
+    end_ns: u64,
 ) {
     if delta < SPIKE_NS.load() {
         return;
@@ -53,7 +55,7 @@ pub(crate) fn spike<const CAS: bool>(
         return;
     };
     slot.write(SpikeEvent {
-        end_ns: unsafe { bpf_ktime_get_ns() },
+        end_ns,
         duration_ns: delta,
         stack_id: stack,
         tid,

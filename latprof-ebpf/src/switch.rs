@@ -113,12 +113,13 @@ fn runq_end<const CAS: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
         // SAFETY: next is not running yet; only its own events write its entry.
         let entry = unsafe { &mut *entry };
         if entry.runq_start_ns != 0 {
-            let delta = unsafe { bpf_ktime_get_ns() }.saturating_sub(entry.runq_start_ns);
+            let now = unsafe { bpf_ktime_get_ns() };
+            let delta = now.saturating_sub(entry.runq_start_ns);
             entry.runq_start_ns = 0;
             if delta >= MIN_SLEEP_NS.load() {
                 account::<CAS>(entry, RUNQ_STACK, delta, runq_in_global(entry));
                 count(Counter::RunqCounted);
-                spike::<CAS>(next_tid, entry, RUNQ_STACK, delta, SPIKE_RUNQ);
+                spike::<CAS>(next_tid, entry, RUNQ_STACK, delta, SPIKE_RUNQ, now);
             }
         }
     }

@@ -194,7 +194,7 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
             let in_global = sleep_in_global(entry, task);
             account::<CAS>(entry, stack, delta, in_global);
             count(Counter::Counted);
-            spike::<CAS>(tid, entry, stack, delta, kind);
+            spike::<CAS>(tid, entry, stack, delta, kind, now);
         }
     }
 }

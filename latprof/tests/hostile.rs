@@ -192,7 +192,7 @@ fn files_that_are_not_regular_are_refused() {
         vec!["dump", d],
         vec!["replay", "/dev/zero"],
         vec!["stats", "--reasons", "/dev/zero", "--duration", "1ms"],
-        vec!["dump", "--reasons", fifo, "/dev/null"],
+        vec!["stats", "--reasons", fifo, "--duration", "1ms"],
     ] {
         let r = run(&args, &dir);
         assert_bounded(&r, &args.join(" "));
@@ -330,5 +330,70 @@ fn out_of_memory_is_one_line() {
         out_of_memory > 0,
         "no limit was small enough to run out of memory"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A key frame whose items fit the decoder's budget but whose snapshot would take three times
+/// that to rebuild: refused as holding no snapshot, never a recording with facts and no
+/// snapshot (whose first use panicked).
+#[test]
+fn a_snapshot_too_big_to_rebuild_is_refused() {
+    let dir = tempdir("rebuild");
+    let records = 1_000_000;
+    let mut e = key_frame_head();
+    e.usize(0); // symbols
+    e.u64(0); // lazy
+    e.bool(false); // skip kthreads
+    e.u32(0); // retries
+    e.usize(0); // counters
+    e.usize(0); // programs
+    e.usize(0); // tasks gone
+    e.usize(1); // one task
+    e.u32(1);
+    e.u32(1);
+    e.str("x");
+    e.bool(false);
+    e.u32(0);
+    e.usize(records);
+    e.buf.resize(e.buf.len() + 4 * records, 0);
+    for _ in 0..5 {
+        e.usize(0); // global gone, global, histograms gone, histograms, ticks
+    }
+    let path = dir.join("rebuild.lpr");
+    std::fs::write(&path, recording(&[frame(KIND_KEY, &e.buf, true)])).unwrap();
+    let r = run(&["dump", path.to_str().unwrap()], &dir);
+    assert_bounded(&r, "snapshot too big to rebuild");
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("holds no complete snapshot"),
+        "{}",
+        r.stderr
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A file of frame headers that each claim the rest of the file: each would be read and
+/// checksummed in turn (quadratic: terabytes for a few megabytes). Reading is bounded too.
+#[test]
+fn headers_that_claim_the_rest_of_the_file_cost_bounded_time() {
+    let dir = tempdir("claims");
+    let headers = 200_000;
+    let mut bytes = recording(&[]);
+    let len = 18 * headers;
+    for i in 0..headers {
+        bytes.extend_from_slice(b"LPF\x1e");
+        let rest = u32::try_from(len - 18 * (i + 1)).unwrap();
+        bytes.extend_from_slice(&rest.to_le_bytes());
+        bytes.extend_from_slice(&[KIND_KEY, 0]);
+        bytes.extend_from_slice(&rest.to_le_bytes());
+        bytes.extend_from_slice(&[0; 4]);
+    }
+    let path = dir.join("claims.lpr");
+    std::fs::write(&path, &bytes).unwrap();
+    let r = run(&["dump", path.to_str().unwrap()], &dir);
+    assert_bounded(&r, "headers claiming the rest");
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -181,6 +181,13 @@ fn check_nanosleep(cause: &Cause, lost: u64, own: OwnClock) {
     }
     if own.max_ns < 10 * MS {
         assert!(cause.max_ns < 10 * MS, "max {} ns", cause.max_ns);
+    } else if lost > 0 {
+        // The stalled sleep may be the one whose wakeup was hidden (lost, or recovered under
+        // its own line): this cause need not hold it.
+        eprintln!(
+            "the workload itself saw a {} ns sleep; {lost} of its sleeps are not under this cause",
+            own.max_ns
+        );
     } else {
         eprintln!(
             "the workload itself saw a {} ns sleep (machine stall)",
@@ -1954,7 +1961,16 @@ fn sleeps_with_a_hidden_wakeup_are_recovered() {
 
 fn recovery_attempt(btf_wakeup: bool) {
     let mut work = Workload::spawn(&["sleep", "--count", "300", "--interval", "2ms"]);
-    let mut args = vec!["--debug-hide-wakeups", "3", "stats", "--duration", "60s"];
+    // Every sleep counts: a 2 ms nanosleep stretched past the 5 ms cutoff on this busy machine
+    // must not go missing.
+    let mut args = vec![
+        "--debug-hide-wakeups",
+        "3",
+        "stats",
+        "--all-sleeps",
+        "--duration",
+        "60s",
+    ];
     if !btf_wakeup {
         args.insert(0, "--no-btf-wakeup");
     }
@@ -1972,7 +1988,11 @@ fn recovery_attempt(btf_wakeup: bool) {
             .find_map(|(k, v)| (k == key).then_some(*v))
             .unwrap_or_else(|| panic!("no {key} in {facts:?}"))
     };
-    let (slept, own_max_us) = (fact("slept"), fact("max_ns") / 1000);
+    let (slept, own_max_us, own_total_us) = (
+        fact("slept"),
+        fact("max_ns") / 1000,
+        fact("total_ns") / 1000,
+    );
     work.release();
     let (out, rest) = common::interrupt(stats, stderr);
     let text = String::from_utf8(out.stdout).expect("utf-8");
@@ -2003,23 +2023,37 @@ fn recovery_attempt(btf_wakeup: bool) {
     if btf_wakeup {
         let (h_count, h_total, h_max) =
             hidden.unwrap_or_else(|| panic!("no recovered line:\n{text}"));
+        // Every recovered sleep is under that line, the nanosleeps and, when its wakeup was
+        // hidden too, the workload's last wait on stdin (recovered at its exit): one more.
         assert_eq!(h_count, recovered, "{text}\n{rest}");
-        assert_eq!(count + h_count + lost, slept, "{text}\n{rest}");
-        // As long as the others: within 10% on average (measured: 2,077 against 2,076 us),
-        // and no longer than the workload's own longest sleep.
+        let seen = count + h_count + lost;
+        assert!(
+            (slept..=slept + 1).contains(&seen),
+            "{count} + {h_count} recovered + {lost} lost for {slept} slept\n{text}\n{rest}"
+        );
+        // As long as the others: on an idle machine the averages agree within 0.5% (2,077
+        // against 2,076 us); here a stall of a few sleeps, or the last wait on stdin among the
+        // recovered, moves a small sample's average, so within 25%; each recovered nanosleep
+        // at least the 2 ms it asked for (less 5%), none longer than the workload's own
+        // longest. A unit error or a missing term is far outside these.
         let (avg, h_avg) = (total / count, h_total / h_count);
         assert!(
-            h_avg.abs_diff(avg) <= avg / 10,
+            h_avg.abs_diff(avg) <= avg / 4,
             "average {h_avg} us recovered, {avg} us seen\n{text}"
+        );
+        assert!(
+            h_total >= (h_count - 1) * 1_900,
+            "{h_count} recovered in {h_total} us\n{text}"
         );
         assert!(h_max <= own_max_us + 100, "{h_max} > {own_max_us}\n{text}");
     } else {
         // Backtraces taken at switch-out: the recovered sleeps are under their own cause.
         assert!(hidden.is_none(), "{text}");
         assert_eq!(count + lost, slept, "{text}\n{rest}");
+        // At least the 2 ms asked for, at most what the workload's own clock saw.
         assert!(
-            (slept * 1_900..=slept * 2_500).contains(&total),
-            "slept {slept}, total {total} us\n{text}"
+            (slept * 1_900..=own_total_us).contains(&total),
+            "slept {slept}, total {total} us, the workload's own {own_total_us} us\n{text}"
         );
         assert!(max <= own_max_us + 100, "{max} > {own_max_us}\n{text}");
     }

@@ -472,7 +472,13 @@ fn record_never_writes_through_a_link_planted_while_it_starts() {
         b"precious\n",
         "root wrote through a link planted by nobody: {stderr}"
     );
-    assert!(!planted, "nobody could plant a link where the recording is");
+    if planted {
+        // Planted before latprof created its file (a slow start): it must refuse, not follow.
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("exists"), "{stderr}");
+        return;
+    }
+    // Created before loading: the link had nowhere to go, and the recording is whole.
     assert!(out.status.success(), "{stderr}");
     assert!(
         std::fs::symlink_metadata(&file)
@@ -663,9 +669,13 @@ fn a_stopped_recorder_resumes_its_schedule_without_a_burst() {
         .collect();
     // The last snapshot is taken when the signal comes, whenever that is.
     let scheduled = &gaps[..gaps.len() - 1];
+    // Before the fix the stop was made up by a burst of ten snapshots a millisecond or two
+    // apart. On schedule, one snapshot late by most of an interval (a busy machine) can be
+    // followed closely by the next: one close pair at most.
+    let close = scheduled.iter().filter(|&&ms| ms < 20).count();
     assert!(
-        scheduled.iter().all(|&ms| ms >= 50),
-        "snapshots closer than half the interval (ms between them): {gaps:?}"
+        close <= 1,
+        "{close} snapshots closer than 20 ms (ms between them): {gaps:?}"
     );
     assert!(
         scheduled.iter().any(|&ms| ms >= 900),

@@ -247,7 +247,13 @@ fn fallback_reason(variant: Variant, rejection: &Rejection) -> String {
 /// name from its first sleep, and latprof says so.
 fn attach_rename(ebpf: &mut Ebpf, fallbacks: &mut Vec<String>) -> Result<()> {
     let p: &mut RawTracePoint = prog_mut(ebpf, names::PROG_TASK_RENAME)?;
-    p.load().context("verifier rejected task_rename")?;
+    if let Err(e) = p.load() {
+        fallbacks.push(format!(
+            "names are those of each task's first sleep: {}",
+            verifier::rejection(names::PROG_TASK_RENAME, &e)
+        ));
+        return Ok(());
+    }
     if let Err(e) = p.attach("task_rename") {
         p.unload().context("unloading task_rename")?;
         fallbacks.push(format!(

@@ -141,7 +141,10 @@ impl<'a> Dec<'a> {
         self.pos += n;
         let s =
             std::str::from_utf8(bytes).map_err(|_| FormatError::Malformed("string not UTF-8"))?;
-        Ok(crate::text::printable(s).into_owned())
+        let s = crate::text::printable(s).into_owned();
+        // Escaping grows a string (one byte to four): the growth is charged too.
+        self.charge((s.len() - n) as u64)?;
+        Ok(s)
     }
 }
 

@@ -35,6 +35,11 @@ pub const DECODE_PER_BYTE: u64 = 64;
 /// bytes of memory, plus this many per byte of the file.
 pub const MEMORY_FLOOR: u64 = 64 << 20;
 pub const MEMORY_PER_BYTE: u64 = 32;
+/// Bytes the reader may read and checksum in all, plus this many per byte of the file: a file
+/// made of frame headers that each claim the rest of the file would otherwise have every one
+/// of them read and checksummed (quadratic in its size).
+pub const SCAN_FLOOR: u64 = 256 << 20;
+pub const SCAN_PER_BYTE: u64 = 16;
 /// Problems listed one by one; the rest are counted.
 const PROBLEMS_LISTED: usize = 10;
 
@@ -51,6 +56,8 @@ struct Entry {
     key_at: usize,
     taken_ns: u64,
     wall_ns: u64,
+    /// Memory its decoding was charged when indexed: reading it again may take no more.
+    charged: u64,
 }
 
 /// Where a recording's bytes are: an open file, read a frame at a time, or bytes in memory.
@@ -85,15 +92,17 @@ impl Source {
         }
     }
 
-    /// The next frame mark at or after `from`.
-    fn find_sync(&self, from: u64) -> io::Result<Option<u64>> {
+    /// The next frame mark at or after `from`; what it reads is charged to `scan_left`.
+    fn find_sync(&self, from: u64, scan_left: &mut u64) -> io::Result<Option<u64>> {
         const CHUNK: usize = 64 << 10;
         let mut at = from;
         while at < self.len() {
             let chunk = self.read(at, CHUNK)?;
             if let Some(i) = chunk.windows(SYNC.len()).position(|w| w == SYNC) {
+                *scan_left = scan_left.saturating_sub((i + SYNC.len()) as u64);
                 return Ok(Some(at + i as u64));
             }
+            *scan_left = scan_left.saturating_sub(chunk.len() as u64);
             if chunk.len() < CHUNK {
                 break;
             }
@@ -164,8 +173,12 @@ pub fn open_regular(path: &Path) -> Result<(File, u64)> {
 /// without the snapshot: what rebuilding it will take in memory, known before replay needs it.
 #[derive(Default)]
 struct Shape {
-    tasks: HashMap<u32, usize>,
+    /// Each task's records and the length of its name.
+    tasks: HashMap<u32, (usize, usize)>,
     records: usize,
+    names: usize,
+    /// What each snapshot holds whole (counters, programs, ticks), as of the last frame.
+    whole: usize,
     global: HashSet<u64>,
     hist: HashSet<u64>,
     stacks: HashMap<u64, usize>,
@@ -184,12 +197,25 @@ impl Shape {
             self.frames += frames.len();
         }
         for tid in &body.tasks_gone {
-            self.records -= self.tasks.remove(tid).unwrap_or(0);
+            let (records, name) = self.tasks.remove(tid).unwrap_or((0, 0));
+            self.records -= records;
+            self.names -= name;
         }
         for t in &body.tasks {
-            self.records -= self.tasks.insert(t.tid, t.records.len()).unwrap_or(0);
-            self.records += t.records.len();
+            let (records, name) = self
+                .tasks
+                .insert(t.tid, (t.records.len(), t.comm.len()))
+                .unwrap_or((0, 0));
+            self.records = self.records - records + t.records.len();
+            self.names = self.names - name + t.comm.len();
         }
+        self.whole = body.counters.len() * size_of::<u64>()
+            + body.ticks.len() * size_of::<crate::collect::TickCounts>()
+            + body
+                .programs
+                .iter()
+                .map(|(name, _, _)| size_of::<(String, u64, u64)>() + name.len())
+                .sum::<usize>();
         for id in &body.global_gone {
             self.global.remove(id);
         }
@@ -203,7 +229,9 @@ impl Shape {
     /// Bytes of memory a rebuilt snapshot takes: the rebuilding state, the snapshot, and the
     /// copy a caller gets (three of each, roughly).
     fn bytes(&self) -> u64 {
-        let each = self.tasks.len() * (size_of::<TaskSnapshot>() + 16)
+        let each = self.tasks.len() * size_of::<TaskSnapshot>()
+            + self.names
+            + self.whole
             + self.records * size_of::<LatencyRecord>()
             + self.global.len() * size_of::<(u64, GlobalRecord)>()
             + self.hist.len() * size_of::<(u64, Histogram)>()
@@ -215,6 +243,7 @@ impl Shape {
 
 /// What is left of what reading a file may cost.
 struct Limits {
+    scan_left: u64,
     decode_left: u64,
     memory: u64,
     /// Memory held so far (symbols, spikes, the index).
@@ -224,6 +253,7 @@ struct Limits {
 impl Limits {
     fn for_len(len: u64) -> Self {
         Self {
+            scan_left: SCAN_FLOOR.saturating_add(len.saturating_mul(SCAN_PER_BYTE)),
             decode_left: DECODE_FLOOR.saturating_add(len.saturating_mul(DECODE_PER_BYTE)),
             memory: MEMORY_FLOOR.saturating_add(len.saturating_mul(MEMORY_PER_BYTE)),
             held: 0,
@@ -300,6 +330,12 @@ impl Recording {
         let mut skipped = 0u64;
         let mut pos = FILE_HEADER_LEN as u64;
         while pos < file_len {
+            if limits.scan_left == 0 {
+                rec.problem(&mut unlisted, format!(
+                    "from byte {pos} on, reading the frames would take more than latprof writes for a file of {file_len} bytes (damage on purpose?): the rest is not read"
+                ));
+                break;
+            }
             let h = rec.source.read(pos, FRAME_HEADER_LEN)?;
             if h.len() < FRAME_HEADER_LEN {
                 rec.problem(&mut unlisted, format!(
@@ -315,7 +351,7 @@ impl Recording {
                     damaged("no frame mark where one should be; skipped to the next"),
                 );
                 chain = None;
-                match rec.source.find_sync(pos + 1)? {
+                match rec.source.find_sync(pos + 1, &mut limits.scan_left)? {
                     Some(next) => {
                         pos = next;
                         continue;
@@ -331,7 +367,7 @@ impl Recording {
             let start = pos + FRAME_HEADER_LEN as u64;
             let end = start.saturating_add(stored_len as u64);
             if end > file_len {
-                if let Some(next) = rec.source.find_sync(pos + 4)? {
+                if let Some(next) = rec.source.find_sync(pos + 4, &mut limits.scan_left)? {
                     rec.problem(
                         &mut unlisted,
                         damaged("length runs past the end of the file; skipped"),
@@ -346,7 +382,10 @@ impl Recording {
                 break;
             }
             let compressed = flags & FLAG_ZSTD != 0;
-            if raw_len > MAX_FRAME || stored_len > MAX_FRAME {
+            if raw_len > MAX_FRAME
+                || stored_len > MAX_FRAME
+                || (!compressed && raw_len != stored_len)
+            {
                 rec.problem(
                     &mut unlisted,
                     damaged("larger than latprof writes; skipped"),
@@ -362,6 +401,13 @@ impl Recording {
                 ));
                 break;
             }
+            if stored_len as u64 > limits.scan_left {
+                rec.problem(&mut unlisted, format!(
+                    "from byte {pos} on, reading the frames would take more than latprof writes for a file of {file_len} bytes (damage on purpose?): the rest is not read"
+                ));
+                break;
+            }
+            limits.scan_left -= stored_len as u64;
             let stored = rec.source.read(start, stored_len)?;
             let mut hasher = crc32fast::Hasher::new();
             hasher.update(&h[4..14]);
@@ -369,7 +415,7 @@ impl Recording {
             if hasher.finalize() != crc {
                 rec.problem(&mut unlisted, damaged("checksum mismatch; skipped"));
                 chain = None;
-                match rec.source.find_sync(pos + 4)? {
+                match rec.source.find_sync(pos + 4, &mut limits.scan_left)? {
                     Some(next) => {
                         pos = next;
                         continue;
@@ -445,8 +491,7 @@ impl Recording {
                 }
             };
             let key = frame_info.is_some();
-            if let Some(i) = frame_info {
-                info.get_or_insert(i);
+            if key {
                 chain = Some(rec.entries.len());
             }
             let Some(key_at) = chain else {
@@ -467,6 +512,10 @@ impl Recording {
                 break;
             }
             limits.held += kept;
+            // The facts of the first key frame whose snapshot is kept.
+            if let Some(i) = frame_info {
+                info.get_or_insert(i);
+            }
             syms.extend(body.syms);
             rec.entries.push(Entry {
                 at,
@@ -477,6 +526,7 @@ impl Recording {
                 key_at,
                 taken_ns: body.taken_ns,
                 wall_ns: body.wall_ns,
+                charged: d.charged(),
             });
         }
         if skipped > 0 {
@@ -488,7 +538,7 @@ impl Recording {
             rec.problems
                 .push(format!("{unlisted} more problems like these, not listed"));
         }
-        let Some(info) = info else {
+        let Some(info) = info.filter(|_| !rec.entries.is_empty()) else {
             let why = if rec.problems.is_empty() {
                 String::new()
             } else {
@@ -554,10 +604,11 @@ impl Recording {
         if hasher.finalize() != le_u32(&frame[FRAME_HEADER_LEN - 4..FRAME_HEADER_LEN]) {
             return Err(changed());
         }
-        // It decoded within the limits when the file was indexed: the same bytes do again.
+        // It decoded within its charge when the file was indexed: the same bytes do again, and
+        // bytes changed under the same checksum get no more.
         let bytes =
             payload(&frame[FRAME_HEADER_LEN..], e.compressed, e.raw_len).map_err(|_| changed())?;
-        let mut d = Dec::new(&bytes);
+        let mut d = Dec::with_budget(&bytes, e.charged);
         if e.key {
             RecordingInfo::decode(&mut d, self.version).map_err(|_| changed())?;
         }

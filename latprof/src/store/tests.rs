@@ -762,8 +762,15 @@ mod fuzz {
             filler in 0usize..(32 << 20),
             symbols in any::<bool>(),
             zeros in proptest::collection::vec(0usize..(16 << 20), 0..4),
+            after_a_recording in any::<bool>(),
         ) {
-            let mut bytes = plain_recording().to_vec();
+            // After a whole recording, or alone: a bomb that is the first key frame must not
+            // leave facts without a snapshot.
+            let mut bytes = if after_a_recording {
+                plain_recording().to_vec()
+            } else {
+                plain_recording()[..super::FILE_HEADER_LEN].to_vec()
+            };
             let mut e = Enc::default();
             tests::info().encode(&mut e, VERSION);
             e.u64(1);
