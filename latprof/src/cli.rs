@@ -77,6 +77,10 @@ pub struct Cli {
     /// Learn the stack cache in a bounded loop, as on kernels without bpf_loop.
     #[arg(long, global = true, hide = true)]
     pub debug_bounded_cache: bool,
+    /// Read a switching-out task's state from the task, as on kernels whose sched_switch
+    /// passes no prev_state (before 5.18), even where it does (for tests).
+    #[arg(long, global = true, hide = true)]
+    pub debug_state_from_task: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -279,6 +283,7 @@ impl Cli {
             debug_checks: self.debug_checks,
             force_reject: self.debug_force_reject,
             bounded_cache: self.debug_bounded_cache,
+            state_from_task: self.debug_state_from_task,
         }
     }
 }

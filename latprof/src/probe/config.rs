@@ -55,6 +55,9 @@ pub struct ProbeConfig {
     /// Learn the stack cache in a bounded loop as on kernels without `bpf_loop`, even where
     /// the kernel has it (tests that form here).
     pub bounded_cache: bool,
+    /// Read a switching-out task's state from the task as on kernels whose `sched_switch` has
+    /// no `prev_state`, even where it has (tests that path).
+    pub state_from_task: bool,
 }
 
 /// When the spike reader is woken.
@@ -86,6 +89,7 @@ impl Default for ProbeConfig {
             debug_checks: false,
             force_reject: false,
             bounded_cache: false,
+            state_from_task: false,
         }
     }
 }
