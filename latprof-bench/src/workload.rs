@@ -329,10 +329,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             )
         }
         Workload::Poll { count, timeout } => {
-            let ts = libc::timespec {
-                tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
-                tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
-            };
+            let ts = timespec(*timeout);
             for _ in 0..*count {
                 let mut tv = libc::timeval {
                     tv_sec: ts.tv_sec,
@@ -578,10 +575,7 @@ fn vfork_sleep(sleep: Duration) -> Result<libc::pid_t> {
         }
         0
     }
-    let mut ts = libc::timespec {
-        tv_sec: libc::time_t::try_from(sleep.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::from(sleep.subsec_nanos()),
-    };
+    let mut ts = timespec(sleep);
     let mut stack = vec![0u8; 64 * 1024];
     // The stack grows down from its 16-byte aligned top.
     let top = stack.as_mut_ptr().wrapping_add(stack.len());
@@ -632,11 +626,15 @@ fn pin(cpu: usize) -> Result<()> {
     Ok(())
 }
 
-fn nanosleep(d: Duration) {
-    let ts = libc::timespec {
+fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec {
         tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
         tv_nsec: libc::c_long::from(d.subsec_nanos()),
-    };
+    }
+}
+
+fn nanosleep(d: Duration) {
+    let ts = timespec(d);
     // SAFETY: valid timespec; an interrupted sleep simply ends early.
     unsafe { libc::nanosleep(&raw const ts, std::ptr::null_mut()) };
 }
