@@ -7,6 +7,7 @@ use std::{
         unix::fs::OpenOptionsExt as _,
     },
     path::PathBuf,
+    sync::atomic::{AtomicU32, Ordering},
     time::Duration,
 };
 
@@ -98,6 +99,60 @@ pub enum Workload {
         #[arg(long, default_value_t = 1000)]
         count: u32,
         #[arg(long, value_parser = time::parse_duration, default_value = "50us")]
+        sleep: Duration,
+    },
+    /// Two threads: one waits on a futex word, the other sleeps `interval` and wakes it, `count`
+    /// times.
+    Futex {
+        #[arg(long, default_value_t = 100)]
+        count: u32,
+        #[arg(long, value_parser = time::parse_duration, default_value = "1ms")]
+        interval: Duration,
+    },
+    /// `threads` threads taking one std Mutex `count` times each: each holds it asleep for
+    /// `hold`, then sleeps half as long without it, so the others find it taken and wait on its
+    /// futex for about half of `hold`.
+    Mutex {
+        #[arg(long, default_value_t = 2)]
+        threads: u32,
+        #[arg(long, default_value_t = 50)]
+        count: u32,
+        #[arg(long, value_parser = time::parse_duration, default_value = "2ms")]
+        hold: Duration,
+    },
+    /// `count` ppoll and `count` select calls on no descriptor, each waiting for its `timeout`.
+    Poll {
+        #[arg(long, default_value_t = 50)]
+        count: u32,
+        #[arg(long, value_parser = time::parse_duration, default_value = "1ms")]
+        timeout: Duration,
+    },
+    /// A Unix stream and a Unix datagram socket pair, each with a thread that reads a byte and
+    /// one that sleeps `interval` and sends it, `count` times.
+    Socket {
+        #[arg(long, default_value_t = 50)]
+        count: u32,
+        #[arg(long, value_parser = time::parse_duration, default_value = "1ms")]
+        interval: Duration,
+    },
+    /// In a new folder in `dir`, `count` times: mkdir, create a file, unlink it, rmdir; beside
+    /// it a thread that fsyncs the folder every `sync_interval`, so the storm's operations meet
+    /// journal commits in progress.
+    Dirs {
+        #[arg(long, default_value_t = 500)]
+        count: u32,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, value_parser = time::parse_duration, default_value = "2ms")]
+        sync_interval: Duration,
+    },
+    /// `count` times: a child that shares this process's memory (vfork) sleeps `sleep` and
+    /// exits, while the parent waits for it uninterruptibly (killable): a sleep as long as the
+    /// child's that latencytop counts whatever its length.
+    Vfork {
+        #[arg(long, default_value_t = 20)]
+        count: u32,
+        #[arg(long, value_parser = time::parse_duration, default_value = "20ms")]
         sleep: Duration,
     },
     /// Keeps a CPU busy in user space for `time`, with a system call every `syscall_every`
@@ -280,6 +335,71 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             Ok(())
         }
         Workload::Measure { report, command } => measure(report, command),
+        Workload::Futex { count, interval } => futex(*count, *interval, finish_with),
+        Workload::Mutex {
+            threads,
+            count,
+            hold,
+        } => {
+            let lock = std::sync::Mutex::new(());
+            on_threads(
+                *threads,
+                |_| {
+                    for _ in 0..*count {
+                        let guard = lock
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        nanosleep(*hold);
+                        drop(guard);
+                        nanosleep(*hold / 2);
+                    }
+                    Ok(())
+                },
+                finish_with,
+            )
+        }
+        Workload::Poll { count, timeout } => {
+            let ts = timespec(*timeout);
+            for _ in 0..*count {
+                let mut tv = libc::timeval {
+                    tv_sec: ts.tv_sec,
+                    tv_usec: libc::suseconds_t::from(timeout.subsec_micros()),
+                };
+                // SAFETY: no descriptors to watch: both only wait for their timeout.
+                unsafe {
+                    libc::ppoll(std::ptr::null_mut(), 0, &raw const ts, std::ptr::null());
+                    libc::select(
+                        0,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        &raw mut tv,
+                    );
+                }
+            }
+            finish();
+            Ok(())
+        }
+        Workload::Socket { count, interval } => socket(*count, *interval, finish_with),
+        Workload::Dirs {
+            count,
+            dir,
+            sync_interval,
+        } => {
+            let base = dir.join(format!("latprof-dirs-{}", std::process::id()));
+            std::fs::create_dir(&base).with_context(|| format!("create {}", base.display()))?;
+            let result = dirs(*count, &base, *sync_interval);
+            let _ = std::fs::remove_dir_all(&base);
+            finish();
+            result
+        }
+        Workload::Vfork { count, sleep } => {
+            for _ in 0..*count {
+                reap(vfork_sleep(*sleep)?);
+            }
+            finish();
+            Ok(())
+        }
         Workload::LoadedPrograms => {
             for program in aya::programs::loaded_programs() {
                 let info = program.context("listing the kernel's BPF programs")?;
@@ -369,6 +489,140 @@ fn measure(report: &std::path::Path, command: &[String]) -> Result<()> {
     .with_context(|| format!("writing {}", report.display()))
 }
 
+/// Runs `work(i)` on threads 0..`n`; when every one has finished, calls `finish` while they are
+/// all still alive (with --hold a test then reads each thread's records), then lets them exit.
+fn on_threads(
+    n: u32,
+    work: impl Fn(u32) -> Result<()> + Sync,
+    finish: impl FnOnce(&str),
+) -> Result<()> {
+    let release = std::sync::Barrier::new(usize::try_from(n).unwrap_or(usize::MAX) + 1);
+    std::thread::scope(|s| {
+        let (done, results) = std::sync::mpsc::channel();
+        for i in 0..n {
+            let (done, work, release) = (done.clone(), &work, &release);
+            s.spawn(move || {
+                let _ = done.send(work(i));
+                release.wait();
+            });
+        }
+        drop(done);
+        // Each thread keeps its sender until it exits, after the release: take n results.
+        let result = results
+            .iter()
+            .take(usize::try_from(n).unwrap_or(usize::MAX))
+            .collect::<Result<Vec<()>>>();
+        finish("");
+        release.wait();
+        result.map(drop)
+    })
+}
+
+/// See `Workload::Futex`.
+fn futex(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()> {
+    let word = AtomicU32::new(0);
+    on_threads(
+        2,
+        |i| {
+            for round in 1..=count {
+                if i == 0 {
+                    loop {
+                        let seen = word.load(Ordering::Acquire);
+                        if seen >= round {
+                            break;
+                        }
+                        // SAFETY: a live, aligned u32; the kernel sleeps only while it still
+                        // holds `seen`, and any early return is looped over.
+                        unsafe {
+                            libc::syscall(
+                                libc::SYS_futex,
+                                word.as_ptr(),
+                                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                                seen,
+                                std::ptr::null::<libc::timespec>(),
+                            );
+                        }
+                    }
+                } else {
+                    nanosleep(interval);
+                    word.store(round, Ordering::Release);
+                    // SAFETY: wakes at most one waiter on a live, aligned u32.
+                    unsafe {
+                        libc::syscall(
+                            libc::SYS_futex,
+                            word.as_ptr(),
+                            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                            1,
+                        );
+                    }
+                }
+            }
+            Ok(())
+        },
+        finish,
+    )
+}
+
+/// See `Workload::Socket`.
+fn socket(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()> {
+    use std::os::unix::net::{UnixDatagram, UnixStream};
+    let stream = UnixStream::pair().context("Unix stream socket pair")?;
+    let datagram = UnixDatagram::pair().context("Unix datagram socket pair")?;
+    on_threads(
+        4,
+        |i| {
+            let mut byte = [0u8; 1];
+            for _ in 0..count {
+                match i {
+                    0 => (&stream.0).read_exact(&mut byte)?,
+                    1 => {
+                        nanosleep(interval);
+                        (&stream.1).write_all(&byte)?;
+                    }
+                    2 => drop(datagram.0.recv(&mut byte)?),
+                    _ => {
+                        nanosleep(interval);
+                        datagram.1.send(&byte)?;
+                    }
+                }
+            }
+            Ok(())
+        },
+        finish,
+    )
+}
+
+/// See `Workload::Dirs`.
+fn dirs(count: u32, base: &std::path::Path, sync_interval: Duration) -> Result<()> {
+    let folder = std::fs::File::open(base).with_context(|| format!("open {}", base.display()))?;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let syncer = s.spawn(|| -> Result<()> {
+            while !stop.load(Ordering::Relaxed) {
+                folder.sync_all().context("fsync the folder")?;
+                nanosleep(sync_interval);
+            }
+            Ok(())
+        });
+        let storm = (|| -> Result<()> {
+            for i in 0..count {
+                let sub = base.join(format!("d{i}"));
+                std::fs::create_dir(&sub).with_context(|| format!("mkdir {}", sub.display()))?;
+                let file = sub.join("f");
+                drop(std::fs::File::create(&file)?);
+                std::fs::remove_file(&file)?;
+                std::fs::remove_dir(&sub)?;
+            }
+            Ok(())
+        })();
+        stop.store(true, Ordering::Relaxed);
+        let synced = syncer
+            .join()
+            .map_err(|_| anyhow::anyhow!("fsync thread panicked"))?;
+        storm.and(synced)
+    })
+}
+
 /// Forks a child process that runs `work` and exits without running the parent's destructors.
 fn spawn_child(work: impl FnOnce()) -> Result<libc::pid_t> {
     // SAFETY: the child only runs `work` (sleeps) and _exits.
@@ -381,6 +635,43 @@ fn spawn_child(work: impl FnOnce()) -> Result<libc::pid_t> {
         }
         child => Ok(child),
     }
+}
+
+/// Starts a child that shares this process's memory and sleeps `sleep` (clone with CLONE_VM and
+/// CLONE_VFORK: the kernel holds this thread until the child exits). Returns the child.
+fn vfork_sleep(sleep: Duration) -> Result<libc::pid_t> {
+    extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the parent's timespec, alive while the parent is held. Raw system
+        // calls only: this task runs on the parent's memory, without its own thread state.
+        unsafe {
+            libc::syscall(
+                libc::SYS_nanosleep,
+                arg.cast::<libc::timespec>(),
+                std::ptr::null_mut::<libc::timespec>(),
+            );
+            libc::syscall(libc::SYS_exit, 0);
+        }
+        0
+    }
+    let mut ts = timespec(sleep);
+    let mut stack = vec![0u8; 64 * 1024];
+    // The stack grows down from its 16-byte aligned top.
+    let top = stack.as_mut_ptr().wrapping_add(stack.len());
+    let top = top.wrapping_sub(top as usize % 16);
+    // SAFETY: the child runs `child` on its own stack, which outlives it: the parent returns
+    // from clone only when the child has exited.
+    let pid = unsafe {
+        libc::clone(
+            child,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&raw mut ts).cast(),
+        )
+    };
+    if pid == -1 {
+        return Err(std::io::Error::last_os_error()).context("clone (vfork)");
+    }
+    Ok(pid)
 }
 
 /// Waits for a child of ours.
@@ -413,11 +704,15 @@ fn pin(cpu: usize) -> Result<()> {
     Ok(())
 }
 
-fn nanosleep(d: Duration) {
-    let ts = libc::timespec {
+fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec {
         tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
         tv_nsec: libc::c_long::from(d.subsec_nanos()),
-    };
+    }
+}
+
+fn nanosleep(d: Duration) {
+    let ts = timespec(d);
     // SAFETY: valid timespec; an interrupted sleep simply ends early.
     unsafe { libc::nanosleep(&raw const ts, std::ptr::null_mut()) };
 }

@@ -174,16 +174,23 @@ pub fn sleep_verdict(kind: u32, delta_ns: u64, min_ns: u64, cutoff_ns: u64) -> S
 /// latencytop decides at dequeue: TASK_INTERRUPTIBLE is a sleep (S), TASK_UNINTERRUPTIBLE a block
 /// (D; TASK_IDLE and TASK_KILLABLE include it). A preempted task does not sleep, whatever its
 /// state.
+///
+/// TASK_WAKING: where the state is read from the task at the switch (kernels whose
+/// sched_switch has no prev_state), a wakeup on another CPU may already have replaced the sleep
+/// state once the scheduler dequeued the task (Linux 5.8 to 5.17; 5.18 added prev_state for
+/// this). The task did go to sleep, as latencytop counts it; which kind is lost, and the sleep
+/// ends at once, far under the cutoff: counted as a block, which the cutoff never drops.
 #[inline(always)]
 #[must_use]
 pub fn sleep_kind(preempt: bool, state: u64) -> u32 {
     const TASK_INTERRUPTIBLE: u64 = 0x1;
     const TASK_UNINTERRUPTIBLE: u64 = 0x2;
+    const TASK_WAKING: u64 = 0x200;
     if preempt {
         SLEEP_NONE
     } else if state & TASK_INTERRUPTIBLE != 0 {
         SLEEP_INTERRUPTIBLE
-    } else if state & TASK_UNINTERRUPTIBLE != 0 {
+    } else if state & (TASK_UNINTERRUPTIBLE | TASK_WAKING) != 0 {
         SLEEP_UNINTERRUPTIBLE
     } else {
         SLEEP_NONE
@@ -643,6 +650,9 @@ mod tests {
         // TASK_IDLE = TASK_UNINTERRUPTIBLE | TASK_NOLOAD; TASK_KILLABLE = .. | TASK_WAKEKILL.
         assert_eq!(sleep_kind(false, 0x402), SLEEP_UNINTERRUPTIBLE);
         assert_eq!(sleep_kind(false, 0x102), SLEEP_UNINTERRUPTIBLE);
+        // TASK_WAKING, read from the task: a sleep whose wakeup has begun.
+        assert_eq!(sleep_kind(false, 0x200), SLEEP_UNINTERRUPTIBLE);
+        assert_eq!(sleep_kind(true, 0x200), SLEEP_NONE);
         // Running, stopped, traced, dead.
         for state in [0x0, 0x4, 0x8, 0x80] {
             assert_eq!(sleep_kind(false, state), SLEEP_NONE, "state {state:#x}");

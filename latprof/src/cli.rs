@@ -86,6 +86,10 @@ pub struct Cli {
     /// refusal of table sizes the machine cannot hold).
     #[arg(long, global = true, hide = true, value_parser = parse_size, value_name = "SIZE")]
     pub debug_mem_available: Option<u64>,
+    /// Read a switching-out task's state from the task, as on kernels whose sched_switch
+    /// passes no prev_state (before 5.18), even where it does (for tests).
+    #[arg(long, global = true, hide = true)]
+    pub debug_state_from_task: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -291,6 +295,7 @@ impl Cli {
             force_reject: self.debug_force_reject,
             bounded_cache: self.debug_bounded_cache,
             hide_wakeups: self.debug_hide_wakeups,
+            state_from_task: self.debug_state_from_task,
         }
     }
 }

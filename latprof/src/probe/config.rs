@@ -58,6 +58,9 @@ pub struct ProbeConfig {
     /// Ignore about one wakeup in N (0: none), as a kernel that hides tasks from tracing
     /// does: for tests of the recovery of such sleeps.
     pub hide_wakeups: u32,
+    /// Read a switching-out task's state from the task as on kernels whose `sched_switch` has
+    /// no `prev_state`, even where it has (tests that path).
+    pub state_from_task: bool,
 }
 
 /// When the spike reader is woken.
@@ -90,6 +93,7 @@ impl Default for ProbeConfig {
             force_reject: false,
             bounded_cache: false,
             hide_wakeups: 0,
+            state_from_task: false,
         }
     }
 }

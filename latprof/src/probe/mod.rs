@@ -348,7 +348,9 @@ impl Probe {
         // Every offset comes from this kernel's BTF.
         let btf = btf::Btf::from_sys_fs()?;
         // btf_trace_sched_switch(void *data, bool preempt, prev, next[, prev_state]).
-        let has_prev_state = u32::from(btf.fn_pointer_arity("btf_trace_sched_switch")? >= 5);
+        let has_prev_state = u32::from(
+            !config.state_from_task && btf.fn_pointer_arity("btf_trace_sched_switch")? >= 5,
+        );
         let state_off = btf
             .member_offset("task_struct", "__state")
             .or_else(|_| btf.member_offset("task_struct", "state"))?;
