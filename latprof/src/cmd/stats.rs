@@ -28,19 +28,20 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
             ..Needs::default()
         },
     )?;
+    let mut collector = Collector::new();
+    // `--counters` rates are over the collection, from this first snapshot, taken before
+    // "attached" is said: whatever happens after that line is in the numbers.
+    let first = if args.counters {
+        Some(collector.snapshot(&session.probe)?)
+    } else {
+        None
+    };
     eprintln!(
         "latprof: attached ({} mode); collecting for {}, Ctrl-C to stop early",
         cli.mode.as_str(),
         time::format_duration(args.duration)
     );
     session.announce();
-    let mut collector = Collector::new();
-    // `--counters` rates are over the collection, from this first snapshot.
-    let first = if args.counters {
-        Some(collector.snapshot(&session.probe)?)
-    } else {
-        None
-    };
     let deadline = Instant::now() + args.duration;
     while !session.stop.load(Ordering::Relaxed) {
         let left = deadline.saturating_duration_since(Instant::now());
