@@ -324,8 +324,9 @@ impl Phase {
         assert_no_loss(&self.stderr, &self.name, output);
         assert!(
             failures.is_empty(),
-            "{}: latprof and the kernel disagree:\n  {}\n{}\n{output}",
+            "{}: latprof and the kernel disagree: {}\n  {}\n{}\n{output}",
             self.name,
+            failures.first().map_or("", String::as_str),
             failures.join("\n  "),
             self.report()
         );
@@ -395,24 +396,32 @@ fn run_vm(mode: &str, delay: &str, configs: &[&str]) -> Option<String> {
     boot(SCRIPT, &command, &[])
 }
 
+/// Boots once for `configs` and checks every comparison; a failure boots once more (see
+/// `common::twice`: a host busy beside the emulator has stalled a vCPU for 50 ms between the
+/// kernel's and latprof's measuring points, once in 60 configurations). A defect fails both.
 fn exact(mode: &str, configs: &[&str]) {
-    let Some(output) = run_vm(mode, "off", configs) else {
-        return;
-    };
+    common::twice(&format!("truth check, {mode}"), || {
+        if let Some(output) = run_vm(mode, "off", configs) {
+            check_exact(&output, configs);
+        }
+    });
+}
+
+fn check_exact(output: &str, configs: &[&str]) {
     for config in configs {
-        let global = Phase::read(&output, "", config);
+        let global = Phase::read(output, "", config);
         eprintln!("{}", global.report());
-        global.assert_coverage(GLOBAL_CAUSES, &output);
-        global.assert_agree(&output);
-        global.assert_sensitive(LONG_SLEEPS, &output);
-        assert_no_mm_sleeps_stay_out(&global, &output);
+        global.assert_coverage(GLOBAL_CAUSES, output);
+        global.assert_agree(output);
+        global.assert_sensitive(LONG_SLEEPS, output);
+        assert_no_mm_sleeps_stay_out(&global, output);
         for (workload, causes) in PROCESS_CAUSES {
-            let process = Phase::read(&output, "process ", &format!("{config} {workload}"));
+            let process = Phase::read(output, "process ", &format!("{config} {workload}"));
             eprintln!("{}", process.report());
-            process.assert_coverage(causes, &output);
-            process.assert_agree(&output);
+            process.assert_coverage(causes, output);
+            process.assert_agree(output);
             if *workload == "vfork" {
-                process.assert_sensitive(LONG_SLEEPS, &output);
+                process.assert_sensitive(LONG_SLEEPS, output);
             }
         }
     }
@@ -500,18 +509,23 @@ fn latencytop_truth_normal() {
 #[test]
 #[ignore = "needs root and ../shared/vm: run `cargo xtask test`"]
 fn latencytop_truth_with_delay_dequeue() {
-    let Some(output) = run_vm("lazy", "on", &["default"]) else {
-        return;
-    };
-    let global = Phase::read(&output, "", "default");
+    common::twice("truth check with DELAY_DEQUEUE", || {
+        if let Some(output) = run_vm("lazy", "on", &["default"]) {
+            check_with_delay_dequeue(&output);
+        }
+    });
+}
+
+fn check_with_delay_dequeue(output: &str) {
+    let global = Phase::read(output, "", "default");
     eprintln!("{}", global.report());
-    global.assert_coverage(GLOBAL_CAUSES, &output);
-    assert_deficit_is_lost(&global, &output);
+    global.assert_coverage(GLOBAL_CAUSES, output);
+    assert_deficit_is_lost(&global, output);
     for (workload, causes) in PROCESS_CAUSES {
-        let process = Phase::read(&output, "process ", &format!("default {workload}"));
+        let process = Phase::read(output, "process ", &format!("default {workload}"));
         eprintln!("{}", process.report());
-        process.assert_coverage(causes, &output);
-        assert_deficit_is_lost(&process, &output);
+        process.assert_coverage(causes, output);
+        assert_deficit_is_lost(&process, output);
     }
 }
 
