@@ -32,8 +32,9 @@ pub fn note_retry(what: &str) {
 
 /// Runs a measurement, and once more if it fails. This machine is a shared VM: a neighbour's
 /// burst can stall a vCPU for milliseconds (one 2 ms sleep measured 12 ms) or, rarely, make the
-/// kernel skip a tracepoint; an emulated guest on it stalls the same way, and longer. Each attempt asserts everything; two failures in a row fail the
-/// test, so a real defect still shows every time.
+/// kernel skip a tracepoint; an emulated guest on it stalls the same way, and longer. Each
+/// attempt asserts everything; two failures in a row fail the test, so a real defect still
+/// shows every time.
 pub fn twice(what: &str, attempt: impl Fn()) {
     if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&attempt)) {
         let why = panic
