@@ -145,6 +145,10 @@ pub enum Workload {
         dir: PathBuf,
         #[arg(long, value_parser = time::parse_duration, default_value = "2ms")]
         sync_interval: Duration,
+        /// Pin both threads to this CPU (the fsync thread's CPU then never idles while the
+        /// storm runs on another).
+        #[arg(long)]
+        cpu: Option<usize>,
     },
     /// `count` times: a child that shares this process's memory (vfork) sleeps `sleep` and
     /// exits, while the parent waits for it uninterruptibly (killable): a sleep as long as the
@@ -385,7 +389,12 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             count,
             dir,
             sync_interval,
+            cpu,
         } => {
+            if let Some(cpu) = cpu {
+                // Before the fsync thread starts: it inherits the mask.
+                pin(*cpu)?;
+            }
             let base = dir.join(format!("latprof-dirs-{}", std::process::id()));
             std::fs::create_dir(&base).with_context(|| format!("create {}", base.display()))?;
             let result = dirs(*count, &base, *sync_interval);

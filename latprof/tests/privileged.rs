@@ -22,7 +22,7 @@ use latprof_common::{Counter, GlobalRecord};
 
 mod common;
 
-use common::{LATPROF, Workload};
+use common::{LATPROF, Workload, twice};
 const MS: u64 = 1_000_000;
 
 /// One test at a time owns the kernel side, so program-id checks see only their own programs.
@@ -34,26 +34,6 @@ fn serial() -> MutexGuard<'static, ()> {
     latprof::probe::check_privileges()
         .expect("privileged tests need root or CAP_BPF+CAP_PERFMON: run `cargo xtask test`");
     guard
-}
-
-/// Runs a measurement, and once more if it fails. This machine is a shared VM: a neighbour's
-/// burst can stall a vCPU for milliseconds (one 2 ms sleep measured 12 ms) or, rarely, make the
-/// kernel skip a tracepoint. Each attempt asserts everything; two failures in a row fail the
-/// test, so a real defect still shows every time.
-fn twice(what: &str, attempt: impl Fn()) {
-    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&attempt)) {
-        let why = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("?");
-        // The first line says why: the summary lists it.
-        let why = why.lines().next().unwrap_or("");
-        common::note_retry(&format!(
-            "{what}: first attempt failed ({why}); trying once more"
-        ));
-        attempt();
-    }
 }
 
 fn attach(mode: Mode, pid: Option<u32>) -> Probe {
