@@ -585,17 +585,10 @@ fn log_file_is_created_new_never_over_a_file_or_through_a_link() {
     ));
 }
 
-/// With `--max-size` under what one interval needs, `record` exited 0 leaving a file with
-/// nothing to show (the snapshot taken at the start holds nothing yet).
-#[test]
-#[ignore = "needs root: run `cargo xtask test`"]
-fn max_size_too_small_for_one_interval_is_an_error_and_leaves_no_file() {
-    root();
-    let dir = TempDir::new("maxsize");
-    let file = dir.file("run.lpr");
-    // 64 threads sleeping: the first interval holds 64 tasks' records, more than 4 KiB stored
-    // uncompressed.
-    let mut threads = Command::new(common::workload_bin())
+/// 64 threads sleeping 1 ms in a loop for up to 20 s: every interval has many tasks' records
+/// to write. The caller kills it.
+fn sleeping_threads() -> Child {
+    Command::new(common::workload_bin())
         .args([
             "threads",
             "--count",
@@ -607,7 +600,20 @@ fn max_size_too_small_for_one_interval_is_an_error_and_leaves_no_file() {
         ])
         .stdout(Stdio::null())
         .spawn()
-        .expect("spawn workload");
+        .expect("spawn workload")
+}
+
+/// With `--max-size` under what one interval needs, `record` exited 0 leaving a file with
+/// nothing to show (the snapshot taken at the start holds nothing yet).
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn max_size_too_small_for_one_interval_is_an_error_and_leaves_no_file() {
+    root();
+    let dir = TempDir::new("maxsize");
+    let file = dir.file("run.lpr");
+    // 64 threads sleeping: the first interval holds 64 tasks' records, more than 4 KiB stored
+    // uncompressed.
+    let mut threads = sleeping_threads();
     let (code, stderr) = latprof(&[
         "record",
         "--max-size",
@@ -752,19 +758,7 @@ fn record_rotates_into_exactly_keep_complete_files() {
     root();
     let dir = TempDir::new("rotate");
     let file = dir.file("run.lpr");
-    let mut threads = Command::new(common::workload_bin())
-        .args([
-            "threads",
-            "--count",
-            "64",
-            "--interval",
-            "1ms",
-            "--seconds",
-            "20",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn workload");
+    let mut threads = sleeping_threads();
     let (code, stderr) = latprof(&[
         "record",
         "--interval",
