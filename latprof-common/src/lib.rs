@@ -296,12 +296,44 @@ const _: () = assert!(size_of::<CachedStack>() == 32 + 2 * CACHE_FRAMES);
 pub struct CpuSwitch {
     /// The task the last seen switch put on this CPU (its `task_struct` address; 0: none yet).
     pub last_in: u64,
+    /// When that switch was (bpf_ktime_get_ns), written after any `HiddenEvent` it sent: a
+    /// reader that sees it past a time has every gap this CPU had up to then in the log.
+    pub last_ns: u64,
     /// The tid of the last task during whose time on this CPU switches went unseen.
     pub hidden_tid: u32,
-    /// Explicit padding to 16 bytes.
+    /// Explicit padding to 24 bytes.
     pub reserved: u32,
 }
-const _: () = assert!(size_of::<CpuSwitch>() == 16);
+const _: () = assert!(size_of::<CpuSwitch>() == 24);
+
+/// `HiddenEvent::kind`: switches went unseen on `cpu` from `start_ns` (its last seen switch)
+/// to `end_ns` (the switch that found it); `tid` is the task it ran then.
+pub const HIDDEN_GAP: u32 = 1;
+/// `--debug-hide-wakeups` dropped a wakeup on `cpu` at `start_ns` (= `end_ns`): a gap made on
+/// purpose, of no length.
+pub const HIDDEN_GAP_DEBUG: u32 = 2;
+/// `tid`'s sleep from `start_ns` was found still open at `end_ns`, and lost.
+pub const HIDDEN_SLEEP_LOST: u32 = 3;
+/// The same, recovered: woken at `woken_ns`.
+pub const HIDDEN_SLEEP_RECOVERED: u32 = 4;
+
+/// What the kernel hid and what that cost, sent through the `HIDDEN` ring buffer so that user
+/// space can check that each sleep lost or recovered overlapped a gap it saw.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HiddenEvent {
+    /// `HIDDEN_*`.
+    pub kind: u32,
+    pub cpu: u32,
+    pub tid: u32,
+    /// Explicit padding to 8-byte alignment.
+    pub reserved: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// A recovered sleep's wakeup; 0 otherwise.
+    pub woken_ns: u64,
+}
+const _: () = assert!(size_of::<HiddenEvent>() == 40);
 
 /// Per-CPU counters of the pipeline, indexes into the `COUNTERS` array.
 #[repr(u32)]
@@ -382,10 +414,13 @@ pub enum Counter {
     /// Run-queue waits not measured: their wakeup was hidden (its time is known only after
     /// the fact, from the recovered sleep).
     RunqUnknown,
+    /// Events of the `HIDDEN` log lost because its ring buffer was full: the sleeps lost or
+    /// recovered then cannot be checked against the gaps.
+    HiddenLogFull,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::RunqUnknown as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::HiddenLogFull as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -422,6 +457,7 @@ impl Counter {
         Self::NoMmSleeps,
         Self::SleepsRecovered,
         Self::RunqUnknown,
+        Self::HiddenLogFull,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -460,6 +496,7 @@ impl Counter {
             Self::NoMmSleeps => "no_mm_sleeps",
             Self::SleepsRecovered => "sleeps_recovered",
             Self::RunqUnknown => "runq_unknown",
+            Self::HiddenLogFull => "hidden_log_full",
         }
     }
 
@@ -480,6 +517,9 @@ impl Counter {
             }
             Self::HistTableFull => Some("histogram updates lost: table full (raise --max-records)"),
             Self::SpikesDropped => Some("spike events lost: the ring buffer was full"),
+            Self::HiddenLogFull => {
+                Some("hidden-switch events lost: their log was full (lost sleeps go unchecked)")
+            }
             _ => None,
         }
     }

@@ -3,12 +3,14 @@
 //! names are user space's (`latprof/src/probe/names.rs`): do not rename them.
 
 use aya_ebpf::{
+    bindings::BPF_RB_NO_WAKEUP,
+    helpers::bpf_get_smp_processor_id,
     macros::map,
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latprof_common::{
-    CACHE_FRAMES, COUNTER_COUNT, CachedStack, Counter, CpuSwitch, GlobalRecord, Histogram,
-    RawStack, STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState, TickCounter,
+    CACHE_FRAMES, COUNTER_COUNT, CachedStack, Counter, CpuSwitch, GlobalRecord, HiddenEvent,
+    Histogram, RawStack, STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState, TickCounter,
 };
 
 /// Words of `STACK_COPY`: the part of a sleeping task's stack the stack cache reads.
@@ -77,6 +79,11 @@ pub(crate) struct ScanPos {
 /// Each CPU's last seen switch, to count the switches the kernel ran no program for.
 #[map]
 pub(crate) static LAST_SWITCH: PerCpuArray<CpuSwitch> = PerCpuArray::with_max_entries(1, 0);
+/// Gaps in what the kernel showed latprof, and the sleeps lost or recovered in them
+/// (`HiddenEvent`); user space matches them. Sent without waking the reader, which drains it
+/// at each snapshot.
+#[map]
+pub(crate) static HIDDEN: RingBuf = RingBuf::with_byte_size(128 * 1024, 0);
 /// 1 once any CPU saw a hidden switch (`note_switch`): from then on each sleep keeps the run
 /// time and wait its recovery needs; before, that cost is not paid. Written once, read by
 /// every sleep: the cache line stays shared.
@@ -85,6 +92,25 @@ pub(crate) static HIDING_SEEN: Array<u32> = Array::with_max_entries(1, 0);
 /// Per-CPU scratch space to build a new task entry (too large for the 512-byte stack).
 #[map]
 pub(crate) static SCRATCH: PerCpuArray<TaskState> = PerCpuArray::with_max_entries(1, 0);
+
+/// Logs `event` to `HIDDEN` (counted in `HiddenLogFull` when it is full). Rare: only where the
+/// kernel hid something.
+#[inline(never)]
+pub(crate) fn log_hidden(kind: u32, tid: u32, start_ns: u64, end_ns: u64, woken_ns: u64) {
+    let event = HiddenEvent {
+        kind,
+        // SAFETY: a helper without arguments.
+        cpu: unsafe { bpf_get_smp_processor_id() },
+        tid,
+        reserved: 0,
+        start_ns,
+        end_ns,
+        woken_ns,
+    };
+    if HIDDEN.output(&event, u64::from(BPF_RB_NO_WAKEUP)).is_err() {
+        count(Counter::HiddenLogFull);
+    }
+}
 
 /// Adds one to this CPU's slot of `counter` in `COUNTERS`.
 #[inline(always)]

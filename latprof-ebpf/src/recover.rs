@@ -12,13 +12,13 @@
 //! does, a sleep hidden before the first hidden switch is seen is lost.
 
 use latprof_common::{
-    Counter, DEFERRED_STACK, RECOVERED_STACK, SLEEP_NO_MM, SLEEP_NONE, SleepVerdict, TaskState,
-    sleep_verdict,
+    Counter, DEFERRED_STACK, HIDDEN_SLEEP_LOST, HIDDEN_SLEEP_RECOVERED, RECOVERED_STACK,
+    SLEEP_NO_MM, SLEEP_NONE, SleepVerdict, TaskState, sleep_verdict,
 };
 
 use crate::{
     account::{account, has_mm, sleep_in_global_with},
-    maps::{HIDING_SEEN, count},
+    maps::{HIDING_SEEN, count, log_hidden},
     settings::{
         DEBUG_HIDE_WAKEUPS, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, TASK_EXEC_RUNTIME_OFF,
         TASK_RUN_DELAY_OFF, read_field,
@@ -55,14 +55,14 @@ pub(crate) fn recover<const CAS: bool>(tid: u32, entry: &mut TaskState, task: *c
     let exec_off = TASK_EXEC_RUNTIME_OFF.load();
     if exec_off == 0 || entry.sleep_exec_ns == 0 {
         // No recovery on this kernel, or the sleep began before any hiding was seen.
-        count(Counter::SleepLost);
+        lost(tid, entry, now);
         return;
     }
     let (Ok(exec), Ok(delay)) = (
         read_field::<u64>(task, exec_off),
         read_field::<u64>(task, TASK_RUN_DELAY_OFF.load()),
     ) else {
-        count(Counter::SleepLost);
+        lost(tid, entry, now);
         return;
     };
     let since = exec
@@ -71,10 +71,17 @@ pub(crate) fn recover<const CAS: bool>(tid: u32, entry: &mut TaskState, task: *c
     let woken = now.saturating_sub(since);
     if woken < entry.sleep_start_ns {
         // More run time than wall time: the counters do not fit this sleep.
-        count(Counter::SleepLost);
+        lost(tid, entry, now);
         return;
     }
     count(Counter::SleepsRecovered);
+    log_hidden(
+        HIDDEN_SLEEP_RECOVERED,
+        tid,
+        entry.sleep_start_ns,
+        now,
+        woken,
+    );
     if RUNQ.load() == 1 {
         count(Counter::RunqUnknown);
     }
@@ -94,4 +101,11 @@ pub(crate) fn recover<const CAS: bool>(tid: u32, entry: &mut TaskState, task: *c
             spike::<CAS>(tid, entry, stack, delta, kind, woken);
         }
     }
+}
+
+/// Counts `entry`'s open sleep as lost, found at `now`, and logs it for user space's check.
+#[inline(always)]
+fn lost(tid: u32, entry: &TaskState, now: u64) {
+    count(Counter::SleepLost);
+    log_hidden(HIDDEN_SLEEP_LOST, tid, entry.sleep_start_ns, now, 0);
 }

@@ -78,7 +78,8 @@ pub(crate) static TASK_EXEC_RUNTIME_OFF: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub(crate) static TASK_RUN_DELAY_OFF: Global<u32> = Global::new(0);
 /// N > 0: the wakeup programs ignore about one wakeup in N, as a kernel that hides tasks from
-/// tracing does (the tests' way to check recovery); 0: dead code the verifier removes.
+/// tracing does (the tests' way to check recovery), each logged as a gap unless the top bit
+/// is set (the tests' way to check that check); 0: dead code the verifier removes.
 #[unsafe(no_mangle)]
 pub(crate) static DEBUG_HIDE_WAKEUPS: Global<u32> = Global::new(0);
 /// Sleeps and run-queue waits at least this long are sent as spike events; `u64::MAX`: none.

@@ -10,14 +10,14 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use latprof_common::{
-    CACHE_ENTRIES, Counter, DEFERRED_STACK, NO_STACK, RUNQ_STACK, SLEEP_NONE, SPIKE_RUNQ,
-    TASK_FLAG_KTHREAD, TaskState, TickCounter, sleep_kind,
+    CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, NO_STACK, RUNQ_STACK, SLEEP_NONE,
+    SPIKE_RUNQ, TASK_FLAG_KTHREAD, TaskState, TickCounter, sleep_kind,
 };
 
 use crate::{
     account::{account, runq_in_global},
     debug::anomaly,
-    maps::{COUNTERS, HIDING_SEEN, LAST_SWITCH, SCRATCH, TASKS, count, tick_count},
+    maps::{COUNTERS, HIDING_SEEN, LAST_SWITCH, SCRATCH, TASKS, count, log_hidden, tick_count},
     recover::{note_sleep_start, recover},
     settings::{
         DEBUG_CHECKS, FILTER_TGID, FORCE_REJECT, MIN_SLEEP_NS, RUNQ, SELF_TGID, STACK_AT_WAKEUP,
@@ -54,7 +54,9 @@ fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, 
     };
     let kind = sleep_kind(preempt & 1 != 0, state);
     tick_count(TickCounter::Switches);
-    note_switch(ctx);
+    // One clock read for the whole event.
+    let now = unsafe { bpf_ktime_get_ns() };
+    note_switch(ctx, now);
     if FORCE_REJECT.load() == 1
         && let Some(slot) = COUNTERS.get_ptr(0)
     {
@@ -65,21 +67,22 @@ fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, 
 
     // The task coming in stops waiting for the CPU.
     if RUNQ.load() == 1 {
-        runq_end::<CAS>(ctx)?;
+        runq_end::<CAS>(ctx, now)?;
     }
 
     if kind == SLEEP_NONE {
         return Ok(0);
     }
-    switch_out::<CAS>(ctx, kind)
+    switch_out::<CAS>(ctx, kind, now)
 }
 
 /// Finds switches the kernel ran no program for: the task going out is not the one this CPU's
 /// last seen switch put in. Some kernels run no BPF program while certain tasks are current;
 /// the switch away from such a task, and wakeups it did, are then invisible. Costs a per-CPU
-/// lookup and two compares; the hidden task's tid is read only when one is found.
+/// lookup, two compares and a store; the rest only when a gap is found, which is logged (from
+/// this CPU's last seen switch to now) for user space to check lost sleeps against.
 #[inline(always)]
-fn note_switch(ctx: &RawTracePointContext) {
+fn note_switch(ctx: &RawTracePointContext, now: u64) {
     let prev: u64 = ctx.arg(1);
     let next: u64 = ctx.arg(2);
     let Some(slot) = LAST_SWITCH.get_ptr_mut(0) else {
@@ -99,12 +102,15 @@ fn note_switch(ctx: &RawTracePointContext) {
         if let Ok(tid) = read_field::<i32>(slot.last_in as *const u8, TASK_PID_OFF.load()) {
             slot.hidden_tid = tid as u32;
         }
+        log_hidden(HIDDEN_GAP, slot.hidden_tid, slot.last_ns, now, 0);
     }
     slot.last_in = next;
+    // After the gap's event: see `CpuSwitch::last_ns`.
+    slot.last_ns = now;
 }
 
 /// Ends the run-queue wait of the task switched in.
-fn runq_end<const CAS: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
+fn runq_end<const CAS: bool>(ctx: &RawTracePointContext, now: u64) -> Result<(), i32> {
     let next: *const u8 = ctx.arg(2);
     let next_tid = read_field::<i32>(next, TASK_PID_OFF.load())? as u32;
     if next_tid != 0
@@ -113,7 +119,6 @@ fn runq_end<const CAS: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
         // SAFETY: next is not running yet; only its own events write its entry.
         let entry = unsafe { &mut *entry };
         if entry.runq_start_ns != 0 {
-            let now = unsafe { bpf_ktime_get_ns() };
             let delta = now.saturating_sub(entry.runq_start_ns);
             entry.runq_start_ns = 0;
             if delta >= MIN_SLEEP_NS.load() {
@@ -128,7 +133,11 @@ fn runq_end<const CAS: bool>(ctx: &RawTracePointContext) -> Result<(), i32> {
 
 /// The task switched out in S or D state starts a sleep.
 #[expect(clippy::similar_names, reason = "tid and tgid are the kernel's names")]
-fn switch_out<const CAS: bool>(ctx: &RawTracePointContext, kind: u32) -> Result<i32, i32> {
+fn switch_out<const CAS: bool>(
+    ctx: &RawTracePointContext,
+    kind: u32,
+    now: u64,
+) -> Result<i32, i32> {
     // prev is the current task at sched_switch.
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
@@ -163,7 +172,6 @@ fn switch_out<const CAS: bool>(ctx: &RawTracePointContext, kind: u32) -> Result<
         stack
     };
     let task = unsafe { bpf_get_current_task() } as *const u8;
-    let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: the entry belongs to the current task; only its own events write it.
     let entry = unsafe { &mut *entry };
     if entry.sleep_kind != SLEEP_NONE {

@@ -9,13 +9,14 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use latprof_common::{
-    Counter, DEFERRED_STACK, NO_STACK, SLEEP_NONE, SleepVerdict, TaskState, sleep_verdict,
+    Counter, DEFERRED_STACK, HIDDEN_GAP_DEBUG, NO_STACK, SLEEP_NONE, SleepVerdict, TaskState,
+    sleep_verdict,
 };
 
 use crate::{
     account::{account, sleep_in_global},
     debug::anomaly,
-    maps::{TASKS, count},
+    maps::{TASKS, count, log_hidden},
     settings::{
         DEBUG_CHECKS, DEBUG_HIDE_WAKEUPS, FILTER_TGID, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ,
         SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, read_field,
@@ -24,6 +25,9 @@ use crate::{
     stack_cache::sleeping_stack,
     stacks::task_stack,
 };
+
+/// `DEBUG_HIDE_WAKEUPS`'s bit that leaves the wakeups it hides out of the `HIDDEN` log.
+const HIDE_UNLOGGED: u32 = 1 << 31;
 
 // How a wakeup program gets a counted sleep's backtrace. Each program is built for one (a
 // const parameter), so it holds no code, helper call or instruction of the others (verifier
@@ -113,8 +117,15 @@ fn wake<C: EbpfContext, const CAS: bool, const BT: u8>(
         return Ok(0);
     };
     let hide = DEBUG_HIDE_WAKEUPS.load();
-    if hide != 0 && unsafe { bpf_get_prandom_u32() } % hide == 0 {
-        // As a kernel that hides tasks from tracing would: this wakeup never arrives.
+    let one_in = hide & !HIDE_UNLOGGED;
+    if one_in != 0 && unsafe { bpf_get_prandom_u32() } % one_in == 0 {
+        // As a kernel that hides tasks from tracing would: this wakeup never arrives, in a
+        // gap of no length logged as made on purpose (where it hid a sleep's end).
+        // SAFETY: as below.
+        if hide & HIDE_UNLOGGED == 0 && unsafe { (*entry).sleep_kind } != SLEEP_NONE {
+            let now = unsafe { bpf_ktime_get_ns() };
+            log_hidden(HIDDEN_GAP_DEBUG, tid, now, now, 0);
+        }
         return Ok(0);
     }
     // SAFETY: the wakee is not running; ttwu serializes wakeups of one task (pi_lock).

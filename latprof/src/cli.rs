@@ -80,8 +80,13 @@ pub struct Cli {
     pub debug_bounded_cache: bool,
     /// Ignore about one wakeup in N, as a kernel that hides tasks from tracing does (tests the
     /// recovery of such sleeps).
-    #[arg(long, global = true, hide = true, default_value_t = 0)]
+    #[arg(long, global = true, hide = true, default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     pub debug_hide_wakeups: u32,
+    /// With --debug-hide-wakeups: do not log the wakeups hidden as gaps, so that the check of
+    /// lost and recovered sleeps against gaps finds them unexplained (tests that check).
+    #[arg(long, global = true, hide = true)]
+    pub debug_hide_unlogged: bool,
     /// Take SIZE as the memory available instead of /proc/meminfo's MemAvailable (tests the
     /// refusal of table sizes the machine cannot hold).
     #[arg(long, global = true, hide = true, value_parser = parse_size, value_name = "SIZE")]
@@ -295,6 +300,7 @@ impl Cli {
             force_reject: self.debug_force_reject,
             bounded_cache: self.debug_bounded_cache,
             hide_wakeups: self.debug_hide_wakeups,
+            hide_unlogged: self.debug_hide_unlogged,
             state_from_task: self.debug_state_from_task,
         }
     }

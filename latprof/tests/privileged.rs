@@ -1942,6 +1942,52 @@ fn sleeps_with_a_hidden_wakeup_are_recovered() {
     }
 }
 
+/// Issue 12: the check of each lost or recovered sleep against the stretches where switches
+/// were hidden can fail. Here the wakeups latprof hides on purpose are not logged as gaps
+/// (`--debug-hide-unlogged`): most of the sleeps recovered overlap no gap latprof saw, and it
+/// must say so (the other tests require that it never does).
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_recovered_sleep_no_gap_explains_is_reported() {
+    let _guard = serial();
+    let mut work = Workload::spawn(&["sleep", "--count", "100", "--interval", "2ms"]);
+    let pid = work.pid().to_string();
+    let (stats, stderr) = common::start(
+        Command::new(LATPROF)
+            .args([
+                "--debug-hide-wakeups",
+                "3",
+                "--debug-hide-unlogged",
+                "stats",
+                "--duration",
+                "60s",
+                "--pid",
+                &pid,
+            ])
+            .stdout(Stdio::null()),
+        "attached",
+    );
+    work.go();
+    work.wait_done();
+    work.release();
+    let (_, rest) = common::interrupt(stats, stderr);
+    let number = |needle: &str| -> u64 {
+        rest.lines()
+            .find(|l| l.contains(needle))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {needle:?} line:\n{rest}"))
+    };
+    let recovered = number("sleeps recovered");
+    let unexplained = number("overlapped no hidden switch");
+    // About a third of 100 hidden; a few may fall in a stretch this host's kernel really hid.
+    assert!(recovered >= 15, "{recovered} recovered\n{rest}");
+    assert!(
+        unexplained >= recovered / 2 && unexplained <= recovered + 1,
+        "{unexplained} unexplained of {recovered} recovered\n{rest}"
+    );
+}
+
 fn recovery_attempt(btf_wakeup: bool) {
     let mut work = Workload::spawn(&["sleep", "--count", "300", "--interval", "2ms"]);
     // Every sleep counts: a 2 ms nanosleep stretched past the 5 ms cutoff on this busy machine
@@ -1999,6 +2045,24 @@ fn recovery_attempt(btf_wakeup: bool) {
     assert!(
         (slept / 6..=slept / 2).contains(&recovered),
         "{recovered} of {slept} recovered\n{rest}"
+    );
+    // Each recovered sleep was checked against the wakeups hidden (gaps of no length, logged
+    // where they were hidden): each overlapped one (common's helpers fail on any other).
+    let checked: u64 = rest
+        .lines()
+        .find_map(|l| {
+            l.split("; ")
+                .nth(1)?
+                .strip_suffix(
+                    " lost or recovered sleeps overlapped a stretch where switches were hidden",
+                )?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no check of the recovered sleeps:\n{rest}"));
+    assert!(
+        checked >= recovered,
+        "{checked} checked, {recovered} recovered\n{rest}"
     );
     let (count, total, max) = line(" hrtimer_nanosleep ").expect("nanosleep line");
     let hidden = line("[wakeup hidden from tracing]");

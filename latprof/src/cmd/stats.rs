@@ -43,6 +43,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
     );
     session.announce();
     let deadline = Instant::now() + args.duration;
+    let mut checked = Instant::now();
     while !session.stop.load(Ordering::Relaxed) {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -50,6 +51,12 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         }
         std::thread::sleep(left.min(Duration::from_millis(50)));
         session.log.flush();
+        if checked.elapsed() >= Duration::from_secs(1) {
+            // Drains the hidden-switch log, which holds a few thousand events: a long run on
+            // a kernel that hides much would fill it before the end.
+            session.probe.hidden_log().read(session.probe.ebpf())?;
+            checked = Instant::now();
+        }
     }
     let snap = collector.snapshot(&session.probe)?;
     let Session {

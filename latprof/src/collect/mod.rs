@@ -1,7 +1,9 @@
 //! Reads the probe's maps into a [`Snapshot`]: raw cumulative numbers, nothing derived; and
 //! the spike ring buffer into [`Spike`]s.
+pub mod hidden;
 pub mod spikes;
 
+pub use hidden::HiddenSleeps;
 pub use spikes::{Spike, SpikeReader};
 
 use std::collections::{BTreeMap, HashMap};
@@ -16,8 +18,15 @@ use latprof_common::{
 use crate::probe::{Mode, Probe, names};
 
 /// Pipeline counters summed over CPUs.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counters(pub [u64; COUNTER_COUNT as usize]);
+
+// Not derived: the standard library implements `Default` for arrays of at most 32.
+impl Default for Counters {
+    fn default() -> Self {
+        Self([0; COUNTER_COUNT as usize])
+    }
+}
 
 impl Counters {
     #[must_use]
@@ -127,6 +136,9 @@ pub struct Snapshot {
     /// Per CPU, the tid of the last task during whose time there switches went unseen (0:
     /// none); live only, recordings do not keep it.
     pub hidden_tids: Vec<u32>,
+    /// Each sleep lost or recovered checked against the gaps the kernel's hiding left (live
+    /// only, cumulative).
+    pub hidden: HiddenSleeps,
     /// Exits kept merging tasks into the global table through every retry of the read: an
     /// exiting task's records may count twice or not at all in this snapshot (live only).
     pub unsettled: bool,
@@ -159,8 +171,9 @@ impl Snapshot {
                 .get(&latprof_common::RECOVERED_STACK)
                 .map_or(0, |r| r.count);
             out.push(format!(
-                "{recovered} sleeps recovered: their wakeups were hidden from tracing, their length taken from the task's run time and wait since ({without} counted under {} as their backtrace was to be taken at the wakeup)",
-                crate::symbols::Backtrace::WAKEUP_HIDDEN
+                "{recovered} sleeps recovered: their wakeups were hidden from tracing, their length taken from the task's run time and wait since ({without} counted under {} as their backtrace was to be taken at the wakeup); {} lost or recovered sleeps overlapped a stretch where switches were hidden",
+                crate::symbols::Backtrace::WAKEUP_HIDDEN,
+                self.hidden.explained,
             ));
         }
         let beyond = c.get(Counter::TaskRecordsFull);
@@ -178,6 +191,7 @@ impl Snapshot {
                 self.retries + 1
             ));
         }
+        out.extend(self.hidden.losses());
         if hidden > 0 && !tids.is_empty() {
             let who: Vec<String> = tids
                 .iter()
@@ -414,6 +428,8 @@ impl Collector {
             programs,
             ticks: read_ticks(probe)?,
             hidden_tids: read_hidden(probe)?,
+            // After the counters: every lost or recovered sleep they count is in the log.
+            hidden: probe.hidden_log().read(ebpf)?,
             unsettled: !settled,
             taken_ns: crate::time::monotonic_ns(),
             wall_ns: crate::time::wall_ns(),

@@ -145,13 +145,17 @@ pub fn render(facts: &KernelFacts, base: Option<&Snapshot>, cur: &Snapshot) -> S
     for why in &facts.fallbacks {
         let _ = writeln!(out, "  not the best variant: {why}");
     }
-    let _ = writeln!(out, "\n{:<22} {:>14} {:>12}", "pipeline", "total", "per s");
+    let _ = writeln!(out, "\n{:<26} {:>14} {:>12}", "pipeline", "total", "per s");
     for c in Counter::ALL {
         let n = cur
             .counters
             .get(c)
             .saturating_sub(base.map_or(0, |b| b.counters.get(c)));
-        let _ = writeln!(out, "{:<22} {n:>14} {:>12}", c.name(), rate(n));
+        let _ = writeln!(out, "{:<26} {n:>14} {:>12}", c.name(), rate(n));
+    }
+    // The check of lost and recovered sleeps against hidden switches, done in user space.
+    for (name, n) in cur.hidden.counters(base.map(|b| &b.hidden)) {
+        let _ = writeln!(out, "{name:<26} {n:>14} {:>12}", rate(n));
     }
     render_programs(&mut out, base, cur);
     let _ = writeln!(

@@ -155,6 +155,7 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
             let base = scope.base.map_or(0, |b| b.counters.get(c));
             (c.name(), scope.cur.counters.get(c).saturating_sub(base))
         })
+        .chain(scope.cur.hidden.counters(scope.base.map(|b| &b.hidden)))
         .collect();
     Document {
         schema: SCHEMA,

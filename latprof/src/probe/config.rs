@@ -58,6 +58,9 @@ pub struct ProbeConfig {
     /// Ignore about one wakeup in N (0: none), as a kernel that hides tasks from tracing
     /// does: for tests of the recovery of such sleeps.
     pub hide_wakeups: u32,
+    /// The wakeups `hide_wakeups` hides are not logged as gaps: the check of lost and
+    /// recovered sleeps against gaps must then find them unexplained (for tests).
+    pub hide_unlogged: bool,
     /// Read a switching-out task's state from the task as on kernels whose `sched_switch` has
     /// no `prev_state`, even where it has (tests that path).
     pub state_from_task: bool,
@@ -93,6 +96,7 @@ impl Default for ProbeConfig {
             force_reject: false,
             bounded_cache: false,
             hide_wakeups: 0,
+            hide_unlogged: false,
             state_from_task: false,
         }
     }

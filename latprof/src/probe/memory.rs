@@ -6,9 +6,10 @@
 //! used or not. Their size follows the kernel's own accounting (`htab_map_mem_usage`, what
 //! `/proc/PID/fdinfo` shows as `memlock`): a bucket per power of two of entries, and an element
 //! of 48 bytes of links and hash, the key and the value (for a per-CPU map a pointer, and the
-//! value once per possible CPU). Measured on Linux 6.18 with 2 CPUs, the defaults pin
-//! 31,646,208 bytes and this estimate says 31,680,832; `--max-tasks 262144` pins 414 MiB in all
-//! (the task table 396 MiB) and the estimate is within 0.1%.
+//! value once per possible CPU). Measured on Linux 6.18 with 2 CPUs, the defaults pinned
+//! 31,646,208 bytes and this estimate said 31,680,832 (both before the 128 KiB hidden-switch
+//! log); `--max-tasks 262144` pins 414 MiB in all (the task table 396 MiB) and the estimate is
+//! within 0.1%.
 use std::path::Path;
 
 use anyhow::{Result, bail};
@@ -22,8 +23,9 @@ const HTAB_ELEM: u64 = 48;
 const BUCKET: u64 = 16;
 /// `struct bpf_htab` and its per-CPU lock counters, per map (rounded up).
 const HTAB_FIXED: u64 = 1024;
-/// The maps of fixed size: two ring buffers (spikes, aya-log) and the bookkeeping of the rest.
-const FIXED: u64 = 448 << 10;
+/// The maps of fixed size: three ring buffers (spikes, hidden log, aya-log) and the
+/// bookkeeping of the rest.
+const FIXED: u64 = 576 << 10;
 /// The per-CPU arrays of fixed size (stack buffers, the stack cache, scratch), per CPU.
 const FIXED_PER_CPU: u64 = 8 << 10;
 

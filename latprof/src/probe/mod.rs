@@ -286,6 +286,9 @@ fn attach_tick_programs(ebpf: &mut Ebpf) -> Result<Vec<(&'static str, bool)>> {
     Ok(out)
 }
 
+/// `DEBUG_HIDE_WAKEUPS`'s bit that leaves the wakeups it hides out of the `HIDDEN` log.
+const HIDE_UNLOGGED: u32 = 1 << 31;
+
 /// A loaded and attached latprof session.
 pub struct Probe {
     ebpf: Ebpf,
@@ -293,6 +296,7 @@ pub struct Probe {
     ticks: Vec<(&'static str, bool)>,
     variant: Variant,
     fallbacks: Vec<String>,
+    hidden: crate::collect::hidden::Log,
 }
 
 /// Where x86-64 keeps a task's user registers: `task_struct.stack` and their distance from it
@@ -414,7 +418,12 @@ impl Probe {
             mm_off,
             exec_runtime_off,
             run_delay_off,
-            hide_wakeups: config.hide_wakeups,
+            // The top bit asks not to log them (see DEBUG_HIDE_WAKEUPS).
+            hide_wakeups: if config.hide_wakeups != 0 && config.hide_unlogged {
+                config.hide_wakeups | HIDE_UNLOGGED
+            } else {
+                config.hide_wakeups
+            },
             thread_sp_off,
             task_stack_off,
             pt_regs_in_stack,
@@ -455,6 +464,7 @@ impl Probe {
             ticks,
             variant,
             fallbacks,
+            hidden: crate::collect::hidden::Log::default(),
         })
     }
 
@@ -565,6 +575,13 @@ impl Probe {
 
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf
+    }
+
+    /// The check of lost and recovered sleeps against hidden switches (it reads the `HIDDEN`
+    /// log, which only it may drain).
+    #[must_use]
+    pub fn hidden_log(&self) -> &crate::collect::hidden::Log {
+        &self.hidden
     }
 }
 

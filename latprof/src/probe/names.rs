@@ -38,8 +38,10 @@ pub const MAP_LAST_SWITCH: &str = "LAST_SWITCH";
 pub const MAP_SCRATCH: &str = "SCRATCH";
 /// Set once a hidden switch was seen: from then on sleeps keep what recovering them needs.
 pub const MAP_HIDING_SEEN: &str = "HIDING_SEEN";
+/// Gaps the kernel hid and the sleeps lost or recovered in them (`HiddenEvent`s).
+pub const MAP_HIDDEN: &str = "HIDDEN";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 19] = [
+pub const MAPS: [&str; 20] = [
     MAP_TASKS,
     MAP_GLOBAL_LATENCY,
     MAP_MERGED,
@@ -59,6 +61,7 @@ pub const MAPS: [&str; 19] = [
     MAP_SCRATCH,
     MAP_LAST_SWITCH,
     MAP_HIDING_SEEN,
+    MAP_HIDDEN,
 ];
 
 pub const PROG_SCHED_SWITCH: &str = "sched_switch";

@@ -516,6 +516,8 @@ impl State {
             ticks: body.ticks,
             // Live only: which task hid switches names it for the live warning.
             hidden_tids: Vec::new(),
+            // Live only: checked while recording, said in its warnings.
+            hidden: crate::collect::HiddenSleeps::default(),
             unsettled: false,
         };
     }

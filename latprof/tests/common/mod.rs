@@ -153,8 +153,20 @@ pub fn interrupt(child: Child, mut stderr: BufReader<ChildStderr>) -> (Output, S
 
 /// The sleeps latprof reported lost ("latprof: warning: N sleeps lost: ..."), 0 if none. A
 /// loss must have its cause found: switches the kernel hid (it ran no BPF program while some
-/// task was on a CPU, and the wakeups it did there are invisible); any other loss fails.
+/// task was on a CPU, and the wakeups it did there are invisible). Each sleep lost or
+/// recovered must have overlapped such a stretch (latprof checks each and says when one did
+/// not, or could not be checked); any other loss fails.
 pub fn reported_lost(text: &str) -> u64 {
+    for unexplained in [
+        "overlapped no hidden switch",
+        "not yet checked against hidden switches",
+        "hidden-switch events lost",
+    ] {
+        assert!(
+            !text.contains(unexplained),
+            "a sleep lost for another reason than hidden switches:\n{text}"
+        );
+    }
     let Some(line) = text.lines().find(|l| l.contains("sleeps lost")) else {
         return 0;
     };
@@ -189,12 +201,28 @@ pub fn reported_missing(text: &str) -> u64 {
 }
 
 /// The same for a snapshot: sleeps lost or recovered without a backtrace, accepted only where
-/// the kernel hid switches.
+/// each overlapped a stretch where the kernel hid switches.
 pub fn lost_where_hidden(snap: &latprof::collect::Snapshot) -> u64 {
     use latprof_common::{Counter, RECOVERED_STACK};
     let lost = snap.counters.get(Counter::SleepLost);
     let recovered = snap.counters.get(Counter::SleepsRecovered);
     let hidden = snap.counters.get(Counter::SwitchesHidden);
+    // Each one overlapped a stretch where the kernel hid switches, all checked.
+    assert_eq!(
+        (
+            snap.hidden.unexplained,
+            snap.hidden.waiting,
+            snap.counters.get(Counter::HiddenLogFull)
+        ),
+        (0, 0, 0),
+        "sleeps lost or recovered that no hidden switch explains: {:?}",
+        snap.hidden
+    );
+    assert!(
+        snap.hidden.explained >= lost + recovered,
+        "{lost} lost and {recovered} recovered, {} checked",
+        snap.hidden.explained
+    );
     assert!(
         lost + recovered == 0 || hidden > 0,
         "{lost} sleeps lost and {recovered} recovered but no switch was hidden: lost for another reason"

@@ -1,0 +1,386 @@
+//! Checks each sleep the kernel hid from latprof against the gaps latprof saw.
+//!
+//! Some kernels run no BPF program while certain tasks are current. `sched_switch` finds such
+//! a gap afterwards (the task going out is not the one last switched in) and logs it, from the
+//! CPU's last seen switch to the one that found it; a sleep found still open later is logged as
+//! lost or recovered, with when it began and when it was found. Its wakeup, which latprof never
+//! saw, fell between the two, inside a gap on some CPU: a lost or recovered sleep that
+//! overlapped no gap was lost for another reason, a bug latprof must show rather than blame on
+//! the kernel.
+//!
+//! A gap is logged only when it ends, maybe after the sleep it explains was found, and on
+//! another CPU. So a sleep waits until every online CPU has a seen switch after it was found
+//! (`CpuSwitch::last_ns`, written after the gap's event): by then every gap that could explain
+//! it is in the log. A CPU that stays idle is visited (a thread of latprof's runs there once)
+//! when a sleep waits on it.
+
+use std::{sync::Mutex, thread, time::Duration};
+
+use anyhow::{Context as _, Result};
+use aya::{
+    Ebpf,
+    maps::{MapData, PerCpuArray, RingBuf},
+};
+use latprof_common::{
+    CpuSwitch, HIDDEN_GAP, HIDDEN_GAP_DEBUG, HIDDEN_SLEEP_LOST, HIDDEN_SLEEP_RECOVERED, HiddenEvent,
+};
+
+use crate::probe::names;
+
+/// Gaps kept, merged where they overlap; past this the two oldest merge into one (a coarser
+/// past, never a forgotten one).
+const MAX_GAPS: usize = 4096;
+/// Sleeps kept waiting for a verdict; past this the oldest is judged on what is known.
+const MAX_WAITING: usize = 4096;
+/// Unexplained sleeps kept as examples for the warning.
+const MAX_EXAMPLES: usize = 4;
+
+/// What the check found, cumulative since the probe attached.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HiddenSleeps {
+    /// Gaps the kernel's hiding left (a run of unseen switches on one CPU).
+    pub gaps: u64,
+    /// Wakeups `--debug-hide-wakeups` hid on purpose.
+    pub debug_gaps: u64,
+    /// Sleeps lost or recovered that overlapped a gap: their wakeup was hidden.
+    pub explained: u64,
+    /// Sleeps lost or recovered that overlapped none: lost for another reason.
+    pub unexplained: u64,
+    /// Sleeps not judged yet: a CPU had no seen switch since (latprof could not visit it).
+    pub waiting: u64,
+    /// A few unexplained sleeps: (tid, began, found), CLOCK_MONOTONIC ns.
+    pub examples: Vec<(u32, u64, u64)>,
+}
+
+impl HiddenSleeps {
+    /// The check's numbers over `base` -> `self`, named as `stats --counters` and JSON name
+    /// them (the waiting ones are a state, as of `self`).
+    #[must_use]
+    pub fn counters(&self, base: Option<&Self>) -> [(&'static str, u64); 3] {
+        let since = |n: u64, f: fn(&Self) -> u64| n.saturating_sub(base.map_or(0, f));
+        [
+            (
+                "hidden_sleeps_explained",
+                since(self.explained, |b| b.explained),
+            ),
+            (
+                "hidden_sleeps_unexplained",
+                since(self.unexplained, |b| b.unexplained),
+            ),
+            ("hidden_sleeps_waiting", self.waiting),
+        ]
+    }
+
+    /// The warning lines for sleeps the check could not put in a gap.
+    #[must_use]
+    pub fn losses(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.unexplained > 0 {
+            let seen: Vec<String> = self
+                .examples
+                .iter()
+                .map(|(tid, from, to)| format!("tid {tid} from {from} to {to} ns"))
+                .collect();
+            out.push(format!(
+                "{} lost or recovered sleeps overlapped no hidden switch: lost for another reason, a latprof bug (e.g. {})",
+                self.unexplained,
+                seen.join(", ")
+            ));
+        }
+        if self.waiting > 0 {
+            out.push(format!(
+                "{} lost or recovered sleeps not yet checked against hidden switches: a CPU had no switch latprof saw since",
+                self.waiting
+            ));
+        }
+        out
+    }
+}
+
+/// A sleep lost or recovered, waiting for its verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Waiting {
+    tid: u32,
+    began: u64,
+    found: u64,
+}
+
+/// The gaps seen and the sleeps waiting; pure bookkeeping, fed by `Log`.
+#[derive(Debug, Default)]
+pub(crate) struct Check {
+    /// Disjoint, sorted by start (so by end too): the union of every gap seen.
+    gaps: Vec<(u64, u64)>,
+    waiting: Vec<Waiting>,
+    out: HiddenSleeps,
+}
+
+impl Check {
+    pub(crate) fn event(&mut self, e: &HiddenEvent) {
+        match e.kind {
+            HIDDEN_GAP => {
+                self.out.gaps += 1;
+                self.add_gap(e.start_ns, e.end_ns);
+            }
+            HIDDEN_GAP_DEBUG => {
+                self.out.debug_gaps += 1;
+                self.add_gap(e.start_ns, e.end_ns);
+            }
+            HIDDEN_SLEEP_LOST | HIDDEN_SLEEP_RECOVERED => {
+                if self.waiting.len() >= MAX_WAITING {
+                    let oldest = self.waiting.remove(0);
+                    self.judge(oldest);
+                }
+                self.waiting.push(Waiting {
+                    tid: e.tid,
+                    began: e.start_ns,
+                    found: e.end_ns,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    fn add_gap(&mut self, start: u64, end: u64) {
+        let (start, end) = (start.min(end), start.max(end));
+        // The first gap that ends at or after `start`: every one before it ends earlier.
+        let first = self.gaps.partition_point(|&(_, e)| e < start);
+        // Past the last gap that starts at or before `end`.
+        let last = self.gaps.partition_point(|&(s, _)| s <= end);
+        if first < last {
+            let merged = (
+                start.min(self.gaps[first].0),
+                end.max(self.gaps[last - 1].1),
+            );
+            self.gaps.splice(first..last, [merged]);
+        } else {
+            self.gaps.insert(first, (start, end));
+        }
+        if self.gaps.len() > MAX_GAPS {
+            let second = self.gaps.remove(1);
+            self.gaps[0].1 = second.1;
+        }
+    }
+
+    /// Whether any gap overlaps `[from, to]`.
+    fn overlaps(&self, from: u64, to: u64) -> bool {
+        // The last gap that starts at or before `to`; gaps are disjoint, so it ends latest.
+        let n = self.gaps.partition_point(|&(s, _)| s <= to);
+        n > 0 && self.gaps[n - 1].1 >= from
+    }
+
+    fn judge(&mut self, w: Waiting) {
+        if self.overlaps(w.began, w.found) {
+            self.out.explained += 1;
+        } else {
+            self.out.unexplained += 1;
+            if self.out.examples.len() < MAX_EXAMPLES {
+                self.out.examples.push((w.tid, w.began, w.found));
+            }
+        }
+    }
+
+    /// Judges every waiting sleep that a gap explains, or that every CPU has passed
+    /// (`seen_until`: the earliest of the online CPUs' last seen switches, read before the
+    /// events were).
+    pub(crate) fn settle(&mut self, seen_until: u64) {
+        let waiting = std::mem::take(&mut self.waiting);
+        for w in waiting {
+            if self.overlaps(w.began, w.found) || seen_until > w.found {
+                self.judge(w);
+            } else {
+                self.waiting.push(w);
+            }
+        }
+        self.out.waiting = self.waiting.len() as u64;
+    }
+
+    pub(crate) fn result(&self) -> HiddenSleeps {
+        self.out.clone()
+    }
+}
+
+/// The `HIDDEN` log's reader and its check, owned by the probe.
+#[derive(Debug, Default)]
+pub struct Log {
+    check: Mutex<Check>,
+}
+
+impl Log {
+    /// Reads what the kernel logged since the last call and judges what it can; where sleeps
+    /// wait on a CPU with no seen switch since, visits each online CPU once and judges again.
+    pub fn read(&self, ebpf: &Ebpf) -> Result<HiddenSleeps> {
+        let mut check = self
+            .check
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let cpus = online_cpus();
+        drain(ebpf, &cpus, &mut check)?;
+        if !check.waiting.is_empty() {
+            visit(&cpus);
+            drain(ebpf, &cpus, &mut check)?;
+        }
+        Ok(check.result())
+    }
+}
+
+/// One pass: the CPUs' last seen switches, then the log, then the verdicts.
+fn drain(ebpf: &Ebpf, cpus: &[usize], check: &mut Check) -> Result<()> {
+    let map: PerCpuArray<&MapData, CpuSwitch> = PerCpuArray::try_from(
+        ebpf.map(names::MAP_LAST_SWITCH)
+            .context("no LAST_SWITCH map")?,
+    )?;
+    let last = map.get(&0, 0).context("read LAST_SWITCH")?;
+    let seen_until = cpus
+        .iter()
+        .map(|&c| last.get(c).map_or(0, |s| s.last_ns))
+        .min()
+        .unwrap_or(0);
+    let mut ring = RingBuf::try_from(ebpf.map(names::MAP_HIDDEN).context("no HIDDEN map")?)?;
+    while let Some(item) = ring.next() {
+        if item.len() >= size_of::<HiddenEvent>() {
+            // SAFETY: the kernel wrote a whole HiddenEvent (size checked); the read is
+            // unaligned-safe.
+            let e = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<HiddenEvent>()) };
+            check.event(&e);
+        }
+    }
+    check.settle(seen_until);
+    Ok(())
+}
+
+/// Runs a short-lived thread of latprof's on each of `cpus`: its switch out is one latprof
+/// sees, which ends any gap open there.
+fn visit(cpus: &[usize]) {
+    let threads: Vec<_> = cpus
+        .iter()
+        .map(|&cpu| {
+            thread::spawn(move || {
+                // SAFETY: a zeroed cpu_set_t with one bit set, for this thread.
+                unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &raw const set);
+                }
+                thread::sleep(Duration::from_micros(200));
+            })
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+}
+
+/// The online CPUs (`/sys/devices/system/cpu/online`, e.g. "0-3,6"); CPU 0 if unreadable.
+fn online_cpus() -> Vec<usize> {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| parse_cpu_list(s.trim()))
+        .unwrap_or_else(|| vec![0])
+}
+
+fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?),
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gap(start: u64, end: u64) -> HiddenEvent {
+        HiddenEvent {
+            kind: HIDDEN_GAP,
+            start_ns: start,
+            end_ns: end,
+            ..HiddenEvent::default()
+        }
+    }
+
+    fn lost(tid: u32, began: u64, found: u64) -> HiddenEvent {
+        HiddenEvent {
+            kind: HIDDEN_SLEEP_LOST,
+            tid,
+            start_ns: began,
+            end_ns: found,
+            ..HiddenEvent::default()
+        }
+    }
+
+    #[test]
+    fn a_sleep_inside_a_gap_is_explained_one_outside_is_not() {
+        let mut c = Check::default();
+        c.event(&gap(100, 200));
+        c.event(&lost(7, 150, 300));
+        c.event(&lost(8, 250, 300));
+        c.settle(301);
+        let r = c.result();
+        assert_eq!((r.explained, r.unexplained, r.waiting), (1, 1, 0));
+        assert_eq!(r.examples, vec![(8, 250, 300)]);
+        assert!(r.losses()[0].starts_with("1 lost or recovered sleeps overlapped no hidden"));
+    }
+
+    #[test]
+    fn a_sleep_waits_until_every_cpu_has_passed_it() {
+        let mut c = Check::default();
+        c.event(&lost(7, 150, 300));
+        // A CPU last seen at 290 may still be in a gap that began before 300.
+        c.settle(290);
+        assert_eq!(c.result().waiting, 1);
+        // That gap, found later, explains it.
+        c.event(&gap(120, 400));
+        c.settle(400);
+        let r = c.result();
+        assert_eq!((r.explained, r.unexplained, r.waiting), (1, 0, 0));
+    }
+
+    #[test]
+    fn gaps_merge_and_stay_bounded() {
+        let mut c = Check::default();
+        c.event(&gap(10, 20));
+        c.event(&gap(30, 40));
+        c.event(&gap(15, 35));
+        assert_eq!(c.gaps, vec![(10, 40)]);
+        c.event(&gap(50, 50));
+        c.event(&gap(45, 46));
+        assert_eq!(c.gaps, vec![(10, 40), (45, 46), (50, 50)]);
+        for i in 0..(MAX_GAPS as u64 + 10) {
+            c.event(&gap(1000 + 10 * i, 1001 + 10 * i));
+        }
+        assert_eq!(c.gaps.len(), MAX_GAPS);
+        assert!(c.gaps.windows(2).all(|w| w[0].1 < w[1].0));
+        // The coarser past still covers what the gaps covered.
+        assert!(c.overlaps(45, 45) && c.overlaps(1000, 1000));
+        let last = 1000 + 10 * (MAX_GAPS as u64 + 9);
+        assert!(c.overlaps(last, last + 1));
+        assert!(!c.overlaps(last + 2, last + 5));
+    }
+
+    #[test]
+    fn a_debug_gap_of_no_length_explains_the_sleep_around_it() {
+        let mut c = Check::default();
+        c.event(&HiddenEvent {
+            kind: HIDDEN_GAP_DEBUG,
+            start_ns: 500,
+            end_ns: 500,
+            ..HiddenEvent::default()
+        });
+        c.event(&lost(1, 400, 600));
+        c.event(&lost(2, 501, 600));
+        c.settle(1000);
+        let r = c.result();
+        assert_eq!((r.debug_gaps, r.explained, r.unexplained), (1, 1, 1));
+    }
+
+    #[test]
+    fn cpu_lists_parse() {
+        assert_eq!(parse_cpu_list("0-3,6"), Some(vec![0, 1, 2, 3, 6]));
+        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+}
