@@ -197,7 +197,7 @@ pub fn sleep_kind(preempt: bool, state: u64) -> u32 {
     }
 }
 
-/// One cause: a backtrace with count, total and maximum.
+/// One cause: a backtrace with count, total and maximum, in one cgroup.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LatencyRecord {
@@ -205,8 +205,21 @@ pub struct LatencyRecord {
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
+    /// The sleeper's cgroup v2 id when its sleeps began (0: cgroups not tracked). A task that
+    /// moves to another cgroup starts new records there.
+    pub cgroup: u64,
 }
-const _: () = assert!(size_of::<LatencyRecord>() == 32);
+const _: () = assert!(size_of::<LatencyRecord>() == 40);
+
+/// Key of the per-cgroup tables (`CGROUP_LATENCY`, `HISTOGRAMS`): a cause in a cgroup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CgroupCause {
+    /// cgroup v2 id (the inode number of its directory); 0: cgroups not tracked.
+    pub cgroup: u64,
+    pub stack_id: u64,
+}
+const _: () = assert!(size_of::<CgroupCause>() == 16);
 
 /// Value of the global table, keyed by stack id (u64).
 #[repr(C)]
@@ -230,6 +243,9 @@ pub struct TaskState {
     /// (where the kernel has them): a sleep whose wakeup was hidden is recovered from them.
     pub sleep_exec_ns: u64,
     pub sleep_run_delay_ns: u64,
+    /// The task's cgroup v2 id when its last sleep began: its sleep and the run-queue wait
+    /// after it are that cgroup's (0: cgroups not tracked).
+    pub cgroup: u64,
     pub sleep_kind: u32,
     pub tgid: u32,
     pub flags: u32,
@@ -246,7 +262,10 @@ pub struct TaskState {
     pub stack_cache: StackCache,
     pub records: [LatencyRecord; TASK_RECORDS],
 }
-const _: () = assert!(size_of::<TaskState>() == 80 + size_of::<StackCache>() + 32 * TASK_RECORDS);
+const _: () = assert!(
+    size_of::<TaskState>()
+        == 88 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
+);
 // One bit of `task_only` per record.
 const _: () = assert!(TASK_RECORDS <= 32);
 
@@ -417,10 +436,12 @@ pub enum Counter {
     /// Events of the `HIDDEN` log lost because its ring buffer was full: the sleeps lost or
     /// recovered then cannot be checked against the gaps.
     HiddenLogFull,
+    /// Records lost from the per-cgroup table because it was full (raise --max-records).
+    CgroupTableFull,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::HiddenLogFull as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::CgroupTableFull as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -458,6 +479,7 @@ impl Counter {
         Self::SleepsRecovered,
         Self::RunqUnknown,
         Self::HiddenLogFull,
+        Self::CgroupTableFull,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -497,6 +519,7 @@ impl Counter {
             Self::SleepsRecovered => "sleeps_recovered",
             Self::RunqUnknown => "runq_unknown",
             Self::HiddenLogFull => "hidden_log_full",
+            Self::CgroupTableFull => "cgroup_table_full",
         }
     }
 
@@ -517,6 +540,9 @@ impl Counter {
             }
             Self::HistTableFull => Some("histogram updates lost: table full (raise --max-records)"),
             Self::SpikesDropped => Some("spike events lost: the ring buffer was full"),
+            Self::CgroupTableFull => {
+                Some("per-cgroup records lost: table full (raise --max-records)")
+            }
             Self::HiddenLogFull => {
                 Some("hidden-switch events lost: their log was full (lost sleeps go unchecked)")
             }
@@ -630,6 +656,7 @@ mod pod {
     unsafe impl aya::Pod for super::GlobalRecord {}
     unsafe impl aya::Pod for super::TaskState {}
     unsafe impl aya::Pod for super::CpuSwitch {}
+    unsafe impl aya::Pod for super::CgroupCause {}
 }
 
 #[cfg(test)]

@@ -10,15 +10,17 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use latprof_common::{
-    Counter, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, MODE_LAZY, MODE_NORMAL,
-    SLEEP_NONE, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState, hist_bucket,
+    CgroupCause, Counter, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, MODE_LAZY,
+    MODE_NORMAL, SLEEP_NONE, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState, hist_bucket,
 };
 
 use crate::{
     debug::anomaly,
-    maps::{GLOBAL_LATENCY, HISTOGRAMS, MERGED, TASKS, count},
+    maps::{CGROUP_LATENCY, GLOBAL_LATENCY, HISTOGRAMS, MERGED, TASKS, count},
     recover::recover,
-    settings::{DEBUG_CHECKS, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, read_field},
+    settings::{
+        CGROUPS_ON, DEBUG_CHECKS, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, read_field,
+    },
 };
 
 // A record index is masked (rule 2 of the verifier rules in `stack_cache`).
@@ -81,8 +83,15 @@ pub(crate) fn account<const CAS: bool>(
     delta: u64,
     in_global: bool,
 ) {
+    let cgroup = entry.cgroup;
     if HISTOGRAMS_ON.load() == 1 {
-        histogram_add(stack, delta);
+        histogram_add(
+            &CgroupCause {
+                cgroup,
+                stack_id: stack,
+            },
+            delta,
+        );
     }
     let task_only = u32::from(!in_global);
     let n = entry.nr_records as usize;
@@ -92,7 +101,8 @@ pub(crate) fn account<const CAS: bool>(
             break;
         }
         let rec = &mut entry.records[i];
-        if rec.stack_id == stack && (entry.task_only >> i) & 1 == task_only {
+        if rec.stack_id == stack && rec.cgroup == cgroup && (entry.task_only >> i) & 1 == task_only
+        {
             rec.count += 1;
             rec.total_ns += delta;
             if delta > rec.max_ns {
@@ -114,6 +124,7 @@ pub(crate) fn account<const CAS: bool>(
                 count: 1,
                 total_ns: delta,
                 max_ns: delta,
+                cgroup,
             };
             entry.task_only |= task_only << n;
             entry.nr_records = n as u32 + 1;
@@ -122,6 +133,17 @@ pub(crate) fn account<const CAS: bool>(
             if MODE.load() == MODE_LAZY && in_global {
                 merged_add::<CAS>(stack, 1, delta, delta);
             }
+            if CGROUPS_ON.load() == 1 && in_global {
+                cgroup_add(
+                    &CgroupCause {
+                        cgroup,
+                        stack_id: stack,
+                    },
+                    1,
+                    delta,
+                    delta,
+                );
+            }
         }
     }
     if MODE.load() == MODE_NORMAL && in_global {
@@ -129,15 +151,41 @@ pub(crate) fn account<const CAS: bool>(
     }
 }
 
-/// Counts `delta` in the per-CPU histogram of `stack`.
+/// Adds to this CPU's part of the per-cgroup table (user space adds the CPUs' parts).
 #[inline(always)]
-fn histogram_add(stack: u64, delta: u64) {
-    let hist = if let Some(hist) = HISTOGRAMS.get_ptr_mut(&stack) {
+fn cgroup_add(key: &CgroupCause, n: u64, total_ns: u64, max_ns: u64) {
+    if let Some(rec) = CGROUP_LATENCY.get_ptr_mut(key) {
+        // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
+        let rec = unsafe { &mut *rec };
+        rec.count += n;
+        rec.total_ns += total_ns;
+        if max_ns > rec.max_ns {
+            rec.max_ns = max_ns;
+        }
+    } else {
+        let first = GlobalRecord {
+            count: n,
+            total_ns,
+            max_ns,
+        };
+        if CGROUP_LATENCY
+            .insert(key, &first, u64::from(BPF_NOEXIST))
+            .is_err()
+        {
+            count(Counter::CgroupTableFull);
+        }
+    }
+}
+
+/// Counts `delta` in the per-CPU histogram of a cause in a cgroup.
+#[inline(always)]
+fn histogram_add(key: &CgroupCause, delta: u64) {
+    let hist = if let Some(hist) = HISTOGRAMS.get_ptr_mut(key) {
         hist
     } else {
         let zero: Histogram = [0; HIST_BUCKETS];
-        let _ = HISTOGRAMS.insert(&stack, &zero, u64::from(BPF_NOEXIST));
-        let Some(hist) = HISTOGRAMS.get_ptr_mut(&stack) else {
+        let _ = HISTOGRAMS.insert(key, &zero, u64::from(BPF_NOEXIST));
+        let Some(hist) = HISTOGRAMS.get_ptr_mut(key) else {
             count(Counter::HistTableFull);
             return;
         };
@@ -282,9 +330,11 @@ fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result
         recover::<CAS>(tid, entry, task, unsafe { bpf_ktime_get_ns() });
     }
     let entry = &*entry;
-    if MODE.load() == MODE_LAZY
-        && (entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0)
-    {
+    let lazy = MODE.load() == MODE_LAZY;
+    // The per-cgroup table takes exited tasks' records in both modes (normal mode puts only
+    // the global table on the hot path).
+    let cgroups = CGROUPS_ON.load() == 1;
+    if (lazy || cgroups) && (entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0) {
         count(Counter::MergesBegun);
         let n = entry.nr_records as usize;
         for i in 0..TASK_RECORDS {
@@ -296,10 +346,25 @@ fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result
                 continue;
             }
             let rec = &entry.records[i];
-            merged_add::<CAS>(rec.stack_id, rec.count, rec.total_ns, rec.max_ns);
+            if lazy {
+                merged_add::<CAS>(rec.stack_id, rec.count, rec.total_ns, rec.max_ns);
+            }
+            if cgroups {
+                cgroup_add(
+                    &CgroupCause {
+                        cgroup: rec.cgroup,
+                        stack_id: rec.stack_id,
+                    },
+                    rec.count,
+                    rec.total_ns,
+                    rec.max_ns,
+                );
+            }
         }
         let _ = TASKS.remove(&tid);
-        count(Counter::ExitMerges);
+        if lazy {
+            count(Counter::ExitMerges);
+        }
         count(Counter::MergesDone);
     } else {
         if DEBUG_CHECKS.load() == 1 && MODE.load() == MODE_LAZY && entry.nr_records > 0 {

@@ -6,11 +6,12 @@ use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::bpf_get_smp_processor_id,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, CgroupArray, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latprof_common::{
-    CACHE_FRAMES, COUNTER_COUNT, CachedStack, Counter, CpuSwitch, GlobalRecord, HiddenEvent,
-    Histogram, RawStack, STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState, TickCounter,
+    CACHE_FRAMES, COUNTER_COUNT, CachedStack, CgroupCause, Counter, CpuSwitch, GlobalRecord,
+    HiddenEvent, Histogram, RawStack, STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState,
+    TickCounter,
 };
 
 /// Words of `STACK_COPY`: the part of a sleeping task's stack the stack cache reads.
@@ -29,10 +30,20 @@ pub(crate) static MERGED: PerCpuHashMap<u64, GlobalRecord> =
 /// Kernel backtraces keyed by the hash of their frames.
 #[map]
 pub(crate) static STACKS: HashMap<u64, RawStack> = HashMap::with_max_entries(8192, 0);
-/// Latency histograms per cause (stack id), per CPU: no cache line is shared between CPUs.
+/// Latency histograms per cause and cgroup, per CPU: no cache line is shared between CPUs.
 #[map]
-pub(crate) static HISTOGRAMS: PerCpuHashMap<u64, Histogram> =
+pub(crate) static HISTOGRAMS: PerCpuHashMap<CgroupCause, Histogram> =
     PerCpuHashMap::with_max_entries(16384, 0);
+/// Per cgroup and cause, per CPU: the records of exited tasks (in both modes; user space adds
+/// the live tasks' own records, which carry their cgroup), and those past a task's
+/// `TASK_RECORDS`. Written at exit, never per event: no cache line shared on the hot path.
+#[map]
+pub(crate) static CGROUP_LATENCY: PerCpuHashMap<CgroupCause, GlobalRecord> =
+    PerCpuHashMap::with_max_entries(16384, 0);
+/// `--cgroup`: the cgroups (directory descriptors) whose tasks, and their descendants', are
+/// traced; the first `FILTER_CGROUPS` slots are set.
+#[map]
+pub(crate) static CGROUP_FILTER: CgroupArray = CgroupArray::with_max_entries(8, 0);
 /// Per-CPU buffer the stack is walked into.
 #[map]
 pub(crate) static STACK_BUF: PerCpuArray<RawStack> = PerCpuArray::with_max_entries(1, 0);

@@ -82,6 +82,13 @@ pub(crate) static TASK_RUN_DELAY_OFF: Global<u32> = Global::new(0);
 /// is set (the tests' way to check that check); 0: dead code the verifier removes.
 #[unsafe(no_mangle)]
 pub(crate) static DEBUG_HIDE_WAKEUPS: Global<u32> = Global::new(0);
+/// 1: each sleep is attributed to its task's cgroup v2 id (records keyed by it, the per-cgroup
+/// table filled at exit); 0: every cgroup id is 0 and the reads are dead code.
+#[unsafe(no_mangle)]
+pub(crate) static CGROUPS_ON: Global<u32> = Global::new(0);
+/// How many slots of `CGROUP_FILTER` hold a cgroup (`--cgroup`); 0: no filter (dead code).
+#[unsafe(no_mangle)]
+pub(crate) static FILTER_CGROUPS: Global<u32> = Global::new(0);
 /// Sleeps and run-queue waits at least this long are sent as spike events; `u64::MAX`: none.
 #[unsafe(no_mangle)]
 pub(crate) static SPIKE_NS: Global<u64> = Global::new(u64::MAX);

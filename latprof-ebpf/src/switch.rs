@@ -4,7 +4,8 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_task, bpf_ktime_get_ns,
     },
     macros::raw_tracepoint,
     programs::RawTracePointContext,
@@ -17,12 +18,15 @@ use latprof_common::{
 use crate::{
     account::{account, runq_in_global},
     debug::anomaly,
-    maps::{COUNTERS, HIDING_SEEN, LAST_SWITCH, SCRATCH, TASKS, count, log_hidden, tick_count},
+    maps::{
+        CGROUP_FILTER, COUNTERS, HIDING_SEEN, LAST_SWITCH, SCRATCH, TASKS, count, log_hidden,
+        tick_count,
+    },
     recover::{note_sleep_start, recover},
     settings::{
-        DEBUG_CHECKS, FILTER_TGID, FORCE_REJECT, MIN_SLEEP_NS, RUNQ, SELF_TGID, STACK_AT_WAKEUP,
-        SWITCH_HAS_PREV_STATE, TASK_FLAGS_OFF, TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF,
-        read_field,
+        CGROUPS_ON, DEBUG_CHECKS, FILTER_CGROUPS, FILTER_TGID, FORCE_REJECT, MIN_SLEEP_NS, RUNQ,
+        SELF_TGID, STACK_AT_WAKEUP, SWITCH_HAS_PREV_STATE, TASK_FLAGS_OFF, TASK_MM_OFF,
+        TASK_PID_OFF, TASK_STATE_OFF, read_field,
     },
     spikes::spike,
     stacks::take_stack,
@@ -149,6 +153,9 @@ fn switch_out<const CAS: bool>(
     if filter != 0 && tgid != filter {
         return Ok(0);
     }
+    if FILTER_CGROUPS.load() != 0 && !in_filtered_cgroup() {
+        return Ok(0);
+    }
     let entry = match TASKS.get_ptr_mut(&tid) {
         Some(entry) => entry,
         None => match new_task(tid, tgid)? {
@@ -181,9 +188,28 @@ fn switch_out<const CAS: bool>(
     entry.sleep_stack = stack;
     entry.sleep_kind = kind;
     entry.sleep_start_ns = now;
+    if CGROUPS_ON.load() == 1 {
+        // SAFETY: a helper without arguments.
+        entry.cgroup = unsafe { bpf_get_current_cgroup_id() };
+    }
     note_sleep_start(entry, task);
     count(Counter::SleepsTracked);
     Ok(0)
+}
+
+/// Whether the current task is in one of `--cgroup`'s cgroups or below one.
+#[inline(always)]
+fn in_filtered_cgroup() -> bool {
+    let n = FILTER_CGROUPS.load();
+    for i in 0..8 {
+        if i >= n {
+            break;
+        }
+        if CGROUP_FILTER.current_task_under_cgroup(i) == Ok(true) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Creates the entry of the current task; `None` when it is exiting or the table is full.
@@ -211,6 +237,7 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
         // 0: the sleep's start did not note what recovering it needs.
         (*template).sleep_exec_ns = 0;
         (*template).sleep_run_delay_ns = 0;
+        (*template).cgroup = 0;
         let cache = &mut (*template).stack_cache;
         cache.recent = [NO_STACK; CACHE_ENTRIES];
         cache.recent_next = 0;

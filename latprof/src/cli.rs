@@ -5,7 +5,7 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    export::Format,
+    export::{By, Format},
     probe::{Mode, ProbeConfig, Wakeup},
     time,
 };
@@ -34,6 +34,13 @@ pub struct Cli {
     /// Also count latprof's own threads.
     #[arg(long, global = true)]
     pub include_self: bool,
+    /// Only tasks in this cgroup v2 directory or below it (repeatable, at most 8), filtered
+    /// in the kernel: e.g. /sys/fs/cgroup/system.slice/nginx.service.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub cgroup: Vec<PathBuf>,
+    /// Do not attribute sleeps to cgroups (measures what that costs).
+    #[arg(long, global = true, hide = true)]
+    pub debug_no_cgroups: bool,
     /// Tasks tracked at once (kernel table size).
     #[arg(long, global = true, default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
@@ -127,6 +134,10 @@ pub struct StatsArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Group by cause (/proc/latency_stats) or by cgroup v2 (each cgroup's totals and its
+    /// causes; folded puts the cgroup's name as the root frame).
+    #[arg(long, value_enum, default_value_t = By::Cause)]
+    pub by: By,
     /// Print latprof's pipeline counters and the kernel's tick accounting per CPU (timer
     /// ticks, tick_stop by result and dependency, switches, context tracking) with rates,
     /// instead of the causes (text format; JSON and OpenMetrics always carry them).
@@ -221,6 +232,9 @@ pub struct DumpArgs {
     pub pid: Option<u32>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Group by cause or by cgroup v2, as `stats --by`.
+    #[arg(long, value_enum, default_value_t = By::Cause)]
+    pub by: By,
     /// Extra reasons (latencytop.trans format), overriding built-ins.
     #[arg(long)]
     pub reasons: Option<PathBuf>,
@@ -301,6 +315,8 @@ impl Cli {
             bounded_cache: self.debug_bounded_cache,
             hide_wakeups: self.debug_hide_wakeups,
             hide_unlogged: self.debug_hide_unlogged,
+            cgroups: !self.debug_no_cgroups,
+            cgroup_filter: self.cgroup.clone(),
             state_from_task: self.debug_state_from_task,
         }
     }

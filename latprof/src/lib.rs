@@ -5,6 +5,7 @@
 //! into raw snapshots and spikes) -> `model` (what a view shows: causes, rates, rows) -> `tui`
 //! (draw); beside it `store` (recordings) and `export` (text, JSON, folded, OpenMetrics).
 //! `cmd` holds every subcommand's `run`.
+pub mod cgroups;
 pub mod cli;
 pub mod cmd;
 pub mod collect;
@@ -26,4 +27,7 @@ pub enum Error {
         "latprof needs root, or the CAP_BPF and CAP_PERFMON capabilities, to load eBPF programs (try: sudo latprof ...)"
     )]
     Privileges,
+    /// A flag's value that cannot be used (a path that is not what it must be).
+    #[error("{0}")]
+    BadInput(String),
 }

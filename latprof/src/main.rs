@@ -86,7 +86,7 @@ fn main() -> ExitCode {
         Err(err) => {
             eprintln!("latprof: error: {err:#}");
             match err.downcast_ref::<latprof::Error>() {
-                Some(latprof::Error::Privileges) => ExitCode::from(2),
+                Some(latprof::Error::Privileges | latprof::Error::BadInput(_)) => ExitCode::from(2),
                 None => ExitCode::FAILURE,
             }
         }

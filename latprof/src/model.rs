@@ -562,6 +562,7 @@ ffffffff81401000 T __sched_text_end
             count,
             total_ns,
             max_ns,
+            cgroup: 0,
         }
     }
 
@@ -702,4 +703,60 @@ ffffffff81401000 T __sched_text_end
             Backtrace::Unavailable
         );
     }
+}
+
+/// One cgroup's sleeps over an interval, its causes by stack id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupRow {
+    pub id: u64,
+    /// How people know it (`nginx.service`, `docker:0123456789ab`, `cgroup 1234` if never
+    /// seen in the file system).
+    pub name: String,
+    pub path: Option<String>,
+    /// Gone from the file system since latprof saw it.
+    pub removed: bool,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub records: Vec<(u64, GlobalRecord)>,
+}
+
+/// Each cgroup's records in `cur` less `base`'s, the cgroups with the most latency first;
+/// `runq` keeps the run-queue waits.
+#[must_use]
+pub fn cgroups_since(cur: &Snapshot, base: Option<&Snapshot>, runq: bool) -> Vec<CgroupRow> {
+    let before = base.map(Snapshot::cgroup_records);
+    let mut rows: std::collections::BTreeMap<u64, CgroupRow> = std::collections::BTreeMap::new();
+    for (key, rec) in cur.cgroup_records() {
+        if !runq && key.stack_id == RUNQ_STACK {
+            continue;
+        }
+        let rec = minus(rec, before.as_ref().and_then(|b| b.get(&key)));
+        if rec.count == 0 {
+            continue;
+        }
+        let row = rows.entry(key.cgroup).or_insert_with(|| {
+            let place = cur.cgroup_paths.get(&key.cgroup);
+            CgroupRow {
+                id: key.cgroup,
+                name: place.and_then(|p| p.path.as_deref()).map_or_else(
+                    || format!("cgroup {}", key.cgroup),
+                    crate::cgroups::readable_name,
+                ),
+                path: place.and_then(|p| p.path.clone()),
+                removed: place.is_some_and(|p| p.removed),
+                count: 0,
+                total_ns: 0,
+                max_ns: 0,
+                records: Vec::new(),
+            }
+        });
+        row.count += rec.count;
+        row.total_ns += rec.total_ns;
+        row.max_ns = row.max_ns.max(rec.max_ns);
+        row.records.push((key.stack_id, rec));
+    }
+    let mut out: Vec<CgroupRow> = rows.into_values().collect();
+    out.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.id.cmp(&b.id)));
+    out
 }

@@ -261,6 +261,7 @@ fn escapes_in_a_recording_are_printed_escaped() {
             count: 1,
             total_ns: 9_000_000,
             max_ns: 9_000_000,
+            cgroup: 0,
         }],
     });
     w.append(&snap, &syms).unwrap();

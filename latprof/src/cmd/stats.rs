@@ -55,6 +55,8 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
             // Drains the hidden-switch log, which holds a few thousand events: a long run on
             // a kernel that hides much would fill it before the end.
             session.probe.hidden_log().read(session.probe.ebpf())?;
+            // A cgroup made and removed before the end keeps its path.
+            collector.look_at_cgroups();
             checked = Instant::now();
         }
     }
@@ -84,6 +86,8 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
     };
     let text = if args.counters && args.format == export::Format::Text {
         export::counters::render(&kernel, first.as_ref(), &snap)
+    } else if args.by == export::By::Cgroup {
+        export::cgroups::render(args.format, &scope)
     } else {
         export::render(args.format, &scope)
     };

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::{Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap};
 use latprof_common::{
-    COUNTER_COUNT, Counter, CpuSwitch, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord,
-    RawStack, TICK_COUNTER_COUNT, TaskState,
+    COUNTER_COUNT, CgroupCause, Counter, CpuSwitch, GlobalRecord, HIST_BUCKETS, Histogram,
+    LatencyRecord, RawStack, TICK_COUNTER_COUNT, TaskState,
 };
 
 use crate::probe::{Mode, Probe, names};
@@ -67,6 +67,15 @@ impl Counters {
     }
 }
 
+/// Where a cgroup is (was) in the cgroup2 file system.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CgroupPath {
+    /// Below the cgroup2 mount; `None`: never seen in the file system (made and removed
+    /// between two looks).
+    pub path: Option<String>,
+    pub removed: bool,
+}
+
 /// One live task as the kernel holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskSnapshot {
@@ -118,13 +127,21 @@ pub struct Snapshot {
     pub tasks: Vec<TaskSnapshot>,
     /// The kernel's global table: every event (normal mode) or exited tasks (lazy mode).
     pub global: Vec<(u64, GlobalRecord)>,
+    /// The kernel's per-cgroup table: exited tasks' records (both modes), sorted by key.
+    /// [`Snapshot::cgroup_records`] adds the live tasks'.
+    pub cgroups: Vec<(CgroupCause, GlobalRecord)>,
     pub counters: Counters,
     /// Raw kernel backtraces (instruction pointers, innermost first) of every stack id above.
     pub stacks: BTreeMap<u64, Vec<u64>>,
     /// Reads that raced with an exit merge and were retried.
     pub retries: u32,
-    /// Latency histograms by stack id, summed over CPUs (empty unless asked for).
+    /// Latency histograms by stack id, summed over CPUs and cgroups (empty unless asked for).
     pub histograms: BTreeMap<u64, Histogram>,
+    /// The same by cgroup and cause (live only: recordings keep the sums).
+    pub cgroup_histograms: BTreeMap<CgroupCause, Histogram>,
+    /// The path (below the cgroup2 mount) of each cgroup the snapshot names, and whether it
+    /// was removed since; an id missing here was never seen in the file system.
+    pub cgroup_paths: BTreeMap<u64, CgroupPath>,
     /// The kernel's run-time statistics of latprof's programs: (name, run time ns, runs).
     pub programs: Vec<(String, u64, u64)>,
     /// CLOCK_MONOTONIC when the snapshot was taken.
@@ -219,6 +236,45 @@ impl Snapshot {
         out
     }
 
+    /// Every cause by cgroup: the kernel's per-cgroup table (exited tasks) plus the live
+    /// tasks' records that belong in the global table, in both modes. Empty where cgroups are
+    /// not tracked (every id 0).
+    #[must_use]
+    pub fn cgroup_records(&self) -> BTreeMap<CgroupCause, GlobalRecord> {
+        let mut out: BTreeMap<CgroupCause, GlobalRecord> = BTreeMap::new();
+        for (key, rec) in &self.cgroups {
+            add(
+                out.entry(*key).or_default(),
+                rec.count,
+                rec.total_ns,
+                rec.max_ns,
+            );
+        }
+        for task in self
+            .tasks
+            .iter()
+            .filter(|t| !(t.kthread && self.skip_kthreads))
+        {
+            for (i, rec) in task.records.iter().enumerate() {
+                if i < 32 && (task.task_only >> i) & 1 != 0 {
+                    continue;
+                }
+                let key = CgroupCause {
+                    cgroup: rec.cgroup,
+                    stack_id: rec.stack_id,
+                };
+                add(
+                    out.entry(key).or_default(),
+                    rec.count,
+                    rec.total_ns,
+                    rec.max_ns,
+                );
+            }
+        }
+        out.retain(|k, _| k.cgroup != 0);
+        out
+    }
+
     /// Every global cause by stack id: the kernel's table plus, in lazy mode, the live tasks'
     /// records (those merge into the kernel table only when the task exits).
     #[must_use]
@@ -269,6 +325,11 @@ pub fn add(acc: &mut GlobalRecord, count: u64, total_ns: u64, max_ns: u64) {
 pub struct Collector {
     stacks: HashMap<u64, Vec<u64>>,
     histograms: bool,
+    /// Made at the first snapshot that names a cgroup; `None` where the host mounts no
+    /// cgroup2.
+    cgroup_names: Option<crate::cgroups::CgroupNames>,
+    /// Whether `cgroup_names` was made (or found impossible).
+    cgroups_looked: bool,
 }
 
 const MAX_RETRIES: u32 = 5;
@@ -306,6 +367,59 @@ impl Collector {
         }))
     }
 
+    /// The paths of the cgroups `cgroups` and `tasks` name, the file system walked again where
+    /// one is new or gone.
+    fn cgroup_paths(
+        &mut self,
+        cgroups: &[(CgroupCause, GlobalRecord)],
+        tasks: &[TaskSnapshot],
+    ) -> BTreeMap<u64, CgroupPath> {
+        let ids: std::collections::BTreeSet<u64> = cgroups
+            .iter()
+            .map(|(k, _)| k.cgroup)
+            .chain(
+                tasks
+                    .iter()
+                    .flat_map(|t| t.records.iter().map(|r| r.cgroup)),
+            )
+            .filter(|&id| id != 0)
+            .collect();
+        if ids.is_empty() {
+            return BTreeMap::new();
+        }
+        if !self.cgroups_looked {
+            self.cgroups_looked = true;
+            self.cgroup_names = crate::cgroups::CgroupNames::new();
+        }
+        let Some(names) = &mut self.cgroup_names else {
+            return BTreeMap::new();
+        };
+        names.refresh(ids.iter().copied());
+        ids.into_iter()
+            .map(|id| {
+                let c = names.get(id);
+                (
+                    id,
+                    CgroupPath {
+                        path: c.path,
+                        removed: c.removed,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Walks the cgroup2 file system now, so that a cgroup made and removed before the next
+    /// snapshot still has its path (`stats` calls it every second).
+    pub fn look_at_cgroups(&mut self) {
+        if !self.cgroups_looked {
+            self.cgroups_looked = true;
+            self.cgroup_names = crate::cgroups::CgroupNames::new();
+        } else if let Some(names) = &mut self.cgroup_names {
+            names.walk();
+        }
+    }
+
     pub fn snapshot(&mut self, probe: &Probe) -> Result<Snapshot> {
         let ebpf = probe.ebpf();
         let counters_map: PerCpuArray<&MapData, u64> =
@@ -318,6 +432,11 @@ impl Collector {
         )?;
         let merged_map: PerCpuHashMap<&MapData, u64, GlobalRecord> =
             PerCpuHashMap::try_from(ebpf.map(names::MAP_MERGED).context("no MERGED map")?)?;
+        let cgroup_map: PerCpuHashMap<&MapData, CgroupCause, GlobalRecord> =
+            PerCpuHashMap::try_from(
+                ebpf.map(names::MAP_CGROUP_LATENCY)
+                    .context("no CGROUP_LATENCY map")?,
+            )?;
 
         let read_counters = || -> Result<Counters> {
             let mut c = Counters::default();
@@ -333,7 +452,7 @@ impl Collector {
         // In lazy mode an exit moves a task's records from TASKS to GLOBAL_LATENCY; a read that
         // overlaps such a move would count it twice or not at all, so it is retried.
         let mut retries = 0;
-        let (mut tasks, mut global, counters, settled) = loop {
+        let (mut tasks, mut global, cgroups, counters, settled) = loop {
             let before = read_counters()?;
             let mut tasks = Vec::new();
             for item in &tasks_map {
@@ -359,11 +478,25 @@ impl Collector {
                 }
             }
             let global: Vec<(u64, GlobalRecord)> = table.into_iter().collect();
+            let mut by_cgroup: BTreeMap<CgroupCause, GlobalRecord> = BTreeMap::new();
+            for item in &cgroup_map {
+                let (key, per_cpu) = item.context("read CGROUP_LATENCY")?;
+                for part in per_cpu.iter().filter(|r| r.count > 0) {
+                    add(
+                        by_cgroup.entry(key).or_default(),
+                        part.count,
+                        part.total_ns,
+                        part.max_ns,
+                    );
+                }
+            }
+            let cgroups: Vec<(CgroupCause, GlobalRecord)> = by_cgroup.into_iter().collect();
             let after = read_counters()?;
+            // Exits move records in lazy mode (to the global table) and, with cgroups, in
+            // both modes (to the per-cgroup table).
             let settled = after.get(Counter::MergesBegun) == before.get(Counter::MergesDone);
-            let settled = probe.config().mode == Mode::Normal || settled;
             if settled || retries >= MAX_RETRIES {
-                break (tasks, global, after, settled);
+                break (tasks, global, cgroups, after, settled);
             }
             retries += 1;
         };
@@ -371,7 +504,7 @@ impl Collector {
         let stack_map: BpfHashMap<&MapData, u64, RawStack> =
             BpfHashMap::try_from(ebpf.map(names::MAP_STACKS).context("no STACKS map")?)?;
         let mut stacks = BTreeMap::new();
-        for id in stack_ids(&global, &tasks) {
+        for id in stack_ids(&global, &tasks).chain(cgroups.iter().map(|(k, _)| k.stack_id)) {
             if id >= latprof_common::RESERVED_STACKS || stacks.contains_key(&id) {
                 continue;
             }
@@ -392,21 +525,27 @@ impl Collector {
         tasks.dedup_by_key(|t| t.tid);
         global.sort_by_key(|(id, _)| *id);
         let mut histograms = BTreeMap::new();
+        let mut cgroup_histograms = BTreeMap::new();
         let mut programs = Vec::new();
         if self.histograms {
-            let map: PerCpuHashMap<&MapData, u64, Histogram> = PerCpuHashMap::try_from(
+            let map: PerCpuHashMap<&MapData, CgroupCause, Histogram> = PerCpuHashMap::try_from(
                 ebpf.map(names::MAP_HISTOGRAMS)
                     .context("no HISTOGRAMS map")?,
             )?;
             for item in &map {
-                let (id, per_cpu) = item.context("read HISTOGRAMS")?;
+                let (key, per_cpu) = item.context("read HISTOGRAMS")?;
                 let mut sum = [0u32; HIST_BUCKETS];
                 for cpu in per_cpu.iter() {
                     for (acc, n) in sum.iter_mut().zip(cpu) {
                         *acc = acc.saturating_add(*n);
                     }
                 }
-                histograms.insert(id, sum);
+                let by_stack: &mut Histogram =
+                    histograms.entry(key.stack_id).or_insert([0; HIST_BUCKETS]);
+                for (acc, n) in by_stack.iter_mut().zip(sum) {
+                    *acc = acc.saturating_add(n);
+                }
+                cgroup_histograms.insert(key, sum);
             }
         }
         // The kernel's run-time statistics of each loaded program (zero unless turned on).
@@ -416,15 +555,19 @@ impl Collector {
                 programs.push((name.to_owned(), ns, info.run_count()));
             }
         }
+        let cgroup_paths = self.cgroup_paths(&cgroups, &tasks);
         Ok(Snapshot {
             mode: probe.config().mode,
             skip_kthreads: probe.config().pid.is_none(),
             tasks,
             global,
+            cgroups,
             counters,
             stacks,
             retries,
+            cgroup_paths,
             histograms,
+            cgroup_histograms,
             programs,
             ticks: read_ticks(probe)?,
             hidden_tids: read_hidden(probe)?,

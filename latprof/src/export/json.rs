@@ -22,6 +22,9 @@ pub struct Document<'a> {
     pub to: Moment,
     pub causes: Vec<CauseJson>,
     pub processes: Vec<ProcessJson>,
+    /// Each cgroup v2's sleeps and causes, the most latency first (empty where cgroups are
+    /// not tracked).
+    pub cgroups: Vec<CgroupJson>,
     /// Pipeline counters over the interval.
     pub counters: BTreeMap<&'static str, u64>,
     /// The kernel's tick facts (absent: a recording made before latprof recorded them).
@@ -78,6 +81,20 @@ pub struct CauseJson {
     pub total_ns: u64,
     pub max_ns: u64,
     pub average_ns: u64,
+}
+
+#[derive(Serialize)]
+pub struct CgroupJson {
+    /// The cgroup v2 id (its directory's inode number).
+    pub id: u64,
+    pub name: String,
+    /// Below the cgroup2 mount; absent if latprof never saw it in the file system.
+    pub path: Option<String>,
+    pub removed: bool,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub causes: Vec<CauseJson>,
 }
 
 #[derive(Serialize)]
@@ -166,6 +183,19 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
         to: Moment::of(scope.cur),
         causes: causes_json(scope, scope.records()),
         processes,
+        cgroups: model::cgroups_since(scope.cur, scope.base, true)
+            .into_iter()
+            .map(|row| CgroupJson {
+                id: row.id,
+                causes: causes_json(scope, row.records),
+                name: row.name,
+                path: row.path,
+                removed: row.removed,
+                count: row.count,
+                total_ns: row.total_ns,
+                max_ns: row.max_ns,
+            })
+            .collect(),
         counters,
         kernel: scope.kernel,
         cpus: scope.kernel.map_or_else(Vec::new, |k| {

@@ -1,5 +1,6 @@
 //! Exports of one moment (or of the difference of two): the /proc/latency_stats text, JSON,
 //! folded stacks for flame graphs, OpenMetrics. `stats` and `dump` share them.
+pub mod cgroups;
 pub mod counters;
 pub mod folded;
 pub mod json;
@@ -27,6 +28,16 @@ pub enum Format {
     Folded,
     /// OpenMetrics text exposition, for Prometheus.
     Openmetrics,
+}
+
+/// What `stats` groups the causes by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum By {
+    /// The causes, as /proc/latency_stats.
+    #[default]
+    Cause,
+    /// Each cgroup v2 (systemd unit, container, pod) and the causes within it.
+    Cgroup,
 }
 
 /// What an export shows: `cur`'s numbers less `base`'s, for everything or one process.

@@ -6,7 +6,7 @@ use super::Scope;
 use latprof_common::Counter;
 
 /// A label value with `\`, `"` and newlines escaped.
-fn label(value: &str) -> String {
+pub(super) fn label(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
         match c {
@@ -23,11 +23,11 @@ fn label(value: &str) -> String {
     clippy::cast_precision_loss,
     reason = "seconds as floats, as Prometheus keeps them"
 )]
-fn seconds(ns: u64) -> String {
+pub(super) fn seconds(ns: u64) -> String {
     format!("{}", ns as f64 / 1e9)
 }
 
-fn family(out: &mut String, name: &str, kind: &str, unit: Option<&str>, help: &str) {
+pub(super) fn family(out: &mut String, name: &str, kind: &str, unit: Option<&str>, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
     if let Some(unit) = unit {
         let _ = writeln!(out, "# UNIT {name} {unit}");

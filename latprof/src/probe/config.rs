@@ -64,7 +64,15 @@ pub struct ProbeConfig {
     /// Read a switching-out task's state from the task as on kernels whose `sched_switch` has
     /// no `prev_state`, even where it has (tests that path).
     pub state_from_task: bool,
+    /// Attribute each sleep to its task's cgroup v2 id (where the host mounts cgroup2).
+    pub cgroups: bool,
+    /// Trace only tasks in these cgroup v2 directories or below them (at most
+    /// `MAX_CGROUP_FILTERS`), filtered in the kernel.
+    pub cgroup_filter: Vec<std::path::PathBuf>,
 }
+
+/// Cgroups `--cgroup` can name (the kernel's filter array).
+pub const MAX_CGROUP_FILTERS: usize = 8;
 
 /// When the spike reader is woken.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -98,6 +106,8 @@ impl Default for ProbeConfig {
             hide_wakeups: 0,
             hide_unlogged: false,
             state_from_task: false,
+            cgroups: true,
+            cgroup_filter: Vec::new(),
         }
     }
 }

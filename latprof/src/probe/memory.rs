@@ -6,10 +6,10 @@
 //! used or not. Their size follows the kernel's own accounting (`htab_map_mem_usage`, what
 //! `/proc/PID/fdinfo` shows as `memlock`): a bucket per power of two of entries, and an element
 //! of 48 bytes of links and hash, the key and the value (for a per-CPU map a pointer, and the
-//! value once per possible CPU). Measured on Linux 6.18 with 2 CPUs, the defaults pinned
-//! 31,646,208 bytes and this estimate said 31,680,832 (both before the 128 KiB hidden-switch
-//! log); `--max-tasks 262144` pins 414 MiB in all (the task table 396 MiB) and the estimate is
-//! within 0.1%.
+//! value once per possible CPU). Measured on Linux 6.18 with 2 CPUs, the defaults pin
+//! 36,170,336 bytes (the task table 15,274,560 since each record carries its cgroup);
+//! `--max-tasks 262144` pinned 414 MiB in all before the cgroups (the task table 396 MiB) and
+//! the estimate was within 0.1%.
 use std::path::Path;
 
 use anyhow::{Result, bail};
@@ -51,7 +51,8 @@ fn hash_map(entries: u32, key: usize, value: usize, per_cpu: bool, cpus: u64) ->
 pub struct Estimate {
     /// `--max-tasks`: the task table.
     pub tasks: u64,
-    /// `--max-records`: the global table, the lazy merges and the histograms (both per CPU).
+    /// `--max-records`: the global table, the lazy merges, the histograms and the per-cgroup
+    /// table (the last three per CPU).
     pub records: u64,
     /// `--max-stacks`: the backtraces.
     pub stacks: u64,
@@ -69,7 +70,14 @@ pub fn estimate(config: &ProbeConfig, cpus: u64) -> Estimate {
         false,
         cpus,
     ) + hash_map(config.max_records, 8, size_of::<GlobalRecord>(), true, cpus)
-        + hash_map(config.max_records, 8, size_of::<Histogram>(), true, cpus);
+        + hash_map(config.max_records, 16, size_of::<Histogram>(), true, cpus)
+        + hash_map(
+            config.max_records,
+            16,
+            size_of::<GlobalRecord>(),
+            true,
+            cpus,
+        );
     let stacks = hash_map(config.max_stacks, 8, size_of::<RawStack>(), false, cpus);
     Estimate {
         tasks,
@@ -176,7 +184,7 @@ mod tests {
             (
                 "TASKS",
                 hash_map(8192, 4, size_of::<TaskState>(), false, 2),
-                13_111_344,
+                15_274_560,
             ),
             (
                 "GLOBAL_LATENCY",
@@ -190,8 +198,13 @@ mod tests {
             ),
             (
                 "HISTOGRAMS",
-                hash_map(records, 8, size_of::<Histogram>(), true, 2),
-                5_505_984,
+                hash_map(records, 16, size_of::<Histogram>(), true, 2),
+                5_637_056,
+            ),
+            (
+                "CGROUP_LATENCY",
+                hash_map(records, 16, size_of::<GlobalRecord>(), true, 2),
+                2_229_184,
             ),
             (
                 "STACKS",
@@ -204,14 +217,14 @@ mod tests {
                 "{what}: {bytes} vs {measured}"
             );
         }
-        // 31,646,208 for all maps.
+        // 36,170,336 for all maps.
         let e = estimate(&ProbeConfig::default(), 2);
-        assert!(e.total.abs_diff(31_646_208) < 31_646_208 / 100, "{e:?}");
+        assert!(e.total.abs_diff(36_170_336) < 36_170_336 / 100, "{e:?}");
         let big = ProbeConfig {
             max_tasks: 4_194_304,
             ..ProbeConfig::default()
         };
-        assert_eq!(format_bytes(estimate(&big, 2).tasks), "6.3 GiB");
+        assert_eq!(format_bytes(estimate(&big, 2).tasks), "7.3 GiB");
     }
 
     #[test]

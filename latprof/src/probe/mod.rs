@@ -14,9 +14,12 @@ pub use config::{Mode, ProbeConfig, Wakeup, latencytop_cutoff_ns};
 pub use facts::KernelFacts;
 pub use variant::{Backtraces, Variant};
 
+use std::os::fd::AsRawFd as _;
+
 use anyhow::{Context as _, Result};
 use aya::{
     Ebpf, EbpfLoader,
+    maps::CgroupArray,
     programs::{BtfTracePoint, RawTracePoint},
 };
 use latprof_common::{MODE_LAZY, MODE_NORMAL};
@@ -76,6 +79,8 @@ struct Globals {
     wakeup: u32,
     debug_checks: u32,
     force_reject: u32,
+    cgroups_on: u32,
+    filter_cgroups: u32,
 }
 
 /// The BTF wakeup programs can run here: their globals and what the kernel knows.
@@ -168,10 +173,13 @@ fn load_variant(
         .override_global(names::GLOBAL_WAKEUP_POLICY, &g.wakeup, true)
         .override_global(names::GLOBAL_DEBUG_CHECKS, &g.debug_checks, true)
         .override_global(names::GLOBAL_FORCE_REJECT, &g.force_reject, true)
+        .override_global(names::GLOBAL_CGROUPS_ON, &g.cgroups_on, true)
+        .override_global(names::GLOBAL_FILTER_CGROUPS, &g.filter_cgroups, true)
         .map_max_entries(names::MAP_TASKS, config.max_tasks)
         .map_max_entries(names::MAP_GLOBAL_LATENCY, config.max_records)
         .map_max_entries(names::MAP_MERGED, config.max_records)
         .map_max_entries(names::MAP_HISTOGRAMS, config.max_records)
+        .map_max_entries(names::MAP_CGROUP_LATENCY, config.max_records)
         .map_max_entries(names::MAP_STACKS, config.max_stacks);
     let mut ebpf = loader
         .load(EBPF_OBJECT)
@@ -286,6 +294,34 @@ fn attach_tick_programs(ebpf: &mut Ebpf) -> Result<Vec<(&'static str, bool)>> {
     Ok(out)
 }
 
+/// Opens `--cgroup`'s directories, each checked to be cgroup v2 (a bad one is an
+/// [`crate::Error::BadInput`]).
+fn open_cgroup_filters(paths: &[std::path::PathBuf]) -> Result<Vec<std::fs::File>> {
+    if paths.len() > config::MAX_CGROUP_FILTERS {
+        return Err(crate::Error::BadInput(format!(
+            "--cgroup: at most {} cgroups",
+            config::MAX_CGROUP_FILTERS
+        ))
+        .into());
+    }
+    paths
+        .iter()
+        .map(|p| {
+            if !crate::cgroups::is_cgroup2_dir(p) {
+                let why = if p.exists() {
+                    "not a cgroup v2 directory"
+                } else {
+                    "no such directory"
+                };
+                return Err(
+                    crate::Error::BadInput(format!("--cgroup {}: {why}", p.display())).into(),
+                );
+            }
+            std::fs::File::open(p).with_context(|| format!("--cgroup {}", p.display()))
+        })
+        .collect()
+}
+
 /// `DEBUG_HIDE_WAKEUPS`'s bit that leaves the wakeups it hides out of the `HIDDEN` log.
 const HIDE_UNLOGGED: u32 = 1 << 31;
 
@@ -386,6 +422,15 @@ impl Probe {
             }
         }
 
+        let filters = open_cgroup_filters(&config.cgroup_filter)?;
+        // Without a cgroup2 file system every task is in its root: nothing to attribute.
+        let cgroups_on = u32::from(config.cgroups && crate::cgroups::mount_point().is_some());
+        if config.cgroups && cgroups_on == 0 {
+            fallbacks.push(
+                "no cgroup views: this host mounts no cgroup v2 file system (legacy hierarchy only)"
+                    .to_owned(),
+            );
+        }
         let mode = match config.mode {
             Mode::Lazy => MODE_LAZY,
             Mode::Normal => MODE_NORMAL,
@@ -438,6 +483,8 @@ impl Probe {
             },
             debug_checks: u32::from(config.debug_checks),
             force_reject: u32::from(config.force_reject),
+            cgroups_on,
+            filter_cgroups: u32::try_from(filters.len()).unwrap_or(u32::MAX),
         };
         let support = KernelSupport {
             btf: if config.btf_wakeup {
@@ -455,6 +502,17 @@ impl Probe {
             cache_helpers: cache_helpers && !config.bounded_cache,
         };
         let (mut ebpf, variant) = Self::load_best(&globals, &config, &support, &mut fallbacks)?;
+        if !filters.is_empty() {
+            let mut array = CgroupArray::try_from(
+                ebpf.map_mut(names::MAP_CGROUP_FILTER)
+                    .context("no CGROUP_FILTER map")?,
+            )?;
+            for (i, dir) in (0u32..).zip(&filters) {
+                array
+                    .set(i, dir.as_raw_fd(), 0)
+                    .context("setting the --cgroup filter")?;
+            }
+        }
         attach_variant(&mut ebpf, variant)?;
         attach_rename(&mut ebpf, &mut fallbacks)?;
         let ticks = attach_tick_programs(&mut ebpf)?;

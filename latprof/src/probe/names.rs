@@ -40,8 +40,12 @@ pub const MAP_SCRATCH: &str = "SCRATCH";
 pub const MAP_HIDING_SEEN: &str = "HIDING_SEEN";
 /// Gaps the kernel hid and the sleeps lost or recovered in them (`HiddenEvent`s).
 pub const MAP_HIDDEN: &str = "HIDDEN";
+/// Per cgroup and cause: exited tasks' records (`CgroupCause` -> `GlobalRecord`, per CPU).
+pub const MAP_CGROUP_LATENCY: &str = "CGROUP_LATENCY";
+/// `--cgroup`'s cgroups (a cgroup array).
+pub const MAP_CGROUP_FILTER: &str = "CGROUP_FILTER";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 20] = [
+pub const MAPS: [&str; 22] = [
     MAP_TASKS,
     MAP_GLOBAL_LATENCY,
     MAP_MERGED,
@@ -62,6 +66,8 @@ pub const MAPS: [&str; 20] = [
     MAP_LAST_SWITCH,
     MAP_HIDING_SEEN,
     MAP_HIDDEN,
+    MAP_CGROUP_LATENCY,
+    MAP_CGROUP_FILTER,
 ];
 
 pub const PROG_SCHED_SWITCH: &str = "sched_switch";
@@ -134,6 +140,8 @@ pub const GLOBAL_TASK_MM_OFF: &str = "TASK_MM_OFF";
 pub const GLOBAL_TASK_EXEC_RUNTIME_OFF: &str = "TASK_EXEC_RUNTIME_OFF";
 pub const GLOBAL_TASK_RUN_DELAY_OFF: &str = "TASK_RUN_DELAY_OFF";
 pub const GLOBAL_DEBUG_HIDE_WAKEUPS: &str = "DEBUG_HIDE_WAKEUPS";
+pub const GLOBAL_CGROUPS_ON: &str = "CGROUPS_ON";
+pub const GLOBAL_FILTER_CGROUPS: &str = "FILTER_CGROUPS";
 pub const GLOBAL_RUNQ: &str = "RUNQ";
 pub const GLOBAL_HISTOGRAMS_ON: &str = "HISTOGRAMS_ON";
 pub const GLOBAL_STACK_WALK_FRAMES: &str = "STACK_WALK_FRAMES";

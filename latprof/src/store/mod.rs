@@ -17,11 +17,12 @@ use std::{
 };
 
 use latprof_common::{
-    COUNTER_COUNT, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, TICK_COUNTER_COUNT,
+    COUNTER_COUNT, CgroupCause, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord,
+    TICK_COUNTER_COUNT,
 };
 
 use crate::{
-    collect::{Counters, Snapshot, TaskSnapshot, TickCounts},
+    collect::{CgroupPath, Counters, Snapshot, TaskSnapshot, TickCounts},
     probe::Mode,
 };
 use codec::{Dec, Enc};
@@ -29,8 +30,9 @@ use codec::{Dec, Enc};
 pub const MAGIC: [u8; 8] = *b"\x7fLATPROF";
 /// The version this latprof writes; it reads every version from 1 to this one.
 /// Version 2 added the per-CPU tick counters and the kernel's tick facts; 3 the programs'
-/// variant; 4 which task records stay out of the global table (`TaskSnapshot::task_only`).
-pub const VERSION: u16 = 4;
+/// variant; 4 which task records stay out of the global table (`TaskSnapshot::task_only`); 5
+/// cgroups: each task record's cgroup id, the per-cgroup table and the cgroups' paths.
+pub const VERSION: u16 = 5;
 pub const FILE_HEADER_LEN: usize = 12;
 pub const SYNC: [u8; 4] = *b"LPF\x1e";
 /// Sync mark, length, kind, flags, decoded length, CRC.
@@ -273,6 +275,12 @@ pub struct Body {
     pub histograms: Vec<(u64, Histogram)>,
     /// Per-CPU tick counters (version 2 on), whole in every frame: a few numbers per CPU.
     pub ticks: Vec<TickCounts>,
+    /// The per-cgroup table, as the global one (version 5 on).
+    pub cgroup_gone: Vec<CgroupCause>,
+    pub cgroups: Vec<(CgroupCause, GlobalRecord)>,
+    /// The cgroups' paths and whether each was removed (version 5 on).
+    pub paths_gone: Vec<u64>,
+    pub paths: Vec<(u64, CgroupPath)>,
 }
 
 impl Body {
@@ -324,6 +332,9 @@ impl Body {
                 e.u64(r.count);
                 e.u64(r.total_ns);
                 e.u64(r.max_ns);
+                if version >= 5 {
+                    e.u64(r.cgroup);
+                }
             }
         }
         e.usize(self.global_gone.len());
@@ -356,6 +367,32 @@ impl Body {
                 for v in cpu {
                     e.u64(*v);
                 }
+            }
+        }
+        if version >= 5 {
+            e.usize(self.cgroup_gone.len());
+            for k in &self.cgroup_gone {
+                e.u64(k.cgroup);
+                e.u64(k.stack_id);
+            }
+            e.usize(self.cgroups.len());
+            for (k, r) in &self.cgroups {
+                e.u64(k.cgroup);
+                e.u64(k.stack_id);
+                e.u64(r.count);
+                e.u64(r.total_ns);
+                e.u64(r.max_ns);
+            }
+            e.usize(self.paths_gone.len());
+            for id in &self.paths_gone {
+                e.u64(*id);
+            }
+            e.usize(self.paths.len());
+            for (id, p) in &self.paths {
+                e.u64(*id);
+                e.bool(p.path.is_some());
+                e.str(p.path.as_deref().unwrap_or_default());
+                e.bool(p.removed);
             }
         }
     }
@@ -411,6 +448,7 @@ impl Body {
                     count: d.u64()?,
                     total_ns: d.u64()?,
                     max_ns: d.u64()?,
+                    cgroup: if version >= 5 { d.u64()? } else { 0 },
                 });
             }
             b.tasks.push(t);
@@ -453,6 +491,43 @@ impl Body {
                 b.ticks.push(cpu);
             }
         }
+        if version >= 5 {
+            for _ in 0..d.len(2, size_of::<CgroupCause>())? {
+                b.cgroup_gone.push(CgroupCause {
+                    cgroup: d.u64()?,
+                    stack_id: d.u64()?,
+                });
+            }
+            for _ in 0..d.len(5, size_of::<(CgroupCause, GlobalRecord)>())? {
+                let key = CgroupCause {
+                    cgroup: d.u64()?,
+                    stack_id: d.u64()?,
+                };
+                b.cgroups.push((
+                    key,
+                    GlobalRecord {
+                        count: d.u64()?,
+                        total_ns: d.u64()?,
+                        max_ns: d.u64()?,
+                    },
+                ));
+            }
+            for _ in 0..d.len(1, size_of::<u64>())? {
+                b.paths_gone.push(d.u64()?);
+            }
+            for _ in 0..d.len(4, size_of::<(u64, CgroupPath)>())? {
+                let id = d.u64()?;
+                let known = d.bool()?;
+                let path = d.str()?;
+                b.paths.push((
+                    id,
+                    CgroupPath {
+                        path: known.then_some(path),
+                        removed: d.bool()?,
+                    },
+                ));
+            }
+        }
         Ok(b)
     }
 }
@@ -465,6 +540,8 @@ pub struct State {
     global: BTreeMap<u64, GlobalRecord>,
     histograms: BTreeMap<u64, Histogram>,
     stacks: HashMap<u64, Vec<u64>>,
+    cgroups: BTreeMap<CgroupCause, GlobalRecord>,
+    paths: BTreeMap<u64, CgroupPath>,
 }
 
 impl State {
@@ -488,6 +565,14 @@ impl State {
             self.histograms.remove(&id);
         }
         self.histograms.extend(body.histograms);
+        for k in body.cgroup_gone {
+            self.cgroups.remove(&k);
+        }
+        self.cgroups.extend(body.cgroups);
+        for id in body.paths_gone {
+            self.paths.remove(&id);
+        }
+        self.paths.extend(body.paths);
         let mut counters = Counters::default();
         for (slot, v) in counters.0.iter_mut().zip(body.counters) {
             *slot = v;
@@ -496,7 +581,9 @@ impl State {
         let global: Vec<(u64, GlobalRecord)> = self.global.iter().map(|(k, v)| (*k, *v)).collect();
         // The backtraces this snapshot names, as the collector hands them over.
         let mut stacks = BTreeMap::new();
-        for id in crate::collect::stack_ids(&global, &tasks) {
+        for id in crate::collect::stack_ids(&global, &tasks)
+            .chain(self.cgroups.keys().map(|k| k.stack_id))
+        {
             if let Some(frames) = self.stacks.get(&id) {
                 stacks.entry(id).or_insert_with(|| frames.clone());
             }
@@ -506,10 +593,14 @@ impl State {
             skip_kthreads: body.skip_kthreads,
             tasks,
             global,
+            cgroups: self.cgroups.iter().map(|(k, v)| (*k, *v)).collect(),
+            cgroup_paths: self.paths.clone(),
             counters,
             stacks,
             retries: body.retries,
             histograms: self.histograms.clone(),
+            // Recordings keep the histograms summed over cgroups.
+            cgroup_histograms: BTreeMap::new(),
             programs: body.programs,
             taken_ns: body.taken_ns,
             wall_ns: body.wall_ns,

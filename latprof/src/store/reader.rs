@@ -183,6 +183,10 @@ struct Shape {
     hist: HashSet<u64>,
     stacks: HashMap<u64, usize>,
     frames: usize,
+    cgroups: HashSet<latprof_common::CgroupCause>,
+    /// Each cgroup's path length.
+    paths: HashMap<u64, usize>,
+    path_bytes: usize,
 }
 
 impl Shape {
@@ -224,6 +228,18 @@ impl Shape {
             self.hist.remove(id);
         }
         self.hist.extend(body.histograms.iter().map(|(id, _)| *id));
+        for k in &body.cgroup_gone {
+            self.cgroups.remove(k);
+        }
+        self.cgroups.extend(body.cgroups.iter().map(|(k, _)| *k));
+        for id in &body.paths_gone {
+            self.path_bytes -= self.paths.remove(id).unwrap_or(0);
+        }
+        for (id, p) in &body.paths {
+            let len = p.path.as_ref().map_or(0, String::len);
+            self.path_bytes -= self.paths.insert(*id, len).unwrap_or(0);
+            self.path_bytes += len;
+        }
     }
 
     /// Bytes of memory a rebuilt snapshot takes: the rebuilding state, the snapshot, and the
@@ -236,7 +252,10 @@ impl Shape {
             + self.global.len() * size_of::<(u64, GlobalRecord)>()
             + self.hist.len() * size_of::<(u64, Histogram)>()
             + self.stacks.len() * size_of::<(u64, Vec<u64>)>()
-            + self.frames * size_of::<u64>();
+            + self.frames * size_of::<u64>()
+            + self.cgroups.len() * size_of::<(latprof_common::CgroupCause, GlobalRecord)>()
+            + self.paths.len() * size_of::<(u64, crate::collect::CgroupPath)>()
+            + self.path_bytes;
         3 * each as u64
     }
 }

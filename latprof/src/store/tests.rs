@@ -54,6 +54,8 @@ fn rec(stack_id: u64, count: u64) -> LatencyRecord {
         count,
         total_ns: count * 2_000_000,
         max_ns: 2_100_000 + count,
+        // A cgroup per cause (format 5).
+        cgroup: 4000 + stack_id % 7,
     }
 }
 
@@ -108,6 +110,35 @@ pub fn snapshots(n: u64) -> Vec<Snapshot> {
             let mut h = [0u32; HIST_BUCKETS];
             h[11] = u32::try_from(10 * i + 1).unwrap();
             s.histograms.insert(1, h);
+            // Exited tasks' records by cgroup, and the cgroups' paths (format 5); one
+            // cgroup removed from the fourth snapshot on, one never seen in the file system.
+            if i >= 2 {
+                s.cgroups.push((
+                    latprof_common::CgroupCause {
+                        cgroup: 4002,
+                        stack_id: 2,
+                    },
+                    GlobalRecord {
+                        count: 3 * ((i + 1) / 3),
+                        total_ns: 6_000_000 * ((i + 1) / 3),
+                        max_ns: 2_100_003,
+                    },
+                ));
+                s.cgroup_paths.insert(
+                    4002,
+                    crate::collect::CgroupPath {
+                        path: Some("/system.slice/fsync.service".into()),
+                        removed: i >= 3,
+                    },
+                );
+            }
+            s.cgroup_paths.insert(
+                4001,
+                crate::collect::CgroupPath {
+                    path: None,
+                    removed: true,
+                },
+            );
             s.programs = vec![("sched_switch".into(), 1000 * i, 10 * i)];
             s.ticks = vec![
                 [250 * i; TICK_COUNTER_COUNT as usize],
@@ -157,6 +188,10 @@ pub fn named(snap: &Snapshot, syms: &Kallsyms) -> Snapshot {
         *k = id(*k);
     }
     out.global.sort_unstable_by_key(|(k, _)| *k);
+    for (k, _) in &mut out.cgroups {
+        k.stack_id = id(k.stack_id);
+    }
+    out.cgroups.sort_unstable_by_key(|(k, _)| *k);
     out.histograms = snap.histograms.iter().map(|(k, h)| (id(*k), *h)).collect();
     out
 }
@@ -381,7 +416,19 @@ fn version_1_is_still_read() {
     assert_eq!(r.info.hostname, info().hostname);
     let mut expect = snaps[2].clone();
     expect.ticks.clear();
+    without_cgroups(&mut expect);
     assert_eq!(r.snapshot(2).unwrap(), expect);
+}
+
+/// `snap` as a recording before format 5 keeps it: no cgroups.
+fn without_cgroups(snap: &mut Snapshot) {
+    snap.cgroups.clear();
+    snap.cgroup_paths.clear();
+    for t in &mut snap.tasks {
+        for r in &mut t.records {
+            r.cgroup = 0;
+        }
+    }
 }
 
 /// A whole snapshot as a frame body (a key frame's).
@@ -403,6 +450,14 @@ fn writer_body(snap: &Snapshot) -> Body {
         hist_gone: Vec::new(),
         histograms: snap.histograms.iter().map(|(k, v)| (*k, *v)).collect(),
         ticks: snap.ticks.clone(),
+        cgroup_gone: Vec::new(),
+        cgroups: snap.cgroups.clone(),
+        paths_gone: Vec::new(),
+        paths: snap
+            .cgroup_paths
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect(),
     }
 }
 

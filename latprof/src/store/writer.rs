@@ -14,14 +14,14 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use latprof_common::{GlobalRecord, Histogram, RESERVED_STACKS};
+use latprof_common::{CgroupCause, GlobalRecord, Histogram, RESERVED_STACKS};
 
 use super::{
     Body, FILE_HEADER_LEN, FLAG_ZSTD, FRAME_HEADER_LEN, KEY_EVERY, KIND_DELTA, KIND_END, KIND_KEY,
     MAGIC, RecordingInfo, SYNC, VERSION, codec::Enc, counter_values,
 };
 use crate::{
-    collect::{Snapshot, TaskSnapshot},
+    collect::{CgroupPath, Snapshot, TaskSnapshot},
     symbols::Kallsyms,
 };
 
@@ -78,6 +78,8 @@ pub struct Writer {
     tasks: HashMap<u32, TaskSnapshot>,
     global: HashMap<u64, GlobalRecord>,
     histograms: HashMap<u64, Histogram>,
+    cgroups: HashMap<CgroupCause, GlobalRecord>,
+    paths: HashMap<u64, CgroupPath>,
     stacks_written: HashSet<u64>,
     syms_written: HashSet<u64>,
     /// The key of the backtrace ids written.
@@ -183,6 +185,8 @@ impl Writer {
             tasks: HashMap::new(),
             global: HashMap::new(),
             histograms: HashMap::new(),
+            cgroups: HashMap::new(),
+            paths: HashMap::new(),
             stacks_written: HashSet::new(),
             syms_written: HashSet::new(),
             ids: RandomState::new(),
@@ -221,6 +225,8 @@ impl Writer {
             self.tasks.clear();
             self.global.clear();
             self.histograms.clear();
+            self.cgroups.clear();
+            self.paths.clear();
             self.stacks_written.clear();
             self.syms_written.clear();
         }
@@ -283,6 +289,24 @@ impl Writer {
         let (gone, changed) = diff(&mut self.histograms, histograms.into_iter());
         body.hist_gone = gone;
         body.histograms = changed;
+        let cgroups: Vec<_> = snap
+            .cgroups
+            .iter()
+            .map(|(k, r)| {
+                let key = CgroupCause {
+                    cgroup: k.cgroup,
+                    stack_id: self.public_id(k.stack_id),
+                };
+                (key, *r)
+            })
+            .collect();
+        let (gone, changed) = diff(&mut self.cgroups, cgroups.into_iter());
+        body.cgroup_gone = gone;
+        body.cgroups = changed;
+        let paths = snap.cgroup_paths.iter().map(|(id, p)| (*id, p.clone()));
+        let (gone, changed) = diff(&mut self.paths, paths);
+        body.paths_gone = gone;
+        body.paths = changed;
         body
     }
 
@@ -440,16 +464,16 @@ impl Writer {
 }
 
 /// Updates `prev` to `now`; returns the keys gone and the entries new or changed.
-fn diff<V: Copy + PartialEq>(
-    prev: &mut HashMap<u64, V>,
-    now: impl Iterator<Item = (u64, V)>,
-) -> (Vec<u64>, Vec<(u64, V)>) {
+fn diff<K: Copy + Eq + Ord + std::hash::Hash, V: Clone + PartialEq>(
+    prev: &mut HashMap<K, V>,
+    now: impl Iterator<Item = (K, V)>,
+) -> (Vec<K>, Vec<(K, V)>) {
     let mut changed = Vec::new();
     let mut seen = HashSet::new();
     for (k, v) in now {
         seen.insert(k);
         if prev.get(&k) != Some(&v) {
-            prev.insert(k, v);
+            prev.insert(k, v.clone());
             changed.push((k, v));
         }
     }

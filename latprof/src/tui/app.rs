@@ -461,6 +461,7 @@ mod tests {
             count,
             total_ns,
             max_ns: total_ns / count.max(1),
+            cgroup: 0,
         }
     }
 

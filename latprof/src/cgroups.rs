@@ -1,0 +1,367 @@
+//! cgroup v2 ids to paths and readable names.
+//!
+//! The kernel attributes each sleep to the sleeper's cgroup v2 id, the inode number of the
+//! cgroup's directory in the cgroup2 file system. latprof finds where that file system is
+//! mounted (`/proc/mounts`; hybrid hosts mount it at /sys/fs/cgroup/unified, pure v2 hosts at
+//! /sys/fs/cgroup), walks it to map ids to paths, and names each path as people know it: the
+//! systemd unit or slice, the container (docker, containerd, cri-o, podman: runtime and short
+//! id), the Kubernetes pod. A cgroup removed while latprof runs keeps the name it had.
+
+use std::{
+    collections::{HashMap, HashSet},
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+};
+
+/// `statfs::f_type` of cgroup2 (`CGROUP2_SUPER_MAGIC`).
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+
+/// Where the cgroup2 file system is mounted, if it is.
+#[must_use]
+pub fn mount_point() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts.lines().find_map(|line| {
+        let mut fields = line.split(' ');
+        let (_, dir, kind) = (fields.next()?, fields.next()?, fields.next()?);
+        (kind == "cgroup2").then(|| PathBuf::from(unescape_mount(dir)))
+    })
+}
+
+/// A mount point as /proc/mounts writes it: space, tab, newline and backslash as octal.
+fn unescape_mount(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('\\') {
+        out.push_str(&rest[..i]);
+        let code = rest.get(i + 1..i + 4);
+        if let Some(b) = code.and_then(|c| u8::from_str_radix(c, 8).ok()) {
+            out.push(char::from(b));
+            rest = &rest[i + 4..];
+        } else {
+            out.push('\\');
+            rest = &rest[i + 1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Whether `dir` is a directory of a cgroup2 file system.
+#[must_use]
+pub fn is_cgroup2_dir(dir: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: a zeroed statfs filled by the call; the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::statfs(c.as_ptr(), &raw mut st) } == 0;
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "f_type's type differs between libcs"
+    )]
+    let magic = st.f_type as i64;
+    ok && magic == CGROUP2_SUPER_MAGIC && dir.is_dir()
+}
+
+/// The cgroup v2 id of a cgroup directory (its inode number).
+pub fn id_of(dir: &Path) -> std::io::Result<u64> {
+    Ok(std::fs::metadata(dir)?.ino())
+}
+
+/// One cgroup as latprof shows it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Cgroup {
+    pub id: u64,
+    /// Its path below the cgroup2 mount ("/" for the root); `None` if never seen.
+    pub path: Option<String>,
+    /// How people know it: `nginx.service`, `docker:0123456789ab`, `pod <uid>`.
+    pub name: String,
+    /// Gone from the file system since latprof saw it.
+    pub removed: bool,
+}
+
+/// Ids to paths, from walks of the cgroup2 file system; names kept after removal.
+#[derive(Debug, Default)]
+pub struct CgroupNames {
+    root: Option<PathBuf>,
+    /// Every id seen in any walk, with its path.
+    paths: HashMap<u64, String>,
+    /// Ids present in the last walk.
+    present: HashSet<u64>,
+}
+
+impl CgroupNames {
+    /// Names from the cgroup2 file system where it is mounted; `None` without one (a host
+    /// with the legacy hierarchy only: cgroup views are not available).
+    #[must_use]
+    pub fn new() -> Option<Self> {
+        let mut names = Self {
+            root: Some(mount_point()?),
+            ..Self::default()
+        };
+        names.walk();
+        Some(names)
+    }
+
+    /// Names known from elsewhere only (a recording's), none of them present.
+    #[must_use]
+    pub fn from_known(paths: impl IntoIterator<Item = (u64, String)>) -> Self {
+        Self {
+            root: None,
+            paths: paths.into_iter().collect(),
+            present: HashSet::new(),
+        }
+    }
+
+    /// Every id and path known (what a recording keeps).
+    pub fn known(&self) -> impl Iterator<Item = (u64, &str)> {
+        self.paths.iter().map(|(id, p)| (*id, p.as_str()))
+    }
+
+    /// Walks the file system again if any of `ids` is unknown or no longer present, so that
+    /// cgroups made since are named and removed ones marked.
+    pub fn refresh(&mut self, ids: impl IntoIterator<Item = u64>) {
+        if self.root.is_some() && ids.into_iter().any(|id| !self.present.contains(&id)) {
+            self.walk();
+        }
+    }
+
+    /// Walks the file system: every cgroup there now is present, with its path.
+    pub fn walk(&mut self) {
+        let Some(root) = self.root.clone() else {
+            return;
+        };
+        self.present.clear();
+        let mut stack = vec![(root, String::from("/"))];
+        while let Some((dir, rel)) = stack.pop() {
+            if let Ok(id) = id_of(&dir) {
+                self.paths.insert(id, rel.clone());
+                self.present.insert(id);
+            }
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let child = if rel == "/" {
+                        format!("/{name}")
+                    } else {
+                        format!("{rel}/{name}")
+                    };
+                    stack.push((entry.path(), child));
+                }
+            }
+        }
+    }
+
+    /// The cgroup of `id`.
+    #[must_use]
+    pub fn get(&self, id: u64) -> Cgroup {
+        let path = self.paths.get(&id).cloned();
+        let name = path
+            .as_deref()
+            .map_or_else(|| format!("cgroup {id}"), readable_name);
+        Cgroup {
+            id,
+            removed: !self.present.contains(&id),
+            path,
+            name,
+        }
+    }
+}
+
+/// Units systemd names cgroups after.
+const UNIT_SUFFIXES: [&str; 6] = [".service", ".scope", ".slice", ".socket", ".mount", ".swap"];
+
+/// A cgroup's readable name from its path below the cgroup2 mount.
+#[must_use]
+pub fn readable_name(path: &str) -> String {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let Some(last) = parts.last() else {
+        return "/".to_owned();
+    };
+    let container = parts
+        .iter()
+        .rev()
+        .find_map(|p| container_of(p))
+        .map(|(runtime, id)| {
+            // docker's cgroupfs driver: a bare id below `docker`.
+            if runtime == "container" && parts.contains(&"docker") {
+                ("docker", id)
+            } else {
+                (runtime, id)
+            }
+        });
+    let pod = parts.iter().rev().find_map(|p| pod_of(p));
+    match (pod, container) {
+        (Some(pod), Some((runtime, id))) => format!("pod {pod}/{runtime}:{id}"),
+        (Some(pod), None) => format!("pod {pod}"),
+        (None, Some((runtime, id))) => format!("{runtime}:{id}"),
+        (None, None) => {
+            // The innermost systemd unit and what is below it, else the last component.
+            match parts
+                .iter()
+                .rposition(|p| UNIT_SUFFIXES.iter().any(|s| p.ends_with(s)))
+            {
+                Some(unit) => parts[unit..].join("/"),
+                None => (*last).to_owned(),
+            }
+        }
+    }
+}
+
+/// A container runtime and short id from one path component: `docker-<id>.scope`,
+/// `cri-containerd-<id>.scope`, `crio-<id>.scope`, `libpod-<id>.scope` (systemd driver) or a bare
+/// 64-hex id (cgroupfs driver, under `docker/` or a pod).
+fn container_of(part: &str) -> Option<(&'static str, String)> {
+    const PREFIXES: [(&str, &str); 6] = [
+        ("docker-", "docker"),
+        ("cri-containerd-", "containerd"),
+        ("nerdctl-", "containerd"),
+        ("crio-", "cri-o"),
+        ("libpod-", "podman"),
+        ("", "container"),
+    ];
+    let base = part.strip_suffix(".scope").unwrap_or(part);
+    for (prefix, runtime) in PREFIXES {
+        if let Some(id) = base.strip_prefix(prefix)
+            && is_container_id(id)
+        {
+            return Some((runtime, id[..12].to_owned()));
+        }
+    }
+    None
+}
+
+fn is_container_id(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A Kubernetes pod uid from one path component: `kubepods-<qos>-pod<uid_with_underscores>.slice`
+/// (systemd driver) or `pod<uid>` (cgroupfs driver).
+fn pod_of(part: &str) -> Option<String> {
+    let base = part.strip_suffix(".slice").unwrap_or(part);
+    let at = base.rfind("pod")?;
+    if at > 0 && !base[..at].ends_with('-') {
+        return None;
+    }
+    if at > 0 && !base.starts_with("kubepods") {
+        return None;
+    }
+    let uid = base[at + 3..].replace('_', "-");
+    let ok = uid.len() == 36
+        && uid.bytes().enumerate().all(|(i, b)| {
+            matches!(i, 8 | 13 | 18 | 23) == (b == b'-') && (b == b'-' || b.is_ascii_hexdigit())
+        });
+    ok.then_some(uid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "4c1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8";
+    const UID: &str = "0f7c5a1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b";
+
+    #[test]
+    fn systemd_units_and_slices() {
+        assert_eq!(
+            readable_name("/system.slice/nginx.service"),
+            "nginx.service"
+        );
+        assert_eq!(
+            readable_name("/user.slice/user-1000.slice"),
+            "user-1000.slice"
+        );
+        assert_eq!(
+            readable_name("/user.slice/user-1000.slice/session-3.scope"),
+            "session-3.scope"
+        );
+        // A cgroup a service made below itself is named after the service.
+        assert_eq!(
+            readable_name("/system.slice/postgresql.service/workers"),
+            "postgresql.service/workers"
+        );
+        assert_eq!(readable_name("/"), "/");
+        assert_eq!(readable_name("/mine/deeper"), "deeper");
+    }
+
+    #[test]
+    fn containers() {
+        let short = &ID[..12];
+        assert_eq!(
+            readable_name(&format!("/system.slice/docker-{ID}.scope")),
+            format!("docker:{short}")
+        );
+        assert_eq!(
+            readable_name(&format!("/docker/{ID}")),
+            format!("docker:{short}")
+        );
+        assert_eq!(
+            readable_name(&format!("/system.slice/crio-{ID}.scope")),
+            format!("cri-o:{short}")
+        );
+        assert_eq!(
+            readable_name(&format!("/machine.slice/libpod-{ID}.scope/container")),
+            format!("podman:{short}")
+        );
+        assert_eq!(
+            readable_name(&format!("/system.slice/nerdctl-{ID}.scope")),
+            format!("containerd:{short}")
+        );
+        // Not an id: too short.
+        assert_eq!(
+            readable_name("/system.slice/docker-abc.scope"),
+            "docker-abc.scope"
+        );
+    }
+
+    #[test]
+    fn kubernetes_pods() {
+        let under = UID.replace('-', "_");
+        let short = &ID[..12];
+        assert_eq!(
+            readable_name(&format!(
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{under}.slice/cri-containerd-{ID}.scope"
+            )),
+            format!("pod {UID}/containerd:{short}")
+        );
+        assert_eq!(
+            readable_name(&format!("/kubepods.slice/kubepods-pod{under}.slice")),
+            format!("pod {UID}")
+        );
+        assert_eq!(
+            readable_name(&format!("/kubepods/besteffort/pod{UID}/{ID}")),
+            format!("pod {UID}/container:{short}")
+        );
+        assert_eq!(
+            readable_name(&format!(
+                "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{under}.slice/crio-{ID}.scope"
+            )),
+            format!("pod {UID}/cri-o:{short}")
+        );
+        // A slice that only looks like a pod.
+        assert_eq!(readable_name("/system.slice/ipod.service"), "ipod.service");
+    }
+
+    #[test]
+    fn mount_points_unescape() {
+        assert_eq!(
+            unescape_mount("/sys/fs/cgroup/unified"),
+            "/sys/fs/cgroup/unified"
+        );
+        assert_eq!(unescape_mount("/a\\040b"), "/a b");
+        assert_eq!(unescape_mount("/a\\x"), "/a\\x");
+    }
+
+    #[test]
+    fn a_removed_cgroup_keeps_its_name() {
+        let names = CgroupNames::from_known([(7, "/system.slice/gone.service".to_owned())]);
+        let c = names.get(7);
+        assert_eq!(c.name, "gone.service");
+        assert!(c.removed);
+        let unknown = names.get(8);
+        assert_eq!((unknown.name.as_str(), unknown.path), ("cgroup 8", None));
+    }
+}
