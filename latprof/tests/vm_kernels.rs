@@ -2,8 +2,9 @@
 //! Debian 12's stock 6.1 and its PREEMPT_RT flavour, Debian 11's stock 5.10) boots once and
 //! runs tests/vm/kernels.sh: exact nanosleep counts in lazy and normal mode, a pipe ping-pong
 //! counted on both sides, fsync's uninterruptible waits under their backtrace, spikes for known
-//! long sleeps, `stats --counters` with the variant of the programs that loaded and their cost,
-//! a verifier rejection said with its reason, and no program left loaded afterwards.
+//! long sleeps, each of two cgroups' sleeps (`stats --by cgroup`), `stats --counters` with the
+//! variant of the programs that loaded and their cost, a verifier rejection said with its
+//! reason, and no program left loaded afterwards.
 //!
 //! The expected variant is written down per kernel, so a kernel that silently falls back to a
 //! slower variant fails here.
@@ -95,6 +96,36 @@ fn check_nanosleep(out: &str, mode: &str, variant: &str) {
         (total_us / count..=fact(&own, "max_ns") / 1000 + 1).contains(&max_us),
         "{mode}: max {max_us} us against the average and the workload's own {own}"
     );
+}
+
+/// Two cgroups with a nanosleep workload each: `stats --by cgroup` gives each exactly its
+/// workload's sleeps (the VMs hide nothing: no loss allowed), under the cgroup's name.
+fn check_cgroups(out: &str) {
+    assert_eq!(rc(out, "cgroups"), "0", "{out}");
+    let text = section(out, "cgroups");
+    let stderr = section(out, "cgroups stderr").join("\n");
+    assert!(!stderr.contains("sleeps lost"), "{stderr}");
+    for (name, which, least) in [("lp-a.service", "a", 55), ("lp-b", "b", 27)] {
+        let slept = fact(
+            &section(out, &format!("cgroups workload {which}")).join(" "),
+            "slept",
+        );
+        assert!(
+            slept >= least,
+            "{name}: the workload slept only {slept} times"
+        );
+        let at = text
+            .iter()
+            .position(|l| l.starts_with(&format!("cgroup {name} (/{name}): ")))
+            .unwrap_or_else(|| panic!("no cgroup {name}:\n{}\n{stderr}", text.join("\n")));
+        let count = text[at + 1..]
+            .iter()
+            .take_while(|l| l.starts_with("  "))
+            .find(|l| l.contains(" hrtimer_nanosleep "))
+            .and_then(|l| l.split_whitespace().next())
+            .map(|n| num(n, "count"));
+        assert_eq!(count, Some(slept), "{name}:\n{}\n{stderr}", text.join("\n"));
+    }
 }
 
 fn json(out: &str, name: &str) -> Value {
@@ -307,6 +338,7 @@ fn check_kernel(kernel: &str, release: &str, variant: &str, cached: bool) {
     check_pingpong(&out);
     check_fsync(&out);
     check_spikes(&out);
+    check_cgroups(&out);
     let ns = check_counters(&out, variant, cached);
     eprintln!("{kernel}: latprof's BPF programs {ns:.0} ns per run on the ping-pong");
     check_reject(&out);

@@ -132,6 +132,38 @@ echo "=== counters rc"; echo $RC
 echo "=== counters"; cat /tmp/s.c
 echo "=== counters stderr"; cat /tmp/e.c
 
+step cgroups
+# 5b. Cgroups (issue 15): two cgroups (one named like a systemd service), a nanosleep workload
+#     moved into each before it starts, `stats --by cgroup`. The cgroup2 mount is read from
+#     /proc/mounts, and made where the guest has none.
+CG=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+if [ -z "$CG" ]; then
+    CG=/sys/fs/cgroup
+    mkdir -p $CG && mount -t cgroup2 none $CG
+fi
+mkdir "$CG/lp-a.service" "$CG/lp-b"
+mkfifo /tmp/go.cga /tmp/go.cgb
+latprof-workload --wait --hold sleep --count 60 --interval 2ms < /tmp/go.cga > /tmp/w.cga &
+WA=$!
+latprof-workload --wait --hold sleep --count 30 --interval 2ms < /tmp/go.cgb > /tmp/w.cgb &
+WB=$!
+echo $WA > "$CG/lp-a.service/cgroup.procs"
+echo $WB > "$CG/lp-b/cgroup.procs"
+latprof --all-sleeps stats --by cgroup --duration 900s > /tmp/s.cg 2> /tmp/e.cg &
+LP=$!
+attached /tmp/e.cg $LP
+echo go > /tmp/go.cga
+echo go > /tmp/go.cgb
+wait $WA $WB
+kill -INT $LP
+wait $LP; RC=$?
+echo "=== cgroups rc"; echo $RC
+echo "=== cgroups"; cat /tmp/s.cg
+echo "=== cgroups stderr"; cat /tmp/e.cg
+echo "=== cgroups workload a"; cat /tmp/w.cga
+echo "=== cgroups workload b"; cat /tmp/w.cgb
+rmdir "$CG/lp-a.service" "$CG/lp-b"
+
 step reject
 # 6. A program the verifier rejects: one error that names it and quotes the verifier, and the
 #    whole log in a file.
