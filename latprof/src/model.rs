@@ -337,6 +337,8 @@ pub struct ProcLine {
     pub max_ns: u64,
     /// The reason with the largest total.
     pub top: String,
+    /// The name of the cgroup its threads slept most in (empty where unknown).
+    pub cgroup: String,
 }
 
 /// A process's threads: (tid, command, records since the baseline).
@@ -351,22 +353,37 @@ pub fn processes(
     ctx: &ViewContext<'_>,
     filter: &str,
     expanded: &std::collections::BTreeSet<u32>,
+    cgroup: Option<u64>,
 ) -> Vec<ProcLine> {
     let filter = filter.trim().to_lowercase();
     // A number is a pid (or a thread's id), never part of a name: `top --pid 1` showed every
     // kernel thread with a 1 in its name (ksoftirqd/1, migration/1, ...).
     let by_id = !filter.is_empty() && filter.bytes().all(|b| b.is_ascii_digit());
     let mut by_tgid: std::collections::BTreeMap<u32, Threads> = std::collections::BTreeMap::new();
+    let mut cgroup_of: HashMap<u32, u64> = HashMap::new();
     for task in &cur.tasks {
+        let main = task.main_cgroup();
+        if cgroup.is_some_and(|id| id != main) {
+            continue;
+        }
         let records = task_since(cur, base, task.tid);
         if records.is_empty() {
             continue;
+        }
+        if task.tid == task.tgid || !cgroup_of.contains_key(&task.tgid) {
+            cgroup_of.insert(task.tgid, main);
         }
         by_tgid
             .entry(task.tgid)
             .or_default()
             .push((task.tid, task.comm.clone(), records));
     }
+    let cgroup_name = |tgid: u32| -> String {
+        match cgroup_of.get(&tgid) {
+            Some(&id) if id != 0 => cgroup_name(cur, id),
+            _ => String::new(),
+        }
+    };
     let line =
         |tgid: u32, tid: Option<u32>, comm: &str, threads: usize, recs: &[(u64, GlobalRecord)]| {
             let rows = rows(
@@ -387,6 +404,7 @@ pub fn processes(
                 total_ns: rows.iter().map(|r| r.total_ns).sum(),
                 max_ns: rows.iter().map(|r| r.max_ns).max().unwrap_or(0),
                 top: rows.first().map(|r| r.reason.clone()).unwrap_or_default(),
+                cgroup: cgroup_name(tgid),
             }
         };
     let mut procs = Vec::new();
@@ -705,6 +723,53 @@ ffffffff81401000 T __sched_text_end
     }
 }
 
+/// A cgroup's name as people know it, from the snapshot's paths (`cgroup ID` if unknown).
+#[must_use]
+pub fn cgroup_name(snap: &Snapshot, id: u64) -> String {
+    snap.cgroup_paths
+        .get(&id)
+        .and_then(|p| p.path.as_deref())
+        .map_or_else(|| format!("cgroup {id}"), crate::cgroups::readable_name)
+}
+
+/// One cgroup's records (causes by stack id) in `cur` less `base`'s.
+#[must_use]
+pub fn cgroup_records_since(
+    cur: &Snapshot,
+    base: Option<&Snapshot>,
+    id: u64,
+) -> Vec<(u64, GlobalRecord)> {
+    cgroups_since(cur, base, true)
+        .into_iter()
+        .find(|row| row.id == id)
+        .map_or_else(Vec::new, |row| row.records)
+}
+
+/// The latency histogram of a row in one cgroup (live snapshots keep them per cgroup;
+/// recordings only summed, and then this is empty).
+#[must_use]
+pub fn row_histogram_in(
+    cur: &Snapshot,
+    base: Option<&Snapshot>,
+    row: &Row,
+    cgroup: u64,
+) -> latprof_common::Histogram {
+    let mut out = [0u32; latprof_common::HIST_BUCKETS];
+    for stack in &row.stacks {
+        let key = latprof_common::CgroupCause {
+            cgroup,
+            stack_id: *stack,
+        };
+        if let Some(h) = cur.cgroup_histograms.get(&key) {
+            let b = base.and_then(|b| b.cgroup_histograms.get(&key));
+            for (i, n) in h.iter().enumerate() {
+                out[i] = out[i].saturating_add(n.saturating_sub(b.map_or(0, |b| b[i])));
+            }
+        }
+    }
+    out
+}
+
 /// One cgroup's sleeps over an interval, its causes by stack id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CgroupRow {
@@ -739,10 +804,7 @@ pub fn cgroups_since(cur: &Snapshot, base: Option<&Snapshot>, runq: bool) -> Vec
             let place = cur.cgroup_paths.get(&key.cgroup);
             CgroupRow {
                 id: key.cgroup,
-                name: place.and_then(|p| p.path.as_deref()).map_or_else(
-                    || format!("cgroup {}", key.cgroup),
-                    crate::cgroups::readable_name,
-                ),
+                name: cgroup_name(cur, key.cgroup),
                 path: place.and_then(|p| p.path.clone()),
                 removed: place.is_some_and(|p| p.removed),
                 count: 0,

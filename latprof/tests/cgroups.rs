@@ -3,67 +3,18 @@
 //! workloads moved into them before they start, `stats --by cgroup` and `--cgroup` as a user
 //! runs them. Needs root (`cargo xtask test` runs these).
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     time::Duration,
 };
 
 mod common;
 
-use common::{LATPROF, Workload, twice};
-
-/// Cgroups made for one test below the cgroup2 mount; removed when dropped.
-struct Cgroups {
-    dirs: Vec<PathBuf>,
-}
-
-impl Cgroups {
-    /// Makes `names` (paths relative to the mount, parents first).
-    fn make(names: &[&str]) -> Self {
-        let root = latprof::cgroups::mount_point()
-            .expect("this host mounts no cgroup2 file system: the cgroup tests cannot run");
-        let mut dirs = Vec::new();
-        for name in names {
-            let dir = root.join(name);
-            if dir.exists() {
-                remove_dir(&dir);
-            }
-            std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-            dirs.push(dir);
-        }
-        Self { dirs }
-    }
-
-    fn path(&self, i: usize) -> &Path {
-        &self.dirs[i]
-    }
-}
-
-impl Drop for Cgroups {
-    fn drop(&mut self) {
-        for dir in self.dirs.iter().rev() {
-            remove_dir(dir);
-        }
-    }
-}
-
-/// Removes a cgroup whose tasks exited; an exiting task holds it for a moment.
-fn remove_dir(dir: &Path) {
-    for _ in 0..100 {
-        match std::fs::remove_dir(dir) {
-            Ok(()) => return,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-    let _ = std::fs::remove_dir(dir);
-}
-
-/// Moves a (waiting) workload into `cgroup`.
-fn move_into(work: &Workload, cgroup: &Path) {
-    std::fs::write(cgroup.join("cgroup.procs"), work.pid().to_string())
-        .unwrap_or_else(|e| panic!("moving {} into {}: {e}", work.pid(), cgroup.display()));
-}
+use common::{
+    LATPROF, Workload,
+    cgroups::{Cgroups, move_into, remove_dir},
+    twice,
+};
 
 /// A test's unique prefix: the test binary's pid.
 fn prefix() -> String {

@@ -177,6 +177,55 @@ fn top_in_a_real_terminal() {
     );
 }
 
+/// Issue 15: the cgroups pane lists each cgroup with its sleeps; Enter on one shows only it
+/// (its causes, its processes, each process's cgroup named), Esc shows everything again.
+#[test]
+#[ignore = "needs root and tmux: run `cargo xtask test`"]
+fn top_shows_cgroups_and_one_at_a_time() {
+    latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
+    let name = format!("latprof-tui-{}.service", std::process::id());
+    let groups = common::cgroups::Cgroups::make(&[&name]);
+    let work = Workload::sleeper();
+    let pid = work.0.id().to_string();
+    common::cgroups::move_pid(work.0.id(), groups.path(0));
+    let tmux = Tmux::start(&format!(
+        "{LATPROF} top --interval 300ms; echo LATPROF-EXIT=$?; sleep 60"
+    ));
+    tmux.wait_for(&["Global causes", "Application requested delay"]);
+    tmux.keys(&["C"]);
+    tmux.wait_for(&["Cgroups (Enter", &name]);
+    // Paused, the order holds still: go down to the cgroup's line.
+    tmux.keys(&["Space"]);
+    let screen = tmux.wait_for(&["PAUSED"]);
+    let lines: Vec<&str> = screen
+        .lines()
+        .skip_while(|l| !l.contains("Cgroups (Enter"))
+        .skip(2)
+        .collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains(&name))
+        .unwrap_or_else(|| panic!("no {name} line:\n{screen}"));
+    for _ in 0..at {
+        tmux.keys(&["Down"]);
+    }
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for(&[
+        &format!("Causes in cgroup {name}"),
+        &format!("Processes in {name}"),
+        "Application requested delay",
+    ]);
+    assert!(
+        screen.contains(&format!(" {pid} ")),
+        "the workload is in it:\n{screen}"
+    );
+    tmux.keys(&["Escape"]);
+    tmux.wait_for(&["Global causes"]);
+    tmux.keys(&["q"]);
+    tmux.wait_for(&["LATPROF-EXIT=0"]);
+    drop(work);
+}
+
 /// D16: a hangup (the terminal closed, ssh dropped) stops `top` as `q` does: the terminal
 /// comes back cooked, with echo, out of the alternate screen.
 #[test]
@@ -211,7 +260,11 @@ fn replay_in_a_real_terminal_without_root() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("run.lpr");
     let path = file.to_str().expect("utf-8 path").to_owned();
+    // The sleeper in a cgroup of its own: the recording keeps its name (issue 15).
+    let name = format!("latprof-replay-{}.service", std::process::id());
+    let groups = common::cgroups::Cgroups::make(&[&name]);
     let work = Workload::sleeper();
+    common::cgroups::move_pid(work.0.id(), groups.path(0));
     let pid = work.0.id().to_string();
     let out = Command::new(LATPROF)
         .args([
@@ -278,6 +331,11 @@ fn replay_in_a_real_terminal_without_root() {
         (100..=340).contains(&count),
         "{count} sleeps between A and B:\n{screen}"
     );
+
+    // The cgroups pane, from the recording.
+    tmux.keys(&["Escape", "C"]);
+    tmux.wait_for(&["Cgroups (Enter", &name]);
+    tmux.keys(&["C"]);
 
     // Back one step, the help, then quit.
     tmux.keys(&["["]);

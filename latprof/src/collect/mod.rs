@@ -90,6 +90,15 @@ pub struct TaskSnapshot {
 }
 
 impl TaskSnapshot {
+    /// The cgroup the task slept most in (by total time); 0: none known.
+    #[must_use]
+    pub fn main_cgroup(&self) -> u64 {
+        self.records
+            .iter()
+            .max_by_key(|r| r.total_ns)
+            .map_or(0, |r| r.cgroup)
+    }
+
     /// Adds this task's records into `out`, by stack id (all of them: the task's own view).
     pub fn add_records_to(&self, out: &mut HashMap<u64, GlobalRecord>) {
         self.add_to(out, false);

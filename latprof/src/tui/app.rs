@@ -81,6 +81,25 @@ pub struct App {
     pub global: Vec<Row>,
     pub procs: Vec<ProcLine>,
     pub causes: Vec<Row>,
+    /// The top pane lists the cgroups instead of the causes ('C').
+    pub cgroups_view: bool,
+    /// Every pane shows one cgroup only (Enter on a cgroup; Esc clears): its id and name.
+    pub cgroup: Option<(u64, String)>,
+    /// The cgroups since the baseline, most latency first (derived by `refresh`).
+    pub cgroup_lines: Vec<CgroupLine>,
+}
+
+/// A line of the cgroups pane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupLine {
+    pub id: u64,
+    pub name: String,
+    pub removed: bool,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    /// The reason with the largest total in it.
+    pub top: String,
 }
 
 impl App {
@@ -113,6 +132,9 @@ impl App {
             global: Vec::new(),
             procs: Vec::new(),
             causes: Vec::new(),
+            cgroups_view: false,
+            cgroup: None,
+            cgroup_lines: Vec::new(),
         }
     }
 
@@ -176,15 +198,35 @@ impl App {
         };
         let base = self.baseline.as_ref();
         let ctx = self.ctx();
-        let global = model::rows(
-            &model::since(
+        let cgroup = self.cgroup.as_ref().map(|(id, _)| *id);
+        let records = match cgroup {
+            Some(id) => model::cgroup_records_since(cur, base, id),
+            None => model::since(
                 cur.global_records(),
                 base.map(Snapshot::global_records).as_ref(),
             ),
-            cur,
-            &ctx,
-        );
-        let procs = model::processes(cur, base, &ctx, &self.filter, &self.expanded);
+        };
+        let global = model::rows(&records, cur, &ctx);
+        let cgroup_lines = model::cgroups_since(cur, base, true)
+            .into_iter()
+            .map(|row| {
+                let top = model::rows(&row.records, cur, &ctx)
+                    .into_iter()
+                    .max_by_key(|r| r.total_ns)
+                    .map(|r| r.reason)
+                    .unwrap_or_default();
+                CgroupLine {
+                    id: row.id,
+                    name: row.name,
+                    removed: row.removed,
+                    count: row.count,
+                    total_ns: row.total_ns,
+                    max_ns: row.max_ns,
+                    top,
+                }
+            })
+            .collect();
+        let procs = model::processes(cur, base, &ctx, &self.filter, &self.expanded, cgroup);
         let header = model::header(first, self.prev.as_ref(), cur);
         let selected = self.selected[1].min(procs.len().saturating_sub(1));
         let causes = match procs.get(selected) {
@@ -192,6 +234,7 @@ impl App {
             None => Vec::new(),
         };
         self.global = global;
+        self.cgroup_lines = cgroup_lines;
         self.procs = procs;
         self.causes = causes;
         self.header = header;
@@ -213,6 +256,7 @@ impl App {
 
     fn len(&self, focus: Focus) -> usize {
         match focus {
+            Focus::Global if self.cgroups_view => self.cgroup_lines.len(),
             Focus::Global => self.global.len(),
             Focus::Processes => self.procs.len(),
             Focus::Causes => self.causes.len(),
@@ -271,12 +315,17 @@ impl App {
         })
     }
 
-    /// A row's latency histogram since the baseline.
+    /// A row's latency histogram since the baseline (in the cgroup shown, where the snapshot
+    /// keeps histograms per cgroup).
     #[must_use]
     pub fn row_histogram(&self, row: &Row) -> Option<Histogram> {
-        self.cur
-            .as_ref()
-            .map(|cur| model::row_histogram(cur, self.baseline.as_ref(), row))
+        let cur = self.cur.as_ref()?;
+        Some(match &self.cgroup {
+            Some((id, _)) if !cur.cgroup_histograms.is_empty() => {
+                model::row_histogram_in(cur, self.baseline.as_ref(), row, *id)
+            }
+            _ => model::row_histogram(cur, self.baseline.as_ref(), row),
+        })
     }
 
     /// The newest `n` spikes, newest first, each with its wall-clock time (ns) and reason.
@@ -307,6 +356,7 @@ impl App {
     #[must_use]
     pub fn selected_row(&self) -> Option<&Row> {
         match self.focus {
+            Focus::Global if self.cgroups_view => None,
             Focus::Global => self.global.get(self.selected[0]),
             Focus::Causes => self.causes.get(self.selected[2]),
             Focus::Processes => None,
@@ -352,7 +402,19 @@ impl App {
                 } else if !self.filter.is_empty() {
                     self.filter.clear();
                     self.refresh();
+                } else if self.cgroups_view {
+                    self.cgroups_view = false;
+                } else if self.cgroup.is_some() {
+                    self.cgroup = None;
+                    self.selected = [0; 3];
+                    self.refresh();
                 }
+            }
+            KeyCode::Char('C') => {
+                self.cgroups_view = !self.cgroups_view;
+                self.detail = None;
+                self.focus = Focus::Global;
+                self.selected[0] = 0;
             }
             KeyCode::Char(' ') => {
                 self.paused = !self.paused;
@@ -403,6 +465,14 @@ impl App {
             KeyCode::End => self.move_by(isize::MAX / 2),
             KeyCode::Right | KeyCode::Char('l' | '+') => self.expand(true),
             KeyCode::Left | KeyCode::Char('h' | '-') => self.expand(false),
+            KeyCode::Enter if self.cgroups_view && self.focus == Focus::Global => {
+                if let Some(line) = self.cgroup_lines.get(self.selected[0]) {
+                    self.cgroup = Some((line.id, line.name.clone()));
+                    self.cgroups_view = false;
+                    self.selected = [0; 3];
+                    self.refresh();
+                }
+            }
             KeyCode::Enter => {
                 if self.focus == Focus::Processes {
                     let open = self

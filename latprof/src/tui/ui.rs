@@ -46,11 +46,19 @@ pub fn render(f: &mut Frame<'_>, app: &App) {
             .direction(Direction::Horizontal)
             .constraints([Constraint::Percentage(45), Constraint::Percentage(55)])
             .split(body[1]);
-        let title = match app.group {
-            Group::Reason => "Global causes",
-            Group::Backtrace => "Global causes (by backtrace)",
+        let by = match app.group {
+            Group::Reason => "",
+            Group::Backtrace => " (by backtrace)",
         };
-        render_rows(f, app, &app.global, Focus::Global, title, body[0]);
+        let title = match &app.cgroup {
+            Some((_, name)) => format!("Causes in cgroup {name}{by} (Esc: all)"),
+            None => format!("Global causes{by}"),
+        };
+        if app.cgroups_view {
+            render_cgroups(f, app, body[0]);
+        } else {
+            render_rows(f, app, &app.global, Focus::Global, &title, body[0]);
+        }
         render_procs(f, app, bottom[0]);
         let sel = app.procs.get(app.selected[1]).map_or_else(
             || "Causes".to_owned(),
@@ -71,6 +79,11 @@ fn render_header(f: &mut Frame<'_>, app: &App, area: Rect) {
     let h = &app.header;
     let mut spans = vec![
         Span::styled("latprof", Style::default().add_modifier(Modifier::BOLD)),
+        // First, where a narrow terminal still shows it.
+        Span::styled(
+            if app.paused { " PAUSED" } else { "" },
+            Style::default().fg(Color::Yellow),
+        ),
         Span::raw(format!(
             " {}{} {}ms up {} {:.0} ev/s ",
             app.settings.mode.as_str(),
@@ -103,9 +116,6 @@ fn render_header(f: &mut Frame<'_>, app: &App, area: Rect) {
             " spikes {submitted} wake {woken}/{suppressed} drop {dropped} sleep {}",
             app.reader_sleeps
         )));
-    }
-    if app.paused {
-        spans.push(Span::styled(" PAUSED", Style::default().fg(Color::Yellow)));
     }
     let mut lines = vec![Line::from(spans)];
     if let Some(status) = &app.status {
@@ -187,9 +197,58 @@ fn render_rows(f: &mut Frame<'_>, app: &App, rows: &[Row], focus: Focus, title: 
     f.render_stateful_widget(table, area, &mut state);
 }
 
-fn render_procs(f: &mut Frame<'_>, app: &App, area: Rect) {
-    let header = TableRow::new(["PID", "Command", "Total", "Top cause"])
+/// The cgroups pane: each cgroup v2's sleeps since the baseline, most first.
+fn render_cgroups(f: &mut Frame<'_>, app: &App, area: Rect) {
+    let header = TableRow::new(["Cgroup", "Count", "Total", "Max", "Top cause"])
         .style(Style::default().add_modifier(Modifier::BOLD));
+    let lines = app.cgroup_lines.iter().map(|c| {
+        let name = if c.removed {
+            format!("{} (removed)", c.name)
+        } else {
+            c.name.clone()
+        };
+        TableRow::new(vec![
+            Cell::from(name),
+            Cell::from(c.count.to_string()),
+            Cell::from(fmt_ns(c.total_ns)),
+            Cell::from(fmt_ns(c.max_ns)),
+            Cell::from(c.top.clone()),
+        ])
+    });
+    let widths = [
+        Constraint::Min(20),
+        Constraint::Length(8),
+        Constraint::Length(8),
+        Constraint::Length(8),
+        Constraint::Min(16),
+    ];
+    let title = if app.cgroup_lines.is_empty() {
+        "Cgroups: none (no cgroup v2 here, or no sleep yet; C: back)"
+    } else {
+        "Cgroups (Enter: show only this one; C: back)"
+    };
+    let focused = app.focus == Focus::Global;
+    let table = Table::new(lines, widths)
+        .header(header)
+        .block(block(title, focused))
+        .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED));
+    let mut state = TableState::default();
+    if focused && !app.cgroup_lines.is_empty() {
+        state.select(Some(app.selected[0]));
+    }
+    f.render_stateful_widget(table, area, &mut state);
+}
+
+fn render_procs(f: &mut Frame<'_>, app: &App, area: Rect) {
+    // The cgroup column where any process has one.
+    let cgroups = app.procs.iter().any(|p| !p.cgroup.is_empty());
+    let names: &[&str] = if cgroups {
+        &["PID", "Command", "Total", "Cgroup", "Top cause"]
+    } else {
+        &["PID", "Command", "Total", "Top cause"]
+    };
+    let header =
+        TableRow::new(names.iter().copied()).style(Style::default().add_modifier(Modifier::BOLD));
     let lines = app.procs.iter().map(|p| {
         let (pid, name) = if let Some(tid) = p.tid {
             (format!("  {tid}"), format!("  {}", p.comm))
@@ -205,26 +264,43 @@ fn render_procs(f: &mut Frame<'_>, app: &App, area: Rect) {
             };
             (format!("{mark}{}", p.tgid), p.comm.clone())
         };
-        TableRow::new(vec![
+        let mut cells = vec![
             Cell::from(pid),
             Cell::from(name),
             Cell::from(fmt_ns(p.total_ns)),
-            Cell::from(p.top.clone()),
-        ])
+        ];
+        if cgroups {
+            cells.push(Cell::from(p.cgroup.clone()));
+        }
+        cells.push(Cell::from(p.top.clone()));
+        TableRow::new(cells)
     });
-    let widths = [
-        Constraint::Length(8),
-        Constraint::Length(16),
-        Constraint::Length(8),
-        Constraint::Min(10),
-    ];
-    let title = if app.filter.is_empty() {
+    let widths: &[Constraint] = if cgroups {
+        &[
+            Constraint::Length(8),
+            Constraint::Length(16),
+            Constraint::Length(8),
+            Constraint::Length(18),
+            Constraint::Min(10),
+        ]
+    } else {
+        &[
+            Constraint::Length(8),
+            Constraint::Length(16),
+            Constraint::Length(8),
+            Constraint::Min(10),
+        ]
+    };
+    let mut title = if app.filter.is_empty() {
         "Processes".to_owned()
     } else {
         format!("Processes matching '{}'", app.filter)
     };
+    if let Some((_, name)) = &app.cgroup {
+        title.push_str(&format!(" in {name}"));
+    }
     let focused = app.focus == Focus::Processes;
-    let table = Table::new(lines, widths)
+    let table = Table::new(lines, widths.iter().copied())
         .header(header)
         .block(block(&title, focused))
         .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED));
@@ -351,7 +427,7 @@ fn render_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
         (Some(t), _) => format!("filter (pid or name): {t}_   Enter: apply  Esc: cancel"),
         (None, Some(footer)) => footer.clone(),
         (None, None) => format!(
-            "q quit ? help Tab pane Enter detail / filter s sort:{} g group c counters space pause r reset",
+            "q quit ? help Tab pane Enter detail / filter s sort:{} g group C cgroups c counters space pause r reset",
             app.sort.name()
         ),
     };
@@ -364,7 +440,7 @@ fn render_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
 fn render_help(f: &mut Frame<'_>, app: &App, area: Rect) {
     let replay = app.status.is_some();
     let w = area.width.min(60);
-    let h = area.height.min(if replay { 20 } else { 16 });
+    let h = area.height.min(if replay { 21 } else { 17 });
     let popup = Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
@@ -396,6 +472,7 @@ fn render_help(f: &mut Frame<'_>, app: &App, area: Rect) {
         "s           sort by total, max, count, average",
         "g           group by reason or by backtrace",
         "c           counters: pipeline, ticks and tick_stop per CPU",
+        "C           cgroups; Enter on one shows only it (Esc: all)",
     ];
     let text: Vec<&str> = std::iter::once("q, Ctrl-C   quit")
         .chain(time.iter().copied())

@@ -8,6 +8,7 @@ use std::{
     process::{Child, ChildStderr, Command, Output, Stdio},
 };
 
+pub mod cgroups;
 pub mod vm;
 
 pub const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
