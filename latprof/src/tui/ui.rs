@@ -297,7 +297,7 @@ fn render_procs(f: &mut Frame<'_>, app: &App, area: Rect) {
         format!("Processes matching '{}'", app.filter)
     };
     if let Some((_, name)) = &app.cgroup {
-        title.push_str(&format!(" in {name}"));
+        title = format!("{title} in {name}");
     }
     let focused = app.focus == Focus::Processes;
     let table = Table::new(lines, widths.iter().copied())
