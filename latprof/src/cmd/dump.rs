@@ -83,7 +83,7 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
         reader_sleeps: Some(rec.spikes_until(cur.taken_ns, 0).1),
     };
     let mut out = std::io::stdout().lock();
-    out.write_all(export::render(args.format, &scope).as_bytes())
+    out.write_all(&export::render(args.format, &scope))
         .and_then(|()| out.flush())
         .context("writing to stdout")
 }
