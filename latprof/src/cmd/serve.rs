@@ -72,6 +72,7 @@ fn serve(
         &collector.snapshot(&session.probe)?,
         &session.syms,
         &session.kernel,
+        session.probe.config(),
     );
     let (tx, rx) = watch::channel(Arc::new(first));
     let listener = {
@@ -106,7 +107,12 @@ fn serve(
             next = Instant::now() + args.interval;
         }
         let snap = collector.snapshot(&session.probe)?;
-        let published: Published = acc.update(&snap, &session.syms, &session.kernel);
+        let published: Published = acc.update(
+            &snap,
+            &session.syms,
+            &session.kernel,
+            session.probe.config(),
+        );
         tx.send_replace(Arc::new(published));
     }
     session.log.flush();

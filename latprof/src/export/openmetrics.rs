@@ -120,6 +120,8 @@ pub struct Live {
     pub cpus: Vec<CpuTicks>,
     /// Reads of the kernel's tables so far.
     pub collections: u64,
+    /// The kernel's tables: (name, entries in use at the latest read, capacity).
+    pub tables: Vec<(&'static str, u64, u64)>,
     pub mode: &'static str,
 }
 
@@ -274,6 +276,28 @@ pub fn render_live(live: &Live, flavor: Flavor) -> String {
         "Per CPU: timer ticks, tick stops (stopped, kept, kept by dependency), switches, user enter/exit.",
     );
     cpu_events(&mut out, &live.cpus);
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_table_entries",
+        "gauge",
+        None,
+        "Entries in use in latprof's kernel tables (tasks: live tasks tracked; records: global causes; stacks: backtraces the records name).",
+    );
+    for (table, used, _) in &live.tables {
+        let _ = writeln!(out, "latprof_table_entries{{table=\"{table}\"}} {used}");
+    }
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_table_capacity",
+        "gauge",
+        None,
+        "Capacity of latprof's kernel tables (--max-tasks, --max-records, --max-stacks).",
+    );
+    for (table, _, size) in &live.tables {
+        let _ = writeln!(out, "latprof_table_capacity{{table=\"{table}\"}} {size}");
+    }
     family_in(
         flavor,
         &mut out,

@@ -20,7 +20,7 @@ use crate::{
         openmetrics::{Live, Series},
         pprof,
     },
-    probe::KernelFacts,
+    probe::{KernelFacts, ProbeConfig},
     reasons::Reasons,
     symbols::{Backtrace, Kallsyms},
 };
@@ -189,7 +189,13 @@ impl Accumulator {
     }
 
     /// Takes in one read of the kernel's tables and returns what to publish.
-    pub fn update(&mut self, snap: &Snapshot, syms: &Kallsyms, kernel: &KernelFacts) -> Published {
+    pub fn update(
+        &mut self,
+        snap: &Snapshot,
+        syms: &Kallsyms,
+        kernel: &KernelFacts,
+        config: &ProbeConfig,
+    ) -> Published {
         let mut delta = Delta {
             taken_ns: snap.taken_ns,
             samples: Vec::new(),
@@ -254,6 +260,23 @@ impl Accumulator {
                 programs: snap.programs.clone(),
                 cpus: cpu_ticks(kernel, None, snap),
                 collections: self.collections,
+                tables: vec![
+                    (
+                        "tasks",
+                        snap.tasks.len() as u64,
+                        u64::from(config.max_tasks),
+                    ),
+                    (
+                        "records",
+                        snap.global.len() as u64,
+                        u64::from(config.max_records),
+                    ),
+                    (
+                        "stacks",
+                        snap.stacks.len() as u64,
+                        u64::from(config.max_stacks),
+                    ),
+                ],
                 mode: self.mode,
             },
             window: self.window.iter().cloned().collect(),
