@@ -837,7 +837,7 @@ fn churn_keeps_memory_bounded() {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 assert_eq!(http_get(addr, "/metrics", None).status, 200);
-                if i % 5 == 0 {
+                if i.is_multiple_of(5) {
                     let r = http_get(addr, "/debug/pprof/offcpu?seconds=300", None);
                     assert_eq!(r.status, 200);
                 }

@@ -15,7 +15,7 @@ use axum::{
 use tokio::sync::watch;
 
 use crate::export::openmetrics::{self, Flavor};
-use state::{Published, WINDOW};
+use state::{MAX_SECONDS, Published};
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -102,7 +102,7 @@ pub fn profile_seconds(query: Option<&str>) -> Result<u32, String> {
         if key != "seconds" {
             continue;
         }
-        let max = WINDOW as u32;
+        let max = MAX_SECONDS;
         seconds = value
             .parse::<u32>()
             .ok()

@@ -27,7 +27,10 @@ use crate::{
 
 /// The longest profile `/debug/pprof/offcpu?seconds=N` serves, in reads (one a second by
 /// default).
-pub const WINDOW: usize = 300;
+pub const WINDOW: usize = MAX_SECONDS as usize;
+
+/// The most `seconds` a profile may ask for.
+pub const MAX_SECONDS: u32 = 300;
 
 /// The series label for everything past `--max-series`.
 pub const OTHER: &str = "other";
