@@ -288,3 +288,146 @@ impl Accumulator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read as _;
+
+    use latprof_common::GlobalRecord;
+    use prost::Message as _;
+
+    use super::*;
+    use crate::{
+        export::openmetrics::{Flavor, render_live},
+        probe::Mode,
+    };
+
+    const KALLSYMS: &str = "\
+ffffffff81000000 T _stext
+ffffffff81200000 T hrtimer_nanosleep
+ffffffff81210000 T alpha_wait
+ffffffff81220000 T beta_wait
+ffffffff81230000 T gamma_wait
+ffffffff81300000 T do_syscall_64
+ffffffff81400000 T __sched_text_start
+ffffffff81401000 T __sched_text_end
+ffffffff81401000 T __lock_text_start
+ffffffff81402000 T __lock_text_end
+";
+
+    /// Stack i: one distinct first frame each (1: hrtimer_nanosleep, a known reason).
+    fn snap(records: &[(u64, u64)], t: u64) -> Snapshot {
+        let first = [
+            0,
+            0xffff_ffff_8120_0010,
+            0xffff_ffff_8121_0010,
+            0xffff_ffff_8122_0010,
+            0xffff_ffff_8123_0010,
+        ];
+        Snapshot {
+            mode: Mode::Normal,
+            global: records
+                .iter()
+                .map(|&(stack, count)| {
+                    (
+                        stack,
+                        GlobalRecord {
+                            count,
+                            total_ns: count * 2_000_000,
+                            max_ns: 2_000_000,
+                        },
+                    )
+                })
+                .collect(),
+            stacks: (1..=4)
+                .map(|i| (i, vec![first[i as usize], 0xffff_ffff_8130_0010]))
+                .collect(),
+            histograms: [(1, {
+                let mut h = [0u32; HIST_BUCKETS];
+                h[10] = 7;
+                h
+            })]
+            .into_iter()
+            .collect(),
+            taken_ns: t * 1_000_000_000,
+            wall_ns: t * 1_000_000_000,
+            ..Snapshot::default()
+        }
+    }
+
+    fn update(acc: &mut Accumulator, s: &Snapshot) -> Published {
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        acc.update(s, &syms, &KernelFacts::default(), &ProbeConfig::default())
+    }
+
+    #[test]
+    fn series_fold_into_other_stay_put_and_never_go_down() {
+        let mut acc = Accumulator::new(Reasons::builtin(), 12, 3, "normal");
+        let p = update(&mut acc, &snap(&[(1, 10), (2, 1), (3, 1), (4, 1)], 1));
+        let names: Vec<&str> = p.live.series.iter().map(|s| s.reason.as_str()).collect();
+        assert_eq!(
+            names,
+            ["Application requested delay", "[alpha_wait]", "other"]
+        );
+        assert_eq!(p.live.series[2].count, 2);
+        assert_eq!(p.live.folded, 2);
+        assert_eq!(p.live.series[0].buckets[10], 7);
+        // A read that missed some of stack 3 (an exit merge in flight) lowers nothing; stack
+        // 2 grows.
+        let p = update(&mut acc, &snap(&[(1, 10), (2, 5), (3, 0), (4, 1)], 2));
+        assert_eq!(p.live.series[1].count, 5);
+        assert_eq!(p.live.series[2].count, 2);
+        assert_eq!(p.window.len(), 2);
+        // Rendered: each series' cumulative buckets end at +Inf.
+        let text = render_live(&p.live, Flavor::Prometheus);
+        assert!(
+            text.contains("latprof_sleeps_total{reason=\"other\",state=\"SD\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("latprof_sleep_duration_seconds_bucket{reason=\"Application requested delay\",state=\"SD\",le=\"0.002048\"} 7\n"),
+            "{text}"
+        );
+        assert!(text.contains("le=\"+Inf\"} 7\n"), "{text}");
+        assert!(
+            text.contains("# TYPE latprof_sleeps_total counter"),
+            "{text}"
+        );
+        let om = render_live(&p.live, Flavor::OpenMetrics);
+        assert!(om.contains("# TYPE latprof_sleeps counter"), "{om}");
+        assert!(om.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn profiles_cover_the_last_seconds_only() {
+        let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal");
+        update(&mut acc, &snap(&[(1, 10)], 1));
+        let p = update(&mut acc, &snap(&[(1, 13), (2, 4)], 2));
+        let decode = |gz: Vec<u8>| {
+            let mut raw = Vec::new();
+            flate2::read::GzDecoder::new(gz.as_slice())
+                .read_to_end(&mut raw)
+                .unwrap();
+            pprof::Profile::decode(raw.as_slice()).unwrap()
+        };
+        // The last second (now: 2.5 s): 3 more nanosleeps and 4 of stack 2.
+        let last = decode(p.profile(1, 2_500_000_000));
+        let mut counts: Vec<i64> = last.sample.iter().map(|s| s.value[0]).collect();
+        counts.sort_unstable();
+        assert_eq!(counts, [3, 4]);
+        let all = decode(p.profile(300, 2_500_000_000));
+        let mut counts: Vec<i64> = all.sample.iter().map(|s| s.value[0]).collect();
+        counts.sort_unstable();
+        assert_eq!(counts, [4, 13]);
+    }
+
+    #[test]
+    fn the_window_is_bounded() {
+        let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal");
+        let mut p = Published::default();
+        for t in 1..=(WINDOW as u64 + 50) {
+            p = update(&mut acc, &snap(&[(1, t)], t));
+        }
+        assert_eq!(p.window.len(), WINDOW);
+    }
+}
