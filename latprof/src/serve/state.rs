@@ -339,8 +339,9 @@ ffffffff81402000 T __lock_text_end
                     )
                 })
                 .collect(),
-            stacks: (1..=4)
-                .map(|i| (i, vec![first[i as usize], 0xffff_ffff_8130_0010]))
+            stacks: (1..=4u64)
+                .zip(&first[1..])
+                .map(|(i, &ip)| (i, vec![ip, 0xffff_ffff_8130_0010]))
                 .collect(),
             histograms: [(1, {
                 let mut h = [0u32; HIST_BUCKETS];
