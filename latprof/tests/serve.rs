@@ -711,6 +711,62 @@ fn signals_leave_nothing_loaded() {
     }
 }
 
+/// With only the capabilities the shipped systemd unit leaves it (its CapabilityBoundingSet),
+/// `latprof serve` loads, names backtraces (kallsyms needs CAP_SYSLOG), counts a workload
+/// exactly and stops cleanly.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn runs_with_only_the_units_capabilities() {
+    let _guard = serial();
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../contrib/latprof.service"),
+    )
+    .expect("contrib/latprof.service");
+    let caps: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("CapabilityBoundingSet in the unit")
+        .split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    assert_eq!(caps, ["+bpf", "+perfmon", "+syslog"]);
+    twice("unit capabilities", || {
+        let mut work = Workload::spawn(&["sleep", "--count", "100", "--interval", "2ms"]);
+        let pid = work.pid().to_string();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut cmd = Command::new("setpriv");
+        cmd.arg(format!("--bounding-set=-all,{}", caps.join(",")))
+            .args(["--inh-caps=-all", "--", LATPROF, "serve", "--listen", &addr])
+            .args(["--pid", &pid, "--all-sleeps"])
+            .stdout(Stdio::null());
+        let (child, stderr) = common::start(&mut cmd, "serving");
+        let serve = Serve {
+            child: Some(child),
+            addr: addr.parse().expect("addr"),
+            stderr: Some(stderr),
+        };
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", serve.pid())).expect("status");
+        let eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .expect("CapEff")
+            .trim()
+            .to_owned();
+        // CAP_PERFMON 38, CAP_BPF 39, CAP_SYSLOG 34.
+        assert_eq!(eff, "000000c400000000", "effective capabilities");
+        work.go();
+        let slept = work.wait_fact("slept");
+        let metrics = serve.wait_for(30, "the workload's sleeps", |m| {
+            nanosleeps(m) + missing(m) >= slept
+        });
+        assert_eq!(nanosleeps(&metrics), slept - missing(&metrics));
+        work.release();
+        let (status, rest) = serve.stop(libc::SIGTERM);
+        assert!(status.success(), "exit {status}: {rest}");
+    });
+}
+
 /// 100 clients scraping as fast as they can, one that asks and never reads its answers, one
 /// that connects and sends nothing: the reads of the kernel's tables go on, and a workload's
 /// sleeps are all counted.
