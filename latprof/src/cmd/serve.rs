@@ -2,22 +2,18 @@
 //! thread owns the session and reads the kernel's tables every `--interval`, publishing each
 //! result; the HTTP server runs on its own threads and only reads what was published.
 use std::{
-    sync::{Arc, atomic::Ordering},
+    sync::atomic::Ordering,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
-use tokio::sync::watch;
 
 use super::session::{self, Needs, Session};
 use crate::{
     cli::{Cli, ServeArgs},
     collect::Collector,
     reasons::Reasons,
-    serve::{
-        self, Shared,
-        state::{Accumulator, Published},
-    },
+    serve::{self, Publisher, Server, state::Accumulator},
 };
 
 pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
@@ -35,32 +31,8 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
     session::preflight(cli, &needs)?;
     let listener = std::net::TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    listener
-        .set_nonblocking(true)
-        .context("set the listener non-blocking")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("latprof-http")
-        .enable_io()
-        .enable_time()
-        .build()
-        .context("start the HTTP runtime")?;
+    let runtime = Server::runtime()?;
     let mut session = Session::start(cli, needs)?;
-    let result = serve(cli, args, reasons, &mut session, &runtime, listener);
-    // No client keeps latprof up: connections still open are cut.
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    drop(session);
-    result
-}
-
-fn serve(
-    cli: &Cli,
-    args: &ServeArgs,
-    reasons: Reasons,
-    session: &mut Session,
-    runtime: &tokio::runtime::Runtime,
-    listener: std::net::TcpListener,
-) -> Result<()> {
     let mut collector = Collector::with_details();
     let mut acc = Accumulator::new(
         reasons,
@@ -74,22 +46,40 @@ fn serve(
         &session.kernel,
         session.probe.config(),
     );
-    let (tx, rx) = watch::channel(Arc::new(first));
-    let listener = {
-        let _runtime = runtime.enter();
-        tokio::net::TcpListener::from_std(listener).context("listen")?
-    };
-    let app = serve::router(Shared {
-        latest: rx,
-        interval: args.interval,
-    });
-    let server = runtime.spawn(async move { axum::serve(listener, app).await });
+    let (publisher, shared) = serve::channel(first, args.interval);
+    let server = Server::serve(runtime, listener, shared)?;
     eprintln!(
         "latprof: attached ({} mode); serving http://{}/ (/metrics, /debug/pprof/offcpu), Ctrl-C or SIGTERM to stop",
         cli.mode.as_str(),
         args.listen
     );
     session.announce();
+    let result = collect(
+        args,
+        &mut session,
+        &mut collector,
+        &mut acc,
+        &publisher,
+        &server,
+    );
+    server.stop();
+    session.log.flush();
+    drop(session);
+    if result.is_ok() {
+        eprintln!("latprof: stopped");
+    }
+    result
+}
+
+/// Reads the kernel's tables every `--interval` and publishes the result, until a signal.
+fn collect(
+    args: &ServeArgs,
+    session: &mut Session,
+    collector: &mut Collector,
+    acc: &mut Accumulator,
+    publisher: &Publisher,
+    server: &Server,
+) -> Result<()> {
     let mut next = Instant::now() + args.interval;
     while !session.stop.load(Ordering::Relaxed) {
         if server.is_finished() {
@@ -107,15 +97,12 @@ fn serve(
             next = Instant::now() + args.interval;
         }
         let snap = collector.snapshot(&session.probe)?;
-        let published: Published = acc.update(
+        publisher.publish(acc.update(
             &snap,
             &session.syms,
             &session.kernel,
             session.probe.config(),
-        );
-        tx.send_replace(Arc::new(published));
+        ));
     }
-    session.log.flush();
-    eprintln!("latprof: stopped");
     Ok(())
 }

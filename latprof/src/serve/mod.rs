@@ -31,6 +31,81 @@ impl Shared {
     }
 }
 
+/// Where the collection publishes and the handlers read.
+pub struct Publisher(watch::Sender<Arc<Published>>);
+
+impl Publisher {
+    /// Replaces what the handlers answer from; never waits for them.
+    pub fn publish(&self, value: Published) {
+        self.0.send_replace(Arc::new(value));
+    }
+}
+
+/// A publisher and what the handlers share, starting from `first`.
+#[must_use]
+pub fn channel(first: Published, interval: Duration) -> (Publisher, Shared) {
+    let (tx, rx) = watch::channel(Arc::new(first));
+    (
+        Publisher(tx),
+        Shared {
+            latest: rx,
+            interval,
+        },
+    )
+}
+
+/// The HTTP server on its own threads (two workers: the answers are small).
+pub struct Server {
+    runtime: tokio::runtime::Runtime,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    /// Builds the runtime; nothing is served until [`Server::serve`].
+    pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+        use anyhow::Context as _;
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("latprof-http")
+            .enable_io()
+            .enable_time()
+            .build()
+            .context("start the HTTP runtime")
+    }
+
+    /// Serves the routes on `listener` (already bound: a port in use was said before anything
+    /// else started).
+    pub fn serve(
+        runtime: tokio::runtime::Runtime,
+        listener: std::net::TcpListener,
+        shared: Shared,
+    ) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        listener
+            .set_nonblocking(true)
+            .context("set the listener non-blocking")?;
+        let listener = {
+            let _entered = runtime.enter();
+            tokio::net::TcpListener::from_std(listener).context("listen")?
+        };
+        let app = router(shared);
+        let task = runtime.spawn(async move { axum::serve(listener, app).await });
+        Ok(Self { runtime, task })
+    }
+
+    /// Whether the server ended (it only does on an error).
+    #[must_use]
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Stops serving: connections still open are cut, so no client keeps latprof up.
+    pub fn stop(self) {
+        self.task.abort();
+        self.runtime.shutdown_timeout(Duration::from_secs(1));
+    }
+}
+
 /// The routes.
 pub fn router(shared: Shared) -> Router {
     Router::new()
