@@ -136,11 +136,12 @@ struct Live {
     scrape_ms: (f64, f64),
 }
 
-/// Serves while `command` runs (or for `time` without one), scraping every `every`.
+/// Serves while `command` runs, again and again until `time` has passed, scraping every
+/// `every`.
 fn live(
     latprof: &Path,
     what: &str,
-    command: Option<&[String]>,
+    command: &[String],
     time: Duration,
     every: Duration,
 ) -> Result<Live> {
@@ -169,19 +170,19 @@ fn live(
         })
     };
     let (cpu0, counted0, t0) = (cpu_ns(pid)?, served.counted()?, Instant::now());
-    match command {
-        Some(cmd) => {
-            let status = Command::new(&cmd[0])
-                .args(&cmd[1..])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .with_context(|| format!("running {}", cmd[0]))?;
-            if !status.success() {
-                bail!("{what} failed: {status}");
-            }
+    loop {
+        let status = Command::new(&command[0])
+            .args(&command[1..])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .with_context(|| format!("running {}", command[0]))?;
+        if !status.success() {
+            bail!("{what} failed: {status}");
         }
-        None => std::thread::sleep(time),
+        if t0.elapsed() >= time {
+            break;
+        }
     }
     let secs = t0.elapsed().as_secs_f64();
     let (cpu1, counted1) = (cpu_ns(pid)?, served.counted()?);
@@ -308,10 +309,14 @@ pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String>
     // The live binary under load.
     let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
     let trips = if quick { "3000" } else { "100000" };
+    let busy = Duration::from_secs(if quick { 3 } else { 30 });
     let mut runs = vec![live(
         latprof,
-        &format!("ping-pong, {trips} round trips, scraped every 1 s"),
-        Some(&s(&[
+        &format!(
+            "ping-pong ({trips} round trips, again and again for {} s), scraped every 1 s",
+            busy.as_secs()
+        ),
+        &s(&[
             workload,
             "pingpong",
             "--processes",
@@ -319,15 +324,18 @@ pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String>
             "0",
             "--count",
             trips,
-        ])),
-        Duration::ZERO,
+        ]),
+        busy,
         Duration::from_secs(1),
     )?];
     if !quick && which("hackbench") {
         runs.push(live(
             latprof,
-            "hackbench -g 8 --process --pipe -l 2000 -s 512, scraped every 1 s",
-            Some(&s(&[
+            &format!(
+                "hackbench -g 8 --process --pipe -l 2000 -s 512 (again and again for {} s), scraped every 1 s",
+                busy.as_secs()
+            ),
+            &s(&[
                 "hackbench",
                 "-g",
                 "8",
@@ -337,8 +345,8 @@ pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String>
                 "2000",
                 "-s",
                 "512",
-            ])),
-            Duration::ZERO,
+            ]),
+            busy,
             Duration::from_secs(1),
         )?);
     }
@@ -357,7 +365,7 @@ pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String>
     runs.push(live(
         latprof,
         &format!("11 threads x nanosleep(1 ms) for {secs} s, scraped every {every} s"),
-        Some(&steady),
+        &steady,
         Duration::ZERO,
         Duration::from_secs(every),
     )?);
