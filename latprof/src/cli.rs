@@ -119,8 +119,38 @@ pub enum Command {
     /// Print every sleep or run-queue wait over --spike as it happens, one line each.
     Spikes(SpikesArgs),
     /// Print a recording's numbers at a moment, or between two, as text, JSON, folded or
-    /// OpenMetrics; no root needed.
+    /// OpenMetrics or pprof; no root needed.
     Dump(DumpArgs),
+    /// Keep the probes attached and answer HTTP: Prometheus metrics at /metrics, off-CPU
+    /// profiles (pprof) at /debug/pprof/offcpu.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address and port to listen on (another address than loopback only when asked).
+    #[arg(long, value_parser = parse_listen, default_value = "127.0.0.1:9934")]
+    pub listen: std::net::SocketAddr,
+    /// Only this process (all its threads).
+    #[arg(long, short = 'p')]
+    pub pid: Option<u32>,
+    /// At most this many (reason, state) series per metric; reasons seen after that are
+    /// folded into reason="other" (and counted).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(2..=100_000))]
+    pub max_series: u32,
+    /// Time between reads of the kernel's tables (what a scrape sees is at most this old).
+    #[arg(long, value_parser = time::parse_duration, default_value = "1s")]
+    pub interval: Duration,
+    /// Extra reasons (latencytop.trans format), overriding built-ins.
+    #[arg(long)]
+    pub reasons: Option<PathBuf>,
+}
+
+/// `127.0.0.1:9934`, `[::1]:9934`, `0.0.0.0:9934`.
+pub fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
+    text.parse().map_err(|_| {
+        format!("'{text}' is not an address and port (examples: 127.0.0.1:9934, [::1]:9934)")
+    })
 }
 
 #[derive(Debug, Args)]

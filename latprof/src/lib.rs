@@ -3,7 +3,7 @@
 //!
 //! The data path: `probe` (load and attach the kernel programs) -> `collect` (read their maps
 //! into raw snapshots and spikes) -> `model` (what a view shows: causes, rates, rows) -> `tui`
-//! (draw); beside it `store` (recordings) and `export` (text, JSON, folded, OpenMetrics).
+//! (draw); beside it `store` (recordings) and `export` (text, JSON, folded, OpenMetrics, pprof); `serve` answers HTTP.
 //! `cmd` holds every subcommand's `run`.
 pub mod cgroups;
 pub mod cli;
@@ -14,6 +14,7 @@ pub mod files;
 pub mod model;
 pub mod probe;
 pub mod reasons;
+pub mod serve;
 pub mod store;
 pub mod symbols;
 pub mod text;

@@ -17,14 +17,19 @@ const NIGHTLY: &str = include_str!("../../latprof-ebpf/NIGHTLY").trim_ascii();
 const STABLE: &str = "1.99.1";
 const BPF_LINKER: &str = "0.13.0";
 /// Debian packages: LLVM 22 for bpf-linker, tmux for the terminal tests, Prometheus' Python
-/// client whose OpenMetrics parser checks `--format openmetrics`.
-const DEBIAN_PACKAGES: [&str; 6] = [
+/// client whose OpenMetrics parser checks `--format openmetrics`, Prometheus itself (and its
+/// promtool) that the serve tests run against `latprof serve`, and Go, whose `go tool pprof`
+/// reads its profiles. The package may start a system Prometheus on :9090; the tests start
+/// their own on a free port and never use that one.
+const DEBIAN_PACKAGES: [&str; 8] = [
     "llvm-22-dev",
     "libpolly-22-dev",
     "libzstd-dev",
     "zlib1g-dev",
     "tmux",
     "python3-prometheus-client",
+    "prometheus",
+    "golang-go",
 ];
 
 fn main() -> ExitCode {

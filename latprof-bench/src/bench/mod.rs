@@ -5,6 +5,7 @@
 mod configs;
 mod measure;
 mod report;
+mod serve;
 
 use std::{collections::BTreeMap, path::PathBuf};
 
@@ -34,6 +35,10 @@ pub struct BenchArgs {
     /// lazy-debug, lazy-walk, lazy+normal, spikes-adaptive, spikes-always).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
+    /// Only the `serve` series (latprof serve scraped under load; scrapes of 500 series),
+    /// written to serve.md.
+    #[arg(long)]
+    pub serve: bool,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -41,6 +46,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let latprof = crate::sibling("latprof")?;
     let workload = crate::sibling("latprof-workload")?;
     let workload_s = workload.to_string_lossy().into_owned();
+    if args.serve {
+        let md = serve::run(&latprof, &workload_s, args.quick)?;
+        print!("{md}");
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("creating {}", args.out.display()))?;
+        std::fs::write(args.out.join("serve.md"), &md)?;
+        eprintln!("bench: wrote {}", args.out.join("serve.md").display());
+        return Ok(());
+    }
     // The kernel measures every program's run time while this is held.
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("enabling BPF run-time statistics")?;
@@ -126,7 +140,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             }
         }
     }
-    let report = report(&works, &configs, &samples, rounds, &skipped);
+    let mut report = report(&works, &configs, &samples, rounds, &skipped);
+    // The serve series runs once the others are done, in full runs and when asked for.
+    if !args.quick && (args.configs.is_empty() || args.configs.iter().any(|c| c == "serve")) {
+        eprintln!("bench: serve series");
+        report
+            .0
+            .push_str(&serve::run(&latprof, &workload_s, false)?);
+    }
     print!("{}", report.0);
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;

@@ -83,11 +83,11 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
         reader_sleeps: Some(rec.spikes_until(cur.taken_ns, 0).1),
     };
     let mut out = std::io::stdout().lock();
-    let text = match args.by {
+    let bytes = match args.by {
         export::By::Cause => export::render(args.format, &scope),
         export::By::Cgroup => export::cgroups::render(args.format, &scope),
     };
-    out.write_all(text.as_bytes())
+    out.write_all(&bytes)
         .and_then(|()| out.flush())
         .context("writing to stdout")
 }

@@ -3,6 +3,7 @@
 pub mod dump;
 pub mod record;
 pub mod replay;
+pub mod serve;
 pub mod session;
 pub mod spikes;
 pub mod stats;
@@ -23,6 +24,7 @@ pub fn run(cli: &Cli) -> Result<()> {
         Command::Replay(args) => replay::run(cli, args),
         Command::Dump(args) => dump::run(cli, args),
         Command::Spikes(args) => spikes::run(cli, args),
+        Command::Serve(args) => serve::run(cli, args),
     }
 }
 

@@ -85,14 +85,14 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         reader_sleeps: None,
     };
     let text = if args.counters && args.format == export::Format::Text {
-        export::counters::render(&kernel, first.as_ref(), &snap)
+        export::counters::render(&kernel, first.as_ref(), &snap).into_bytes()
     } else if args.by == export::By::Cgroup {
         export::cgroups::render(args.format, &scope)
     } else {
         export::render(args.format, &scope)
     };
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
+    out.write_all(&text)
         .and_then(|()| out.flush())
         .context("writing to stdout")?;
     let c = &snap.counters;

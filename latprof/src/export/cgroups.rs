@@ -4,15 +4,51 @@ use std::fmt::Write as _;
 use super::{Format, Scope, openmetrics};
 use crate::model::{self, CgroupRow};
 
+/// The export as bytes (pprof is binary).
 #[must_use]
-pub fn render(format: Format, scope: &Scope<'_>) -> String {
+pub fn render(format: Format, scope: &Scope<'_>) -> Vec<u8> {
     match format {
-        Format::Text => text(scope),
+        Format::Text => text(scope).into_bytes(),
         // The JSON document carries the cgroups whatever the grouping.
-        Format::Json => super::json::render(scope),
-        Format::Folded => folded(scope),
-        Format::Openmetrics => metrics(scope),
+        Format::Json => super::json::render(scope).into_bytes(),
+        Format::Folded => folded(scope).into_bytes(),
+        Format::Openmetrics => metrics(scope).into_bytes(),
+        Format::Pprof => profile(scope),
     }
+}
+
+/// A pprof profile whose samples have the cgroup's name as their outermost frame.
+fn profile(scope: &Scope<'_>) -> Vec<u8> {
+    let mut owned: Vec<(String, Vec<String>, String, u64, u64)> = Vec::new();
+    for row in rows(scope, true) {
+        for c in model::causes(row.records, scope.cur, scope.syms, scope.depth) {
+            let mut frames: Vec<String> =
+                c.backtrace.lines().into_iter().map(str::to_owned).collect();
+            frames.push(row.name.clone());
+            owned.push((
+                row.name.clone(),
+                frames,
+                scope.reasons.reason(&c.backtrace),
+                c.count,
+                c.total_ns,
+            ));
+        }
+    }
+    let samples: Vec<super::pprof::Sample<'_>> = owned
+        .iter()
+        .map(
+            |(_, frames, reason, count, total_ns)| super::pprof::Sample {
+                frames: frames.iter().map(String::as_str).collect(),
+                reason,
+                count: *count,
+                total_ns: *total_ns,
+            },
+        )
+        .collect();
+    let (start, duration) = scope.base.map_or((scope.cur.wall_ns, 0), |b| {
+        (b.wall_ns, scope.cur.wall_ns.saturating_sub(b.wall_ns))
+    });
+    super::pprof::encode(&samples, start, duration)
 }
 
 /// The cgroups in scope: `--pid` narrows nothing here (a process's cgroups are its own).

@@ -5,6 +5,7 @@ pub mod counters;
 pub mod folded;
 pub mod json;
 pub mod openmetrics;
+pub mod pprof;
 pub mod text;
 
 use latprof_common::{GlobalRecord, RUNQ_STACK};
@@ -28,6 +29,9 @@ pub enum Format {
     Folded,
     /// OpenMetrics text exposition, for Prometheus.
     Openmetrics,
+    /// A gzipped pprof profile (perftools.profiles.Profile): one sample per backtrace with
+    /// its count and nanoseconds (binary: redirect it to a file).
+    Pprof,
 }
 
 /// What `stats` groups the causes by.
@@ -79,12 +83,36 @@ impl Scope<'_> {
     }
 }
 
+/// The export as bytes (pprof is binary; every other format is UTF-8 text).
 #[must_use]
-pub fn render(format: Format, scope: &Scope<'_>) -> String {
+pub fn render(format: Format, scope: &Scope<'_>) -> Vec<u8> {
     match format {
-        Format::Text => text::latency_stats(&scope.causes(false)),
-        Format::Json => json::render(scope),
-        Format::Folded => folded::render(&scope.causes(true)),
-        Format::Openmetrics => openmetrics::render(scope),
+        Format::Text => text::latency_stats(&scope.causes(false)).into_bytes(),
+        Format::Json => json::render(scope).into_bytes(),
+        Format::Folded => folded::render(&scope.causes(true)).into_bytes(),
+        Format::Openmetrics => openmetrics::render(scope).into_bytes(),
+        Format::Pprof => {
+            let causes = scope.causes(true);
+            let reasons: Vec<String> = causes
+                .iter()
+                .map(|c| scope.reasons.reason(&c.backtrace))
+                .collect();
+            let samples: Vec<pprof::Sample<'_>> = causes
+                .iter()
+                .zip(&reasons)
+                .map(|(c, reason)| pprof::Sample {
+                    frames: c.backtrace.lines(),
+                    reason,
+                    count: c.count,
+                    total_ns: c.total_ns,
+                })
+                .collect();
+            // Between two snapshots the profile covers their interval; a single one, everything
+            // since the collection began (its length unknown here).
+            let (start, duration) = scope.base.map_or((scope.cur.wall_ns, 0), |b| {
+                (b.wall_ns, scope.cur.wall_ns.saturating_sub(b.wall_ns))
+            });
+            pprof::encode(&samples, start, duration)
+        }
     }
 }

@@ -1,9 +1,12 @@
-//! OpenMetrics text exposition (what Prometheus scrapes): counters per cause and per pipeline
-//! counter, the maximum as a gauge, `# EOF` at the end.
+//! Prometheus expositions. `render`: one moment (or interval) of `stats` and `dump` in
+//! OpenMetrics text, counters per cause and per pipeline counter, the maximum as a gauge, `#
+//! EOF` at the end. `render_live`: what `latprof serve` answers at /metrics, per reason and
+//! state, with histograms and latprof's health, in OpenMetrics 1.0 or Prometheus text 0.0.4.
 use std::fmt::Write as _;
 
-use super::Scope;
-use latprof_common::Counter;
+use super::{Scope, counters::CpuTicks};
+use crate::collect::Counters;
+use latprof_common::{Counter, HIST_BUCKETS};
 
 /// A label value with `\`, `"` and newlines escaped.
 pub(super) fn label(value: &str) -> String {
@@ -28,11 +31,329 @@ pub(super) fn seconds(ns: u64) -> String {
 }
 
 pub(super) fn family(out: &mut String, name: &str, kind: &str, unit: Option<&str>, help: &str) {
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-    if let Some(unit) = unit {
-        let _ = writeln!(out, "# UNIT {name} {unit}");
+    family_in(Flavor::OpenMetrics, out, name, kind, unit, help);
+}
+
+/// A family's metadata: OpenMetrics names the family (without `_total`) and its unit;
+/// Prometheus 0.0.4 names a counter's samples (with `_total`) and has no unit line.
+fn family_in(
+    flavor: Flavor,
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    unit: Option<&str>,
+    help: &str,
+) {
+    match flavor {
+        Flavor::OpenMetrics => {
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            if let Some(unit) = unit {
+                let _ = writeln!(out, "# UNIT {name} {unit}");
+            }
+            let _ = writeln!(out, "# HELP {name} {help}");
+        }
+        Flavor::Prometheus => {
+            let sample = if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_owned()
+            };
+            let _ = writeln!(out, "# HELP {sample} {help}");
+            let _ = writeln!(out, "# TYPE {sample} {kind}");
+        }
     }
-    let _ = writeln!(out, "# HELP {name} {help}");
+}
+
+/// The two text formats a scraper may ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// OpenMetrics 1.0 (`Accept: application/openmetrics-text`).
+    OpenMetrics,
+    /// Prometheus text 0.0.4, what any other scraper gets.
+    Prometheus,
+}
+
+impl Flavor {
+    /// The flavor an `Accept` header asks for.
+    #[must_use]
+    pub fn accepting(accept: &str) -> Self {
+        if accept.contains("application/openmetrics-text") {
+            Self::OpenMetrics
+        } else {
+            Self::Prometheus
+        }
+    }
+
+    #[must_use]
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Self::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// One (reason, state) series of `latprof serve`: cumulative since it started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Series {
+    pub reason: String,
+    /// "S" or "D" sleeps as the kernel tables tell them ("SD": they do not split them yet),
+    /// "R" run-queue waits.
+    pub state: &'static str,
+    pub count: u64,
+    pub total_ns: u64,
+    /// The kernel's log2 buckets: `buckets[i]` holds latencies under 2^(i+1) microseconds
+    /// (and at least 2^i, bucket 0 excepted); the last one everything longer.
+    pub buckets: [u64; HIST_BUCKETS],
+}
+
+/// Everything `latprof serve` exposes at one moment.
+#[derive(Clone, Debug, Default)]
+pub struct Live {
+    /// At most `--max-series`, `reason="other"` among them when any were folded.
+    pub series: Vec<Series>,
+    /// Distinct (reason, state) pairs folded into `reason="other"`.
+    pub folded: u64,
+    pub counters: Counters,
+    /// The kernel's run-time statistics of latprof's programs: (name, run time ns, runs).
+    pub programs: Vec<(String, u64, u64)>,
+    pub cpus: Vec<CpuTicks>,
+    /// Reads of the kernel's tables so far.
+    pub collections: u64,
+    /// The kernel's tables: (name, entries in use at the latest read, capacity).
+    pub tables: Vec<(&'static str, u64, u64)>,
+    pub mode: &'static str,
+}
+
+/// `le` of bucket `i`: 2^(i+1) microseconds, in seconds.
+fn bucket_le(i: usize) -> String {
+    seconds((1u64 << (i + 1)) * 1000)
+}
+
+/// The live exposition in `flavor`.
+#[must_use]
+pub fn render_live(live: &Live, flavor: Flavor) -> String {
+    let mut out = String::with_capacity(256 + live.series.len() * 3000);
+    let labels: Vec<String> = live
+        .series
+        .iter()
+        .map(|s| format!("reason=\"{}\",state=\"{}\"", label(&s.reason), s.state))
+        .collect();
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_sleeps",
+        "counter",
+        None,
+        "Sleeps (S, D) and run-queue waits (R) counted, by reason and state.",
+    );
+    for (s, l) in live.series.iter().zip(&labels) {
+        let _ = writeln!(out, "latprof_sleeps_total{{{l}}} {}", s.count);
+    }
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_sleep_seconds",
+        "counter",
+        Some("seconds"),
+        "Time spent in those sleeps and waits, by reason and state.",
+    );
+    for (s, l) in live.series.iter().zip(&labels) {
+        let _ = writeln!(
+            out,
+            "latprof_sleep_seconds_total{{{l}}} {}",
+            seconds(s.total_ns)
+        );
+    }
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_sleep_duration_seconds",
+        "histogram",
+        Some("seconds"),
+        "Length of single sleeps and waits in the kernel's log2 buckets (which also count kernel threads' sleeps), by reason and state.",
+    );
+    for (s, l) in live.series.iter().zip(&labels) {
+        let mut acc = 0u64;
+        for (i, n) in s.buckets.iter().enumerate().take(HIST_BUCKETS - 1) {
+            acc += n;
+            let _ = writeln!(
+                out,
+                "latprof_sleep_duration_seconds_bucket{{{l},le=\"{}\"}} {acc}",
+                bucket_le(i)
+            );
+        }
+        acc += s.buckets[HIST_BUCKETS - 1];
+        let _ = writeln!(
+            out,
+            "latprof_sleep_duration_seconds_bucket{{{l},le=\"+Inf\"}} {acc}"
+        );
+        let _ = writeln!(out, "latprof_sleep_duration_seconds_count{{{l}}} {acc}");
+        let _ = writeln!(
+            out,
+            "latprof_sleep_duration_seconds_sum{{{l}}} {}",
+            seconds(s.total_ns)
+        );
+    }
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_folded_series",
+        "gauge",
+        None,
+        "Distinct (reason, state) series over --max-series, counted under reason=\"other\".",
+    );
+    let _ = writeln!(out, "latprof_folded_series {}", live.folded);
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_pipeline_events",
+        "counter",
+        None,
+        "latprof's own event pipeline: what it tracked, skipped and lost (spikes included).",
+    );
+    for c in Counter::ALL {
+        let _ = writeln!(
+            out,
+            "latprof_pipeline_events_total{{counter=\"{}\"}} {}",
+            c.name(),
+            live.counters.get(c)
+        );
+    }
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_dropped",
+        "counter",
+        None,
+        "Everything lost or left out, by kind (sleep_lost: sleeps whose wakeup the kernel hid).",
+    );
+    for c in Counter::ALL.into_iter().filter(|c| c.loss().is_some()) {
+        let _ = writeln!(
+            out,
+            "latprof_dropped_total{{kind=\"{}\"}} {}",
+            c.name(),
+            live.counters.get(c)
+        );
+    }
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_program_runs",
+        "counter",
+        None,
+        "Runs of each of latprof's eBPF programs (the kernel's BPF run-time statistics).",
+    );
+    for (name, _, runs) in &live.programs {
+        let _ = writeln!(
+            out,
+            "latprof_program_runs_total{{program=\"{}\"}} {runs}",
+            label(name)
+        );
+    }
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_program_run_seconds",
+        "counter",
+        Some("seconds"),
+        "Kernel time spent in each of latprof's eBPF programs.",
+    );
+    for (name, ns, _) in &live.programs {
+        let _ = writeln!(
+            out,
+            "latprof_program_run_seconds_total{{program=\"{}\"}} {}",
+            label(name),
+            seconds(*ns)
+        );
+    }
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_cpu_events",
+        "counter",
+        None,
+        "Per CPU: timer ticks, tick stops (stopped, kept, kept by dependency), switches, user enter/exit.",
+    );
+    cpu_events(&mut out, &live.cpus);
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_table_entries",
+        "gauge",
+        None,
+        "Entries in use in latprof's kernel tables (tasks: live tasks tracked; records: global causes; stacks: backtraces the records name).",
+    );
+    for (table, used, _) in &live.tables {
+        let _ = writeln!(out, "latprof_table_entries{{table=\"{table}\"}} {used}");
+    }
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_table_capacity",
+        "gauge",
+        None,
+        "Capacity of latprof's kernel tables (--max-tasks, --max-records, --max-stacks).",
+    );
+    for (table, _, size) in &live.tables {
+        let _ = writeln!(out, "latprof_table_capacity{{table=\"{table}\"}} {size}");
+    }
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_collections",
+        "counter",
+        None,
+        "Reads of the kernel's tables by latprof serve.",
+    );
+    let _ = writeln!(out, "latprof_collections_total {}", live.collections);
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_info",
+        "gauge",
+        None,
+        "latprof's version and mode.",
+    );
+    let _ = writeln!(
+        out,
+        "latprof_info{{version=\"{}\",mode=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        live.mode
+    );
+    if flavor == Flavor::OpenMetrics {
+        out.push_str("# EOF\n");
+    }
+    out
+}
+
+/// `latprof_cpu_events_total` samples.
+fn cpu_events(out: &mut String, cpus: &[CpuTicks]) {
+    for c in cpus {
+        let mut events = vec![
+            ("timer_tick", c.timer_ticks),
+            ("tick_stopped", c.tick_stopped),
+            ("tick_kept", c.tick_kept),
+            ("switch", c.switches),
+        ];
+        events.extend(c.user_enter.map(|n| ("user_enter", n)));
+        events.extend(c.user_exit.map(|n| ("user_exit", n)));
+        for (event, n) in events {
+            let _ = writeln!(
+                out,
+                "latprof_cpu_events_total{{cpu=\"{}\",event=\"{event}\"}} {n}",
+                c.cpu
+            );
+        }
+        for (dep, n) in &c.kept_by {
+            let _ = writeln!(
+                out,
+                "latprof_cpu_events_total{{cpu=\"{}\",event=\"tick_kept_by_{}\"}} {n}",
+                c.cpu,
+                dep.to_lowercase()
+            );
+        }
+    }
 }
 
 #[must_use]
@@ -121,31 +442,10 @@ pub fn render(scope: &Scope<'_>) -> String {
             None,
             "Per CPU: timer ticks, tick stops (stopped, kept, kept by dependency), switches, user enter/exit.",
         );
-        for c in super::counters::cpu_ticks(kernel, scope.base, scope.cur) {
-            let mut events = vec![
-                ("timer_tick", c.timer_ticks),
-                ("tick_stopped", c.tick_stopped),
-                ("tick_kept", c.tick_kept),
-                ("switch", c.switches),
-            ];
-            events.extend(c.user_enter.map(|n| ("user_enter", n)));
-            events.extend(c.user_exit.map(|n| ("user_exit", n)));
-            for (event, n) in events {
-                let _ = writeln!(
-                    out,
-                    "latprof_cpu_events_total{{cpu=\"{}\",event=\"{event}\"}} {n}",
-                    c.cpu
-                );
-            }
-            for (dep, n) in c.kept_by {
-                let _ = writeln!(
-                    out,
-                    "latprof_cpu_events_total{{cpu=\"{}\",event=\"tick_kept_by_{}\"}} {n}",
-                    c.cpu,
-                    dep.to_lowercase()
-                );
-            }
-        }
+        cpu_events(
+            &mut out,
+            &super::counters::cpu_ticks(kernel, scope.base, scope.cur),
+        );
     }
     out.push_str("# EOF\n");
     out

@@ -1,0 +1,387 @@
+//! The `serve` series: what `latprof serve` costs and how fast it answers. The real binary
+//! serves while workloads run and a scraper pulls /metrics (every second under the ping-pong
+//! and hackbench; every 15 s under 10,000 sleeps a second, Prometheus' usual interval); its
+//! process CPU time (user and system, the kernel programs' time is not in it) is read from
+//! /proc. Scrapes of 500 series are timed against the same HTTP server fed with 500 distinct
+//! causes (a machine rarely has that many).
+use std::{
+    fmt::Write as _,
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use latprof::{
+    collect::Snapshot,
+    probe::{KernelFacts, Mode, ProbeConfig},
+    reasons::Reasons,
+    serve::{self, Server, state::Accumulator},
+    symbols::Kallsyms,
+};
+use latprof_common::{GlobalRecord, HIST_BUCKETS};
+
+use super::configs::which;
+use super::measure::median;
+
+/// One GET; returns (status, body length, time to the last byte).
+fn get(addr: SocketAddr, path: &str) -> Result<(u16, usize, Duration)> {
+    let t0 = Instant::now();
+    let mut s = TcpStream::connect(addr).context("connect")?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let took = t0.elapsed();
+    let status = String::from_utf8_lossy(&raw[..raw.len().min(12)])
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((status, raw.len(), took))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// (median, max) in ms.
+fn spread(times: &[Duration]) -> (f64, f64) {
+    let v: Vec<f64> = times.iter().map(|d| ms(*d)).collect();
+    let max = v.iter().copied().fold(0.0, f64::max);
+    (median(v), max)
+}
+
+/// A process's CPU time (user + system) from /proc, in ns.
+fn cpu_ns(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat.rsplit_once(')').context("stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime: fields 14 and 15 of stat, 12 and 13 after the command.
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100);
+    Ok(ticks * 1_000_000_000 / hz)
+}
+
+/// `latprof serve` on a free loopback port, attached.
+struct Served {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Served {
+    fn start(latprof: &Path) -> Result<Self> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        let mut child = Command::new(latprof)
+            .args(["serve", "--listen", &addr.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting latprof serve")?;
+        let mut stderr = std::io::BufReader::new(child.stderr.take().context("stderr")?);
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stderr, &mut line)?;
+        if !line.contains("serving") {
+            bail!("latprof serve did not start: {line}");
+        }
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        Ok(Self { child, addr })
+    }
+
+    fn counted(&self) -> Result<u64> {
+        let mut s = TcpStream::connect(self.addr)?;
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix("latprof_pipeline_events_total{counter=\"counted\"} "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0))
+    }
+
+    fn stop(mut self) -> Result<()> {
+        let pid = i32::try_from(self.child.id())?;
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("latprof serve exited {status}");
+        }
+        Ok(())
+    }
+}
+
+/// What one live run measured.
+struct Live {
+    what: String,
+    secs: f64,
+    cpu_pct: f64,
+    sleeps_per_s: f64,
+    scrapes: usize,
+    scrape_ms: (f64, f64),
+}
+
+/// Serves while `command` runs, again and again until `time` has passed, scraping every
+/// `every`.
+fn live(
+    latprof: &Path,
+    what: &str,
+    command: &[String],
+    time: Duration,
+    every: Duration,
+) -> Result<Live> {
+    let served = Served::start(latprof)?;
+    let addr = served.addr;
+    let pid = served.child.id();
+    let stop = Arc::new(AtomicBool::new(false));
+    let scraper = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || -> Result<Vec<Duration>> {
+            let mut times = Vec::new();
+            let mut next = Instant::now() + every;
+            while !stop.load(Ordering::Relaxed) {
+                if Instant::now() < next {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                next += every;
+                let (status, _, took) = get(addr, "/metrics")?;
+                if status != 200 {
+                    bail!("scrape answered {status}");
+                }
+                times.push(took);
+            }
+            Ok(times)
+        })
+    };
+    let (cpu0, counted0, t0) = (cpu_ns(pid)?, served.counted()?, Instant::now());
+    loop {
+        let status = Command::new(&command[0])
+            .args(&command[1..])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .with_context(|| format!("running {}", command[0]))?;
+        if !status.success() {
+            bail!("{what} failed: {status}");
+        }
+        if t0.elapsed() >= time {
+            break;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let (cpu1, counted1) = (cpu_ns(pid)?, served.counted()?);
+    stop.store(true, Ordering::Relaxed);
+    let times = scraper
+        .join()
+        .map_err(|_| anyhow::anyhow!("scraper panicked"))??;
+    served.stop()?;
+    Ok(Live {
+        what: what.to_owned(),
+        secs,
+        cpu_pct: (cpu1 - cpu0) as f64 / 1e9 / secs * 100.0,
+        sleeps_per_s: counted1.saturating_sub(counted0) as f64 / secs,
+        scrapes: times.len(),
+        scrape_ms: spread(&times),
+    })
+}
+
+/// `latprof serve`'s own server and renderers fed with `n` distinct causes, each with a
+/// histogram, and a full profile window.
+fn synthetic(n: u64) -> Result<(Server, SocketAddr)> {
+    let mut kallsyms = String::from("ffffffff81000000 T _stext\n");
+    for i in 0..n {
+        let _ = writeln!(
+            kallsyms,
+            "{:x} T synthetic_wait_{i}",
+            0xffff_ffff_8110_0000u64 + i * 0x100
+        );
+    }
+    kallsyms.push_str(
+        "ffffffff81300000 T do_syscall_64\n\
+         ffffffff81400000 T __sched_text_start\nffffffff81401000 T __sched_text_end\n\
+         ffffffff81401000 T __lock_text_start\nffffffff81402000 T __lock_text_end\n",
+    );
+    let syms = Kallsyms::parse(&kallsyms)?;
+    let mut acc = Accumulator::new(Reasons::builtin(), 12, 1000, "lazy");
+    let mut published = None;
+    for t in 1..=u64::try_from(serve::state::WINDOW)? {
+        let mut hist = [0u32; HIST_BUCKETS];
+        hist[5..15].fill(u32::try_from(t)?);
+        let snap = Snapshot {
+            mode: Mode::Normal,
+            global: (1..=n)
+                .map(|i| {
+                    (
+                        i,
+                        GlobalRecord {
+                            count: t * i,
+                            total_ns: t * i * 1_000_000,
+                            max_ns: 2_000_000,
+                        },
+                    )
+                })
+                .collect(),
+            stacks: (1..=n)
+                .map(|i| {
+                    (
+                        i,
+                        vec![
+                            0xffff_ffff_8110_0010 + (i - 1) * 0x100,
+                            0xffff_ffff_8130_0010,
+                        ],
+                    )
+                })
+                .collect(),
+            histograms: (1..=n).map(|i| (i, hist)).collect(),
+            taken_ns: latprof::time::monotonic_ns(),
+            wall_ns: latprof::time::wall_ns(),
+            ..Snapshot::default()
+        };
+        published = Some(acc.update(
+            &snap,
+            &syms,
+            &KernelFacts::default(),
+            &ProbeConfig::default(),
+        ));
+    }
+    let published = published.context("no snapshot")?;
+    if published.live.series.len() != usize::try_from(n)? {
+        bail!("{} series, not {n}", published.live.series.len());
+    }
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let (_publisher, shared) = serve::channel(published, Duration::from_secs(3600));
+    let server = Server::serve(Server::runtime()?, listener, shared)?;
+    Ok((server, addr))
+}
+
+/// The series' report section (Markdown).
+pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String> {
+    let mut md = String::from("\n## serve: latprof serve scraped\n\n");
+    // Scrapes of 500 series.
+    let (server, addr) = synthetic(500)?;
+    let mut rows = Vec::new();
+    for (what, path, n) in [
+        ("/metrics, 500 series (Prometheus text)", "/metrics", 200),
+        (
+            "/debug/pprof/offcpu?seconds=300, 500 backtraces x 300 reads",
+            "/debug/pprof/offcpu?seconds=300",
+            20,
+        ),
+    ] {
+        let mut times = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..if quick { 5 } else { n } {
+            let (status, len, took) = get(addr, path)?;
+            if status != 200 {
+                bail!("{path} answered {status}");
+            }
+            bytes = len;
+            times.push(took);
+        }
+        rows.push((what, times.len(), bytes, spread(&times)));
+    }
+    server.stop();
+    let _ = writeln!(
+        md,
+        "Answer times, from the request to the last byte, over loopback:\n\n\
+         | request | answers | bytes | median ms | max ms |\n|---|---:|---:|---:|---:|"
+    );
+    for (what, n, bytes, (med, max)) in rows {
+        let _ = writeln!(md, "| {what} | {n} | {bytes} | {med:.2} | {max:.2} |");
+    }
+    // The live binary under load.
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    let trips = if quick { "3000" } else { "100000" };
+    let busy = Duration::from_secs(if quick { 3 } else { 30 });
+    let mut runs = vec![live(
+        latprof,
+        &format!(
+            "ping-pong ({trips} round trips, again and again for {} s), scraped every 1 s",
+            busy.as_secs()
+        ),
+        &s(&[
+            workload,
+            "pingpong",
+            "--processes",
+            "--cpu",
+            "0",
+            "--count",
+            trips,
+        ]),
+        busy,
+        Duration::from_secs(1),
+    )?];
+    if !quick && which("hackbench") {
+        runs.push(live(
+            latprof,
+            &format!(
+                "hackbench -g 8 --process --pipe -l 2000 -s 512 (again and again for {} s), scraped every 1 s",
+                busy.as_secs()
+            ),
+            &s(&[
+                "hackbench",
+                "-g",
+                "8",
+                "--process",
+                "--pipe",
+                "-l",
+                "2000",
+                "-s",
+                "512",
+            ]),
+            busy,
+            Duration::from_secs(1),
+        )?);
+    }
+    // About 10,000 counted sleeps a second: 11 threads sleeping 1 ms in a loop.
+    let (secs, every) = if quick { (5, 1) } else { (120, 15) };
+    let steady = s(&[
+        workload,
+        "threads",
+        "--count",
+        "11",
+        "--interval",
+        "1ms",
+        "--seconds",
+        &secs.to_string(),
+    ]);
+    runs.push(live(
+        latprof,
+        &format!("11 threads x nanosleep(1 ms) for {secs} s, scraped every {every} s"),
+        &steady,
+        Duration::ZERO,
+        Duration::from_secs(every),
+    )?);
+    let _ = writeln!(
+        md,
+        "\nlatprof serve's process CPU time (user + system: its reads of the kernel's tables every \
+         second and its answers; the eBPF programs' time is the lazy rows above) over the run:\n\n\
+         | run | seconds | counted sleeps/s | latprof CPU, % of one CPU | scrapes | scrape median ms | max ms |\n\
+         |---|---:|---:|---:|---:|---:|---:|"
+    );
+    for r in &runs {
+        let _ = writeln!(
+            md,
+            "| {} | {:.1} | {:.0} | {:.3} | {} | {:.2} | {:.2} |",
+            r.what, r.secs, r.sleeps_per_s, r.cpu_pct, r.scrapes, r.scrape_ms.0, r.scrape_ms.1
+        );
+    }
+    Ok(md)
+}

@@ -1,0 +1,265 @@
+//! `latprof serve`'s HTTP side: the routes and their answers. Handlers render the latest
+//! value the collection published ([`state::Published`]); none of them waits for the
+//! collection or holds anything it needs, so a slow, stuck or numerous client cannot stall it.
+pub mod state;
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    Router,
+    extract::{RawQuery, State},
+    http::{HeaderMap, StatusCode, Uri, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use tokio::sync::watch;
+
+use crate::export::openmetrics::{self, Flavor};
+use state::{MAX_SECONDS, Published};
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct Shared {
+    pub latest: watch::Receiver<Arc<Published>>,
+    /// How often the collection reads; /healthz fails when the latest read is much older.
+    pub interval: Duration,
+}
+
+impl Shared {
+    fn latest(&self) -> Arc<Published> {
+        Arc::clone(&self.latest.borrow())
+    }
+}
+
+/// Where the collection publishes and the handlers read.
+pub struct Publisher(watch::Sender<Arc<Published>>);
+
+impl Publisher {
+    /// Replaces what the handlers answer from; never waits for them.
+    pub fn publish(&self, value: Published) {
+        self.0.send_replace(Arc::new(value));
+    }
+}
+
+/// A publisher and what the handlers share, starting from `first`.
+#[must_use]
+pub fn channel(first: Published, interval: Duration) -> (Publisher, Shared) {
+    let (tx, rx) = watch::channel(Arc::new(first));
+    (
+        Publisher(tx),
+        Shared {
+            latest: rx,
+            interval,
+        },
+    )
+}
+
+/// The HTTP server on its own threads (two workers: the answers are small).
+pub struct Server {
+    runtime: tokio::runtime::Runtime,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    /// Builds the runtime; nothing is served until [`Server::serve`].
+    pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+        use anyhow::Context as _;
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("latprof-http")
+            .enable_io()
+            .enable_time()
+            .build()
+            .context("start the HTTP runtime")
+    }
+
+    /// Serves the routes on `listener` (already bound: a port in use was said before anything
+    /// else started).
+    pub fn serve(
+        runtime: tokio::runtime::Runtime,
+        listener: std::net::TcpListener,
+        shared: Shared,
+    ) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        listener
+            .set_nonblocking(true)
+            .context("set the listener non-blocking")?;
+        let listener = {
+            let _entered = runtime.enter();
+            tokio::net::TcpListener::from_std(listener).context("listen")?
+        };
+        let app = router(shared);
+        let task = runtime.spawn(async move { axum::serve(listener, app).await });
+        Ok(Self { runtime, task })
+    }
+
+    /// Whether the server ended (it only does on an error).
+    #[must_use]
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Stops serving: connections still open are cut, so no client keeps latprof up.
+    pub fn stop(self) {
+        self.task.abort();
+        self.runtime.shutdown_timeout(Duration::from_secs(1));
+    }
+}
+
+/// The routes.
+pub fn router(shared: Shared) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/debug/pprof/offcpu", get(offcpu))
+        .fallback(not_found)
+        .with_state(shared)
+}
+
+fn text(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+const INDEX: &str = "<!DOCTYPE html>
+<html><head><title>latprof</title></head><body>
+<h1>latprof serve</h1>
+<ul>
+<li><a href=\"/metrics\">/metrics</a>: Prometheus metrics (OpenMetrics 1.0 when the Accept header asks for application/openmetrics-text, else Prometheus text 0.0.4)</li>
+<li><a href=\"/debug/pprof/offcpu?seconds=10\">/debug/pprof/offcpu?seconds=N</a>: the sleeps that ended in the last N seconds (1 to 300, default 10) as a gzipped pprof profile</li>
+<li><a href=\"/healthz\">/healthz</a>: ok while the kernel's tables are being read</li>
+</ul>
+</body></html>
+";
+
+async fn index() -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX).into_response()
+}
+
+async fn healthz(State(shared): State<Shared>) -> Response {
+    let age_ns = crate::time::monotonic_ns().saturating_sub(shared.latest().taken_ns);
+    let limit = (shared.interval * 3).max(Duration::from_secs(5));
+    if Duration::from_nanos(age_ns) > limit {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "stale: the last read of the kernel's tables was {} ago\n",
+                crate::time::format_duration(Duration::from_nanos(age_ns))
+            ),
+        );
+    }
+    text(StatusCode::OK, "ok\n".to_owned())
+}
+
+async fn metrics(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+    let flavor = Flavor::accepting(
+        headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
+    );
+    let latest = shared.latest();
+    let body = openmetrics::render_live(&latest.live, flavor);
+    ([(header::CONTENT_TYPE, flavor.content_type())], body).into_response()
+}
+
+/// `seconds` of `/debug/pprof/offcpu` from its query (other keys are ignored, as Go's
+/// handlers ignore them).
+pub fn profile_seconds(query: Option<&str>) -> Result<u32, String> {
+    let mut seconds = 10;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key != "seconds" {
+            continue;
+        }
+        let max = MAX_SECONDS;
+        seconds = value
+            .parse::<u32>()
+            .ok()
+            .filter(|s| (1..=max).contains(s))
+            .ok_or_else(|| {
+                let shown: String = value.chars().take(40).collect();
+                format!("seconds must be a whole number from 1 to {max}, not '{shown}'")
+            })?;
+    }
+    Ok(seconds)
+}
+
+async fn offcpu(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Response {
+    let seconds = match profile_seconds(query.as_deref()) {
+        Ok(s) => s,
+        Err(why) => return text(StatusCode::BAD_REQUEST, format!("{why}\n")),
+    };
+    let latest = shared.latest();
+    let now = crate::time::monotonic_ns();
+    // Encoding is CPU work: off the threads that answer the other requests.
+    match tokio::task::spawn_blocking(move || latest.profile(seconds, now)).await {
+        Ok(body) => (
+            [
+                (header::CONTENT_TYPE, "application/octet-stream"),
+                (
+                    header::CONTENT_DISPOSITION,
+                    "attachment; filename=\"offcpu.pb.gz\"",
+                ),
+            ],
+            body,
+        )
+            .into_response(),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("profile failed: {e}\n"),
+        ),
+    }
+}
+
+async fn not_found(uri: Uri) -> Response {
+    let path: String = crate::text::printable(uri.path())
+        .chars()
+        .take(200)
+        .collect();
+    text(
+        StatusCode::NOT_FOUND,
+        format!("not found: {path} (/ lists the endpoints)\n"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_seconds_are_checked() {
+        assert_eq!(profile_seconds(None), Ok(10));
+        assert_eq!(profile_seconds(Some("seconds=30")), Ok(30));
+        assert_eq!(profile_seconds(Some("debug=1&seconds=300")), Ok(300));
+        for bad in [
+            "seconds=0",
+            "seconds=301",
+            "seconds=-1",
+            "seconds=ten",
+            "seconds=",
+        ] {
+            assert!(profile_seconds(Some(bad)).is_err(), "{bad}");
+        }
+        let long = format!("seconds={}", "9".repeat(1000));
+        let why = profile_seconds(Some(&long)).unwrap_err();
+        assert!(why.len() < 120, "{why}");
+    }
+
+    #[test]
+    fn openmetrics_only_when_asked() {
+        assert_eq!(
+            Flavor::accepting(
+                "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+            ),
+            Flavor::OpenMetrics
+        );
+        assert_eq!(Flavor::accepting("*/*"), Flavor::Prometheus);
+        assert_eq!(Flavor::accepting(""), Flavor::Prometheus);
+    }
+}

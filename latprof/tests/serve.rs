@@ -1,0 +1,955 @@
+//! `latprof serve` as it runs on a fleet: the real binary as root, real eBPF, real workloads,
+//! scraped by a real Prometheus (Debian's `prometheus`, started here on a free loopback port
+//! with its own storage, never a system one), its profiles read by Go's `go tool pprof`
+//! (Debian's `golang-go`), its text checked by Prometheus' own parsers and `promtool`; stopped
+//! by signals, stormed by scrapers and by task churn.
+//!
+//! Root only, like the privileged tests: `#[ignore]`d for a plain `cargo test`, run by
+//! `cargo xtask test`. What they need and do not find fails them, loudly.
+use std::{
+    collections::HashSet,
+    io::{BufReader, Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, ChildStderr, Command, Stdio},
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use latprof::probe::names;
+
+mod common;
+
+use common::{LATPROF, Workload, twice};
+
+const NANOSLEEP: &str = "Application requested delay";
+
+/// One test at a time: program ids, loopback ports and the machine's CPUs are shared.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let guard = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    latprof::probe::check_privileges()
+        .expect("the serve tests need root or CAP_BPF+CAP_PERFMON: run `cargo xtask test`");
+    guard
+}
+
+/// A loopback port nobody listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn temp_dir(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "latprof-serve-{what}-{}-{}",
+        std::process::id(),
+        latprof::time::monotonic_ns()
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// An HTTP answer.
+struct Reply {
+    status: u16,
+    content_type: String,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A test's own minimal HTTP/1.1 client (one request, `Connection: close`).
+fn http_get(addr: SocketAddr, path: &str, accept: Option<&str>) -> Reply {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let accept = accept.map_or_else(String::new, |a| format!("Accept: {a}\r\n"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
+    )
+    .expect("send request");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read reply");
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(&raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut body = raw[split + 4..].to_vec();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head}"));
+    let header = |name: &str| {
+        head.lines()
+            .filter_map(|l| l.split_once(':'))
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_owned())
+    };
+    if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        let mut out = Vec::new();
+        let mut rest = body.as_slice();
+        loop {
+            let eol = rest
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .expect("chunk size");
+            let size = usize::from_str_radix(
+                String::from_utf8_lossy(&rest[..eol])
+                    .split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim(),
+                16,
+            )
+            .expect("chunk size");
+            rest = &rest[eol + 2..];
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[..size]);
+            rest = &rest[size + 2..];
+        }
+        body = out;
+    }
+    Reply {
+        status,
+        content_type: header("content-type").unwrap_or_default(),
+        body,
+    }
+}
+
+/// The value of the sample named exactly `series` (name and labels as rendered) in a text
+/// exposition.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().expect("a number"))
+    })
+}
+
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "counts exposed as floats, far below 2^52"
+)]
+fn count(text: &str, series: &str) -> u64 {
+    sample(text, series).map_or(0, |v| v as u64)
+}
+
+/// Sleeps the metrics say were lost or recovered without their backtrace; accepted only
+/// where the kernel hid switches (as `common::lost_where_hidden`).
+fn missing(metrics: &str) -> u64 {
+    let c = |name: &str| {
+        count(
+            metrics,
+            &format!("latprof_pipeline_events_total{{counter=\"{name}\"}}"),
+        )
+    };
+    let (lost, recovered, hidden) = (c("sleep_lost"), c("sleeps_recovered"), c("switches_hidden"));
+    assert!(
+        lost + recovered == 0 || hidden > 0,
+        "{lost} sleeps lost and {recovered} recovered but no switch was hidden"
+    );
+    lost + count(
+        metrics,
+        "latprof_sleeps_total{reason=\"[wakeup hidden from tracing]\",state=\"SD\"}",
+    )
+}
+
+fn nanosleeps(metrics: &str) -> u64 {
+    count(
+        metrics,
+        &format!("latprof_sleeps_total{{reason=\"{NANOSLEEP}\",state=\"SD\"}}"),
+    )
+}
+
+/// A running `latprof serve`; killed if a test leaves it running.
+struct Serve {
+    child: Option<Child>,
+    addr: SocketAddr,
+    stderr: Option<BufReader<ChildStderr>>,
+}
+
+impl Serve {
+    fn start(args: &[&str]) -> Self {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let mut cmd = Command::new(LATPROF);
+        cmd.args(["serve", "--listen", &addr.to_string()])
+            .args(args)
+            .stdout(Stdio::null());
+        let (child, stderr) = common::start(&mut cmd, "serving");
+        Self {
+            child: Some(child),
+            addr,
+            stderr: Some(stderr),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    fn get(&self, path: &str) -> Reply {
+        http_get(self.addr, path, None)
+    }
+
+    fn metrics(&self) -> String {
+        let r = self.get("/metrics");
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.text()
+    }
+
+    /// Polls /metrics until `done` holds for it; fails after `secs` with the last text.
+    fn wait_for(&self, secs: u64, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let text = self.metrics();
+            if done(&text) {
+                return text;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what} not seen in {secs}s:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Sends `signal`; returns the exit status and what latprof wrote to stderr after its
+    /// first line.
+    fn stop(mut self, signal: i32) -> (std::process::ExitStatus, String) {
+        let mut child = self.child.take().expect("running");
+        let pid = i32::try_from(child.id()).expect("pid");
+        // SAFETY: signalling our own child.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        let status = child.wait().expect("wait for latprof serve");
+        let mut rest = String::new();
+        if let Some(mut stderr) = self.stderr.take() {
+            let _ = stderr.read_to_string(&mut rest);
+        }
+        (status, rest)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Ids of loaded programs that carry latprof's program names.
+fn latprof_program_ids() -> HashSet<u32> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| {
+            // The kernel keeps 15 characters of a program name.
+            p.name_as_str()
+                .is_some_and(|n| !n.is_empty() && names::PROGRAMS.iter().any(|o| o.starts_with(n)))
+        })
+        .map(|p| p.id())
+        .collect()
+}
+
+/// Waits (5 s at most: the kernel frees programs after an RCU grace period) until none of
+/// `ids` is loaded.
+fn assert_unloaded(ids: &HashSet<u32>, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<_> = latprof_program_ids().intersection(ids).copied().collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "programs left {what}: {left:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A Prometheus server of the test's own, scraping `target` every second.
+struct Prometheus {
+    child: Child,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    fn start(target: SocketAddr) -> Self {
+        let dir = temp_dir("prometheus");
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+                 scrape_configs:\n  - job_name: latprof\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .expect("write prometheus.yml");
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("log")).expect("log file"))
+            .spawn()
+            .expect("prometheus (cargo xtask test installs Debian's prometheus package)");
+        let p = Self { child, addr, dir };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(p.addr).is_err()
+            || http_get(p.addr, "/-/ready", None).status != 200
+        {
+            assert!(
+                Instant::now() < deadline,
+                "prometheus did not get ready: {}",
+                std::fs::read_to_string(p.dir.join("log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    /// An instant query's samples: (labels, value).
+    fn query(&self, promql: &str) -> Vec<(serde_json::Value, f64)> {
+        let encoded: String = promql
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"_.-~".contains(&b) {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        let r = http_get(self.addr, &format!("/api/v1/query?query={encoded}"), None);
+        assert_eq!(r.status, 200, "query {promql}: {}", r.text());
+        let json: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
+        json["data"]["result"]
+            .as_array()
+            .expect("result")
+            .iter()
+            .map(|s| {
+                let v = s["value"][1]
+                    .as_str()
+                    .expect("value")
+                    .parse()
+                    .expect("number");
+                (s["metric"].clone(), v)
+            })
+            .collect()
+    }
+
+    /// The single value of `promql`, if it has one.
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "counts as floats, far below 2^52"
+    )]
+    fn value(&self, promql: &str) -> Option<u64> {
+        let samples = self.query(promql);
+        assert!(samples.len() <= 1, "{promql}: {samples:?}");
+        samples.first().map(|(_, v)| *v as u64)
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// 200 x nanosleep(2 ms) under `latprof serve --pid`; a real Prometheus scrapes it and its
+/// query API finds exactly the sleeps that slept, less those latprof reports lost.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn prometheus_finds_the_exact_count() {
+    let _guard = serial();
+    twice("prometheus count", || {
+        let mut work = Workload::spawn(&["sleep", "--count", "200", "--interval", "2ms"]);
+        let pid = work.pid().to_string();
+        let serve = Serve::start(&["--pid", &pid, "--all-sleeps"]);
+        let prometheus = Prometheus::start(serve.addr);
+        // The first scrape lands before the workload starts: the counter starts at zero.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while prometheus.value("up{job=\"latprof\"}") != Some(1) {
+            assert!(
+                Instant::now() < deadline,
+                "prometheus never scraped latprof"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        work.go();
+        let slept = work.wait_fact("slept");
+        let query = format!("latprof_sleeps_total{{reason=\"{NANOSLEEP}\",state=\"SD\"}}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (seen, lost) = loop {
+            let metrics = serve.metrics();
+            let lost = missing(&metrics);
+            let seen = prometheus.value(&query);
+            if seen == Some(slept - lost) || Instant::now() > deadline {
+                break (seen, lost);
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        };
+        assert_eq!(
+            seen,
+            Some(slept - lost),
+            "Prometheus' {query}: {slept} slept, {lost} reported lost"
+        );
+        // The histogram's buckets hold the same sleeps, around 2 ms.
+        let in_buckets = prometheus
+            .value(&format!(
+                "sum(latprof_sleep_duration_seconds_bucket{{reason=\"{NANOSLEEP}\",le=\"+Inf\"}})"
+            ))
+            .expect("histogram");
+        assert_eq!(in_buckets, slept - lost, "histogram count");
+        let under_1ms = prometheus
+            .value(&format!(
+                "sum(latprof_sleep_duration_seconds_bucket{{reason=\"{NANOSLEEP}\",le=\"0.001024\"}})"
+            ))
+            .expect("histogram bucket");
+        assert_eq!(under_1ms, 0, "2 ms sleeps under 1 ms");
+        work.release();
+        let (status, rest) = serve.stop(libc::SIGTERM);
+        assert!(status.success(), "latprof serve exit {status}: {rest}");
+    });
+}
+
+/// `go tool pprof -traces` reads the profile of the last seconds and finds the workload's
+/// nanosleep backtrace with its count; `stats --format pprof` writes one it reads the same.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn go_pprof_reads_the_profiles() {
+    let _guard = serial();
+    twice("pprof", || {
+        let dir = temp_dir("pprof");
+        let mut work = Workload::spawn(&["sleep", "--count", "200", "--interval", "2ms"]);
+        let pid = work.pid().to_string();
+        let serve = Serve::start(&["--pid", &pid, "--all-sleeps"]);
+        work.go();
+        let slept = work.wait_fact("slept");
+        let metrics = serve.wait_for(30, "the workload's sleeps", |m| {
+            nanosleeps(m) + missing(m) >= slept
+        });
+        let expected = slept - missing(&metrics);
+        let r = serve.get("/debug/pprof/offcpu?seconds=60");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(&r.body[..2], [0x1f, 0x8b], "not gzip");
+        let file = dir.join("offcpu.pb.gz");
+        std::fs::write(&file, &r.body).expect("write profile");
+        let (count, frames) = go_pprof_nanosleep(&file, &dir);
+        assert_eq!(count, expected, "go tool pprof's count of {frames:?}");
+        assert!(frames.iter().any(|f| f == "do_syscall_64"), "{frames:?}");
+        // One second ago nothing of it ended.
+        std::thread::sleep(Duration::from_secs(3));
+        let r = serve.get("/debug/pprof/offcpu?seconds=1");
+        std::fs::write(&file, &r.body).expect("write profile");
+        assert_eq!(
+            go_pprof_nanosleep(&file, &dir).0,
+            0,
+            "sleeps of the last second"
+        );
+        drop(serve);
+        work.release();
+
+        let mut work = Workload::spawn(&["sleep", "--count", "100", "--interval", "2ms"]);
+        let pid = work.pid().to_string();
+        let out = std::fs::File::create(&file).expect("profile file");
+        let mut cmd = Command::new(LATPROF);
+        cmd.args([
+            "stats",
+            "--pid",
+            &pid,
+            "--all-sleeps",
+            "--duration",
+            "60s",
+            "--format",
+            "pprof",
+        ])
+        .stdout(out);
+        let (child, stderr) = common::start(&mut cmd, "attached");
+        work.go();
+        let slept = work.wait_fact("slept");
+        let (_, rest) = common::interrupt(child, stderr);
+        let (count, _) = go_pprof_nanosleep(&file, &dir);
+        assert_eq!(
+            count,
+            slept - common::reported_missing(&rest),
+            "stats --format pprof"
+        );
+        work.release();
+        std::fs::remove_dir_all(&dir).expect("remove temp dir");
+    });
+}
+
+/// The nanosleep samples `go tool pprof -traces` shows in `file`: their count (summed) and
+/// the frames of the first.
+fn go_pprof_nanosleep(file: &Path, home: &Path) -> (u64, Vec<String>) {
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-traces", "-sample_index=sleeps"])
+        .arg(file)
+        .env("HOME", home)
+        .env("PPROF_TMPDIR", home)
+        .output()
+        .expect("go (cargo xtask test installs Debian's golang-go)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "go tool pprof failed: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut total = 0;
+    let mut first = Vec::new();
+    for block in text.split("-----------+") {
+        let mut count = None;
+        let mut frames = Vec::new();
+        for line in block.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            if line.starts_with("reason:") || line.starts_with('-') {
+                continue;
+            }
+            let mut words = line.split_whitespace();
+            let head = words.next().unwrap_or("");
+            if count.is_none()
+                && let Ok(n) = head.parse::<u64>()
+            {
+                count = Some(n);
+                frames.extend(words.map(str::to_owned));
+            } else if count.is_some() {
+                frames.push(line.to_owned());
+            }
+        }
+        if let Some(n) = count
+            && frames.iter().any(|f| f == "hrtimer_nanosleep")
+        {
+            total += n;
+            if first.is_empty() {
+                first = frames;
+            }
+        }
+    }
+    (total, first)
+}
+
+/// Feeds `text` to a Python snippet of Prometheus' client library; fails with its error.
+fn python_parses(parser: &str, text: &str) -> u64 {
+    let mut python = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            &format!(
+                "import sys\nfrom {parser} import text_string_to_metric_families as p\n\
+                 print(len(list(p(sys.stdin.read()))))"
+            ),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 (cargo xtask test installs python3-prometheus-client)");
+    python
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("feed python");
+    let out = python.wait_with_output().expect("python");
+    assert!(
+        out.status.success(),
+        "{parser} rejected it: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("families")
+}
+
+/// Both formats by `Accept`, each passing Prometheus' own parsers and `promtool check
+/// metrics`; no kernel address in any label; the other endpoints, unknown paths and bad
+/// query values.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn formats_parse_and_bad_requests_are_refused() {
+    let _guard = serial();
+    let serve = Serve::start(&[]);
+    // Something to show: the machine's own sleeps, a second of them.
+    std::thread::sleep(Duration::from_millis(1500));
+    let om = http_get(
+        serve.addr,
+        "/metrics",
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+    );
+    assert_eq!(om.status, 200);
+    assert!(
+        om.content_type.starts_with("application/openmetrics-text"),
+        "{}",
+        om.content_type
+    );
+    let om = om.text();
+    assert!(om.ends_with("# EOF\n"));
+    let prom = serve.get("/metrics");
+    assert!(
+        prom.content_type.starts_with("text/plain; version=0.0.4"),
+        "{}",
+        prom.content_type
+    );
+    let prom = prom.text();
+    assert!(!prom.contains("# EOF"));
+    let families = python_parses("prometheus_client.openmetrics.parser", &om);
+    assert_eq!(families, python_parses("prometheus_client.parser", &prom));
+    // Series, seconds, histogram, folded, pipeline, dropped, runs, run time, CPU events,
+    // table entries and capacity, collections, info.
+    assert_eq!(families, 13, "{om}");
+    for needed in [
+        "latprof_sleeps_total{reason=\"Waiting for CPU\",state=\"R\"}",
+        "latprof_dropped_total{kind=\"sleep_lost\"}",
+        "latprof_pipeline_events_total{counter=\"spikes_dropped\"}",
+        "latprof_cpu_events_total{cpu=\"0\",event=\"switch\"}",
+        "latprof_table_entries{table=\"tasks\"}",
+    ] {
+        assert!(sample(&prom, needed).is_some(), "no {needed} in\n{prom}");
+    }
+    assert!(
+        prom.contains("latprof_program_run_seconds_total{program=\"sched_switch"),
+        "{prom}"
+    );
+    let promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().expect("stdin").write_all(prom.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("promtool (cargo xtask test installs Debian's prometheus package)");
+    assert!(
+        promtool.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&promtool.stdout),
+        String::from_utf8_lossy(&promtool.stderr)
+    );
+    // No kernel address in a label (an unnamed frame is "[unknown]").
+    for line in prom.lines().filter(|l| !l.starts_with('#')) {
+        assert!(!line.contains("0xffff"), "{line}");
+    }
+
+    let index = serve.get("/");
+    assert_eq!(index.status, 200);
+    for endpoint in ["/metrics", "/debug/pprof/offcpu", "/healthz"] {
+        assert!(index.text().contains(endpoint), "{}", index.text());
+    }
+    let health = serve.get("/healthz");
+    assert_eq!((health.status, health.text().as_str()), (200, "ok\n"));
+    for (path, status) in [
+        ("/nope", 404),
+        ("/metrics/extra", 404),
+        ("/debug/pprof/heap", 404),
+        ("/debug/pprof/offcpu?seconds=0", 400),
+        ("/debug/pprof/offcpu?seconds=301", 400),
+        ("/debug/pprof/offcpu?seconds=abc", 400),
+        ("/debug/pprof/offcpu?seconds=99999999999999999999", 400),
+        ("/debug/pprof/offcpu?seconds=%ff%00", 400),
+        ("/debug/pprof/offcpu?seconds=5", 200),
+    ] {
+        let r = serve.get(path);
+        assert_eq!(r.status, status, "{path}: {}", r.text());
+        if status != 200 {
+            assert_eq!(r.text().lines().count(), 1, "{path}: {}", r.text());
+        }
+    }
+    // Still serving after all of that.
+    assert_eq!(serve.get("/healthz").status, 200);
+    let (status, rest) = serve.stop(libc::SIGINT);
+    assert!(status.success(), "exit {status}: {rest}");
+}
+
+/// SIGTERM: a clean exit, status 0; SIGKILL: no clean-up runs at all. Either way no program of
+/// latprof's stays loaded.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn signals_leave_nothing_loaded() {
+    let _guard = serial();
+    for signal in [libc::SIGTERM, libc::SIGKILL] {
+        let before = latprof_program_ids();
+        let serve = Serve::start(&[]);
+        assert!(serve.metrics().contains("latprof_sleeps_total"));
+        let during: HashSet<u32> = latprof_program_ids().difference(&before).copied().collect();
+        assert!(
+            !during.is_empty(),
+            "no program of latprof's loaded while it serves"
+        );
+        let (status, rest) = serve.stop(signal);
+        if signal == libc::SIGTERM {
+            assert!(status.success(), "exit {status}: {rest}");
+            assert!(rest.contains("stopped"), "{rest}");
+        } else {
+            assert!(!status.success());
+        }
+        assert_unloaded(&during, &format!("after signal {signal}"));
+    }
+}
+
+/// With only the capabilities the shipped systemd unit leaves it (its CapabilityBoundingSet),
+/// `latprof serve` loads, names backtraces (kallsyms needs CAP_SYSLOG), counts a workload
+/// exactly and stops cleanly.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn runs_with_only_the_units_capabilities() {
+    let _guard = serial();
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../contrib/latprof.service"),
+    )
+    .expect("contrib/latprof.service");
+    let caps: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("CapabilityBoundingSet in the unit")
+        .split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    assert_eq!(caps, ["+bpf", "+perfmon", "+syslog"]);
+    twice("unit capabilities", || {
+        let mut work = Workload::spawn(&["sleep", "--count", "100", "--interval", "2ms"]);
+        let pid = work.pid().to_string();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut cmd = Command::new("setpriv");
+        cmd.arg(format!("--bounding-set=-all,{}", caps.join(",")))
+            .args(["--inh-caps=-all", "--", LATPROF, "serve", "--listen", &addr])
+            .args(["--pid", &pid, "--all-sleeps"])
+            .stdout(Stdio::null());
+        let (child, stderr) = common::start(&mut cmd, "serving");
+        let serve = Serve {
+            child: Some(child),
+            addr: addr.parse().expect("addr"),
+            stderr: Some(stderr),
+        };
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", serve.pid())).expect("status");
+        let eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .expect("CapEff")
+            .trim()
+            .to_owned();
+        // CAP_PERFMON 38, CAP_BPF 39, CAP_SYSLOG 34.
+        assert_eq!(eff, "000000c400000000", "effective capabilities");
+        work.go();
+        let slept = work.wait_fact("slept");
+        let metrics = serve.wait_for(30, "the workload's sleeps", |m| {
+            nanosleeps(m) + missing(m) >= slept
+        });
+        assert_eq!(nanosleeps(&metrics), slept - missing(&metrics));
+        work.release();
+        let (status, rest) = serve.stop(libc::SIGTERM);
+        assert!(status.success(), "exit {status}: {rest}");
+    });
+}
+
+/// 100 clients scraping as fast as they can, one that asks and never reads its answers, one
+/// that connects and sends nothing: the reads of the kernel's tables go on, and a workload's
+/// sleeps are all counted.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn scrapers_do_not_stall_collection() {
+    let _guard = serial();
+    twice("scrapers", || {
+        let mut work = Workload::spawn(&["sleep", "--count", "200", "--interval", "2ms"]);
+        let pid = work.pid().to_string();
+        let serve = Serve::start(&["--pid", &pid, "--all-sleeps"]);
+        let addr = serve.addr;
+        // Never reads: its pipelined requests' answers fill the socket buffers and stay there.
+        let mut stuck = TcpStream::connect(addr).expect("connect");
+        stuck
+            .set_write_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        for _ in 0..2000 {
+            let req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /debug/pprof/offcpu?seconds=300 HTTP/1.1\r\nHost: x\r\n\r\n";
+            if stuck.write_all(req.as_bytes()).is_err() {
+                break;
+            }
+        }
+        let silent = TcpStream::connect(addr).expect("connect");
+        let stop = Arc::new(AtomicBool::new(false));
+        let scrapes = Arc::new(AtomicU64::new(0));
+        let scrapers: Vec<_> = (0..100)
+            .map(|_| {
+                let (stop, scrapes) = (Arc::clone(&stop), Arc::clone(&scrapes));
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let r = http_get(addr, "/metrics", None);
+                        assert_eq!(r.status, 200);
+                        scrapes.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        let collections = |m: &str| count(m, "latprof_collections_total");
+        let first = collections(&serve.metrics());
+        work.go();
+        let slept = work.wait_fact("slept");
+        let metrics = serve.wait_for(60, "the workload's sleeps under 100 scrapers", |m| {
+            nanosleeps(m) + missing(m) >= slept && collections(m) >= first + 3
+        });
+        stop.store(true, Ordering::Relaxed);
+        for s in scrapers {
+            s.join().expect("a scraper failed");
+        }
+        assert_eq!(nanosleeps(&metrics), slept - missing(&metrics));
+        assert!(
+            scrapes.load(Ordering::Relaxed) >= 100,
+            "the scrapers got few answers"
+        );
+        drop((stuck, silent));
+        work.release();
+        let (status, rest) = serve.stop(libc::SIGTERM);
+        assert!(status.success(), "exit {status}: {rest}");
+    });
+}
+
+/// What latprof refuses says so in one line, exits non-zero, and loads nothing.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn bad_starts_say_one_line_and_load_nothing() {
+    let _guard = serial();
+    let before = latprof_program_ids();
+    let run = |cmd: &mut Command| {
+        let out = cmd.output().expect("run latprof");
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (status, err) = run(Command::new(LATPROF).args(["serve", "--listen", "localhost"]));
+    assert!(!status.success());
+    assert!(
+        err.lines()
+            .next()
+            .unwrap_or("")
+            .contains("'localhost' is not an address and port"),
+        "{err}"
+    );
+    let taken = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").to_string();
+    let (status, err) = run(Command::new(LATPROF).args(["serve", "--listen", &port]));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("cannot listen on {port}")), "{err}");
+    let (status, err) = run(Command::new("runuser")
+        .args(["-u", "nobody", "--", LATPROF, "serve"])
+        .current_dir("/"));
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("needs root"), "{err}");
+    // Nothing was ever attached (a load would have shown in the ids, even unloaded since:
+    // ids are never reused).
+    let new: Vec<u32> = latprof_program_ids().difference(&before).copied().collect();
+    assert!(new.is_empty(), "programs loaded: {new:?}");
+}
+
+/// VmRSS of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
+}
+
+/// Two minutes of fork/exit and thread churn while Prometheus-like scrapes and profile pulls
+/// go on: latprof's memory and the kernel task table stay under a ceiling.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn churn_keeps_memory_bounded() {
+    let _guard = serial();
+    let serve = Serve::start(&[]);
+    let addr = serve.addr;
+    let stop = Arc::new(AtomicBool::new(false));
+    let scraper = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                assert_eq!(http_get(addr, "/metrics", None).status, 200);
+                if i.is_multiple_of(5) {
+                    let r = http_get(addr, "/debug/pprof/offcpu?seconds=300", None);
+                    assert_eq!(r.status, 200);
+                }
+                i += 1;
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    let churn = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let bin = common::workload_bin();
+            let mut exits = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for args in [
+                    &["forks", "--count", "500", "--sleep", "50us"][..],
+                    &["exit-storm", "--count", "500", "--batch", "8"][..],
+                ] {
+                    let out = Command::new(&bin).args(args).output().expect("workload");
+                    assert!(out.status.success(), "{args:?}: {out:?}");
+                    exits += 500;
+                }
+            }
+            exits
+        })
+    };
+    let pid = serve.pid();
+    let tasks = |m: &str| count(m, "latprof_table_entries{table=\"tasks\"}");
+    let (mut rss_max, mut tasks_max) = (0, 0);
+    let mut warm = None;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_secs(5));
+        let (rss, t) = (rss_kib(pid), tasks(&serve.metrics()));
+        rss_max = rss_max.max(rss);
+        tasks_max = tasks_max.max(t);
+        if warm.is_none() && start.elapsed() > Duration::from_secs(30) {
+            warm = Some(rss);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    scraper.join().expect("scraper");
+    let exits = churn.join().expect("churn");
+    let rss_end = rss_kib(pid);
+    let warm = warm.expect("a warm measurement");
+    eprintln!(
+        "churn: {exits} exits; latprof RSS {warm} KiB at 30 s, {rss_end} KiB at the end, {rss_max} KiB at most; task table {tasks_max} entries at most"
+    );
+    assert!(exits >= 10_000, "too little churn: {exits} exits");
+    // Ceilings (measured: see the line above in the test's output).
+    assert!(rss_max < 64 * 1024, "latprof serve RSS {rss_max} KiB");
+    assert!(
+        rss_end < warm + 8 * 1024,
+        "RSS grew from {warm} to {rss_end} KiB"
+    );
+    assert!(tasks_max < 2000, "{tasks_max} tasks in the kernel table");
+    let (status, rest) = serve.stop(libc::SIGTERM);
+    assert!(status.success(), "exit {status}: {rest}");
+}
