@@ -41,6 +41,27 @@ pub const SLEEP_NO_MM: u32 = 1;
 /// The lowest reserved stack id: the hashes of real backtraces stay below it.
 pub const RESERVED_STACKS: u64 = RECOVERED_STACK;
 
+/// XORed into a backtrace's id for the records of its uninterruptible (D) sleeps, so that S
+/// and D sleeps at one backtrace are counted apart (`latprof serve`'s `state` label). Its
+/// frames stay stored under the plain id; views that show backtraces merge the two, as
+/// /proc/latency_stats does.
+pub const D_STATE_SALT: u64 = 0x5bd1_e995_7f4a_7c15;
+
+/// The record id of a sleep of `kind` at backtrace `stack`: the plain id for an
+/// interruptible sleep (and for the reserved pseudo backtraces), salted for an
+/// uninterruptible one.
+#[inline(always)]
+#[must_use]
+pub fn stack_for_state(stack: u64, kind: u32) -> u64 {
+    if kind == SLEEP_UNINTERRUPTIBLE && stack < RESERVED_STACKS {
+        let salted = stack ^ D_STATE_SALT;
+        if salted < RESERVED_STACKS {
+            return salted;
+        }
+    }
+    stack
+}
+
 /// Log2 buckets of a cause's latency histogram: bucket `i` holds latencies of `2^i` to
 /// `2^(i+1)` microseconds (bucket 0 also holds those under 1 µs).
 pub const HIST_BUCKETS: usize = 32;

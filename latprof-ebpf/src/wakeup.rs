@@ -10,7 +10,7 @@ use aya_ebpf::{
 };
 use latprof_common::{
     Counter, DEFERRED_STACK, HIDDEN_GAP_DEBUG, NO_STACK, SLEEP_NONE, SleepVerdict, TaskState,
-    sleep_verdict,
+    sleep_verdict, stack_for_state,
 };
 
 use crate::{
@@ -203,7 +203,7 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
                 entry.sleep_stack
             };
             let in_global = sleep_in_global(entry, task);
-            account::<CAS>(entry, stack, delta, in_global);
+            account::<CAS>(entry, stack_for_state(stack, kind), delta, in_global);
             count(Counter::Counted);
             spike::<CAS>(tid, entry, stack, delta, kind, now);
         }

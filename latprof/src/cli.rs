@@ -138,6 +138,10 @@ pub struct ServeArgs {
     /// folded into reason="other" (and counted).
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(2..=100_000))]
     pub max_series: u32,
+    /// At most this many cgroup series (`latprof_cgroup_*`); cgroups seen after that (the
+    /// largest first) are folded into cgroup="other" (and counted).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(2..=10_000))]
+    pub max_cgroups: u32,
     /// Time between reads of the kernel's tables (what a scrape sees is at most this old).
     #[arg(long, value_parser = time::parse_duration, default_value = "1s")]
     pub interval: Duration,

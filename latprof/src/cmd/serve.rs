@@ -39,7 +39,8 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         usize::from(cli.depth()),
         args.max_series as usize,
         cli.mode.as_str(),
-    );
+    )
+    .with_max_cgroups(args.max_cgroups as usize);
     let first = acc.update(
         &collector.snapshot(&session.probe)?,
         &session.syms,

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::{Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap};
 use latprof_common::{
-    COUNTER_COUNT, CgroupCause, Counter, CpuSwitch, GlobalRecord, HIST_BUCKETS, Histogram,
-    LatencyRecord, RawStack, TICK_COUNTER_COUNT, TaskState,
+    COUNTER_COUNT, CgroupCause, Counter, CpuSwitch, D_STATE_SALT, GlobalRecord, HIST_BUCKETS,
+    Histogram, LatencyRecord, RawStack, TICK_COUNTER_COUNT, TaskState,
 };
 
 use crate::probe::{Mode, Probe, names};
@@ -151,6 +151,9 @@ pub struct Snapshot {
     /// The path (below the cgroup2 mount) of each cgroup the snapshot names, and whether it
     /// was removed since; an id missing here was never seen in the file system.
     pub cgroup_paths: BTreeMap<u64, CgroupPath>,
+    /// The record ids (of `stacks`) of uninterruptible (D) sleeps; the others are
+    /// interruptible (S), but for the pseudo backtraces, which hold both (live only).
+    pub uninterruptible: std::collections::BTreeSet<u64>,
     /// The kernel's run-time statistics of latprof's programs: (name, run time ns, runs).
     pub programs: Vec<(String, u64, u64)>,
     /// CLOCK_MONOTONIC when the snapshot was taken.
@@ -339,6 +342,8 @@ pub struct Collector {
     cgroup_names: Option<crate::cgroups::CgroupNames>,
     /// Whether `cgroup_names` was made (or found impossible).
     cgroups_looked: bool,
+    /// Record ids found to be uninterruptible sleeps' (salted: see `stack_for_state`).
+    uninterruptible: std::collections::HashSet<u64>,
 }
 
 const MAX_RETRIES: u32 = 5;
@@ -513,6 +518,7 @@ impl Collector {
         let stack_map: BpfHashMap<&MapData, u64, RawStack> =
             BpfHashMap::try_from(ebpf.map(names::MAP_STACKS).context("no STACKS map")?)?;
         let mut stacks = BTreeMap::new();
+        let mut uninterruptible = std::collections::BTreeSet::new();
         for id in stack_ids(&global, &tasks).chain(cgroups.iter().map(|(k, _)| k.stack_id)) {
             if id >= latprof_common::RESERVED_STACKS || stacks.contains_key(&id) {
                 continue;
@@ -520,11 +526,25 @@ impl Collector {
             let frames = if let Some(frames) = self.stacks.get(&id) {
                 frames.clone()
             } else {
-                let raw = stack_map.get(&id, 0).context("read STACKS")?;
+                // An uninterruptible sleep's record id is its backtrace's id salted
+                // (`stack_for_state`): the frames are under the plain one.
+                let raw = match stack_map.get(&id, 0) {
+                    Ok(raw) => raw,
+                    Err(plain_missing) => match stack_map.get(&(id ^ D_STATE_SALT), 0) {
+                        Ok(raw) => {
+                            self.uninterruptible.insert(id);
+                            raw
+                        }
+                        Err(_) => return Err(plain_missing).context("read STACKS"),
+                    },
+                };
                 let frames: Vec<u64> = raw.iter().copied().take_while(|&ip| ip != 0).collect();
                 self.stacks.insert(id, frames.clone());
                 frames
             };
+            if self.uninterruptible.contains(&id) {
+                uninterruptible.insert(id);
+            }
             stacks.insert(id, frames);
         }
         // A hash map iterated while tasks exit (their entries deleted) can return a task twice:
@@ -575,6 +595,7 @@ impl Collector {
             stacks,
             retries,
             cgroup_paths,
+            uninterruptible,
             histograms,
             cgroup_histograms,
             programs,

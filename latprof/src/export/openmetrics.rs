@@ -97,7 +97,7 @@ impl Flavor {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Series {
     pub reason: String,
-    /// "S" or "D" sleeps as the kernel tables tell them ("SD": they do not split them yet),
+    /// "S" or "D" sleeps ("SD": a pseudo backtrace holding both, or the folded "other"),
     /// "R" run-queue waits.
     pub state: &'static str,
     pub count: u64,
@@ -114,6 +114,10 @@ pub struct Live {
     pub series: Vec<Series>,
     /// Distinct (reason, state) pairs folded into `reason="other"`.
     pub folded: u64,
+    /// Per cgroup (its name, or "other"): sleeps and run-queue waits, and their ns.
+    pub cgroups: Vec<(String, u64, u64)>,
+    /// Cgroups folded into `cgroup="other"`.
+    pub cgroups_folded: u64,
     pub counters: Counters,
     /// The kernel's run-time statistics of latprof's programs: (name, run time ns, runs).
     pub programs: Vec<(String, u64, u64)>,
@@ -204,6 +208,46 @@ pub fn render_live(live: &Live, flavor: Flavor) -> String {
         "Distinct (reason, state) series over --max-series, counted under reason=\"other\".",
     );
     let _ = writeln!(out, "latprof_folded_series {}", live.folded);
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_cgroup_sleeps",
+        "counter",
+        None,
+        "Sleeps and run-queue waits counted, by cgroup v2 (systemd unit, container, pod).",
+    );
+    for (name, count, _) in &live.cgroups {
+        let _ = writeln!(
+            out,
+            "latprof_cgroup_sleeps_total{{cgroup=\"{}\"}} {count}",
+            label(name)
+        );
+    }
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_cgroup_sleep_seconds",
+        "counter",
+        Some("seconds"),
+        "Time spent in those sleeps and waits, by cgroup v2.",
+    );
+    for (name, _, ns) in &live.cgroups {
+        let _ = writeln!(
+            out,
+            "latprof_cgroup_sleep_seconds_total{{cgroup=\"{}\"}} {}",
+            label(name),
+            seconds(*ns)
+        );
+    }
+    family_in(
+        flavor,
+        &mut out,
+        "latprof_folded_cgroups",
+        "gauge",
+        None,
+        "Cgroups over --max-cgroups, counted under cgroup=\"other\".",
+    );
+    let _ = writeln!(out, "latprof_folded_cgroups {}", live.cgroups_folded);
     family_in(
         flavor,
         &mut out,

@@ -11,7 +11,7 @@ use std::{
     sync::Arc,
 };
 
-use latprof_common::{HIST_BUCKETS, RUNQ_STACK};
+use latprof_common::{HIST_BUCKETS, RESERVED_STACKS, RUNQ_STACK};
 
 use crate::{
     collect::Snapshot,
@@ -114,7 +114,21 @@ pub struct Accumulator {
     window: VecDeque<Arc<Delta>>,
     collections: u64,
     mode: &'static str,
+    /// At most this many cgroup series, `cgroup="other"` among them.
+    max_cgroups: usize,
+    /// Cumulative (count, ns) per cgroup id, never decreasing; bounded by the kernel's
+    /// per-cgroup table and the live tasks.
+    cgroup_totals: HashMap<u64, (u64, u64)>,
+    /// The series of each cgroup id; a cgroup keeps its series for the whole run.
+    cgroup_slot: HashMap<u64, usize>,
+    /// Series names (cgroup names), "other" among them once any was folded.
+    cgroup_series: Vec<String>,
+    /// Cgroups folded into "other".
+    cgroups_folded: u64,
 }
+
+/// The default of `--max-cgroups`.
+pub const MAX_CGROUPS: usize = 30;
 
 /// A reason as a label: an unnamed first frame (an address) gives no address away.
 fn public_reason(reason: String) -> String {
@@ -141,7 +155,66 @@ impl Accumulator {
             window: VecDeque::with_capacity(WINDOW),
             collections: 0,
             mode,
+            max_cgroups: MAX_CGROUPS,
+            cgroup_totals: HashMap::new(),
+            cgroup_slot: HashMap::new(),
+            cgroup_series: Vec::new(),
+            cgroups_folded: 0,
         }
+    }
+
+    /// At most `n` cgroup series (at least 2: one and "other").
+    #[must_use]
+    pub fn with_max_cgroups(mut self, n: usize) -> Self {
+        self.max_cgroups = n.max(2);
+        self
+    }
+
+    /// The cgroup series: each cgroup's cumulative numbers under its name, the largest new
+    /// ones admitted first while there is room, the rest under "other".
+    fn cgroups(&mut self, snap: &Snapshot) -> Vec<(String, u64, u64)> {
+        let mut now: HashMap<u64, (u64, u64)> = HashMap::new();
+        for (key, rec) in snap.cgroup_records() {
+            let e = now.entry(key.cgroup).or_default();
+            e.0 += rec.count;
+            e.1 += rec.total_ns;
+        }
+        let mut new: Vec<(u64, u64)> = now
+            .iter()
+            .filter(|(id, _)| !self.cgroup_slot.contains_key(id))
+            .map(|(id, (_, ns))| (*id, *ns))
+            .collect();
+        new.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        for (id, _) in new {
+            let slot = if self.cgroup_series.len() + 1 < self.max_cgroups {
+                self.cgroup_series.push(crate::model::cgroup_name(snap, id));
+                self.cgroup_series.len() - 1
+            } else {
+                self.cgroups_folded += 1;
+                if let Some(i) = self.cgroup_series.iter().position(|n| n == OTHER) {
+                    i
+                } else {
+                    self.cgroup_series.push(OTHER.to_owned());
+                    self.cgroup_series.len() - 1
+                }
+            };
+            self.cgroup_slot.insert(id, slot);
+        }
+        for (id, (count, ns)) in now {
+            let t = self.cgroup_totals.entry(id).or_default();
+            *t = (t.0.max(count), t.1.max(ns));
+        }
+        let mut out: Vec<(String, u64, u64)> = self
+            .cgroup_series
+            .iter()
+            .map(|name| (name.clone(), 0, 0))
+            .collect();
+        for (id, (count, ns)) in &self.cgroup_totals {
+            let s = &mut out[self.cgroup_slot[id]];
+            s.1 += count;
+            s.2 += ns;
+        }
+        out
     }
 
     fn slot(&mut self, reason: &str, state: &'static str) -> usize {
@@ -175,7 +248,16 @@ impl Accumulator {
             self.depth,
         );
         let reason = public_reason(self.reasons.reason(&backtrace));
-        let state = if stack == RUNQ_STACK { "R" } else { "SD" };
+        let state = if stack == RUNQ_STACK {
+            "R"
+        } else if snap.uninterruptible.contains(&stack) {
+            "D"
+        } else if stack >= RESERVED_STACKS {
+            // The pseudo backtraces (none stored, wakeup hidden) hold both kinds.
+            "SD"
+        } else {
+            "S"
+        };
         let slot = self.slot(&reason, state);
         let named = Arc::new(Named {
             frames: backtrace
@@ -255,10 +337,13 @@ impl Accumulator {
         }
         self.window.push_back(Arc::new(delta));
         self.collections += 1;
+        let cgroups = self.cgroups(snap);
         Published {
             live: Live {
                 series,
                 folded: self.folded.len() as u64,
+                cgroups,
+                cgroups_folded: self.cgroups_folded,
                 counters: snap.counters.clone(),
                 programs: snap.programs.clone(),
                 cpus: cpu_ticks(kernel, None, snap),
@@ -386,7 +471,7 @@ ffffffff81402000 T __lock_text_end
             "{text}"
         );
         assert!(
-            text.contains("latprof_sleep_duration_seconds_bucket{reason=\"Application requested delay\",state=\"SD\",le=\"0.002048\"} 7\n"),
+            text.contains("latprof_sleep_duration_seconds_bucket{reason=\"Application requested delay\",state=\"S\",le=\"0.002048\"} 7\n"),
             "{text}"
         );
         assert!(text.contains("le=\"+Inf\"} 7\n"), "{text}");
@@ -430,5 +515,59 @@ ffffffff81402000 T __lock_text_end
             p = update(&mut acc, &snap(&[(1, t)], t));
         }
         assert_eq!(p.window.len(), WINDOW);
+    }
+
+    /// Cgroup series: the largest new cgroups admitted while there is room, the rest under
+    /// "other", counted; a cgroup's counter never goes down when a read misses some of it.
+    #[test]
+    fn cgroups_fold_into_other_and_never_go_down() {
+        let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal").with_max_cgroups(3);
+        let with = |cgroups: &[(u64, u64)], t: u64| {
+            let mut s = snap(&[(1, 1)], t);
+            s.cgroups = cgroups
+                .iter()
+                .map(|&(id, count)| {
+                    (
+                        latprof_common::CgroupCause {
+                            cgroup: id,
+                            stack_id: 1,
+                        },
+                        GlobalRecord {
+                            count,
+                            total_ns: count * 1000,
+                            max_ns: 1000,
+                        },
+                    )
+                })
+                .collect();
+            s
+        };
+        // Three cgroups for two places: the two largest get theirs, the third is "other".
+        let p = update(&mut acc, &with(&[(10, 5), (11, 50), (12, 20)], 1));
+        assert_eq!(
+            p.live.cgroups,
+            vec![
+                ("cgroup 11".to_owned(), 50, 50_000),
+                ("cgroup 12".to_owned(), 20, 20_000),
+                ("other".to_owned(), 5, 5_000),
+            ]
+        );
+        assert_eq!(p.live.cgroups_folded, 1);
+        let p = update(&mut acc, &with(&[(10, 6), (11, 40), (12, 21), (13, 2)], 2));
+        // 11 read lower (a raced read) stays at 50; 10 and 13 come after the room ran out.
+        assert_eq!(
+            p.live.cgroups,
+            vec![
+                ("cgroup 11".to_owned(), 50, 50_000),
+                ("cgroup 12".to_owned(), 21, 21_000),
+                ("other".to_owned(), 8, 8_000),
+            ]
+        );
+        assert_eq!(p.live.cgroups_folded, 2);
+        let text = render_live(&p.live, Flavor::OpenMetrics);
+        assert!(
+            text.contains("latprof_cgroup_sleeps_total{cgroup=\"other\"} 8"),
+            "{text}"
+        );
     }
 }

@@ -601,6 +601,8 @@ impl State {
             histograms: self.histograms.clone(),
             // Recordings keep the histograms summed over cgroups.
             cgroup_histograms: BTreeMap::new(),
+            // Live only (serve's state label).
+            uninterruptible: std::collections::BTreeSet::new(),
             programs: body.programs,
             taken_ns: body.taken_ns,
             wall_ns: body.wall_ns,
