@@ -18,6 +18,9 @@ pub(super) enum Config {
     LazyDebug,
     /// latprof lazy walking every counted sleep's stack (`--no-stack-cache`).
     LazyWalk,
+    /// latprof lazy without cgroup attribution (the hidden `--debug-no-cgroups`): what
+    /// attributing each sleep to its cgroup costs is lazy's time less this one's.
+    LazyNoCgroups,
     /// latprof lazy and latprof normal attached together, in both orders each round: both see
     /// the same events in the same run, so the difference between their programs is the
     /// modes' and not the runs'. Measured as one, reported as `PairedLazy` and `PairedNormal`.
@@ -43,9 +46,10 @@ pub(super) const MAIN_CONFIGS: [Config; 7] = [
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
 /// lazy and normal together on the fork storm, and the spikes.
-pub(super) const EXTRA_CONFIGS: [Config; 7] = [
+pub(super) const EXTRA_CONFIGS: [Config; 8] = [
     Config::LazyDebug,
     Config::LazyWalk,
+    Config::LazyNoCgroups,
     Config::Paired,
     Config::PairedLazy,
     Config::PairedNormal,
@@ -72,6 +76,7 @@ impl Config {
             Self::PerfSched => "perf-sched",
             Self::LazyDebug => "lazy-debug",
             Self::LazyWalk => "lazy-walk",
+            Self::LazyNoCgroups => "lazy-nocgroups",
             Self::Paired => "lazy+normal",
             Self::PairedLazy => "lazy (paired)",
             Self::PairedNormal => "normal (paired)",
@@ -96,6 +101,11 @@ impl Config {
             Self::LazyWalk => {
                 let mut c = Command::new(latprof);
                 c.args(["--no-stack-cache", "stats", "--duration", "1h"]);
+                c
+            }
+            Self::LazyNoCgroups => {
+                let mut c = Command::new(latprof);
+                c.args(["--debug-no-cgroups", "stats", "--duration", "1h"]);
                 c
             }
             Self::LazyDebug => {
@@ -161,6 +171,7 @@ impl Config {
                 | Self::Normal
                 | Self::LazyDebug
                 | Self::LazyWalk
+                | Self::LazyNoCgroups
                 | Self::PairedLazy
                 | Self::PairedNormal
                 | Self::SpikesAdaptive
@@ -175,6 +186,7 @@ impl Config {
             | Self::Normal
             | Self::LazyDebug
             | Self::LazyWalk
+            | Self::LazyNoCgroups
             | Self::Paired
             | Self::PairedLazy
             | Self::PairedNormal
@@ -230,7 +242,7 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
             configs: all
                 .iter()
                 .copied()
-                .chain([Config::LazyDebug, Config::LazyWalk])
+                .chain([Config::LazyDebug, Config::LazyWalk, Config::LazyNoCgroups])
                 .collect(),
         },
         Workload {
@@ -272,7 +284,11 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
                 ]),
                 units: 0,
                 unit: "",
-                configs: all.clone(),
+                configs: all
+                    .iter()
+                    .copied()
+                    .chain([Config::LazyNoCgroups])
+                    .collect(),
             });
         }
     }
