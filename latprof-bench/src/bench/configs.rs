@@ -284,11 +284,7 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
                 ]),
                 units: 0,
                 unit: "",
-                configs: all
-                    .iter()
-                    .copied()
-                    .chain([Config::LazyNoCgroups])
-                    .collect(),
+                configs: all.iter().copied().chain([Config::LazyNoCgroups]).collect(),
             });
         }
     }
