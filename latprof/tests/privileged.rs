@@ -62,6 +62,9 @@ struct OwnClock {
     /// The nanosleeps that really slept: on a busy machine a 2 ms timer can expire before the
     /// task leaves the CPU, and then there is no sleep to count.
     slept: u64,
+    /// latprof's longest run-queue wait of the workload: a stall after the wakeup (woken on
+    /// time, then no CPU for milliseconds) is there, not in the sleep.
+    runq_max_ns: u64,
 }
 
 type Measured = (Cause, Cause, Cause, Snapshot, OwnClock);
@@ -90,15 +93,21 @@ fn nanosleep_causes_with(mode: Mode, btf_wakeup: bool) -> Measured {
             .find(|(key, _)| key == k)
             .map_or(0, |(_, v)| *v)
     };
-    let own_clock = OwnClock {
-        max_ns: own("max_ns"),
-        total_ns: own("total_ns"),
-        slept: own("slept"),
-    };
     let pid = work.pid();
     let live = Collector::new().snapshot(&probe).expect("snapshot");
     let live_global = model::global_causes(&live, &syms, 12);
     let live_process = model::process_causes(&live, pid, &syms, 12);
+    let own_clock = OwnClock {
+        max_ns: own("max_ns"),
+        total_ns: own("total_ns"),
+        slept: own("slept"),
+        runq_max_ns: live_process
+            .iter()
+            .filter(|c| c.backtrace == latprof::symbols::Backtrace::WaitingForCpu)
+            .map(|c| c.max_ns)
+            .max()
+            .unwrap_or(0),
+    };
     work.release();
     // The exit tracepoint runs before the parent's wait() returns.
     let after = Collector::new().snapshot(&probe).expect("snapshot");
@@ -129,7 +138,8 @@ fn nanosleep_causes_with(mode: Mode, btf_wakeup: bool) -> Measured {
 /// latprof says so in a counter; see `Counter::SleepLost`). A lost sleep is rare: at most 2.
 /// Total between 200 x 2 ms and 200 x 3 ms and max below 10 ms, as the workload's own clock
 /// saw them; when this shared VM stalled the workload itself past those bounds (its own clock
-/// says so), latprof must report that stall: its max within 1 ms of the workload's.
+/// says so), latprof must report that stall: its max, with the longest run-queue wait of the
+/// workload, within 1 ms of the workload's.
 fn check_nanosleep(cause: &Cause, lost: u64, own: OwnClock) {
     assert!(lost <= 2, "{lost} sleeps lost");
     assert_eq!(cause.count + lost, own.slept, "{cause:?}, {lost} lost");
@@ -173,10 +183,13 @@ fn check_nanosleep(cause: &Cause, lost: u64, own: OwnClock) {
             "the workload itself saw a {} ns sleep (machine stall)",
             own.max_ns
         );
+        // The stall is in the sleep, or in the wait for a CPU after it (seen in CI: a
+        // 10.7 ms nanosleep of which latprof's sleep was 2.1 ms, the rest a run-queue wait).
         assert!(
-            cause.max_ns + MS >= own.max_ns,
-            "latprof's max {} ns misses the workload's {} ns",
+            cause.max_ns + own.runq_max_ns + MS >= own.max_ns,
+            "latprof's max {} ns (and longest run-queue wait {} ns) misses the workload's {} ns",
             cause.max_ns,
+            own.runq_max_ns,
             own.max_ns
         );
     }
