@@ -155,6 +155,14 @@ impl CgroupNames {
         }
     }
 
+    /// Forgets the paths of removed cgroups that `referenced` does not name, so that a host
+    /// whose containers come and go for days does not grow this map without bound.
+    pub fn forget_unreferenced(&mut self, referenced: &std::collections::BTreeSet<u64>) {
+        let present = &self.present;
+        self.paths
+            .retain(|id, _| present.contains(id) || referenced.contains(id));
+    }
+
     /// The cgroup of `id`.
     #[must_use]
     pub fn get(&self, id: u64) -> Cgroup {
@@ -361,6 +369,12 @@ mod tests {
         let c = names.get(7);
         assert_eq!(c.name, "gone.service");
         assert!(c.removed);
+        // Kept while something names it, forgotten after.
+        let mut names = names;
+        names.forget_unreferenced(&[7].into_iter().collect());
+        assert_eq!(names.get(7).name, "gone.service");
+        names.forget_unreferenced(&std::collections::BTreeSet::new());
+        assert_eq!(names.get(7).path, None);
         let unknown = names.get(8);
         assert_eq!((unknown.name.as_str(), unknown.path), ("cgroup 8", None));
     }

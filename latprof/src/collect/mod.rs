@@ -409,6 +409,7 @@ impl Collector {
             return BTreeMap::new();
         };
         names.refresh(ids.iter().copied());
+        names.forget_unreferenced(&ids);
         ids.into_iter()
             .map(|id| {
                 let c = names.get(id);
