@@ -68,18 +68,6 @@ pub fn id_of(dir: &Path) -> std::io::Result<u64> {
     Ok(std::fs::metadata(dir)?.ino())
 }
 
-/// One cgroup as latprof shows it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Cgroup {
-    pub id: u64,
-    /// Its path below the cgroup2 mount ("/" for the root); `None` if never seen.
-    pub path: Option<String>,
-    /// How people know it: `nginx.service`, `docker:0123456789ab`, `pod <uid>`.
-    pub name: String,
-    /// Gone from the file system since latprof saw it.
-    pub removed: bool,
-}
-
 /// Ids to paths, from walks of the cgroup2 file system; names kept after removal.
 #[derive(Debug, Default)]
 pub struct CgroupNames {
@@ -101,21 +89,6 @@ impl CgroupNames {
         };
         names.walk();
         Some(names)
-    }
-
-    /// Names known from elsewhere only (a recording's), none of them present.
-    #[must_use]
-    pub fn from_known(paths: impl IntoIterator<Item = (u64, String)>) -> Self {
-        Self {
-            root: None,
-            paths: paths.into_iter().collect(),
-            present: HashSet::new(),
-        }
-    }
-
-    /// Every id and path known (what a recording keeps).
-    pub fn known(&self) -> impl Iterator<Item = (u64, &str)> {
-        self.paths.iter().map(|(id, p)| (*id, p.as_str()))
     }
 
     /// Walks the file system again if any of `ids` is unknown or no longer present, so that
@@ -163,18 +136,13 @@ impl CgroupNames {
             .retain(|id, _| present.contains(id) || referenced.contains(id));
     }
 
-    /// The cgroup of `id`.
+    /// Where `id` is (was) below the mount, and whether it is gone since; the name is
+    /// [`readable_name`] of the path.
     #[must_use]
-    pub fn get(&self, id: u64) -> Cgroup {
-        let path = self.paths.get(&id).cloned();
-        let name = path
-            .as_deref()
-            .map_or_else(|| format!("cgroup {id}"), readable_name);
-        Cgroup {
-            id,
+    pub fn place(&self, id: u64) -> crate::collect::CgroupPath {
+        crate::collect::CgroupPath {
+            path: self.paths.get(&id).cloned(),
             removed: !self.present.contains(&id),
-            path,
-            name,
         }
     }
 }
@@ -364,18 +332,20 @@ mod tests {
     }
 
     #[test]
-    fn a_removed_cgroup_keeps_its_name() {
-        let names = CgroupNames::from_known([(7, "/system.slice/gone.service".to_owned())]);
-        let c = names.get(7);
-        assert_eq!(c.name, "gone.service");
-        assert!(c.removed);
+    fn a_removed_cgroup_keeps_its_path() {
+        // Seen in a walk, gone from the last one.
+        let mut names = CgroupNames {
+            paths: [(7, "/system.slice/gone.service".to_owned())].into(),
+            ..CgroupNames::default()
+        };
+        let gone = names.place(7);
+        assert_eq!(gone.path.as_deref(), Some("/system.slice/gone.service"));
+        assert!(gone.removed);
         // Kept while something names it, forgotten after.
-        let mut names = names;
         names.forget_unreferenced(&[7].into_iter().collect());
-        assert_eq!(names.get(7).name, "gone.service");
+        assert!(names.place(7).path.is_some());
         names.forget_unreferenced(&std::collections::BTreeSet::new());
-        assert_eq!(names.get(7).path, None);
-        let unknown = names.get(8);
-        assert_eq!((unknown.name.as_str(), unknown.path), ("cgroup 8", None));
+        assert_eq!(names.place(7).path, None);
+        assert_eq!(names.place(8).path, None);
     }
 }

@@ -732,19 +732,6 @@ pub fn cgroup_name(snap: &Snapshot, id: u64) -> String {
         .map_or_else(|| format!("cgroup {id}"), crate::cgroups::readable_name)
 }
 
-/// One cgroup's records (causes by stack id) in `cur` less `base`'s.
-#[must_use]
-pub fn cgroup_records_since(
-    cur: &Snapshot,
-    base: Option<&Snapshot>,
-    id: u64,
-) -> Vec<(u64, GlobalRecord)> {
-    cgroups_since(cur, base, true)
-        .into_iter()
-        .find(|row| row.id == id)
-        .map_or_else(Vec::new, |row| row.records)
-}
-
 /// The latency histogram of a row in one cgroup (live snapshots keep them per cgroup;
 /// recordings only summed, and then this is empty).
 #[must_use]

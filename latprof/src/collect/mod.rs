@@ -401,36 +401,32 @@ impl Collector {
         if ids.is_empty() {
             return BTreeMap::new();
         }
-        if !self.cgroups_looked {
-            self.cgroups_looked = true;
-            self.cgroup_names = crate::cgroups::CgroupNames::new();
-        }
-        let Some(names) = &mut self.cgroup_names else {
+        let Some(names) = self.cgroup_names() else {
             return BTreeMap::new();
         };
         names.refresh(ids.iter().copied());
         names.forget_unreferenced(&ids);
-        ids.into_iter()
-            .map(|id| {
-                let c = names.get(id);
-                (
-                    id,
-                    CgroupPath {
-                        path: c.path,
-                        removed: c.removed,
-                    },
-                )
-            })
-            .collect()
+        ids.into_iter().map(|id| (id, names.place(id))).collect()
+    }
+
+    /// The cgroup names, made (with a first walk) at the first call; `None` where the host
+    /// mounts no cgroup2.
+    fn cgroup_names(&mut self) -> Option<&mut crate::cgroups::CgroupNames> {
+        if !self.cgroups_looked {
+            self.cgroups_looked = true;
+            self.cgroup_names = crate::cgroups::CgroupNames::new();
+        }
+        self.cgroup_names.as_mut()
     }
 
     /// Walks the cgroup2 file system now, so that a cgroup made and removed before the next
     /// snapshot still has its path (`stats` calls it every second).
     pub fn look_at_cgroups(&mut self) {
-        if !self.cgroups_looked {
-            self.cgroups_looked = true;
-            self.cgroup_names = crate::cgroups::CgroupNames::new();
-        } else if let Some(names) = &mut self.cgroup_names {
+        // Making the names walks once already.
+        let made = self.cgroups_looked;
+        if let Some(names) = self.cgroup_names()
+            && made
+        {
             names.walk();
         }
     }

@@ -199,15 +199,19 @@ impl App {
         let base = self.baseline.as_ref();
         let ctx = self.ctx();
         let cgroup = self.cgroup.as_ref().map(|(id, _)| *id);
+        let cgroup_rows = model::cgroups_since(cur, base, true);
         let records = match cgroup {
-            Some(id) => model::cgroup_records_since(cur, base, id),
+            Some(id) => cgroup_rows
+                .iter()
+                .find(|row| row.id == id)
+                .map_or_else(Vec::new, |row| row.records.clone()),
             None => model::since(
                 cur.global_records(),
                 base.map(Snapshot::global_records).as_ref(),
             ),
         };
         let global = model::rows(&records, cur, &ctx);
-        let cgroup_lines = model::cgroups_since(cur, base, true)
+        let cgroup_lines = cgroup_rows
             .into_iter()
             .map(|row| {
                 let top = model::rows(&row.records, cur, &ctx)
