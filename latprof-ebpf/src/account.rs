@@ -151,17 +151,23 @@ pub(crate) fn account<const CAS: bool>(
     }
 }
 
+/// Adds to one CPU's part of a per-CPU record (lazy mode's merges, the per-cgroup table).
+#[inline(always)]
+fn add_to_part(rec: *mut GlobalRecord, n: u64, total_ns: u64, max_ns: u64) {
+    // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
+    let rec = unsafe { &mut *rec };
+    rec.count += n;
+    rec.total_ns += total_ns;
+    if max_ns > rec.max_ns {
+        rec.max_ns = max_ns;
+    }
+}
+
 /// Adds to this CPU's part of the per-cgroup table (user space adds the CPUs' parts).
 #[inline(always)]
 fn cgroup_add(key: &CgroupCause, n: u64, total_ns: u64, max_ns: u64) {
     if let Some(rec) = CGROUP_LATENCY.get_ptr_mut(key) {
-        // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
-        let rec = unsafe { &mut *rec };
-        rec.count += n;
-        rec.total_ns += total_ns;
-        if max_ns > rec.max_ns {
-            rec.max_ns = max_ns;
-        }
+        add_to_part(rec, n, total_ns, max_ns);
     } else {
         let first = GlobalRecord {
             count: n,
@@ -204,13 +210,7 @@ fn histogram_add(key: &CgroupCause, delta: u64) {
 #[inline(always)]
 fn merged_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
     if let Some(rec) = MERGED.get_ptr_mut(&stack) {
-        // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
-        let rec = unsafe { &mut *rec };
-        rec.count += n;
-        rec.total_ns += total_ns;
-        if max_ns > rec.max_ns {
-            rec.max_ns = max_ns;
-        }
+        add_to_part(rec, n, total_ns, max_ns);
     } else {
         // A new key starts at zero on every CPU but this one.
         let first = GlobalRecord {
