@@ -630,8 +630,20 @@ fn python_parses(parser: &str, text: &str) -> u64 {
 fn formats_parse_and_bad_requests_are_refused() {
     let _guard = serial();
     let serve = Serve::start(&[]);
-    // Something to show: the machine's own sleeps, a second of them.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Something to show: a workload's own sleeps and its waits for a CPU after each (an idle
+    // machine's own sleeps may all be kernel threads', which are not counted).
+    let mut work = Workload::spawn(&["sleep", "--count", "100", "--interval", "2ms"]);
+    work.go();
+    work.wait_done();
+    serve.wait_for(30, "the workload's sleeps and CPU waits", |m| {
+        nanosleeps(m) > 0
+            && sample(
+                m,
+                "latprof_sleeps_total{reason=\"Waiting for CPU\",state=\"R\"}",
+            )
+            .is_some()
+    });
+    work.release();
     let om = http_get(
         serve.addr,
         "/metrics",
