@@ -84,6 +84,10 @@ pub enum Workload {
         /// find its answer already there and never wait).
         #[arg(long, requires = "processes", conflicts_with = "cpu")]
         apart: bool,
+        /// With --processes: name the parent `ping` and the child `pong` (their comm), so
+        /// that each side's waker is told apart by name.
+        #[arg(long, requires = "processes")]
+        named: bool,
     },
     /// `count` children that each start a direct read of a file in `dir` with Linux AIO and
     /// exit at once: the kernel waits for the read in exit_aio, after the child gave up its
@@ -274,11 +278,12 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             processes,
             cpu,
             apart,
+            named,
         } => {
             if let Some(cpu) = cpu {
                 pin(*cpu)?;
             }
-            pingpong(*count, *processes, *apart, finish_with)
+            pingpong(*count, *processes, *apart, *named, finish_with)
         }
         Workload::ExitAio { count, dir } => {
             let path = dir.join(format!("latprof-aio-{}", std::process::id()));
@@ -527,12 +532,24 @@ fn on_threads(
     })
 }
 
-/// See `Workload::Futex`.
+/// Names the calling thread (its comm, at most 15 bytes).
+fn set_name(name: &std::ffi::CStr) {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of the calling thread.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+}
+
+/// See `Workload::Futex`: the waiting thread is named `futex-waiter`, the waking one
+/// `futex-waker`.
 fn futex(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()> {
     let word = AtomicU32::new(0);
     on_threads(
         2,
         |i| {
+            set_name(if i == 0 {
+                c"futex-waiter"
+            } else {
+                c"futex-waker"
+            });
             for round in 1..=count {
                 if i == 0 {
                     loop {
@@ -759,14 +776,26 @@ fn bounce(count: u32, rx: &mut std::fs::File, tx: &mut std::fs::File, first: boo
 
 /// With threads, `finish` gets ` slept=N`: the two threads' voluntary context switches during
 /// the ping-pong (each one a sleep, nearly all in pipe_read), a lower bound for the tests.
-fn pingpong(count: u32, processes: bool, apart: bool, finish: impl FnOnce(&str)) -> Result<()> {
+fn pingpong(
+    count: u32,
+    processes: bool,
+    apart: bool,
+    named: bool,
+    finish: impl FnOnce(&str),
+) -> Result<()> {
     let (mut a_rx, mut b_tx) = pipe()?;
     let (mut b_rx, mut a_tx) = pipe()?;
     if processes {
+        if named {
+            set_name(c"ping");
+        }
         // SAFETY: single-threaded here; the child only does pipe I/O and _exit.
         match unsafe { libc::fork() } {
             -1 => Err(std::io::Error::last_os_error()).context("fork"),
             0 => {
+                if named {
+                    set_name(c"pong");
+                }
                 drop((a_rx, a_tx));
                 let pinned = !apart || pin(1).is_ok();
                 let code =

@@ -279,16 +279,74 @@ pub struct TaskState {
     /// had no memory map.
     pub sleep_flags: u32,
     pub comm: [u8; 16],
+    /// Who is waking the task, from `sched_waking` (in the waker's context), taken at the
+    /// matching `sched_wakeup` and cleared there: a `WAKER_*` kind (`WAKER_UNSEEN`: none
+    /// pending), the waking task's ids and name (`WAKER_TASK` only) and, with
+    /// `--waker-stacks`, the waker's backtrace (0: none).
+    pub waker_stack: u64,
+    pub waker_kind: u32,
+    pub waker_tgid: u32,
+    pub waker_tid: u32,
+    /// Explicit padding to 8-byte alignment.
+    pub waker_reserved: u32,
+    pub waker_comm: [u8; 16],
     /// The backtraces of the task's recent sleeps and where their return addresses sat.
     pub stack_cache: StackCache,
     pub records: [LatencyRecord; TASK_RECORDS],
 }
 const _: () = assert!(
     size_of::<TaskState>()
-        == 88 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
+        == 128 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
 );
 // One bit of `task_only` per record.
 const _: () = assert!(TASK_RECORDS <= 32);
+
+/// `TaskState::waker_kind` and `WakerKey::kind`: no `sched_waking` was seen for the wakeup
+/// (it raced the sleep's start, or the kernel hid it).
+pub const WAKER_UNSEEN: u32 = 0;
+/// A task woke it (in task context): the waker's tgid, tid and name are kept.
+pub const WAKER_TASK: u32 = 1;
+/// A timer's callback woke it (an hrtimer or a timer wheel timer, in whatever context the
+/// kernel runs them: hard or soft interrupt, or a timer thread on PREEMPT_RT).
+pub const WAKER_TIMER: u32 = 2;
+/// A hard interrupt's handler (a device, an inter-processor interrupt, irq_work).
+pub const WAKER_HARDIRQ: u32 = 3;
+/// A softirq (network receive, tasklets, RCU, block completion...).
+pub const WAKER_SOFTIRQ: u32 = 4;
+/// A non-maskable interrupt.
+pub const WAKER_NMI: u32 = 5;
+/// `WakerKey::kind` of a cause's wakeups whose own waker found the waker table full.
+pub const WAKER_OTHER: u32 = 6;
+
+/// Key of the waker table (`WAKERS`): one waker of one cause, for one sleeping process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WakerKey {
+    /// The sleep's record id (its backtrace, salted for D: `stack_for_state`).
+    pub cause: u64,
+    /// The waker's kernel backtrace when it woke (`--waker-stacks`; 0: not taken,
+    /// `NO_STACK`: the stack table was full).
+    pub waker_stack: u64,
+    /// The sleeping process.
+    pub sleeper_tgid: u32,
+    /// `WAKER_*`.
+    pub kind: u32,
+    /// The waking task (`WAKER_TASK`; 0 otherwise).
+    pub waker_tgid: u32,
+    pub waker_tid: u32,
+}
+const _: () = assert!(size_of::<WakerKey>() == 32);
+
+/// Value of the waker table: the sleeps it ended, and the waker's name when first seen.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WakerValue {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub comm: [u8; 16],
+}
+const _: () = assert!(size_of::<WakerValue>() == 40);
 
 /// A stack cache: a task has one, and each CPU one shared by the tasks woken there.
 #[repr(C)]
@@ -459,10 +517,16 @@ pub enum Counter {
     HiddenLogFull,
     /// Records lost from the per-cgroup table because it was full (raise --max-records).
     CgroupTableFull,
+    /// Counted sleeps whose `sched_waking` was not seen (it came before the sleep's start
+    /// was traced, or the kernel hid it): their waker is unknown.
+    WakerUnseen,
+    /// Counted sleeps whose waker found the waker table full: counted under their cause's
+    /// `other` waker, or lost when that entry could not be made either.
+    WakerTableFull,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::CgroupTableFull as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::WakerTableFull as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -501,6 +565,8 @@ impl Counter {
         Self::RunqUnknown,
         Self::HiddenLogFull,
         Self::CgroupTableFull,
+        Self::WakerUnseen,
+        Self::WakerTableFull,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -541,6 +607,8 @@ impl Counter {
             Self::RunqUnknown => "runq_unknown",
             Self::HiddenLogFull => "hidden_log_full",
             Self::CgroupTableFull => "cgroup_table_full",
+            Self::WakerUnseen => "waker_unseen",
+            Self::WakerTableFull => "waker_table_full",
         }
     }
 
@@ -564,6 +632,9 @@ impl Counter {
             Self::CgroupTableFull => {
                 Some("per-cgroup records lost: table full (raise --max-records)")
             }
+            Self::WakerTableFull => Some(
+                "wakers not told apart: waker table full, counted as \"other\" (raise --max-wakers)",
+            ),
             Self::HiddenLogFull => {
                 Some("hidden-switch events lost: their log was full (lost sleeps go unchecked)")
             }
@@ -605,8 +676,16 @@ pub struct SpikeEvent {
     /// `SPIKE_*`.
     pub kind: u32,
     pub comm: [u8; 16],
+    /// Who ended it (a sleep's waker; `WAKER_UNSEEN` for a run-queue wait): `WAKER_*`, and
+    /// the waking task's ids and name for `WAKER_TASK`.
+    pub waker_kind: u32,
+    pub waker_tgid: u32,
+    pub waker_tid: u32,
+    /// Explicit padding to 8-byte alignment.
+    pub reserved: u32,
+    pub waker_comm: [u8; 16],
 }
-const _: () = assert!(size_of::<SpikeEvent>() == 56);
+const _: () = assert!(size_of::<SpikeEvent>() == 88);
 
 /// Per-CPU counters of the kernel's tick and time accounting, indexes into the `TICKS` array.
 #[repr(u32)]
@@ -671,13 +750,15 @@ impl TickCounter {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all four are repr(C), Copy, built only of integers, with no implicit padding
+    // SAFETY: all are repr(C), Copy, built only of integers, with no implicit padding
     // (checked by the size assertions above).
     unsafe impl aya::Pod for super::LatencyRecord {}
     unsafe impl aya::Pod for super::GlobalRecord {}
     unsafe impl aya::Pod for super::TaskState {}
     unsafe impl aya::Pod for super::CpuSwitch {}
     unsafe impl aya::Pod for super::CgroupCause {}
+    unsafe impl aya::Pod for super::WakerKey {}
+    unsafe impl aya::Pod for super::WakerValue {}
 }
 
 #[cfg(test)]

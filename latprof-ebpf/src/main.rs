@@ -93,6 +93,7 @@ mod stack_cache;
 mod stacks;
 mod switch;
 mod ticks;
+mod wakers;
 mod wakeup;
 
 #[cfg(not(test))]

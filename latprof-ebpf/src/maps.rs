@@ -11,7 +11,7 @@ use aya_ebpf::{
 use latprof_common::{
     CACHE_FRAMES, COUNTER_COUNT, CachedStack, CgroupCause, Counter, CpuSwitch, GlobalRecord,
     HiddenEvent, Histogram, RawStack, STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState,
-    TickCounter,
+    TickCounter, WakerKey, WakerValue,
 };
 
 /// Words of `STACK_COPY`: the part of a sleeping task's stack the stack cache reads.
@@ -100,6 +100,25 @@ pub(crate) static HIDDEN: RingBuf = RingBuf::with_byte_size(128 * 1024, 0);
 /// every sleep: the cache line stays shared.
 #[map]
 pub(crate) static HIDING_SEEN: Array<u32> = Array::with_max_entries(1, 0);
+/// Who ended the sleeps of each cause, per sleeping process, per CPU (`wakers`): written at
+/// each counted wakeup in both modes, no cache line shared between CPUs.
+#[map]
+pub(crate) static WAKERS: PerCpuHashMap<WakerKey, WakerValue> =
+    PerCpuHashMap::with_max_entries(8192, 0);
+/// Per CPU: where its preempt count lives and the timer callbacks running (`wakers`).
+#[map]
+pub(crate) static CPU_CONTEXT: PerCpuArray<CpuContext> = PerCpuArray::with_max_entries(1, 0);
+
+/// `CPU_CONTEXT`'s value.
+#[repr(C)]
+pub(crate) struct CpuContext {
+    /// Address of this CPU's preempt count (0: not found yet).
+    pub(crate) pc_addr: u64,
+    /// Per level of context (task, softirq, hard interrupt, NMI): 1 while a timer callback
+    /// runs at it.
+    pub(crate) timer: [u32; 4],
+}
+
 /// Per-CPU scratch space to build a new task entry (too large for the 512-byte stack).
 #[map]
 pub(crate) static SCRATCH: PerCpuArray<TaskState> = PerCpuArray::with_max_entries(1, 0);

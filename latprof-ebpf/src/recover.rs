@@ -13,7 +13,7 @@
 
 use latprof_common::{
     Counter, DEFERRED_STACK, HIDDEN_SLEEP_LOST, HIDDEN_SLEEP_RECOVERED, RECOVERED_STACK,
-    SLEEP_NO_MM, SLEEP_NONE, SleepVerdict, TaskState, sleep_verdict, stack_for_state,
+    SLEEP_NO_MM, SLEEP_NONE, SleepVerdict, TaskState, WAKER_UNSEEN, sleep_verdict, stack_for_state,
 };
 
 use crate::{
@@ -98,7 +98,7 @@ pub(crate) fn recover<const CAS: bool>(tid: u32, entry: &mut TaskState, task: *c
             let in_global = sleep_in_global_with(entry, entry.sleep_flags & SLEEP_NO_MM == 0);
             account::<CAS>(entry, stack_for_state(stack, kind), delta, in_global);
             count(Counter::Counted);
-            spike::<CAS>(tid, entry, stack, delta, kind, woken);
+            spike::<CAS>(tid, entry, stack, delta, kind, woken, WAKER_UNSEEN);
         }
     }
 }

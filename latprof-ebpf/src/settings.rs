@@ -89,6 +89,28 @@ pub(crate) static CGROUPS_ON: Global<u32> = Global::new(0);
 /// How many slots of `CGROUP_FILTER` hold a cgroup (`--cgroup`); 0: no filter (dead code).
 #[unsafe(no_mangle)]
 pub(crate) static FILTER_CGROUPS: Global<u32> = Global::new(0);
+/// 1: each counted sleep is added to its waker in `WAKERS` (`sched_waking` notes it).
+#[unsafe(no_mangle)]
+pub(crate) static WAKERS_ON: Global<u32> = Global::new(0);
+/// 1: `sched_waking` also walks the waker's backtrace (`--waker-stacks`).
+#[unsafe(no_mangle)]
+pub(crate) static WAKER_STACKS: Global<u32> = Global::new(0);
+/// This CPU's preempt count is at its run queue's address plus this (the distance between the
+/// two per-CPU variables, from BTF or kallsyms); 0: not found, interrupts are not told apart
+/// from the task they interrupt (but timers are).
+#[unsafe(no_mangle)]
+pub(crate) static PC_FROM_RQ: Global<u64> = Global::new(0);
+/// Offsets of `se.cfs_rq` in `struct task_struct`, `rq` in `struct cfs_rq` and `cpu` in
+/// `struct rq`: the way from the current task to its CPU's run queue.
+#[unsafe(no_mangle)]
+pub(crate) static TASK_CFS_RQ_OFF: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub(crate) static CFS_RQ_RQ_OFF: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub(crate) static RQ_CPU_OFF: Global<u32> = Global::new(0);
+/// PREEMPT_RT: offset of `softirq_disable_cnt` in `struct task_struct` (0: not RT).
+#[unsafe(no_mangle)]
+pub(crate) static TASK_SOFTIRQ_CNT_OFF: Global<u32> = Global::new(0);
 /// Sleeps and run-queue waits at least this long are sent as spike events; `u64::MAX`: none.
 #[unsafe(no_mangle)]
 pub(crate) static SPIKE_NS: Global<u64> = Global::new(u64::MAX);

@@ -8,7 +8,7 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::bpf_get_smp_processor_id,
 };
-use latprof_common::{Counter, SpikeEvent, TaskState, WAKEUP_ALWAYS};
+use latprof_common::{Counter, SpikeEvent, TaskState, WAKER_TASK, WAKEUP_ALWAYS};
 
 use crate::{
     maps::{READER, SPIKES, count},
@@ -25,6 +25,7 @@ pub(crate) fn spike<const CAS: bool>(
     delta: u64,
     kind: u32,
     end_ns: u64,
+    waker_kind: u32,
 ) {
     if delta < SPIKE_NS.load() {
         return;
@@ -63,6 +64,23 @@ pub(crate) fn spike<const CAS: bool>(
         cpu: unsafe { bpf_get_smp_processor_id() },
         kind,
         comm: entry.comm,
+        waker_kind,
+        waker_tgid: if waker_kind == WAKER_TASK {
+            entry.waker_tgid
+        } else {
+            0
+        },
+        waker_tid: if waker_kind == WAKER_TASK {
+            entry.waker_tid
+        } else {
+            0
+        },
+        reserved: 0,
+        waker_comm: if waker_kind == WAKER_TASK {
+            entry.waker_comm
+        } else {
+            [0; 16]
+        },
     });
     if wake {
         slot.submit(u64::from(BPF_RB_FORCE_WAKEUP));

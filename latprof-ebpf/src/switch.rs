@@ -12,7 +12,7 @@ use aya_ebpf::{
 };
 use latprof_common::{
     CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, NO_STACK, RUNQ_STACK, SLEEP_NONE,
-    SPIKE_RUNQ, TASK_FLAG_KTHREAD, TaskState, TickCounter, sleep_kind,
+    SPIKE_RUNQ, TASK_FLAG_KTHREAD, TaskState, TickCounter, WAKER_UNSEEN, sleep_kind,
 };
 
 use crate::{
@@ -128,7 +128,15 @@ fn runq_end<const CAS: bool>(ctx: &RawTracePointContext, now: u64) -> Result<(),
             if delta >= MIN_SLEEP_NS.load() {
                 account::<CAS>(entry, RUNQ_STACK, delta, runq_in_global(entry));
                 count(Counter::RunqCounted);
-                spike::<CAS>(next_tid, entry, RUNQ_STACK, delta, SPIKE_RUNQ, now);
+                spike::<CAS>(
+                    next_tid,
+                    entry,
+                    RUNQ_STACK,
+                    delta,
+                    SPIKE_RUNQ,
+                    now,
+                    WAKER_UNSEEN,
+                );
             }
         }
     }
@@ -182,8 +190,10 @@ fn switch_out<const CAS: bool>(
     // SAFETY: the entry belongs to the current task; only its own events write it.
     let entry = unsafe { &mut *entry };
     if entry.sleep_kind != SLEEP_NONE {
-        // The previous sleep never saw its wakeup: the kernel hid it.
+        // The previous sleep never saw its wakeup: the kernel hid it (and its waker noted
+        // there, if any, is not this sleep's).
         recover::<CAS>(tid, entry, task, now);
+        entry.waker_kind = WAKER_UNSEEN;
     }
     entry.sleep_stack = stack;
     entry.sleep_kind = kind;
@@ -238,6 +248,7 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
         (*template).sleep_exec_ns = 0;
         (*template).sleep_run_delay_ns = 0;
         (*template).cgroup = 0;
+        (*template).waker_kind = WAKER_UNSEEN;
         let cache = &mut (*template).stack_cache;
         cache.recent = [NO_STACK; CACHE_ENTRIES];
         cache.recent_next = 0;

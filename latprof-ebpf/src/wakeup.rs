@@ -24,6 +24,7 @@ use crate::{
     spikes::spike,
     stack_cache::sleeping_stack,
     stacks::task_stack,
+    wakers,
 };
 
 /// `DEBUG_HIDE_WAKEUPS`'s bit that leaves the wakeups it hides out of the `HIDDEN` log.
@@ -130,9 +131,11 @@ fn wake<C: EbpfContext, const CAS: bool, const BT: u8>(
     }
     // SAFETY: the wakee is not running; ttwu serializes wakeups of one task (pi_lock).
     let entry = unsafe { &mut *entry };
+    // The waker `sched_waking` noted for this wakeup, taken whether a sleep ends or not.
+    let waker = wakers::take(entry);
     if entry.sleep_kind != SLEEP_NONE {
         count(Counter::Wakeups);
-        end_sleep::<C, CAS, BT>(ctx, tid, entry, task, stack_of);
+        end_sleep::<C, CAS, BT>(ctx, tid, entry, task, stack_of, waker);
         if RUNQ.load() == 1 {
             // From now on the task waits for a CPU.
             entry.runq_start_ns = unsafe { bpf_ktime_get_ns() };
@@ -162,6 +165,7 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
     entry: &mut TaskState,
     task: *const u8,
     wakee: *mut task_struct,
+    waker: u32,
 ) {
     let kind = entry.sleep_kind;
     entry.sleep_kind = SLEEP_NONE;
@@ -203,9 +207,11 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
                 entry.sleep_stack
             };
             let in_global = sleep_in_global(entry, task);
-            account::<CAS>(entry, stack_for_state(stack, kind), delta, in_global);
+            let cause = stack_for_state(stack, kind);
+            account::<CAS>(entry, cause, delta, in_global);
+            wakers::add(entry, waker, cause, delta);
             count(Counter::Counted);
-            spike::<CAS>(tid, entry, stack, delta, kind, now);
+            spike::<CAS>(tid, entry, stack, delta, kind, now, waker);
         }
     }
 }

@@ -38,6 +38,19 @@ pub struct Cli {
     /// in the kernel: e.g. /sys/fs/cgroup/system.slice/nginx.service.
     #[arg(long, global = true, value_name = "PATH")]
     pub cgroup: Vec<PathBuf>,
+    /// Do not attribute sleeps to their wakers (saves a hash update per counted sleep and
+    /// a program run per wakeup).
+    #[arg(long, global = true, conflicts_with = "waker_stacks")]
+    pub no_wakers: bool,
+    /// Also keep each waker's kernel backtrace, per (sleeper cause, waker backtrace), for
+    /// offwaketime-style chains (`stats --format folded --wakers`); walks a stack per wakeup.
+    #[arg(long, global = true)]
+    pub waker_stacks: bool,
+    /// Wakers kept per CPU (kernel table size; one entry per cause, sleeping process and
+    /// waker): the rest are counted under their cause's "other".
+    #[arg(long, global = true, default_value_t = 8192,
+          value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub max_wakers: u32,
     /// Do not attribute sleeps to cgroups (measures what that costs).
     #[arg(long, global = true, hide = true)]
     pub debug_no_cgroups: bool,
@@ -352,6 +365,9 @@ impl Cli {
             cgroups: !self.debug_no_cgroups,
             cgroup_filter: self.cgroup.clone(),
             state_from_task: self.debug_state_from_task,
+            wakers: !self.no_wakers,
+            max_wakers: self.max_wakers,
+            waker_stacks: self.waker_stacks,
         }
     }
 }

@@ -132,6 +132,29 @@ impl Kallsyms {
         self.entry(addr).map(|(_, name)| name)
     }
 
+    /// The frames of a waker's backtrace (taken in `sched_waking`): the BPF program's and the
+    /// tracing frames on top (up to the tracepoint's `bpf_trace_run` or `__traceiter_`) are
+    /// dropped, so the first frame is the wakeup function. At most `depth` frames.
+    #[must_use]
+    pub fn waker_frames(&self, raw: &[u64], depth: usize) -> Vec<String> {
+        let names: Vec<String> = raw
+            .iter()
+            .filter(|&&a| a != 0)
+            .map(|&a| {
+                self.name(a)
+                    .map_or_else(|| format!("0x{a:x}"), str::to_owned)
+            })
+            .collect();
+        let tracing = |name: &String| {
+            ["bpf_trace_run", "__bpf_trace_", "__traceiter_"]
+                .iter()
+                .any(|p| name.starts_with(p))
+        };
+        // The tracing frames sit in the first few; a frame further down is the waker's own.
+        let start = names.iter().take(8).rposition(tracing).map_or(0, |i| i + 1);
+        names.into_iter().skip(start).take(depth).collect()
+    }
+
     fn skipped(&self, addr: u64) -> bool {
         self.sched_text.contains(&addr) || self.lock_text.contains(&addr)
     }

@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap};
 use latprof_common::{
     COUNTER_COUNT, CgroupCause, Counter, CpuSwitch, D_STATE_SALT, GlobalRecord, HIST_BUCKETS,
-    Histogram, LatencyRecord, RawStack, TICK_COUNTER_COUNT, TaskState,
+    Histogram, LatencyRecord, RawStack, TICK_COUNTER_COUNT, TaskState, WakerKey, WakerValue,
 };
 
 use crate::probe::{Mode, Probe, names};
@@ -168,9 +168,24 @@ pub struct Snapshot {
     /// Each sleep lost or recovered checked against the gaps the kernel's hiding left (live
     /// only, cumulative).
     pub hidden: HiddenSleeps,
+    /// Who ended the sleeps: one entry per cause, sleeping process and waker (and waker
+    /// backtrace with `--waker-stacks`), summed over CPUs, sorted by key; empty when wakers
+    /// are off. A waker backtrace's frames are in `stacks`.
+    pub wakers: Vec<Waker>,
     /// Exits kept merging tasks into the global table through every retry of the read: an
     /// exiting task's records may count twice or not at all in this snapshot (live only).
     pub unsettled: bool,
+}
+
+/// One waker of one cause for one sleeping process: the sleeps it ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Waker {
+    pub key: WakerKey,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    /// The waking task's name when first seen (empty for interrupts).
+    pub comm: String,
 }
 
 /// One CPU's tick counters, by `TickCounter`.
@@ -512,11 +527,21 @@ impl Collector {
             retries += 1;
         };
 
+        let wakers = if probe.config().wakers {
+            read_wakers(probe)?
+        } else {
+            Vec::new()
+        };
         let stack_map: BpfHashMap<&MapData, u64, RawStack> =
             BpfHashMap::try_from(ebpf.map(names::MAP_STACKS).context("no STACKS map")?)?;
         let mut stacks = BTreeMap::new();
         let mut uninterruptible = std::collections::BTreeSet::new();
-        for id in stack_ids(&global, &tasks).chain(cgroups.iter().map(|(k, _)| k.stack_id)) {
+        let waker_stacks = wakers.iter().map(|w| w.key.waker_stack).filter(|&s| s != 0);
+        for id in stack_ids(&global, &tasks)
+            .chain(cgroups.iter().map(|(k, _)| k.stack_id))
+            .chain(wakers.iter().map(|w| w.key.cause))
+            .chain(waker_stacks)
+        {
             if id >= latprof_common::RESERVED_STACKS || stacks.contains_key(&id) {
                 continue;
             }
@@ -600,11 +625,40 @@ impl Collector {
             hidden_tids: read_hidden(probe)?,
             // After the counters: every lost or recovered sleep they count is in the log.
             hidden: probe.hidden_log().read(ebpf)?,
+            wakers,
             unsettled: !settled,
             taken_ns: crate::time::monotonic_ns(),
             wall_ns: crate::time::wall_ns(),
         })
     }
+}
+
+/// The waker table, summed over CPUs (a waker's name is in the part of the CPU that first
+/// saw it; the others are zero-filled).
+fn read_wakers(probe: &Probe) -> Result<Vec<Waker>> {
+    let map: PerCpuHashMap<&MapData, WakerKey, WakerValue> = PerCpuHashMap::try_from(
+        probe
+            .ebpf()
+            .map(names::MAP_WAKERS)
+            .context("no WAKERS map")?,
+    )?;
+    let mut out: BTreeMap<WakerKey, Waker> = BTreeMap::new();
+    for item in &map {
+        let (key, per_cpu) = item.context("read WAKERS")?;
+        let w = out.entry(key).or_insert_with(|| Waker {
+            key,
+            ..Waker::default()
+        });
+        for part in per_cpu.iter().filter(|v| v.count > 0) {
+            w.count += part.count;
+            w.total_ns += part.total_ns;
+            w.max_ns = w.max_ns.max(part.max_ns);
+            if w.comm.is_empty() && part.comm[0] != 0 {
+                w.comm = comm_str(&part.comm);
+            }
+        }
+    }
+    Ok(out.into_values().filter(|w| w.count > 0).collect())
 }
 
 /// The per-CPU tick counters.

@@ -27,6 +27,12 @@ pub struct Spike {
     /// `SPIKE_*`.
     pub kind: u32,
     pub comm: String,
+    /// Who ended it: `WAKER_*` (`WAKER_UNSEEN` for a run-queue wait, or a recording from
+    /// before wakers), and the waking task for `WAKER_TASK`.
+    pub waker_kind: u32,
+    pub waker_tgid: u32,
+    pub waker_tid: u32,
+    pub waker_comm: String,
 }
 
 impl Spike {
@@ -41,6 +47,10 @@ impl Spike {
             cpu: e.cpu,
             kind: e.kind,
             comm: super::comm_str(&e.comm),
+            waker_kind: e.waker_kind,
+            waker_tgid: e.waker_tgid,
+            waker_tid: e.waker_tid,
+            waker_comm: super::comm_str(&e.waker_comm),
         }
     }
 

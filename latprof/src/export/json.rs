@@ -1,6 +1,6 @@
 //! One JSON document per export; the schema is documented in docs/json-schema.md and its
 //! version is the `schema` field.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use latprof_common::{Counter, GlobalRecord};
 use serde::Serialize;
@@ -81,6 +81,34 @@ pub struct CauseJson {
     pub total_ns: u64,
     pub max_ns: u64,
     pub average_ns: u64,
+    /// Who ended these sleeps, the most sleep time ended first (empty for run-queue waits,
+    /// with wakers off, and in the cgroups' causes).
+    pub wakers: Vec<WakerJson>,
+}
+
+#[derive(Serialize)]
+pub struct WakerJson {
+    /// `task`, `timer`, `hardirq`, `softirq`, `nmi`, `unseen` (no waking seen) or `other`
+    /// (the waker table was full).
+    pub kind: &'static str,
+    /// The waking task (kind `task` only).
+    pub pid: Option<u32>,
+    pub tid: Option<u32>,
+    pub comm: Option<String>,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    /// With `--waker-stacks`: the waker's backtraces (innermost first, the wakeup function
+    /// first), each with the sleeps it ended.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub backtraces: Vec<WakerBacktraceJson>,
+}
+
+#[derive(Serialize)]
+pub struct WakerBacktraceJson {
+    pub frames: Vec<String>,
+    pub count: u64,
+    pub total_ns: u64,
 }
 
 #[derive(Serialize)]
@@ -108,7 +136,39 @@ pub struct ProcessJson {
     pub causes: Vec<CauseJson>,
 }
 
-fn causes_json(scope: &Scope<'_>, records: Vec<(u64, GlobalRecord)>) -> Vec<CauseJson> {
+fn wakers_json(scope: &Scope<'_>, lines: &[model::WakerLine]) -> Vec<WakerJson> {
+    lines
+        .iter()
+        .map(|w| {
+            let task = w.id.kind == latprof_common::WAKER_TASK;
+            WakerJson {
+                kind: w.id.kind_name(),
+                pid: task.then_some(w.id.tgid),
+                tid: task.then_some(w.id.tid),
+                comm: task.then(|| w.comm.clone()),
+                count: w.count,
+                total_ns: w.total_ns,
+                max_ns: w.max_ns,
+                backtraces: w
+                    .stacks
+                    .iter()
+                    .map(|(stack, r)| WakerBacktraceJson {
+                        frames: model::waker_frames(scope.cur, *stack, scope.syms, scope.depth),
+                        count: r.count,
+                        total_ns: r.total_ns,
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// The causes of `records`, each with its wakers among `wakers` (by cause).
+fn causes_json(
+    scope: &Scope<'_>,
+    records: Vec<(u64, GlobalRecord)>,
+    wakers: &HashMap<Backtrace, Vec<model::WakerLine>>,
+) -> Vec<CauseJson> {
     model::causes(records, scope.cur, scope.syms, scope.depth)
         .into_iter()
         .map(|c| {
@@ -123,6 +183,10 @@ fn causes_json(scope: &Scope<'_>, records: Vec<(u64, GlobalRecord)>) -> Vec<Caus
                 kind,
                 average_ns: c.total_ns.checked_div(c.count).unwrap_or(0),
                 frames: c.backtrace.lines().into_iter().map(str::to_owned).collect(),
+                wakers: wakers
+                    .get(&c.backtrace)
+                    .map(|lines| wakers_json(scope, lines))
+                    .unwrap_or_default(),
                 count: c.count,
                 total_ns: c.total_ns,
                 max_ns: c.max_ns,
@@ -153,7 +217,9 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
             if records.is_empty() {
                 return None;
             }
-            let causes = causes_json(scope, records);
+            let wakers =
+                model::cause_wakers(scope.cur, scope.base, Some(pid), scope.syms, scope.depth);
+            let causes = causes_json(scope, records, &wakers);
             Some(ProcessJson {
                 pid,
                 comm,
@@ -181,13 +247,17 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
         pid: scope.pid,
         from: scope.base.map(Moment::of),
         to: Moment::of(scope.cur),
-        causes: causes_json(scope, scope.records()),
+        causes: causes_json(
+            scope,
+            scope.records(),
+            &model::cause_wakers(scope.cur, scope.base, scope.pid, scope.syms, scope.depth),
+        ),
         processes,
         cgroups: model::cgroups_since(scope.cur, scope.base, true)
             .into_iter()
             .map(|row| CgroupJson {
                 id: row.id,
-                causes: causes_json(scope, row.records),
+                causes: causes_json(scope, row.records, &HashMap::new()),
                 name: row.name,
                 path: row.path,
                 removed: row.removed,

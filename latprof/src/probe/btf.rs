@@ -182,6 +182,23 @@ impl Btf {
         })
     }
 
+    /// Offset of the per-CPU variable `name` in the per-CPU section (`.data..percpu`), where
+    /// the BTF describes per-CPU variables (pahole 1.16 and later; Debian 11's does not).
+    #[must_use]
+    pub fn percpu_var_offset(&self, name: &str) -> Option<u32> {
+        let sec = self
+            .types
+            .iter()
+            .find(|t| t.kind == KIND_DATASEC && self.name(t.name_off) == ".data..percpu")?;
+        (0..sec.vlen).find_map(|i| {
+            let at = sec.members_at + 12 * i;
+            let var = u32_at(&self.data, at).ok()? as usize;
+            let offset = u32_at(&self.data, at + 4).ok()?;
+            let t = self.types.get(var)?;
+            (t.kind == KIND_VAR && self.name(t.name_off) == name).then_some(offset)
+        })
+    }
+
     /// Follows typedefs and qualifiers (kinds 8-11, 18) to the underlying type.
     fn resolve(&self, mut id: usize) -> usize {
         for _ in 0..16 {
@@ -205,7 +222,7 @@ mod tests {
     /// Builds BTF with `struct s { int a; union { long b; }; }` and
     /// `typedef void (*fp)(void *, int, long)` by hand.
     fn sample() -> Vec<u8> {
-        let strings = b"\0s\0a\0b\0int\0long\0fp\0E_ONE\0";
+        let strings = b"\0s\0a\0b\0int\0long\0fp\0E_ONE\0.data..percpu\0";
         let mut types = Vec::new();
         let mut push = |words: &[u32]| {
             for w in words {
@@ -226,6 +243,9 @@ mod tests {
         push(&[16, KIND_TYPEDEF << 24, 6]);
         // 8: enum { E_ONE = 1 } (anonymous)
         push(&[0, (KIND_ENUM << 24) | 1, 4, 19, 1]);
+        // 9: var int a (per-CPU); 10: datasec .data..percpu { a at 64 }
+        push(&[3, KIND_VAR << 24, 1, 0]);
+        push(&[25, (KIND_DATASEC << 24) | 1, 0, 9, 64, 4]);
         let mut data = Vec::new();
         data.extend_from_slice(&BTF_MAGIC.to_le_bytes());
         data.extend_from_slice(&[1, 0]);
@@ -263,6 +283,13 @@ mod tests {
         assert!(btf.has_enumerator("E_ONE"));
         assert!(!btf.has_enumerator("E_TWO"));
         assert!(!btf.has_enumerator("s"));
+    }
+
+    #[test]
+    fn finds_per_cpu_variables() {
+        let btf = Btf::parse(sample()).unwrap();
+        assert_eq!(btf.percpu_var_offset("a"), Some(64));
+        assert_eq!(btf.percpu_var_offset("b"), None);
     }
 
     #[test]

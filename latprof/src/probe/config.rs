@@ -69,6 +69,12 @@ pub struct ProbeConfig {
     /// Trace only tasks in these cgroup v2 directories or below them (at most
     /// `MAX_CGROUP_FILTERS`), filtered in the kernel.
     pub cgroup_filter: Vec<std::path::PathBuf>,
+    /// Attribute each counted sleep to its waker (task, timer or interrupt), per cause and
+    /// sleeping process, in a table of `max_wakers` entries per CPU.
+    pub wakers: bool,
+    pub max_wakers: u32,
+    /// Also key the wakers by the waker's kernel backtrace (a stack walk per wakeup).
+    pub waker_stacks: bool,
 }
 
 /// Cgroups `--cgroup` can name (the kernel's filter array).
@@ -108,6 +114,9 @@ impl Default for ProbeConfig {
             state_from_task: false,
             cgroups: true,
             cgroup_filter: Vec::new(),
+            wakers: true,
+            max_wakers: 8192,
+            waker_stacks: false,
         }
     }
 }

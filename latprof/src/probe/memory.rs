@@ -1,19 +1,20 @@
 //! The kernel memory latprof's maps pin, estimated before anything loads, so that table sizes
 //! the machine cannot hold are refused with one line rather than taken from everything else
-//! (`--max-tasks 4194304` alone pins 6.3 GiB).
+//! (`--max-tasks 4194304` alone pins 7.4 GiB).
 //!
 //! The hash maps are preallocated: the kernel allocates every entry when the map is created,
 //! used or not. Their size follows the kernel's own accounting (`htab_map_mem_usage`, what
 //! `/proc/PID/fdinfo` shows as `memlock`): a bucket per power of two of entries, and an element
 //! of 48 bytes of links and hash, the key and the value (for a per-CPU map a pointer, and the
 //! value once per possible CPU). Measured on Linux 6.18 with 2 CPUs, the defaults pin
-//! 36,170,336 bytes (the task table 15,274,560 since each record carries its cgroup);
+//! 38,006,352 bytes (the task table 15,602,320 since each task notes its waker, the waker
+//! table 1,508,288);
 //! `--max-tasks 262144` pinned 414 MiB in all before the cgroups (the task table 396 MiB) and
 //! the estimate was within 0.1%.
 use std::path::Path;
 
 use anyhow::{Result, bail};
-use latprof_common::{GlobalRecord, Histogram, RawStack, TaskState};
+use latprof_common::{GlobalRecord, Histogram, RawStack, TaskState, WakerKey, WakerValue};
 
 use super::ProbeConfig;
 
@@ -56,6 +57,8 @@ pub struct Estimate {
     pub records: u64,
     /// `--max-stacks`: the backtraces.
     pub stacks: u64,
+    /// `--max-wakers`: the waker table (per CPU; none with `--no-wakers`).
+    pub wakers: u64,
     pub total: u64,
 }
 
@@ -79,11 +82,20 @@ pub fn estimate(config: &ProbeConfig, cpus: u64) -> Estimate {
             cpus,
         );
     let stacks = hash_map(config.max_stacks, 8, size_of::<RawStack>(), false, cpus);
+    // The map exists unused with --no-wakers, at its smallest.
+    let wakers = hash_map(
+        if config.wakers { config.max_wakers } else { 1 },
+        size_of::<WakerKey>(),
+        size_of::<WakerValue>(),
+        true,
+        cpus,
+    );
     Estimate {
         tasks,
         records,
         stacks,
-        total: tasks + records + stacks + FIXED + FIXED_PER_CPU * cpus,
+        wakers,
+        total: tasks + records + stacks + wakers + FIXED + FIXED_PER_CPU * cpus,
     }
 }
 
@@ -154,12 +166,13 @@ pub fn check(config: &ProbeConfig, available: Option<u64>) -> Result<()> {
         (e.tasks, "--max-tasks"),
         (e.records, "--max-records"),
         (e.stacks, "--max-stacks"),
+        (e.wakers, "--max-wakers"),
     ]
     .into_iter()
     .max()
     .map_or("--max-tasks", |(_, flag)| flag);
     bail!(
-        "the kernel tables would pin about {} of memory (--max-tasks {}: {}, --max-records {}: {}, --max-stacks {}: {}; {cpus} possible CPUs), over half of the {} available; lower {largest}",
+        "the kernel tables would pin about {} of memory (--max-tasks {}: {}, --max-records {}: {}, --max-stacks {}: {}, --max-wakers {}: {}; {cpus} possible CPUs), over half of the {} available; lower {largest}",
         format_bytes(e.total),
         config.max_tasks,
         format_bytes(e.tasks),
@@ -167,6 +180,8 @@ pub fn check(config: &ProbeConfig, available: Option<u64>) -> Result<()> {
         format_bytes(e.records),
         config.max_stacks,
         format_bytes(e.stacks),
+        config.max_wakers,
+        format_bytes(e.wakers),
         format_bytes(available),
     )
 }
@@ -184,7 +199,12 @@ mod tests {
             (
                 "TASKS",
                 hash_map(8192, 4, size_of::<TaskState>(), false, 2),
-                15_274_560,
+                15_602_320,
+            ),
+            (
+                "WAKERS",
+                hash_map(8192, 32, size_of::<WakerValue>(), true, 2),
+                1_508_288,
             ),
             (
                 "GLOBAL_LATENCY",
@@ -217,14 +237,14 @@ mod tests {
                 "{what}: {bytes} vs {measured}"
             );
         }
-        // 36,170,336 for all maps.
+        // 38,006,352 for all maps.
         let e = estimate(&ProbeConfig::default(), 2);
-        assert!(e.total.abs_diff(36_170_336) < 36_170_336 / 100, "{e:?}");
+        assert!(e.total.abs_diff(38_006_352) < 38_006_352 / 100, "{e:?}");
         let big = ProbeConfig {
             max_tasks: 4_194_304,
             ..ProbeConfig::default()
         };
-        assert_eq!(format_bytes(estimate(&big, 2).tasks), "7.3 GiB");
+        assert_eq!(format_bytes(estimate(&big, 2).tasks), "7.4 GiB");
     }
 
     #[test]

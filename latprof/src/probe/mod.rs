@@ -81,6 +81,93 @@ struct Globals {
     force_reject: u32,
     cgroups_on: u32,
     filter_cgroups: u32,
+    wakers_on: u32,
+    waker_stacks: u32,
+    context: WakerContext,
+}
+
+/// How the waker programs find the context a waking runs in (see `wakers` in the eBPF
+/// crate): all zero where they cannot, and every waking outside a timer callback is the
+/// current task's.
+#[derive(Clone, Copy, Default)]
+struct WakerContext {
+    pc_from_rq: u64,
+    task_cfs_rq_off: u32,
+    cfs_rq_rq_off: u32,
+    rq_cpu_off: u32,
+    task_softirq_cnt_off: u32,
+}
+
+/// Where this CPU's preempt count is next to its run queue: the distance between the per-CPU
+/// variables `runqueues` and `__preempt_count` (or `pcpu_hot.preempt_count`, Linux 6.2 to
+/// 6.14), from the BTF's per-CPU section or else from /proc/kallsyms; and the way from a task
+/// to its run queue (`se.cfs_rq->rq`, CONFIG_FAIR_GROUP_SCHED). x86-64 only (elsewhere the
+/// preempt count is in the task). Err says why not.
+fn waker_context(btf: &btf::Btf) -> Result<WakerContext, String> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err("the preempt count is read only on x86-64".to_owned());
+    }
+    let path = || -> Result<(u32, u32, u32)> {
+        Ok((
+            btf.member_offset("task_struct", "se")?
+                + btf.member_offset("sched_entity", "cfs_rq")?,
+            btf.member_offset("cfs_rq", "rq")?,
+            btf.member_offset("rq", "cpu")?,
+        ))
+    };
+    let (task_cfs_rq_off, cfs_rq_rq_off, rq_cpu_off) =
+        path().map_err(|e| format!("no way from a task to its run queue: {e}"))?;
+    // (runqueues, preempt count) as offsets or addresses of one section: only the
+    // difference counts.
+    let from_btf = || {
+        let rq = btf.percpu_var_offset("runqueues")?;
+        let pc = match btf.percpu_var_offset("__preempt_count") {
+            Some(pc) => pc,
+            None => {
+                btf.percpu_var_offset("pcpu_hot")?
+                    + btf.member_offset("pcpu_hot", "preempt_count").ok()?
+            }
+        };
+        Some((u64::from(rq), u64::from(pc)))
+    };
+    let places = match from_btf() {
+        Some(p) => p,
+        None => kallsyms_places(btf).ok_or_else(|| {
+            "neither the BTF nor /proc/kallsyms places the per-CPU runqueues and preempt count"
+                .to_owned()
+        })?,
+    };
+    Ok(WakerContext {
+        pc_from_rq: places.1.wrapping_sub(places.0),
+        task_cfs_rq_off,
+        cfs_rq_rq_off,
+        rq_cpu_off,
+        // PREEMPT_RT counts softirqs in the task.
+        task_softirq_cnt_off: btf
+            .member_offset("task_struct", "softirq_disable_cnt")
+            .unwrap_or(0),
+    })
+}
+
+/// `runqueues` and the preempt count's addresses from /proc/kallsyms (per-CPU symbols are
+/// there with CONFIG_KALLSYMS_ALL, as on Debian's kernels).
+fn kallsyms_places(btf: &btf::Btf) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
+    let find = |name: &str| {
+        text.lines().find_map(|l| {
+            let mut f = l.split_whitespace();
+            let addr = f.next()?;
+            let _kind = f.next()?;
+            (f.next()? == name).then(|| u64::from_str_radix(addr, 16).ok())?
+        })
+    };
+    let rq = find("runqueues")?;
+    let pc = match find("__preempt_count") {
+        Some(pc) => pc,
+        None => find("pcpu_hot")? + u64::from(btf.member_offset("pcpu_hot", "preempt_count").ok()?),
+    };
+    // Addresses hidden from this process (kptr_restrict) read as 0.
+    (rq != 0 && pc != 0).then_some((rq, pc))
 }
 
 /// The BTF wakeup programs can run here: their globals and what the kernel knows.
@@ -175,6 +262,25 @@ fn load_variant(
         .override_global(names::GLOBAL_FORCE_REJECT, &g.force_reject, true)
         .override_global(names::GLOBAL_CGROUPS_ON, &g.cgroups_on, true)
         .override_global(names::GLOBAL_FILTER_CGROUPS, &g.filter_cgroups, true)
+        .override_global(names::GLOBAL_WAKERS_ON, &g.wakers_on, true)
+        .override_global(names::GLOBAL_WAKER_STACKS, &g.waker_stacks, true)
+        .override_global(names::GLOBAL_PC_FROM_RQ, &g.context.pc_from_rq, true)
+        .override_global(
+            names::GLOBAL_TASK_CFS_RQ_OFF,
+            &g.context.task_cfs_rq_off,
+            true,
+        )
+        .override_global(names::GLOBAL_CFS_RQ_RQ_OFF, &g.context.cfs_rq_rq_off, true)
+        .override_global(names::GLOBAL_RQ_CPU_OFF, &g.context.rq_cpu_off, true)
+        .override_global(
+            names::GLOBAL_TASK_SOFTIRQ_CNT_OFF,
+            &g.context.task_softirq_cnt_off,
+            true,
+        )
+        .map_max_entries(
+            names::MAP_WAKERS,
+            if config.wakers { config.max_wakers } else { 1 },
+        )
         .map_max_entries(names::MAP_TASKS, config.max_tasks)
         .map_max_entries(names::MAP_GLOBAL_LATENCY, config.max_records)
         .map_max_entries(names::MAP_MERGED, config.max_records)
@@ -267,6 +373,26 @@ fn attach_rename(ebpf: &mut Ebpf, fallbacks: &mut Vec<String>) -> Result<()> {
         fallbacks.push(format!(
             "names are those of each task's first sleep: attaching task_rename: {e}"
         ));
+    }
+    Ok(())
+}
+
+/// Loads and attaches the waker programs: `sched_waking` (Linux 4.3) must load; a kernel
+/// without the timer tracepoints counts timers' wakeups as interrupts', and latprof says so.
+fn attach_waker_programs(ebpf: &mut Ebpf, fallbacks: &mut Vec<String>) -> Result<()> {
+    for prog in names::WAKER_PROGRAMS {
+        let p: &mut RawTracePoint = prog_mut(ebpf, prog)?;
+        p.load().map_err(|e| verifier::rejection(prog, &e))?;
+        // The program is named after its tracepoint.
+        if let Err(e) = p.attach(prog) {
+            if prog == names::PROG_SCHED_WAKING {
+                return Err(e).context("attach raw tracepoint sched_waking");
+            }
+            p.unload().with_context(|| format!("unloading {prog}"))?;
+            fallbacks.push(format!(
+                "timer wakeups are not told from other interrupts': attaching {prog}: {e}"
+            ));
+        }
     }
     Ok(())
 }
@@ -422,6 +548,16 @@ impl Probe {
             }
         }
 
+        let context = if config.wakers {
+            waker_context(&btf).unwrap_or_else(|why| {
+                fallbacks.push(format!(
+                    "wakeups from interrupts other than timers are attributed to the task they interrupted: {why}"
+                ));
+                WakerContext::default()
+            })
+        } else {
+            WakerContext::default()
+        };
         let filters = open_cgroup_filters(&config.cgroup_filter)?;
         // Without a cgroup2 file system every task is in its root: nothing to attribute.
         let cgroups_on = u32::from(config.cgroups && crate::cgroups::mount_point().is_some());
@@ -485,6 +621,9 @@ impl Probe {
             force_reject: u32::from(config.force_reject),
             cgroups_on,
             filter_cgroups: u32::try_from(filters.len()).unwrap_or(u32::MAX),
+            wakers_on: u32::from(config.wakers),
+            waker_stacks: u32::from(config.wakers && config.waker_stacks),
+            context,
         };
         let support = KernelSupport {
             btf: if config.btf_wakeup {
@@ -515,6 +654,9 @@ impl Probe {
         }
         attach_variant(&mut ebpf, variant)?;
         attach_rename(&mut ebpf, &mut fallbacks)?;
+        if config.wakers {
+            attach_waker_programs(&mut ebpf, &mut fallbacks)?;
+        }
         let ticks = attach_tick_programs(&mut ebpf)?;
         Ok(Self {
             ebpf,

@@ -44,8 +44,14 @@ pub const MAP_HIDDEN: &str = "HIDDEN";
 pub const MAP_CGROUP_LATENCY: &str = "CGROUP_LATENCY";
 /// `--cgroup`'s cgroups (a cgroup array).
 pub const MAP_CGROUP_FILTER: &str = "CGROUP_FILTER";
+/// Who ended the sleeps of each cause (`WakerKey` -> `WakerValue`, per CPU).
+pub const MAP_WAKERS: &str = "WAKERS";
+/// Per CPU: where its preempt count is and the timer callbacks running.
+pub const MAP_CPU_CONTEXT: &str = "CPU_CONTEXT";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 22] = [
+pub const MAPS: [&str; 24] = [
+    MAP_WAKERS,
+    MAP_CPU_CONTEXT,
     MAP_TASKS,
     MAP_GLOBAL_LATENCY,
     MAP_MERGED,
@@ -93,6 +99,22 @@ pub const PROG_USER_ENTER: &str = "user_enter";
 pub const PROG_USER_EXIT: &str = "user_exit";
 /// A task renamed (exec, prctl, /proc/PID/comm): its entry takes the new name.
 pub const PROG_TASK_RENAME: &str = "task_rename";
+/// Notes each wakeup's waker, in the waker's context.
+pub const PROG_SCHED_WAKING: &str = "sched_waking";
+/// Tell a timer callback's wakeups from others'.
+pub const PROG_HRTIMER_EXPIRE_ENTRY: &str = "hrtimer_expire_entry";
+pub const PROG_HRTIMER_EXPIRE_EXIT: &str = "hrtimer_expire_exit";
+pub const PROG_TIMER_EXPIRE_ENTRY: &str = "timer_expire_entry";
+pub const PROG_TIMER_EXPIRE_EXIT: &str = "timer_expire_exit";
+/// The waker programs, each on the raw tracepoint of its name: the ends of timer callbacks
+/// before their beginnings, so that no callback is marked running whose end is not watched.
+pub const WAKER_PROGRAMS: [&str; 5] = [
+    PROG_HRTIMER_EXPIRE_EXIT,
+    PROG_TIMER_EXPIRE_EXIT,
+    PROG_HRTIMER_EXPIRE_ENTRY,
+    PROG_TIMER_EXPIRE_ENTRY,
+    PROG_SCHED_WAKING,
+];
 /// The tick and time-accounting programs, each on the raw tracepoint of its name; a kernel
 /// without one of those tracepoints runs without that program.
 pub const TICK_PROGRAMS: [&str; 4] = [
@@ -103,7 +125,12 @@ pub const TICK_PROGRAMS: [&str; 4] = [
 ];
 /// Every program in the object; a session loads three latency programs (one variant of each),
 /// the rename program and the tick programs whose tracepoints exist.
-pub const PROGRAMS: [&str; 16] = [
+pub const PROGRAMS: [&str; 21] = [
+    PROG_SCHED_WAKING,
+    PROG_HRTIMER_EXPIRE_ENTRY,
+    PROG_HRTIMER_EXPIRE_EXIT,
+    PROG_TIMER_EXPIRE_ENTRY,
+    PROG_TIMER_EXPIRE_EXIT,
     PROG_SCHED_SWITCH,
     PROG_SCHED_SWITCH_NOCAS,
     PROG_SCHED_WAKEUP,
@@ -141,6 +168,13 @@ pub const GLOBAL_TASK_EXEC_RUNTIME_OFF: &str = "TASK_EXEC_RUNTIME_OFF";
 pub const GLOBAL_TASK_RUN_DELAY_OFF: &str = "TASK_RUN_DELAY_OFF";
 pub const GLOBAL_DEBUG_HIDE_WAKEUPS: &str = "DEBUG_HIDE_WAKEUPS";
 pub const GLOBAL_CGROUPS_ON: &str = "CGROUPS_ON";
+pub const GLOBAL_WAKERS_ON: &str = "WAKERS_ON";
+pub const GLOBAL_WAKER_STACKS: &str = "WAKER_STACKS";
+pub const GLOBAL_PC_FROM_RQ: &str = "PC_FROM_RQ";
+pub const GLOBAL_TASK_CFS_RQ_OFF: &str = "TASK_CFS_RQ_OFF";
+pub const GLOBAL_CFS_RQ_RQ_OFF: &str = "CFS_RQ_RQ_OFF";
+pub const GLOBAL_RQ_CPU_OFF: &str = "RQ_CPU_OFF";
+pub const GLOBAL_TASK_SOFTIRQ_CNT_OFF: &str = "TASK_SOFTIRQ_CNT_OFF";
 pub const GLOBAL_FILTER_CGROUPS: &str = "FILTER_CGROUPS";
 pub const GLOBAL_RUNQ: &str = "RUNQ";
 pub const GLOBAL_HISTOGRAMS_ON: &str = "HISTOGRAMS_ON";

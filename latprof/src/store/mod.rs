@@ -18,11 +18,11 @@ use std::{
 
 use latprof_common::{
     COUNTER_COUNT, CgroupCause, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord,
-    TICK_COUNTER_COUNT,
+    TICK_COUNTER_COUNT, WakerKey,
 };
 
 use crate::{
-    collect::{CgroupPath, Counters, Snapshot, TaskSnapshot, TickCounts},
+    collect::{CgroupPath, Counters, Snapshot, TaskSnapshot, TickCounts, Waker},
     probe::Mode,
 };
 use codec::{Dec, Enc};
@@ -31,8 +31,9 @@ pub const MAGIC: [u8; 8] = *b"\x7fLATPROF";
 /// The version this latprof writes; it reads every version from 1 to this one.
 /// Version 2 added the per-CPU tick counters and the kernel's tick facts; 3 the programs'
 /// variant; 4 which task records stay out of the global table (`TaskSnapshot::task_only`); 5
-/// cgroups: each task record's cgroup id, the per-cgroup table and the cgroups' paths.
-pub const VERSION: u16 = 5;
+/// cgroups: each task record's cgroup id, the per-cgroup table and the cgroups' paths; 6 the
+/// wakers (the waker table, and each spike's waker).
+pub const VERSION: u16 = 6;
 pub const FILE_HEADER_LEN: usize = 12;
 pub const SYNC: [u8; 4] = *b"LPF\x1e";
 /// Sync mark, length, kind, flags, decoded length, CRC.
@@ -281,6 +282,29 @@ pub struct Body {
     /// The cgroups' paths and whether each was removed (version 5 on).
     pub paths_gone: Vec<u64>,
     pub paths: Vec<(u64, CgroupPath)>,
+    /// The waker table, as the global one (version 6 on).
+    pub wakers_gone: Vec<WakerKey>,
+    pub wakers: Vec<Waker>,
+}
+
+fn encode_waker_key(e: &mut Enc, k: &WakerKey) {
+    e.u64(k.cause);
+    e.u64(k.waker_stack);
+    e.u32(k.sleeper_tgid);
+    e.u32(k.kind);
+    e.u32(k.waker_tgid);
+    e.u32(k.waker_tid);
+}
+
+fn decode_waker_key(d: &mut Dec<'_>) -> Result<WakerKey, FormatError> {
+    Ok(WakerKey {
+        cause: d.u64()?,
+        waker_stack: d.u64()?,
+        sleeper_tgid: d.u32()?,
+        kind: d.u32()?,
+        waker_tgid: d.u32()?,
+        waker_tid: d.u32()?,
+    })
 }
 
 impl Body {
@@ -393,6 +417,20 @@ impl Body {
                 e.bool(p.path.is_some());
                 e.str(p.path.as_deref().unwrap_or_default());
                 e.bool(p.removed);
+            }
+        }
+        if version >= 6 {
+            e.usize(self.wakers_gone.len());
+            for k in &self.wakers_gone {
+                encode_waker_key(e, k);
+            }
+            e.usize(self.wakers.len());
+            for w in &self.wakers {
+                encode_waker_key(e, &w.key);
+                e.u64(w.count);
+                e.u64(w.total_ns);
+                e.u64(w.max_ns);
+                e.str(&w.comm);
             }
         }
     }
@@ -528,6 +566,20 @@ impl Body {
                 ));
             }
         }
+        if version >= 6 {
+            for _ in 0..d.len(6, size_of::<WakerKey>())? {
+                b.wakers_gone.push(decode_waker_key(d)?);
+            }
+            for _ in 0..d.len(10, size_of::<Waker>())? {
+                b.wakers.push(Waker {
+                    key: decode_waker_key(d)?,
+                    count: d.u64()?,
+                    total_ns: d.u64()?,
+                    max_ns: d.u64()?,
+                    comm: d.str()?,
+                });
+            }
+        }
         Ok(b)
     }
 }
@@ -542,6 +594,7 @@ pub struct State {
     stacks: HashMap<u64, Vec<u64>>,
     cgroups: BTreeMap<CgroupCause, GlobalRecord>,
     paths: BTreeMap<u64, CgroupPath>,
+    wakers: BTreeMap<WakerKey, Waker>,
 }
 
 impl State {
@@ -573,6 +626,11 @@ impl State {
             self.paths.remove(&id);
         }
         self.paths.extend(body.paths);
+        for k in body.wakers_gone {
+            self.wakers.remove(&k);
+        }
+        self.wakers
+            .extend(body.wakers.into_iter().map(|w| (w.key, w)));
         let mut counters = Counters::default();
         for (slot, v) in counters.0.iter_mut().zip(body.counters) {
             *slot = v;
@@ -583,6 +641,13 @@ impl State {
         let mut stacks = BTreeMap::new();
         for id in crate::collect::stack_ids(&global, &tasks)
             .chain(self.cgroups.keys().map(|k| k.stack_id))
+            .chain(self.wakers.keys().map(|k| k.cause))
+            .chain(
+                self.wakers
+                    .keys()
+                    .map(|k| k.waker_stack)
+                    .filter(|&s| s != 0),
+            )
         {
             if let Some(frames) = self.stacks.get(&id) {
                 stacks.entry(id).or_insert_with(|| frames.clone());
@@ -611,6 +676,7 @@ impl State {
             hidden_tids: Vec::new(),
             // Live only: checked while recording, said in its warnings.
             hidden: crate::collect::HiddenSleeps::default(),
+            wakers: self.wakers.values().cloned().collect(),
             unsettled: false,
         };
     }
@@ -640,18 +706,26 @@ pub fn encode_spikes(
         e.u32(s.cpu);
         e.u32(s.kind);
         e.str(&s.comm);
+        e.u32(s.waker_kind);
+        e.u32(s.waker_tgid);
+        e.u32(s.waker_tid);
+        e.str(&s.waker_comm);
     }
 }
 
 /// (spikes, reader sleeps, spikes left out so far).
 pub fn decode_spikes(
     d: &mut Dec<'_>,
+    version: u16,
 ) -> Result<(Vec<crate::collect::Spike>, u64, u64), FormatError> {
     let sleeps = d.u64()?;
     let not_recorded = d.u64()?;
     let mut out = Vec::new();
     let mut end_ns: u64 = 0;
-    for _ in 0..d.len(8, size_of::<crate::collect::Spike>())? {
+    for _ in 0..d.len(
+        if version >= 6 { 12 } else { 8 },
+        size_of::<crate::collect::Spike>(),
+    )? {
         end_ns = end_ns
             .checked_add(d.u64()?)
             .ok_or(FormatError::Malformed("spike time overflows"))?;
@@ -664,6 +738,14 @@ pub fn decode_spikes(
             cpu: d.u32()?,
             kind: d.u32()?,
             comm: d.str()?,
+            waker_kind: if version >= 6 { d.u32()? } else { 0 },
+            waker_tgid: if version >= 6 { d.u32()? } else { 0 },
+            waker_tid: if version >= 6 { d.u32()? } else { 0 },
+            waker_comm: if version >= 6 {
+                d.str()?
+            } else {
+                String::new()
+            },
         });
     }
     Ok((out, sleeps, not_recorded))

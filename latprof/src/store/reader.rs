@@ -462,7 +462,7 @@ impl Recording {
                 KIND_DELTA => Body::decode(&mut d, version).map(|b| (None, b)),
                 super::KIND_SPIKES => {
                     // Standalone: damage elsewhere never costs spikes.
-                    match super::decode_spikes(&mut d) {
+                    match super::decode_spikes(&mut d, version) {
                         Ok((spikes, sleeps, left_out)) if d.is_empty() => {
                             limits.held += d.charged();
                             rec.spikes.extend(spikes.into_iter().map(|s| (s, sleeps)));

@@ -139,6 +139,40 @@ pub fn snapshots(n: u64) -> Vec<Snapshot> {
                     removed: true,
                 },
             );
+            // The wakers (format 6): a task and a timer, one with its backtrace.
+            s.stacks
+                .insert(3, vec![0xffff_ffff_8140_0410, 0xffff_ffff_8130_0010]);
+            s.wakers = vec![
+                crate::collect::Waker {
+                    key: latprof_common::WakerKey {
+                        cause: 1,
+                        waker_stack: 3,
+                        sleeper_tgid: 100,
+                        kind: latprof_common::WAKER_TASK,
+                        waker_tgid: 200,
+                        waker_tid: 201,
+                    },
+                    count: 5 * i + 1,
+                    total_ns: 10_000_000 * i + 1,
+                    max_ns: 2_000_000,
+                    comm: "waker".into(),
+                },
+                crate::collect::Waker {
+                    key: latprof_common::WakerKey {
+                        cause: 1,
+                        waker_stack: 0,
+                        sleeper_tgid: 100,
+                        kind: latprof_common::WAKER_TIMER,
+                        waker_tgid: 0,
+                        waker_tid: 0,
+                    },
+                    count: 5 * i,
+                    total_ns: 10_000_000 * i,
+                    max_ns: 2_000_000,
+                    comm: String::new(),
+                },
+            ];
+            s.wakers.retain(|w| w.count > 0);
             s.programs = vec![("sched_switch".into(), 1000 * i, 10 * i)];
             s.ticks = vec![
                 [250 * i; TICK_COUNTER_COUNT as usize],
@@ -193,6 +227,13 @@ pub fn named(snap: &Snapshot, syms: &Kallsyms) -> Snapshot {
     }
     out.cgroups.sort_unstable_by_key(|(k, _)| *k);
     out.histograms = snap.histograms.iter().map(|(k, h)| (id(*k), *h)).collect();
+    for w in &mut out.wakers {
+        w.key.cause = id(w.key.cause);
+        if w.key.waker_stack != 0 {
+            w.key.waker_stack = id(w.key.waker_stack);
+        }
+    }
+    out.wakers.sort_unstable_by_key(|w| w.key);
     out
 }
 
@@ -274,9 +315,9 @@ fn deltas_and_compression_keep_the_file_small() {
     )
     .len();
     assert!(packed < plain, "{packed} >= {plain}");
-    // Two key frames; the deltas carry only the changed task, histogram and counters
-    // (about 140 bytes each with the frame header), not the whole snapshot again.
-    assert!(packed < 120 * 200, "{packed} bytes for 120 snapshots");
+    // Two key frames; the deltas carry only the changed task, histogram, wakers and counters
+    // (about 200 bytes each with the frame header), not the whole snapshot again.
+    assert!(packed < 120 * 260, "{packed} bytes for 120 snapshots");
 }
 
 #[test]
@@ -366,6 +407,10 @@ fn spike_frames_come_back_in_time_order() {
         cpu: 1,
         kind: latprof_common::SPIKE_SLEEP_INTERRUPTIBLE,
         comm: "sleeper".into(),
+        waker_kind: latprof_common::WAKER_TASK,
+        waker_tgid: 200,
+        waker_tid: 201,
+        waker_comm: "waker".into(),
     };
     for (i, s) in snaps.iter().enumerate() {
         let t = s.taken_ns;
@@ -422,6 +467,7 @@ fn version_1_is_still_read() {
 
 /// `snap` as a recording before format 5 keeps it: no cgroups.
 fn without_cgroups(snap: &mut Snapshot) {
+    without_wakers(snap);
     snap.cgroups.clear();
     snap.cgroup_paths.clear();
     for t in &mut snap.tasks {
@@ -429,6 +475,13 @@ fn without_cgroups(snap: &mut Snapshot) {
             r.cgroup = 0;
         }
     }
+}
+
+/// `snap` as a recording before format 6 keeps it: no wakers, nor the backtraces only they
+/// named.
+fn without_wakers(snap: &mut Snapshot) {
+    snap.wakers.clear();
+    snap.stacks.remove(&3);
 }
 
 /// A whole snapshot as a frame body (a key frame's).
@@ -458,6 +511,8 @@ fn writer_body(snap: &Snapshot) -> Body {
             .iter()
             .map(|(k, v)| (*k, v.clone()))
             .collect(),
+        wakers_gone: Vec::new(),
+        wakers: snap.wakers.clone(),
     }
 }
 
@@ -860,6 +915,9 @@ fn a_recording_holds_no_kernel_address() {
     assert!(leaked.is_empty(), "{leaked:x?}");
     let r = Recording::from_bytes(bytes).unwrap();
     let ids: Vec<u64> = r.snapshot(69).unwrap().stacks.keys().copied().collect();
-    assert_eq!(ids.len(), 2);
-    assert!(!ids.contains(&1) && !ids.contains(&2), "{ids:?}");
+    assert_eq!(ids.len(), 3);
+    assert!(
+        !ids.contains(&1) && !ids.contains(&2) && !ids.contains(&3),
+        "{ids:?}"
+    );
 }

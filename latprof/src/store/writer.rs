@@ -14,14 +14,14 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use latprof_common::{CgroupCause, GlobalRecord, Histogram, RESERVED_STACKS};
+use latprof_common::{CgroupCause, GlobalRecord, Histogram, RESERVED_STACKS, WakerKey};
 
 use super::{
     Body, FILE_HEADER_LEN, FLAG_ZSTD, FRAME_HEADER_LEN, KEY_EVERY, KIND_DELTA, KIND_END, KIND_KEY,
     MAGIC, RecordingInfo, SYNC, VERSION, codec::Enc, counter_values,
 };
 use crate::{
-    collect::{CgroupPath, Snapshot, TaskSnapshot},
+    collect::{CgroupPath, Snapshot, TaskSnapshot, Waker},
     symbols::Kallsyms,
 };
 
@@ -80,6 +80,7 @@ pub struct Writer {
     histograms: HashMap<u64, Histogram>,
     cgroups: HashMap<CgroupCause, GlobalRecord>,
     paths: HashMap<u64, CgroupPath>,
+    wakers: HashMap<WakerKey, Waker>,
     stacks_written: HashSet<u64>,
     syms_written: HashSet<u64>,
     /// The key of the backtrace ids written.
@@ -187,6 +188,7 @@ impl Writer {
             histograms: HashMap::new(),
             cgroups: HashMap::new(),
             paths: HashMap::new(),
+            wakers: HashMap::new(),
             stacks_written: HashSet::new(),
             syms_written: HashSet::new(),
             ids: RandomState::new(),
@@ -227,6 +229,7 @@ impl Writer {
             self.histograms.clear();
             self.cgroups.clear();
             self.paths.clear();
+            self.wakers.clear();
             self.stacks_written.clear();
             self.syms_written.clear();
         }
@@ -307,6 +310,21 @@ impl Writer {
         let (gone, changed) = diff(&mut self.paths, paths);
         body.paths_gone = gone;
         body.paths = changed;
+        let wakers: Vec<_> = snap
+            .wakers
+            .iter()
+            .map(|w| {
+                let mut w = w.clone();
+                w.key.cause = self.public_id(w.key.cause);
+                if w.key.waker_stack != 0 {
+                    w.key.waker_stack = self.public_id(w.key.waker_stack);
+                }
+                (w.key, w)
+            })
+            .collect();
+        let (gone, changed) = diff(&mut self.wakers, wakers.into_iter());
+        body.wakers_gone = gone;
+        body.wakers = changed.into_iter().map(|(_, w)| w).collect();
         body
     }
 

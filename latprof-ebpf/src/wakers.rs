@@ -1,0 +1,280 @@
+//! Who ended each sleep. `sched_wakeup` is no place to ask: since Linux 6.0 a wakeup of a task
+//! on another CPU is queued to that CPU (TTWU_QUEUE) and traced there, in an inter-processor
+//! interrupt or the idle task, whoever woke it. `sched_waking` fires in `try_to_wake_up` on the
+//! waker's side on every kernel: `sched_waking` notes the waker in the wakee's entry and the
+//! wakeup program takes it (`take`) when it accounts the sleep, into `WAKERS`.
+//!
+//! A waking from an interrupt is not the interrupted task's: the kernel's preempt count says
+//! which context runs (hard interrupt, softirq being served, NMI), read from this CPU's
+//! per-CPU variable, whose address is this CPU's run queue (reached from the current task,
+//! checked against its CPU number) plus the distance between the two per-CPU variables that
+//! user space found in BTF or kallsyms (`PC_FROM_RQ`). PREEMPT_RT serves softirqs in task
+//! context and marks it in the task (`softirq_disable_cnt`). A timer's callback (hrtimer or
+//! timer wheel) is told by the timer tracepoints, which mark the level of context (task,
+//! softirq, hard interrupt, NMI) each callback runs at while it runs.
+
+use aya_ebpf::bindings::BPF_NOEXIST;
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
+        bpf_get_smp_processor_id,
+    },
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
+use latprof_common::{
+    Counter, TaskState, WAKER_HARDIRQ, WAKER_NMI, WAKER_OTHER, WAKER_SOFTIRQ, WAKER_TASK,
+    WAKER_TIMER, WAKER_UNSEEN, WakerKey, WakerValue,
+};
+
+use crate::{
+    maps::{CPU_CONTEXT, CpuContext, TASKS, WAKERS, count},
+    settings::{
+        CFS_RQ_RQ_OFF, PC_FROM_RQ, RQ_CPU_OFF, TASK_CFS_RQ_OFF, TASK_PID_OFF, TASK_SOFTIRQ_CNT_OFF,
+        WAKER_STACKS, WAKERS_ON, read_field,
+    },
+    stacks::take_stack,
+};
+
+/// The preempt count's NMI, hard interrupt and softirq-serving bits.
+const PC_NMI: u32 = 0x00f0_0000;
+const PC_HARDIRQ: u32 = 0x000f_0000;
+const PC_SOFTIRQ_SERVING: u32 = 0x100;
+
+/// `TP_PROTO(struct task_struct *p)`, in the waker's context.
+#[raw_tracepoint(tracepoint = "sched_waking")]
+pub fn sched_waking(ctx: RawTracePointContext) -> i32 {
+    try_sched_waking(&ctx).unwrap_or(1)
+}
+
+fn try_sched_waking(ctx: &RawTracePointContext) -> Result<i32, i32> {
+    let wakee: *const u8 = ctx.arg(0);
+    let tid = read_field::<i32>(wakee, TASK_PID_OFF.load())? as u32;
+    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+        return Ok(0);
+    };
+    // SAFETY: try_to_wake_up holds the wakee's pi_lock: no other waking or wakeup of it runs.
+    // The sleep may not have begun yet (the wakee is still switching out on another CPU):
+    // the note stays for the wakeup that follows either way, which takes it.
+    let entry = unsafe { &mut *entry };
+    let kind = context_kind();
+    entry.waker_kind = kind;
+    if kind == WAKER_TASK {
+        let pid_tgid = bpf_get_current_pid_tgid();
+        entry.waker_tid = pid_tgid as u32;
+        entry.waker_tgid = (pid_tgid >> 32) as u32;
+        entry.waker_comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    } else {
+        entry.waker_tid = 0;
+        entry.waker_tgid = 0;
+    }
+    entry.waker_stack = if WAKER_STACKS.load() == 1 {
+        take_stack(ctx)
+    } else {
+        0
+    };
+    Ok(0)
+}
+
+/// The context the current code runs in, as a `WAKER_*` kind.
+#[inline(always)]
+fn context_kind() -> u32 {
+    let Some(cpu) = CPU_CONTEXT.get_ptr_mut(0) else {
+        return WAKER_TASK;
+    };
+    // SAFETY: this CPU's slot; programs on one CPU do not run concurrently.
+    let cpu = unsafe { &mut *cpu };
+    let pc = preempt_count(cpu);
+    let level = level_of(pc);
+    if cpu.timer[level] != 0 {
+        return WAKER_TIMER;
+    }
+    match level {
+        LEVEL_NMI => WAKER_NMI,
+        LEVEL_HARDIRQ => WAKER_HARDIRQ,
+        LEVEL_SOFTIRQ => WAKER_SOFTIRQ,
+        _ => WAKER_TASK,
+    }
+}
+
+/// Context levels: the slots of `CpuContext::timer`. Without the preempt count everything is
+/// `LEVEL_TASK`, so a waking in any timer callback is the timer's.
+const LEVEL_TASK: usize = 0;
+const LEVEL_SOFTIRQ: usize = 1;
+const LEVEL_HARDIRQ: usize = 2;
+const LEVEL_NMI: usize = 3;
+
+#[inline(always)]
+fn level_of(pc: Option<u32>) -> usize {
+    let Some(pc) = pc else {
+        return LEVEL_TASK;
+    };
+    if pc & PC_NMI != 0 {
+        LEVEL_NMI
+    } else if pc & PC_HARDIRQ != 0 {
+        LEVEL_HARDIRQ
+    } else if pc & PC_SOFTIRQ_SERVING != 0 || rt_serving_softirq() {
+        LEVEL_SOFTIRQ
+    } else {
+        LEVEL_TASK
+    }
+}
+
+/// This CPU's preempt count; `None` where user space found no way to it.
+#[inline(always)]
+fn preempt_count(cpu: &mut CpuContext) -> Option<u32> {
+    let from_rq = PC_FROM_RQ.load();
+    if from_rq == 0 {
+        return None;
+    }
+    if cpu.pc_addr == 0 {
+        // Once per CPU: the current task's CFS run queue's run queue is this CPU's.
+        let task = unsafe { bpf_get_current_task() } as *const u8;
+        let cfs_rq: u64 = read_field(task, TASK_CFS_RQ_OFF.load()).ok()?;
+        let rq: u64 = read_field(cfs_rq as *const u8, CFS_RQ_RQ_OFF.load()).ok()?;
+        let rq_cpu: u32 = read_field(rq as *const u8, RQ_CPU_OFF.load()).ok()?;
+        // SAFETY: a helper without arguments.
+        if rq == 0 || rq_cpu != unsafe { bpf_get_smp_processor_id() } {
+            return None;
+        }
+        cpu.pc_addr = rq.wrapping_add(from_rq);
+    }
+    read_field::<u32>(cpu.pc_addr as *const u8, 0).ok()
+}
+
+/// PREEMPT_RT: the current task serves softirqs (it is ksoftirqd, or raised them and serves
+/// them as it enables bottom halves again).
+#[inline(always)]
+fn rt_serving_softirq() -> bool {
+    let off = TASK_SOFTIRQ_CNT_OFF.load();
+    if off == 0 {
+        return false;
+    }
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    read_field::<i32>(task, off).is_ok_and(|n| n as u32 & PC_SOFTIRQ_SERVING != 0)
+}
+
+/// A timer callback begins or ends (`active`): marks the level of context it runs at. A
+/// callback runs to its end at one level; one at another level can only interrupt it.
+#[inline(always)]
+fn timer_mark(active: u32) {
+    let Some(cpu) = CPU_CONTEXT.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: as in `context_kind`.
+    let cpu = unsafe { &mut *cpu };
+    let level = level_of(preempt_count(cpu));
+    cpu.timer[level] = active;
+}
+
+#[inline(always)]
+fn timer_entry() {
+    timer_mark(1);
+}
+
+#[inline(always)]
+fn timer_exit() {
+    timer_mark(0);
+}
+
+#[raw_tracepoint(tracepoint = "hrtimer_expire_entry")]
+pub fn hrtimer_expire_entry(_ctx: RawTracePointContext) -> i32 {
+    timer_entry();
+    0
+}
+
+#[raw_tracepoint(tracepoint = "hrtimer_expire_exit")]
+pub fn hrtimer_expire_exit(_ctx: RawTracePointContext) -> i32 {
+    timer_exit();
+    0
+}
+
+#[raw_tracepoint(tracepoint = "timer_expire_entry")]
+pub fn timer_expire_entry(_ctx: RawTracePointContext) -> i32 {
+    timer_entry();
+    0
+}
+
+#[raw_tracepoint(tracepoint = "timer_expire_exit")]
+pub fn timer_expire_exit(_ctx: RawTracePointContext) -> i32 {
+    timer_exit();
+    0
+}
+
+/// Takes the waker noted for the wakeup of `entry` (clears it, counted sleep or not).
+#[inline(always)]
+pub(crate) fn take(entry: &mut TaskState) -> u32 {
+    let kind = entry.waker_kind;
+    entry.waker_kind = WAKER_UNSEEN;
+    kind
+}
+
+/// Adds a counted sleep of `delta` ns at record id `cause` to its waker (`kind`, taken from
+/// `entry`), in this CPU's part of `WAKERS`.
+#[inline(always)]
+pub(crate) fn add(entry: &TaskState, kind: u32, cause: u64, delta: u64) {
+    if WAKERS_ON.load() != 1 {
+        return;
+    }
+    if kind == WAKER_UNSEEN {
+        count(Counter::WakerUnseen);
+    }
+    let task = kind == WAKER_TASK;
+    let key = WakerKey {
+        cause,
+        waker_stack: if kind == WAKER_UNSEEN {
+            0
+        } else {
+            entry.waker_stack
+        },
+        sleeper_tgid: entry.tgid,
+        kind,
+        waker_tgid: if task { entry.waker_tgid } else { 0 },
+        waker_tid: if task { entry.waker_tid } else { 0 },
+    };
+    if add_to(&key, delta) {
+        return;
+    }
+    let value = WakerValue {
+        count: 1,
+        total_ns: delta,
+        max_ns: delta,
+        comm: if task { entry.waker_comm } else { [0; 16] },
+    };
+    if WAKERS.insert(&key, &value, u64::from(BPF_NOEXIST)).is_ok() {
+        return;
+    }
+    // Full (or another program on this CPU made it first, which cannot be: per-CPU map).
+    count(Counter::WakerTableFull);
+    let other = WakerKey {
+        cause,
+        waker_stack: 0,
+        sleeper_tgid: entry.tgid,
+        kind: WAKER_OTHER,
+        waker_tgid: 0,
+        waker_tid: 0,
+    };
+    if !add_to(&other, delta) {
+        let value = WakerValue {
+            comm: [0; 16],
+            ..value
+        };
+        let _ = WAKERS.insert(&other, &value, u64::from(BPF_NOEXIST));
+    }
+}
+
+#[inline(always)]
+fn add_to(key: &WakerKey, delta: u64) -> bool {
+    let Some(v) = WAKERS.get_ptr_mut(key) else {
+        return false;
+    };
+    // SAFETY: this CPU's value; programs on one CPU do not run concurrently.
+    unsafe {
+        (*v).count += 1;
+        (*v).total_ns += delta;
+        if delta > (*v).max_ns {
+            (*v).max_ns = delta;
+        }
+    }
+    true
+}
