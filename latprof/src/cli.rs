@@ -185,6 +185,10 @@ pub struct StatsArgs {
     /// causes; folded puts the cgroup's name as the root frame).
     #[arg(long, value_enum, default_value_t = By::Cause)]
     pub by: By,
+    /// With --format folded: `waker;waker frames;--;sleeper frames value` lines, who ended
+    /// the sleeps (offwaketime's chains; waker frames with --waker-stacks).
+    #[arg(long)]
+    pub wakers: bool,
     /// Print latprof's pipeline counters and the kernel's tick accounting per CPU (timer
     /// ticks, tick_stop by result and dependency, switches, context tracking) with rates,
     /// instead of the causes (text format; JSON and OpenMetrics always carry them).
@@ -282,6 +286,9 @@ pub struct DumpArgs {
     /// Group by cause or by cgroup v2, as `stats --by`.
     #[arg(long, value_enum, default_value_t = By::Cause)]
     pub by: By,
+    /// With --format folded: who ended the sleeps, as `stats --wakers`.
+    #[arg(long)]
+    pub wakers: bool,
     /// Extra reasons (latencytop.trans format), overriding built-ins.
     #[arg(long)]
     pub reasons: Option<PathBuf>,

@@ -118,8 +118,8 @@ fn record_refuses_to_rotate_over_existing_files() {
     );
 }
 
-/// `--max-tasks 4194304` was taken as asked: 7.3 GiB of kernel memory pinned (6.3 before
-/// each record carried its cgroup). Table sizes over half of the memory available are refused, with the estimate, before anything is
+/// `--max-tasks 4194304` was taken as asked: 7.4 GiB of kernel memory pinned (6.3 before
+/// each record carried its cgroup, 7.3 before each task noted its waker). Table sizes over half of the memory available are refused, with the estimate, before anything is
 /// created or loaded (and before the privileges are checked). The memory available is given
 /// here, so that the test does not depend on this machine's.
 #[test]

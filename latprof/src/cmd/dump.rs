@@ -83,7 +83,9 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
         reader_sleeps: Some(rec.spikes_until(cur.taken_ns, 0).1),
     };
     let mut out = std::io::stdout().lock();
+    export::check_wakers_flag(args.wakers, args.format, args.by)?;
     let bytes = match args.by {
+        export::By::Cause if args.wakers => export::folded::render_wakers(&scope).into_bytes(),
         export::By::Cause => export::render(args.format, &scope),
         export::By::Cgroup => export::cgroups::render(args.format, &scope),
     };

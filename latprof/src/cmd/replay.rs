@@ -34,6 +34,7 @@ pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
         reasons,
         kernel: rec.info.kernel.clone(),
         spike_ns: rec.info.spike_ns,
+        wakers: rec.info.wakers,
     };
     let interval = Duration::from_nanos(rec.info.interval_ns.max(10_000_000));
     let stop = super::stop_flag()?;

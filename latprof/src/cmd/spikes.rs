@@ -18,22 +18,22 @@ use crate::{
     time,
 };
 
-/// One line: time, pid, tid, comm, kind, duration, cpu, reason.
+/// One line: time, pid, tid, comm, kind, duration, cpu, waker, reason.
 #[must_use]
 pub fn line(s: &Spike, at: &str, reason: &str) -> String {
     format!(
-        "{at} {:>7} {:>7} {:<16} {} {:>10} cpu{:<3} {reason}",
+        "{at} {:>7} {:>7} {:<16} {} {:>10} cpu{:<3} {:<22} {reason}",
         s.tgid,
         s.tid,
         s.comm,
         s.kind_letter(),
         time::fmt_ns(s.duration_ns),
-        s.cpu
+        s.cpu,
+        s.waker_word()
     )
 }
 
-pub const HEADER: &str =
-    "TIME                PID     TID COMM             K   DURATION CPU    REASON";
+pub const HEADER: &str = "TIME                PID     TID COMM             K   DURATION CPU    WAKER                  REASON";
 
 pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
     let reasons = Reasons::load(args.reasons.as_deref())?;

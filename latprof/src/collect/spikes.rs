@@ -54,6 +54,20 @@ impl Spike {
         }
     }
 
+    /// Who ended it, as one word: `comm[pid]` for a task (spaces in the name as `_`), the
+    /// interrupt's kind (`timer`, `hardirq`, `softirq`, `nmi`), `-` where none was seen (and
+    /// for run-queue waits, which no one wakes).
+    #[must_use]
+    pub fn waker_word(&self) -> String {
+        match self.waker_kind {
+            latprof_common::WAKER_TASK => {
+                format!("{}[{}]", self.waker_comm.replace(' ', "_"), self.waker_tgid)
+            }
+            latprof_common::WAKER_UNSEEN => "-".to_owned(),
+            kind => crate::model::waker_kind_name(kind).to_owned(),
+        }
+    }
+
     /// `S` (interruptible sleep), `D` (uninterruptible), `R` (waiting for a CPU).
     #[must_use]
     pub fn kind_letter(&self) -> &'static str {

@@ -2,7 +2,9 @@
 //! outermost frame first, value in microseconds of latency.
 use std::fmt::Write as _;
 
-use crate::model::Cause;
+use std::collections::BTreeMap;
+
+use crate::model::{self, Cause, WakerId};
 
 #[must_use]
 pub fn render(causes: &[Cause]) -> String {
@@ -15,6 +17,46 @@ pub fn render(causes: &[Cause]) -> String {
         let mut frames = c.backtrace.lines();
         frames.reverse();
         let _ = writeln!(out, "{} {us}", frames.join(";"));
+    }
+    out
+}
+
+/// Wakers and sleepers, offwaketime's chains seen from the waker's side:
+/// `waker;waker frames;--;sleeper frames value` per (waker, waker backtrace, sleeper cause),
+/// the value the sleep time it ended in microseconds. The waker is its name and pid (a task)
+/// or `interrupt: KIND`; its frames (`--waker-stacks`) run outermost first down to the wakeup
+/// function, then `--`, then the sleeper's frames from the one that chose to sleep outward:
+/// offwaketime's own lines read backwards, so the flame grows from the waker.
+#[must_use]
+pub fn render_wakers(scope: &super::Scope<'_>) -> String {
+    let wakers = model::wakers_since(scope.cur, scope.base, |k| {
+        scope.pid.is_none_or(|p| p == k.sleeper_tgid)
+    });
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    for w in &wakers {
+        let id = WakerId::of(&w.key);
+        let mut frames = vec![id.label(&w.comm).replace(';', ":")];
+        if w.key.waker_stack != 0 {
+            let mut wf = model::waker_frames(scope.cur, w.key.waker_stack, scope.syms, scope.depth);
+            wf.reverse();
+            frames.extend(wf);
+        }
+        frames.push("--".to_owned());
+        let sleeper = crate::symbols::Backtrace::of(
+            w.key.cause,
+            scope.cur.stacks.get(&w.key.cause).map(Vec::as_slice),
+            scope.syms,
+            scope.depth,
+        );
+        frames.extend(sleeper.lines().into_iter().map(str::to_owned));
+        *lines.entry(frames.join(";")).or_default() += w.total_ns;
+    }
+    let mut out = String::new();
+    for (frames, ns) in lines {
+        let us = ns / 1000;
+        if us > 0 {
+            let _ = writeln!(out, "{frames} {us}");
+        }
     }
     out
 }

@@ -83,6 +83,17 @@ impl Scope<'_> {
     }
 }
 
+/// `--wakers` goes with the folded format only (JSON always carries the wakers).
+pub fn check_wakers_flag(wakers: bool, format: Format, by: By) -> Result<(), crate::Error> {
+    if wakers && (format != Format::Folded || by != By::Cause) {
+        return Err(crate::Error::BadInput(
+            "--wakers goes with --format folded (and --by cause); JSON always carries the wakers"
+                .to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 /// The export as bytes (pprof is binary; every other format is UTF-8 text).
 #[must_use]
 pub fn render(format: Format, scope: &Scope<'_>) -> Vec<u8> {

@@ -91,6 +91,9 @@ pub struct RecordingInfo {
     pub kernel: crate::probe::KernelFacts,
     /// The spike threshold of the recording (version 2 on; `u64::MAX`: none).
     pub spike_ns: u64,
+    /// Sleeps were attributed to their wakers, and with their backtraces (version 6 on).
+    pub wakers: bool,
+    pub waker_stacks: bool,
     #[serde(skip)]
     pub sched_text: Range<u64>,
     #[serde(skip)]
@@ -209,6 +212,10 @@ impl RecordingInfo {
         if version >= 3 {
             self.kernel.encode_programs(e);
         }
+        if version >= 6 {
+            e.bool(self.wakers);
+            e.bool(self.waker_stacks);
+        }
     }
 
     fn decode(d: &mut Dec<'_>, version: u16) -> Result<Self, FormatError> {
@@ -227,6 +234,8 @@ impl RecordingInfo {
             lock_text: d.u64()?..d.u64()?,
             kernel: crate::probe::KernelFacts::default(),
             spike_ns: u64::MAX,
+            wakers: false,
+            waker_stacks: false,
         };
         if version >= 2 {
             info.kernel = crate::probe::KernelFacts::decode(d)?;
@@ -234,6 +243,10 @@ impl RecordingInfo {
         }
         if version >= 3 {
             info.kernel.decode_programs(d)?;
+        }
+        if version >= 6 {
+            info.wakers = d.bool()?;
+            info.waker_stacks = d.bool()?;
         }
         Ok(info)
     }

@@ -32,6 +32,8 @@ pub fn info() -> RecordingInfo {
         stack_depth: 12,
         details: true,
         spike_ns: 10_000_000,
+        wakers: true,
+        waker_stacks: true,
         kernel: crate::probe::KernelFacts {
             config_source: Some("/boot/config-6.18.0".into()),
             hz: Some(250),

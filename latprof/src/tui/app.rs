@@ -42,6 +42,8 @@ pub struct Settings {
     pub kernel: crate::probe::KernelFacts,
     /// The spike threshold (`--spike`), for the pane's title.
     pub spike_ns: u64,
+    /// Sleeps are attributed to their wakers (`--no-wakers` or an older recording: not).
+    pub wakers: bool,
 }
 
 pub struct App {
@@ -309,6 +311,26 @@ impl App {
             }
             None => "waiting for the first snapshot".to_owned(),
         }
+    }
+
+    /// Who ended the detail's sleeps since the baseline, the most time first; from the causes
+    /// pane, only the selected process's sleeps (its pid is returned).
+    #[must_use]
+    pub fn row_wakers(&self, detail: &Detail) -> (Vec<model::WakerLine>, Option<u32>) {
+        let sleeper = match detail.from {
+            Focus::Causes => self.procs.get(self.selected[1]).map(|p| p.tgid),
+            Focus::Global | Focus::Processes => None,
+        };
+        let lines = self.cur.as_ref().map_or_else(Vec::new, |cur| {
+            model::row_wakers(cur, self.baseline.as_ref(), &detail.row, sleeper)
+        });
+        (lines, sleeper)
+    }
+
+    /// Whether the numbers shown have wakers (they were on, in this run or the recording's).
+    #[must_use]
+    pub fn wakers_on(&self) -> bool {
+        self.settings.wakers
     }
 
     /// A row's live processes (pid, command, numbers since the baseline), largest first.
@@ -601,6 +623,7 @@ mod tests {
                 reasons: Reasons::builtin(),
                 kernel: crate::probe::KernelFacts::default(),
                 spike_ns: 10_000_000,
+                wakers: true,
             },
             String::new(),
         );

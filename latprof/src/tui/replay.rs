@@ -264,6 +264,7 @@ mod tests {
             reasons: Reasons::builtin(),
             kernel: crate::probe::KernelFacts::default(),
             spike_ns: 10_000_000,
+            wakers: true,
         }
     }
 

@@ -7,7 +7,7 @@ use ratatui::{
     widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TableRow, Table, TableState, Wrap},
 };
 
-use super::app::{App, Focus};
+use super::app::{App, Detail, Focus};
 use crate::{
     model::{Group, Row},
     time::{self, fmt_ns},
@@ -36,7 +36,7 @@ pub fn render(f: &mut Frame<'_>, app: &App) {
             chunks[1],
         );
     } else if let Some(detail) = &app.detail {
-        render_detail(f, app, &detail.row, chunks[1]);
+        render_detail(f, app, detail, chunks[1]);
     } else {
         let body = Layout::default()
             .direction(Direction::Vertical)
@@ -311,7 +311,8 @@ fn render_procs(f: &mut Frame<'_>, app: &App, area: Rect) {
     f.render_stateful_widget(table, area, &mut state);
 }
 
-fn render_detail(f: &mut Frame<'_>, app: &App, row: &Row, area: Rect) {
+fn render_detail(f: &mut Frame<'_>, app: &App, detail: &Detail, area: Rect) {
+    let row = &detail.row;
     let parts = Layout::default()
         .direction(Direction::Horizontal)
         .constraints([Constraint::Percentage(55), Constraint::Percentage(45)])
@@ -349,7 +350,11 @@ fn render_detail(f: &mut Frame<'_>, app: &App, row: &Row, area: Rect) {
     );
     let right = Layout::default()
         .direction(Direction::Vertical)
-        .constraints([Constraint::Percentage(45), Constraint::Percentage(55)])
+        .constraints([
+            Constraint::Percentage(30),
+            Constraint::Percentage(30),
+            Constraint::Percentage(40),
+        ])
         .split(parts[1]);
     let mut lines = Vec::new();
     for (tgid, comm, r) in app.row_processes(row).iter().take(50) {
@@ -366,6 +371,30 @@ fn render_detail(f: &mut Frame<'_>, app: &App, row: &Row, area: Rect) {
         Paragraph::new(lines).block(block("Processes", false)),
         right[0],
     );
+    let (wakers, of_process) = app.row_wakers(detail);
+    let mut lines = Vec::new();
+    for w in wakers.iter().take(50) {
+        let share = (w.total_ns * 100).checked_div(row.total_ns).unwrap_or(0);
+        lines.push(Line::from(format!(
+            "{:<26} {:>6} {:>3}% {:>8}",
+            w.label(),
+            w.count,
+            share,
+            fmt_ns(w.total_ns)
+        )));
+    }
+    if lines.is_empty() {
+        lines.push(Line::from(if app.wakers_on() {
+            "(no waker: run-queue waits, or nothing counted yet)"
+        } else {
+            "(wakers off: --no-wakers, or a recording made before them)"
+        }));
+    }
+    let title = match of_process {
+        Some(tgid) => format!("Woken by (pid {tgid}'s sleeps; count, share of time, total)"),
+        None => "Woken by (count, share of time, total)".to_owned(),
+    };
+    f.render_widget(Paragraph::new(lines).block(block(&title, false)), right[1]);
     let hist = app.row_histogram(row);
     let mut lines = Vec::new();
     if let Some(hist) = hist {
@@ -385,7 +414,7 @@ fn render_detail(f: &mut Frame<'_>, app: &App, row: &Row, area: Rect) {
     }
     f.render_widget(
         Paragraph::new(lines).block(block("Latency histogram (from, count)", false)),
-        right[1],
+        right[2],
     );
 }
 
@@ -409,13 +438,14 @@ fn render_spikes(f: &mut Frame<'_>, app: &App, area: Rect) {
         .into_iter()
         .map(|(s, wall, reason)| {
             Line::from(format!(
-                "{}.{:03} {:>7} {:<15} {} {:>9} {reason}",
+                "{}.{:03} {:>7} {:<15} {} {:>9} {:<22} {reason}",
                 time::local_hms(wall),
                 (wall / 1_000_000) % 1000,
                 s.tgid,
                 s.comm,
                 s.kind_letter(),
-                fmt_ns(s.duration_ns)
+                fmt_ns(s.duration_ns),
+                s.waker_word()
             ))
         })
         .collect();
