@@ -139,6 +139,15 @@ pub enum Workload {
         #[arg(long, value_parser = time::parse_duration, default_value = "1ms")]
         interval: Duration,
     },
+    /// A UDP socket on loopback read by a thread named `udp-rx`, and one named `udp-tx` that
+    /// sleeps `interval` and sends it a datagram, `count` times: each receive is ended by
+    /// the network stack's softirq, not by the sending task.
+    Udp {
+        #[arg(long, default_value_t = 100)]
+        count: u32,
+        #[arg(long, value_parser = time::parse_duration, default_value = "2ms")]
+        interval: Duration,
+    },
     /// In a new folder in `dir`, `count` times: mkdir, create a file, unlink it, rmdir; beside
     /// it a thread that fsyncs the folder every `sync_interval`, so the storm's operations meet
     /// journal commits in progress.
@@ -390,6 +399,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             Ok(())
         }
         Workload::Socket { count, interval } => socket(*count, *interval, finish_with),
+        Workload::Udp { count, interval } => udp(*count, *interval, finish_with),
         Workload::Dirs {
             count,
             dir,
@@ -581,6 +591,34 @@ fn futex(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()
                             1,
                         );
                     }
+                }
+            }
+            Ok(())
+        },
+        finish,
+    )
+}
+
+/// See `Workload::Udp`.
+fn udp(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()> {
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").context("bind a loopback UDP socket")?;
+    let tx = std::net::UdpSocket::bind("127.0.0.1:0").context("bind a loopback UDP socket")?;
+    tx.connect(rx.local_addr()?)
+        .context("connect the UDP sender")?;
+    on_threads(
+        2,
+        |i| {
+            let mut byte = [0u8; 1];
+            if i == 0 {
+                set_name(c"udp-rx");
+                for _ in 0..count {
+                    rx.recv(&mut byte)?;
+                }
+            } else {
+                set_name(c"udp-tx");
+                for _ in 0..count {
+                    nanosleep(interval);
+                    tx.send(&byte)?;
                 }
             }
             Ok(())

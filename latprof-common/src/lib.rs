@@ -521,7 +521,7 @@ pub enum Counter {
     /// was traced, or the kernel hid it): their waker is unknown.
     WakerUnseen,
     /// Counted sleeps whose waker found the waker table full: counted under their cause's
-    /// `other` waker, or lost when that entry could not be made either.
+    /// `other` waker (a table of its own), or only here when that one was full too.
     WakerTableFull,
 }
 

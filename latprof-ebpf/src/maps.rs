@@ -105,6 +105,11 @@ pub(crate) static HIDING_SEEN: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
 pub(crate) static WAKERS: PerCpuHashMap<WakerKey, WakerValue> =
     PerCpuHashMap::with_max_entries(8192, 0);
+/// Per cause and sleeping process, per CPU: the sleeps whose waker found `WAKERS` full
+/// (`WakerKey::kind` is `WAKER_OTHER`).
+#[map]
+pub(crate) static WAKERS_OTHER: PerCpuHashMap<WakerKey, WakerValue> =
+    PerCpuHashMap::with_max_entries(8192, 0);
 /// Per CPU: where its preempt count lives and the timer callbacks running (`wakers`).
 #[map]
 pub(crate) static CPU_CONTEXT: PerCpuArray<CpuContext> = PerCpuArray::with_max_entries(1, 0);

@@ -20,6 +20,7 @@ use aya_ebpf::{
         bpf_get_smp_processor_id,
     },
     macros::raw_tracepoint,
+    maps::PerCpuHashMap,
     programs::RawTracePointContext,
 };
 use latprof_common::{
@@ -28,7 +29,7 @@ use latprof_common::{
 };
 
 use crate::{
-    maps::{CPU_CONTEXT, CpuContext, TASKS, WAKERS, count},
+    maps::{CPU_CONTEXT, CpuContext, TASKS, WAKERS, WAKERS_OTHER, count},
     settings::{
         CFS_RQ_RQ_OFF, PC_FROM_RQ, RQ_CPU_OFF, TASK_CFS_RQ_OFF, TASK_PID_OFF, TASK_SOFTIRQ_CNT_OFF,
         WAKER_STACKS, WAKERS_ON, read_field,
@@ -232,7 +233,7 @@ pub(crate) fn add(entry: &TaskState, kind: u32, cause: u64, delta: u64) {
         waker_tgid: if task { entry.waker_tgid } else { 0 },
         waker_tid: if task { entry.waker_tid } else { 0 },
     };
-    if add_to(&key, delta) {
+    if add_to(&WAKERS, &key, delta) {
         return;
     }
     let value = WakerValue {
@@ -244,7 +245,7 @@ pub(crate) fn add(entry: &TaskState, kind: u32, cause: u64, delta: u64) {
     if WAKERS.insert(&key, &value, u64::from(BPF_NOEXIST)).is_ok() {
         return;
     }
-    // Full (or another program on this CPU made it first, which cannot be: per-CPU map).
+    // Full: the cause's other wakers, in a table of their own so that there is room.
     count(Counter::WakerTableFull);
     let other = WakerKey {
         cause,
@@ -254,18 +255,19 @@ pub(crate) fn add(entry: &TaskState, kind: u32, cause: u64, delta: u64) {
         waker_tgid: 0,
         waker_tid: 0,
     };
-    if !add_to(&other, delta) {
+    if !add_to(&WAKERS_OTHER, &other, delta) {
         let value = WakerValue {
             comm: [0; 16],
             ..value
         };
-        let _ = WAKERS.insert(&other, &value, u64::from(BPF_NOEXIST));
+        // Full too: the counter is all that is left of it.
+        let _ = WAKERS_OTHER.insert(&other, &value, u64::from(BPF_NOEXIST));
     }
 }
 
 #[inline(always)]
-fn add_to(key: &WakerKey, delta: u64) -> bool {
-    let Some(v) = WAKERS.get_ptr_mut(key) else {
+fn add_to(map: &PerCpuHashMap<WakerKey, WakerValue>, key: &WakerKey, delta: u64) -> bool {
+    let Some(v) = map.get_ptr_mut(key) else {
         return false;
     };
     // SAFETY: this CPU's value; programs on one CPU do not run concurrently.

@@ -636,15 +636,25 @@ impl Collector {
 /// The waker table, summed over CPUs (a waker's name is in the part of the CPU that first
 /// saw it; the others are zero-filled).
 fn read_wakers(probe: &Probe) -> Result<Vec<Waker>> {
-    let map: PerCpuHashMap<&MapData, WakerKey, WakerValue> = PerCpuHashMap::try_from(
-        probe
-            .ebpf()
-            .map(names::MAP_WAKERS)
-            .context("no WAKERS map")?,
-    )?;
     let mut out: BTreeMap<WakerKey, Waker> = BTreeMap::new();
-    for item in &map {
-        let (key, per_cpu) = item.context("read WAKERS")?;
+    for name in [names::MAP_WAKERS, names::MAP_WAKERS_OTHER] {
+        let map: PerCpuHashMap<&MapData, WakerKey, WakerValue> = PerCpuHashMap::try_from(
+            probe
+                .ebpf()
+                .map(name)
+                .with_context(|| format!("no {name} map"))?,
+        )?;
+        read_waker_map(&map, &mut out).with_context(|| format!("read {name}"))?;
+    }
+    Ok(out.into_values().filter(|w| w.count > 0).collect())
+}
+
+fn read_waker_map(
+    map: &PerCpuHashMap<&MapData, WakerKey, WakerValue>,
+    out: &mut BTreeMap<WakerKey, Waker>,
+) -> Result<()> {
+    for item in map {
+        let (key, per_cpu) = item?;
         let w = out.entry(key).or_insert_with(|| Waker {
             key,
             ..Waker::default()
@@ -658,7 +668,7 @@ fn read_wakers(probe: &Probe) -> Result<Vec<Waker>> {
             }
         }
     }
-    Ok(out.into_values().filter(|w| w.count > 0).collect())
+    Ok(())
 }
 
 /// The per-CPU tick counters.

@@ -25,6 +25,9 @@ pub struct Document<'a> {
     /// Each cgroup v2's sleeps and causes, the most latency first (empty where cgroups are
     /// not tracked).
     pub cgroups: Vec<CgroupJson>,
+    /// Who ended whose sleeps: one entry per sleeping process, cause and waker (and waker
+    /// backtrace), the most sleep time first; exited processes' too (empty with wakers off).
+    pub wakers: Vec<SleeperWakerJson>,
     /// Pipeline counters over the interval.
     pub counters: BTreeMap<&'static str, u64>,
     /// The kernel's tick facts (absent: a recording made before latprof recorded them).
@@ -105,6 +108,17 @@ pub struct WakerJson {
 }
 
 #[derive(Serialize)]
+pub struct SleeperWakerJson {
+    /// The sleeping process.
+    pub sleeper_pid: u32,
+    /// The sleeps' cause: its reason and frames, as in `causes`.
+    pub reason: String,
+    pub frames: Vec<String>,
+    #[serde(flatten)]
+    pub waker: WakerJson,
+}
+
+#[derive(Serialize)]
 pub struct WakerBacktraceJson {
     pub frames: Vec<String>,
     pub count: u64,
@@ -161,6 +175,46 @@ fn wakers_json(scope: &Scope<'_>, lines: &[model::WakerLine]) -> Vec<WakerJson> 
             }
         })
         .collect()
+}
+
+/// The flat list of (sleeper, cause, waker) in scope.
+fn sleeper_wakers(scope: &Scope<'_>) -> Vec<SleeperWakerJson> {
+    let wakers = model::wakers_since(scope.cur, scope.base, |k| {
+        scope.pid.is_none_or(|p| p == k.sleeper_tgid)
+    });
+    let mut groups: BTreeMap<(u32, u64), Vec<crate::collect::Waker>> = BTreeMap::new();
+    for w in wakers {
+        groups
+            .entry((w.key.sleeper_tgid, w.key.cause))
+            .or_default()
+            .push(w);
+    }
+    let mut out = Vec::new();
+    for ((sleeper_pid, cause), ws) in groups {
+        let backtrace = Backtrace::of(
+            cause,
+            scope.cur.stacks.get(&cause).map(Vec::as_slice),
+            scope.syms,
+            scope.depth,
+        );
+        let reason = scope.reasons.reason(&backtrace);
+        let frames: Vec<String> = backtrace.lines().into_iter().map(str::to_owned).collect();
+        for waker in wakers_json(scope, &model::waker_lines(&ws)) {
+            out.push(SleeperWakerJson {
+                sleeper_pid,
+                reason: reason.clone(),
+                frames: frames.clone(),
+                waker,
+            });
+        }
+    }
+    out.sort_by(|a, b| {
+        b.waker
+            .total_ns
+            .cmp(&a.waker.total_ns)
+            .then(a.sleeper_pid.cmp(&b.sleeper_pid))
+    });
+    out
 }
 
 /// The causes of `records`, each with its wakers among `wakers` (by cause).
@@ -266,6 +320,7 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
                 max_ns: row.max_ns,
             })
             .collect(),
+        wakers: sleeper_wakers(scope),
         counters,
         kernel: scope.kernel,
         cpus: scope.kernel.map_or_else(Vec::new, |k| {

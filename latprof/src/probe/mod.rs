@@ -281,6 +281,10 @@ fn load_variant(
             names::MAP_WAKERS,
             if config.wakers { config.max_wakers } else { 1 },
         )
+        .map_max_entries(
+            names::MAP_WAKERS_OTHER,
+            if config.wakers { config.max_wakers } else { 1 },
+        )
         .map_max_entries(names::MAP_TASKS, config.max_tasks)
         .map_max_entries(names::MAP_GLOBAL_LATENCY, config.max_records)
         .map_max_entries(names::MAP_MERGED, config.max_records)

@@ -46,11 +46,14 @@ pub const MAP_CGROUP_LATENCY: &str = "CGROUP_LATENCY";
 pub const MAP_CGROUP_FILTER: &str = "CGROUP_FILTER";
 /// Who ended the sleeps of each cause (`WakerKey` -> `WakerValue`, per CPU).
 pub const MAP_WAKERS: &str = "WAKERS";
+/// The wakers of each cause and sleeper that found `WAKERS` full (kind `WAKER_OTHER`).
+pub const MAP_WAKERS_OTHER: &str = "WAKERS_OTHER";
 /// Per CPU: where its preempt count is and the timer callbacks running.
 pub const MAP_CPU_CONTEXT: &str = "CPU_CONTEXT";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 24] = [
+pub const MAPS: [&str; 25] = [
     MAP_WAKERS,
+    MAP_WAKERS_OTHER,
     MAP_CPU_CONTEXT,
     MAP_TASKS,
     MAP_GLOBAL_LATENCY,

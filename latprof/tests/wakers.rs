@@ -1,0 +1,379 @@
+//! Issue 16: who ended each sleep, on the real kernel: workloads whose wakers are known (a
+//! pipe ping-pong between two named processes, a nanosleep loop, a futex released by a named
+//! thread, UDP on loopback), `stats --format json` and `--format folded --wakers` as a user
+//! runs them. Needs root (`cargo xtask test` runs these).
+use std::{
+    collections::BTreeMap,
+    process::{Command, Stdio},
+};
+
+use serde_json::Value;
+
+mod common;
+
+use common::{LATPROF, Workload, twice};
+
+/// Runs `latprof ARGS stats --all-sleeps` (JSON unless ARGS say otherwise) around `work`;
+/// returns stdout and stderr.
+fn stats(args: &[&str], work: impl FnOnce()) -> (String, String) {
+    let mut cmd = Command::new(LATPROF);
+    cmd.args(["stats", "--all-sleeps", "--duration", "120s"])
+        .args(args)
+        .stdout(Stdio::piped());
+    let (child, stderr) = common::start(&mut cmd, "attached");
+    work();
+    let (out, rest) = common::interrupt(child, stderr);
+    assert!(out.status.success(), "latprof failed: {rest}");
+    (String::from_utf8(out.stdout).expect("utf-8"), rest)
+}
+
+fn json(args: &[&str], work: impl FnOnce()) -> (Value, String) {
+    let mut all = vec!["--format", "json"];
+    all.extend_from_slice(args);
+    let (out, err) = stats(&all, work);
+    (serde_json::from_str(&out).expect("stats' JSON"), err)
+}
+
+/// One (sleeper, cause, waker) entry of the JSON's `wakers`.
+#[derive(Debug, Clone)]
+struct Entry {
+    sleeper: u64,
+    frames: Vec<String>,
+    kind: String,
+    pid: Option<u64>,
+    comm: Option<String>,
+    count: u64,
+    backtraces: Vec<Vec<String>>,
+}
+
+fn entries(doc: &Value) -> Vec<Entry> {
+    doc["wakers"]
+        .as_array()
+        .expect("wakers")
+        .iter()
+        .map(|w| Entry {
+            sleeper: w["sleeper_pid"].as_u64().expect("sleeper_pid"),
+            frames: w["frames"]
+                .as_array()
+                .expect("frames")
+                .iter()
+                .map(|f| f.as_str().expect("frame").to_owned())
+                .collect(),
+            kind: w["kind"].as_str().expect("kind").to_owned(),
+            pid: w["pid"].as_u64(),
+            comm: w["comm"].as_str().map(str::to_owned),
+            count: w["count"].as_u64().expect("count"),
+            backtraces: w["backtraces"].as_array().map_or_else(Vec::new, |bts| {
+                bts.iter()
+                    .map(|b| {
+                        b["frames"]
+                            .as_array()
+                            .expect("frames")
+                            .iter()
+                            .map(|f| f.as_str().expect("frame").to_owned())
+                            .collect()
+                    })
+                    .collect()
+            }),
+        })
+        .collect()
+}
+
+/// The entries of `sleeper`'s sleeps at causes with a frame starting with `frame`.
+fn of(all: &[Entry], sleeper: u64, frame: &str) -> Vec<Entry> {
+    all.iter()
+        .filter(|e| e.sleeper == sleeper && e.frames.iter().any(|f| f.starts_with(frame)))
+        .cloned()
+        .collect()
+}
+
+fn counter(doc: &Value, name: &str) -> u64 {
+    doc["counters"][name].as_u64().expect("counter")
+}
+
+/// Of `entries`, the count woken by what `who` accepts, and the whole count; the rest must
+/// be sleeps whose waking was not seen, and within the `waker_unseen` counter.
+fn share(entries: &[Entry], doc: &Value, who: impl Fn(&Entry) -> bool, what: &str) -> u64 {
+    let total: u64 = entries.iter().map(|e| e.count).sum();
+    let theirs: u64 = entries.iter().filter(|e| who(e)).map(|e| e.count).sum();
+    let unseen: u64 = entries
+        .iter()
+        .filter(|e| e.kind == "unseen")
+        .map(|e| e.count)
+        .sum();
+    assert!(total > 0, "no sleeps of {what}: {entries:#?}");
+    assert!(
+        theirs * 100 >= total * 99,
+        "{what}: {theirs} of {total} by the expected waker: {entries:#?}"
+    );
+    // The rest is explained: wakings not seen, which the counter counts too.
+    assert_eq!(theirs + unseen, total, "{what}: {entries:#?}");
+    assert!(unseen <= counter(doc, "waker_unseen"), "{what}");
+    theirs
+}
+
+/// The pipe reads of `sleeper` (`pipe_read`, `anon_pipe_read` since 6.16).
+fn pipe_reads(all: &[Entry], sleeper: u64) -> Vec<Entry> {
+    of(all, sleeper, "pipe_read")
+        .into_iter()
+        .chain(of(all, sleeper, "anon_pipe_read"))
+        .collect()
+}
+
+/// pong: the process (not ping) with the most pipe reads ping ended (the test itself reads
+/// ping's stdout through a pipe too, once).
+fn pong_of(all: &[Entry], ping: u64) -> Option<u64> {
+    all.iter()
+        .filter(|e| e.comm.as_deref() == Some("ping") && e.sleeper != ping)
+        .filter(|e| e.frames.iter().any(|f| f.ends_with("pipe_read")))
+        .max_by_key(|e| e.count)
+        .map(|e| e.sleeper)
+}
+
+/// Two processes named ping and pong pass a byte over pipes, each on its own CPU: every pipe
+/// sleep of each is ended by the other (at least 99%, the rest wakings not seen), in JSON and
+/// in the folded wakers.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn pipe_ping_pong_is_woken_by_the_other_side() {
+    twice("ping-pong wakers", || {
+        let mut work = Workload::spawn(&[
+            "pingpong",
+            "--processes",
+            "--named",
+            "--apart",
+            "--count",
+            "2000",
+        ]);
+        let ping = u64::from(work.pid());
+        let (doc, err) = json(&["--waker-stacks"], || {
+            work.go();
+            work.wait_done();
+        });
+        work.release();
+        let all = entries(&doc);
+        let pong =
+            pong_of(&all, ping).unwrap_or_else(|| panic!("no pipe read woken by ping: {err}"));
+        for (sleeper, other, name) in [(ping, pong, "pong"), (pong, ping, "ping")] {
+            let pipe = pipe_reads(&all, sleeper);
+            let n = share(
+                &pipe,
+                &doc,
+                |e| e.kind == "task" && e.pid == Some(other) && e.comm.as_deref() == Some(name),
+                &format!("pid {sleeper}'s pipe reads"),
+            );
+            assert!(n >= 1900, "{n} pipe sleeps woken by {name}");
+            // The waker wrote to the pipe: its backtrace says so.
+            for e in pipe.iter().filter(|e| e.kind == "task") {
+                assert!(
+                    e.backtraces
+                        .iter()
+                        .all(|b| b.iter().any(|f| f.contains("pipe_write"))),
+                    "{e:#?}"
+                );
+            }
+        }
+        assert_eq!(counter(&doc, "waker_table_full"), 0);
+    });
+}
+
+/// A 2 ms nanosleep loop is woken by the timer interrupt, never by a task.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn nanosleep_is_woken_by_the_timer() {
+    twice("nanosleep wakers", || {
+        let mut work = Workload::spawn(&["sleep", "--count", "200", "--interval", "2ms"]);
+        let pid = u64::from(work.pid());
+        let (doc, _) = json(&[], || {
+            work.go();
+            work.wait_done();
+        });
+        work.release();
+        let naps = of(&entries(&doc), pid, "hrtimer_nanosleep");
+        let n = share(&naps, &doc, |e| e.kind == "timer", "nanosleeps");
+        assert!(n >= 190, "{n}: {naps:#?}");
+        assert!(naps.iter().all(|e| e.kind != "task"), "{naps:#?}");
+    });
+}
+
+/// A futex wait released by a thread named futex-waker: woken by that thread, whose
+/// backtrace (`--waker-stacks`) is the futex wake path; the folded wakers say the same.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_futex_is_woken_by_the_thread_that_releases_it() {
+    twice("futex wakers", || {
+        let mut work = Workload::spawn(&["futex", "--count", "100", "--interval", "1ms"]);
+        let pid = u64::from(work.pid());
+        let (doc, _) = json(&["--waker-stacks"], || {
+            work.go();
+            work.wait_done();
+        });
+        work.release();
+        let futex = of(&entries(&doc), pid, "futex_wait");
+        let by_waker: Vec<&Entry> = futex
+            .iter()
+            .filter(|e| e.kind == "task" && e.comm.as_deref() == Some("futex-waker"))
+            .collect();
+        let n: u64 = by_waker.iter().map(|e| e.count).sum();
+        // 100 rounds, each a wait the waker ends (the main thread's waits for its threads
+        // are counted here too, woken by whichever thread ends last).
+        assert!(n >= 99, "{n} by futex-waker: {futex:#?}");
+        for e in &by_waker {
+            assert_eq!(e.pid, Some(pid), "the waker is a thread of the workload");
+            assert!(!e.backtraces.is_empty(), "no waker backtrace: {e:#?}");
+            for b in &e.backtraces {
+                assert_eq!(
+                    b.first().map(String::as_str),
+                    Some("try_to_wake_up"),
+                    "{b:?}"
+                );
+                assert!(b.iter().any(|f| f == "futex_wake"), "{b:?}");
+            }
+        }
+    });
+    // Folded: `waker;waker frames;--;sleeper frames value`.
+    let mut work = Workload::spawn(&["futex", "--count", "50", "--interval", "1ms"]);
+    let pid = work.pid().to_string();
+    let (folded, _) = stats(
+        &["--format", "folded", "--wakers", "--waker-stacks"],
+        || {
+            work.go();
+            work.wait_done();
+        },
+    );
+    work.release();
+    let line = folded
+        .lines()
+        .find(|l| {
+            l.starts_with(&format!("futex-waker [{pid}/"))
+                && l.split_once(";--;")
+                    .is_some_and(|(_, s)| s.contains("futex_wait"))
+        })
+        .unwrap_or_else(|| panic!("no futex-waker line:\n{folded}"));
+    let (frames, value) = line.rsplit_once(' ').expect("value");
+    let waker_part = frames.split(";--;").next().expect("waker part");
+    assert!(
+        waker_part.ends_with(";futex_wake;wake_up_q;try_to_wake_up"),
+        "{line}"
+    );
+    assert!(value.parse::<u64>().expect("microseconds") > 0, "{line}");
+}
+
+/// UDP on loopback: each receive is ended by the network stack's softirq, which runs in the
+/// sending thread's context: not attributed to that thread.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_udp_receive_is_woken_by_the_softirq_not_the_sender() {
+    twice("udp wakers", || {
+        let mut work = Workload::spawn(&["udp", "--count", "100", "--interval", "2ms"]);
+        let pid = u64::from(work.pid());
+        let (doc, _) = json(&[], || {
+            work.go();
+            work.wait_done();
+        });
+        work.release();
+        let rx = of(&entries(&doc), pid, "__skb_wait_for_more_packets")
+            .into_iter()
+            .chain(of(&entries(&doc), pid, "__skb_recv_udp"))
+            .collect::<Vec<_>>();
+        let n = share(&rx, &doc, |e| e.kind == "softirq", "UDP receives");
+        assert!(n >= 95, "{n}: {rx:#?}");
+    });
+}
+
+/// A waker table too small for the run: the overflow is counted (and said), each cause's
+/// sleeps whose waker found no room go to its "other" waker, not lost.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_full_waker_table_is_counted_not_silent() {
+    let mut work = Workload::spawn(&["pingpong", "--processes", "--named", "--count", "500"]);
+    let mut naps = Workload::spawn(&["sleep", "--count", "100", "--interval", "1ms"]);
+    let (doc, err) = json(&["--max-wakers", "2"], || {
+        work.go();
+        naps.go();
+        work.wait_done();
+        naps.wait_done();
+    });
+    work.release();
+    naps.release();
+    let full = counter(&doc, "waker_table_full");
+    assert!(full > 0, "the table of 2 never filled");
+    let other: u64 = entries(&doc)
+        .iter()
+        .filter(|e| e.kind == "other")
+        .map(|e| e.count)
+        .sum();
+    assert!(other > 0, "nothing under other: {}", doc["wakers"]);
+    assert!(other <= full);
+    assert!(err.contains("raise --max-wakers"), "{err}");
+}
+
+/// Normal and lazy mode, attached at once to the same workload, give the same waker numbers.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn normal_and_lazy_mode_give_the_same_wakers() {
+    twice("normal = lazy wakers", || {
+        let mut work = Workload::spawn(&["pingpong", "--processes", "--named", "--count", "500"]);
+        let ping = u64::from(work.pid());
+        let mut lazy = Command::new(LATPROF);
+        lazy.args(["--mode", "lazy", "stats", "--format", "json"])
+            .args(["--all-sleeps", "--duration", "120s"])
+            .stdout(Stdio::piped());
+        let (lazy, lazy_err) = common::start(&mut lazy, "attached");
+        let (normal_out, _) = json(&["--mode", "normal"], || {
+            work.go();
+            work.wait_done();
+        });
+        let (lazy_out, _) = common::interrupt(lazy, lazy_err);
+        work.release();
+        let lazy_out: Value = serde_json::from_slice(&lazy_out.stdout).expect("JSON");
+        let table = |doc: &Value| -> BTreeMap<(u64, Vec<String>, String, Option<String>), u64> {
+            let all = entries(doc);
+            let pong = pong_of(&all, ping);
+            let mut out = BTreeMap::new();
+            for e in all
+                .into_iter()
+                .filter(|e| e.sleeper == ping || Some(e.sleeper) == pong)
+            {
+                *out.entry((e.sleeper, e.frames, e.kind, e.comm))
+                    .or_default() += e.count;
+            }
+            out
+        };
+        let (n, l) = (table(&normal_out), table(&lazy_out));
+        assert!(!n.is_empty());
+        assert_eq!(n, l);
+    });
+}
+
+/// `--wakers` is for the folded format; anything else is one line and exit 2, before
+/// anything loads.
+#[test]
+fn wakers_flag_goes_with_folded_only() {
+    for args in [
+        &["stats", "--wakers"][..],
+        &["stats", "--format", "json", "--wakers"],
+        &["stats", "--format", "folded", "--by", "cgroup", "--wakers"],
+        &["--no-wakers", "stats", "--format", "folded", "--wakers"],
+    ] {
+        let out = Command::new(LATPROF).args(args).output().expect("latprof");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.starts_with("latprof: error: --wakers"),
+            "{args:?}: {err}"
+        );
+    }
+    // Flags that contradict each other: clap's usage error.
+    let out = Command::new(LATPROF)
+        .args(["--no-wakers", "--waker-stacks", "stats"])
+        .output()
+        .expect("latprof");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with("error: the argument '--no-wakers' cannot be used"),
+        "{err}"
+    );
+}
