@@ -157,9 +157,16 @@ fn top_in_a_real_terminal() {
     tmux.keys(&["s", "s", "s"]);
     tmux.wait_for(&["sort:total"]);
 
-    // Drill into the global top cause: backtrace, processes, histogram.
+    // Drill into the global top cause: backtrace, processes, wakers, histogram. A nanosleep
+    // is woken by the timer interrupt.
     tmux.keys(&["Enter"]);
-    let screen = tmux.wait_for(&["Backtrace 1", "hrtimer_nanosleep", "Latency histogram"]);
+    let screen = tmux.wait_for(&[
+        "Backtrace 1",
+        "hrtimer_nanosleep",
+        "Latency histogram",
+        "Woken by",
+        "interrupt: timer",
+    ]);
     assert!(
         screen.contains(&pid),
         "per-process breakdown lacks the workload:\n{screen}"

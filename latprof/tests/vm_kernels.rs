@@ -174,6 +174,16 @@ fn check_pingpong(out: &str) {
         sides.iter().any(|p| p["pid"].as_u64() == Some(parent)),
         "the parent {parent} is not among {sides:#?}"
     );
+    // Each side's pipe waits are ended by the other side (issue 16).
+    let pids: Vec<u64> = sides
+        .iter()
+        .map(|p| p["pid"].as_u64().expect("pid"))
+        .collect();
+    for (i, &sleeper) in pids.iter().enumerate() {
+        let other = pids[1 - i];
+        let woken = wakers_of(&doc, sleeper, "pipe_read");
+        mostly(&woken, |kind, pid| kind == "task" && pid == Some(other));
+    }
     for side in sides {
         let waits = pipe_waits(side);
         // Each read sleeps unless the answer is already there: with the sides on two CPUs,
@@ -186,6 +196,54 @@ fn check_pingpong(out: &str) {
             side["pid"]
         );
     }
+}
+
+/// `(kind, waker pid, count)` of the JSON's wakers of `sleeper`'s sleeps whose first frame
+/// is `frame`.
+fn wakers_of(doc: &Value, sleeper: u64, frame: &str) -> Vec<(String, Option<u64>, u64)> {
+    doc["wakers"]
+        .as_array()
+        .expect("wakers")
+        .iter()
+        .filter(|w| w["sleeper_pid"].as_u64() == Some(sleeper) && frames(w).first() == Some(&frame))
+        .map(|w| {
+            (
+                w["kind"].as_str().expect("kind").to_owned(),
+                w["pid"].as_u64(),
+                w["count"].as_u64().expect("count"),
+            )
+        })
+        .collect()
+}
+
+/// At least 99% of `wakers` by what `who` accepts, the rest wakings not seen.
+fn mostly(wakers: &[(String, Option<u64>, u64)], who: impl Fn(&str, Option<u64>) -> bool) -> u64 {
+    let total: u64 = wakers.iter().map(|w| w.2).sum();
+    let theirs: u64 = wakers.iter().filter(|w| who(&w.0, w.1)).map(|w| w.2).sum();
+    let unseen: u64 = wakers.iter().filter(|w| w.0 == "unseen").map(|w| w.2).sum();
+    assert!(
+        total > 0 && theirs * 100 >= total * 99 && theirs + unseen == total,
+        "{wakers:?}"
+    );
+    theirs
+}
+
+/// UDP on loopback: the receives are woken by the softirq, the sender's nanosleeps by the
+/// timer, neither by a task.
+fn check_udp(out: &str) {
+    assert_eq!(rc(out, "udp"), "0", "{out}");
+    let doc = json(out, "udp");
+    let pid = num(&section(out, "udp pid").join(""), "pid");
+    // __skb_wait_for_more_packets, or __skb_recv_udp where the wait is inlined.
+    let rx: Vec<_> = ["__skb_wait_for_more_packets", "__skb_recv_udp"]
+        .iter()
+        .flat_map(|f| wakers_of(&doc, pid, f))
+        .collect();
+    let n = mostly(&rx, |kind, _| kind == "softirq");
+    assert!(n >= 45, "{n} receives woken by the softirq: {rx:?}");
+    let naps = wakers_of(&doc, pid, "hrtimer_nanosleep");
+    let n = mostly(&naps, |kind, _| kind == "timer");
+    assert!(n >= 45, "{n} nanosleeps woken by the timer: {naps:?}");
 }
 
 /// fsync's waits: at least one per fsync under a backtrace through fsync, and uninterruptible
@@ -336,6 +394,7 @@ fn check_kernel(kernel: &str, release: &str, variant: &str, cached: bool) {
     check_nanosleep(&out, "lazy", variant);
     check_nanosleep(&out, "normal", variant);
     check_pingpong(&out);
+    check_udp(&out);
     check_fsync(&out);
     check_spikes(&out);
     check_cgroups(&out);

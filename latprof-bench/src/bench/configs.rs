@@ -21,6 +21,11 @@ pub(super) enum Config {
     /// latprof lazy without cgroup attribution (the hidden `--debug-no-cgroups`): what
     /// attributing each sleep to its cgroup costs is lazy's time less this one's.
     LazyNoCgroups,
+    /// latprof lazy without waker attribution (`--no-wakers`): what attributing each sleep to
+    /// its waker costs is lazy's time less this one's.
+    LazyNoWakers,
+    /// latprof lazy with each waker's backtrace (`--waker-stacks`).
+    LazyWakerStacks,
     /// latprof lazy and latprof normal attached together, in both orders each round: both see
     /// the same events in the same run, so the difference between their programs is the
     /// modes' and not the runs'. Measured as one, reported as `PairedLazy` and `PairedNormal`.
@@ -46,10 +51,12 @@ pub(super) const MAIN_CONFIGS: [Config; 7] = [
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
 /// lazy and normal together on the fork storm, and the spikes.
-pub(super) const EXTRA_CONFIGS: [Config; 8] = [
+pub(super) const EXTRA_CONFIGS: [Config; 10] = [
     Config::LazyDebug,
     Config::LazyWalk,
     Config::LazyNoCgroups,
+    Config::LazyNoWakers,
+    Config::LazyWakerStacks,
     Config::Paired,
     Config::PairedLazy,
     Config::PairedNormal,
@@ -77,6 +84,8 @@ impl Config {
             Self::LazyDebug => "lazy-debug",
             Self::LazyWalk => "lazy-walk",
             Self::LazyNoCgroups => "lazy-nocgroups",
+            Self::LazyNoWakers => "lazy-nowakers",
+            Self::LazyWakerStacks => "lazy-wakerstacks",
             Self::Paired => "lazy+normal",
             Self::PairedLazy => "lazy (paired)",
             Self::PairedNormal => "normal (paired)",
@@ -106,6 +115,16 @@ impl Config {
             Self::LazyNoCgroups => {
                 let mut c = Command::new(latprof);
                 c.args(["--debug-no-cgroups", "stats", "--duration", "1h"]);
+                c
+            }
+            Self::LazyNoWakers => {
+                let mut c = Command::new(latprof);
+                c.args(["--no-wakers", "stats", "--duration", "1h"]);
+                c
+            }
+            Self::LazyWakerStacks => {
+                let mut c = Command::new(latprof);
+                c.args(["--waker-stacks", "stats", "--duration", "1h"]);
                 c
             }
             Self::LazyDebug => {
@@ -172,6 +191,8 @@ impl Config {
                 | Self::LazyDebug
                 | Self::LazyWalk
                 | Self::LazyNoCgroups
+                | Self::LazyNoWakers
+                | Self::LazyWakerStacks
                 | Self::PairedLazy
                 | Self::PairedNormal
                 | Self::SpikesAdaptive
@@ -187,6 +208,8 @@ impl Config {
             | Self::LazyDebug
             | Self::LazyWalk
             | Self::LazyNoCgroups
+            | Self::LazyNoWakers
+            | Self::LazyWakerStacks
             | Self::Paired
             | Self::PairedLazy
             | Self::PairedNormal
@@ -242,7 +265,13 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
             configs: all
                 .iter()
                 .copied()
-                .chain([Config::LazyDebug, Config::LazyWalk, Config::LazyNoCgroups])
+                .chain([
+                    Config::LazyDebug,
+                    Config::LazyWalk,
+                    Config::LazyNoCgroups,
+                    Config::LazyNoWakers,
+                    Config::LazyWakerStacks,
+                ])
                 .collect(),
         },
         Workload {
@@ -284,7 +313,15 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
                 ]),
                 units: 0,
                 unit: "",
-                configs: all.iter().copied().chain([Config::LazyNoCgroups]).collect(),
+                configs: all
+                    .iter()
+                    .copied()
+                    .chain([
+                        Config::LazyNoCgroups,
+                        Config::LazyNoWakers,
+                        Config::LazyWakerStacks,
+                    ])
+                    .collect(),
             });
         }
     }

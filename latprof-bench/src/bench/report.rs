@@ -15,6 +15,9 @@ pub(super) struct Summary {
     pub(super) ratio: f64,
     pub(super) added_ns_per_switch: f64,
     pub(super) bpf_ns_per_event: f64,
+    /// BPF ns per context switch of the machine in the run: per event, whatever programs a
+    /// configuration loads (a program run is not an event when configurations add programs).
+    pub(super) bpf_ns_per_switch: f64,
     pub(super) bpf_ns_per_unit: f64,
     /// BPF ns per unit in the programs whose work depends on the mode (every one but
     /// sched_switch, which runs the same code in lazy and normal mode).
@@ -48,6 +51,13 @@ pub(super) fn summarize(samples: &[Sample], none: &[Sample], units: u64) -> Summ
                 .iter()
                 .filter(|s| s.bpf_runs > 0)
                 .map(|s| s.bpf_ns as f64 / s.bpf_runs as f64)
+                .collect(),
+        ),
+        bpf_ns_per_switch: median(
+            samples
+                .iter()
+                .filter(|s| s.switches > 0)
+                .map(|s| s.bpf_ns as f64 / s.switches as f64)
                 .collect(),
         ),
         bpf_ns_per_unit: if units > 0 {
@@ -357,6 +367,36 @@ pub(super) fn targets(
                 walk.bpf_ns_per_unit,
                 (lazy.bpf_ns_per_unit / walk.bpf_ns_per_unit - 1.0) * 100.0
             ),
+        ));
+    }
+    // Wakers: what attributing each sleep to its waker, and walking the waker's backtrace,
+    // add per event (context switch) to the same build without them.
+    let mut wakers = Vec::new();
+    let mut under = true;
+    for name in ["pingpong", "hackbench-process", "hackbench-thread"] {
+        let (Some(lazy), Some(off)) = (get(name, Config::Lazy), get(name, Config::LazyNoWakers))
+        else {
+            continue;
+        };
+        let added = (lazy.bpf_ns_per_switch / off.bpf_ns_per_switch - 1.0) * 100.0;
+        under &= added < 15.0;
+        let stacks = get(name, Config::LazyWakerStacks).map_or(String::new(), |st| {
+            format!(
+                ", --waker-stacks {:.0} ns ({:+.0}%)",
+                st.bpf_ns_per_switch,
+                (st.bpf_ns_per_switch / off.bpf_ns_per_switch - 1.0) * 100.0
+            )
+        });
+        wakers.push(format!(
+            "{name}: --no-wakers {:.0} ns/switch, wakers {:.0} ns ({added:+.0}%){stacks}",
+            off.bpf_ns_per_switch, lazy.bpf_ns_per_switch
+        ));
+    }
+    if !wakers.is_empty() {
+        out.push((
+            "wakers (on by default) add under 15% per event to latprof's BPF time".to_owned(),
+            verdict(under),
+            wakers.join("; "),
         ));
     }
     if let (Some(lazy), Some(debug)) = (

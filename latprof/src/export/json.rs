@@ -53,6 +53,17 @@ pub struct SpikeJson {
     pub duration_ns: u64,
     pub cpu: u32,
     pub reason: String,
+    /// Who ended it (null for run-queue waits, and where no waking was seen).
+    pub waker: Option<SpikeWakerJson>,
+}
+
+#[derive(Serialize)]
+pub struct SpikeWakerJson {
+    /// As a `Waker`'s kind: `task`, `timer`, `hardirq`, `softirq`, `nmi`.
+    pub kind: &'static str,
+    pub pid: Option<u32>,
+    pub tid: Option<u32>,
+    pub comm: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -342,6 +353,15 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
                     kind: s.kind_letter(),
                     duration_ns: s.duration_ns,
                     cpu: s.cpu,
+                    waker: (s.waker_kind != latprof_common::WAKER_UNSEEN).then(|| {
+                        let task = s.waker_kind == latprof_common::WAKER_TASK;
+                        SpikeWakerJson {
+                            kind: model::waker_kind_name(s.waker_kind),
+                            pid: task.then_some(s.waker_tgid),
+                            tid: task.then_some(s.waker_tid),
+                            comm: task.then(|| s.waker_comm.clone()),
+                        }
+                    }),
                     reason: model::spike_reason(
                         s,
                         scope.cur,

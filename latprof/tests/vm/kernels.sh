@@ -63,7 +63,7 @@ step pingpong
 # 2. A pipe ping-pong between two processes on two CPUs (--apart), both alive (--hold) when
 #    latprof reads: each side's pipe waits under its own process.
 mkfifo /tmp/go.pp
-latprof-workload --wait --hold pingpong --count 200 --processes --apart < /tmp/go.pp > /tmp/w.pp &
+latprof-workload --wait --hold pingpong --count 200 --processes --apart --named < /tmp/go.pp > /tmp/w.pp &
 W=$!
 latprof --all-sleeps stats --format json --duration 900s > /tmp/s.pp 2> /tmp/e.pp &
 LP=$!
@@ -84,6 +84,23 @@ exec 3>&-
 wait $W
 echo "=== pingpong"; cat /tmp/s.pp
 echo "=== pingpong stderr"; cat /tmp/e.pp
+
+step udp
+# 2b. UDP on loopback: each receive is ended by the network softirq (in the sender's context,
+#     or on PREEMPT_RT in its task with softirqs counted there), the sender's nanosleeps by
+#     the timer.
+latprof --all-sleeps stats --format json --duration 900s > /tmp/s.u 2> /tmp/e.u &
+LP=$!
+attached /tmp/e.u $LP
+latprof-workload udp --count 50 --interval 2ms > /tmp/w.u &
+W=$!
+wait $W
+echo "=== udp pid"; echo "$W"
+kill -INT $LP
+wait $LP; RC=$?
+echo "=== udp rc"; echo $RC
+echo "=== udp"; cat /tmp/s.u
+echo "=== udp stderr"; cat /tmp/e.u
 
 step fsync
 # 3. fsync on the scratch disk (/mnt, ext4): its waits are uninterruptible (spikes' K column)
