@@ -605,6 +605,10 @@ fn udp(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()> 
     let tx = std::net::UdpSocket::bind("127.0.0.1:0").context("bind a loopback UDP socket")?;
     tx.connect(rx.local_addr()?)
         .context("connect the UDP sender")?;
+    // A receive that waits this long lost its datagram (or loopback is down): an error, not
+    // a hang.
+    rx.set_read_timeout(Some(Duration::from_secs(10)))
+        .context("UDP receive timeout")?;
     on_threads(
         2,
         |i| {
@@ -612,7 +616,8 @@ fn udp(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()> 
             if i == 0 {
                 set_name(c"udp-rx");
                 for _ in 0..count {
-                    rx.recv(&mut byte)?;
+                    rx.recv(&mut byte)
+                        .context("UDP receive (is loopback up?)")?;
                 }
             } else {
                 set_name(c"udp-tx");

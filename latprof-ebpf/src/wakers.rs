@@ -211,8 +211,10 @@ pub(crate) fn take(entry: &mut TaskState) -> u32 {
 }
 
 /// Adds a counted sleep of `delta` ns at record id `cause` to its waker (`kind`, taken from
-/// `entry`), in this CPU's part of `WAKERS`.
-#[inline(always)]
+/// `entry`), in this CPU's part of `WAKERS`. Not inlined: its keys and value would enlarge
+/// the wakeup program's frame on the stack cache's call chain past the verifier's 512 bytes
+/// (verifier rule 1 in `stack_cache`; Linux 5.10's bounded cache hit it).
+#[inline(never)]
 pub(crate) fn add(entry: &TaskState, kind: u32, cause: u64, delta: u64) {
     if WAKERS_ON.load() != 1 {
         return;

@@ -339,6 +339,13 @@ fn replay_in_a_real_terminal_without_root() {
         "{count} sleeps between A and B:\n{screen}"
     );
 
+    // The recording's wakers, in the top cause's detail (issue 16).
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for(&["Backtrace 1", "Woken by"]);
+    assert!(!screen.contains("(wakers off"), "{screen}");
+    tmux.keys(&["Escape"]);
+    tmux.wait_for(&["Global causes"]);
+
     // The cgroups pane, from the recording.
     tmux.keys(&["Escape", "C"]);
     tmux.wait_for(&["Cgroups (Enter", &name]);

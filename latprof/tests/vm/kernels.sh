@@ -89,6 +89,7 @@ step udp
 # 2b. UDP on loopback: each receive is ended by the network softirq (in the sender's context,
 #     or on PREEMPT_RT in its task with softirqs counted there), the sender's nanosleeps by
 #     the timer.
+ip link set lo up 2> /dev/null || ifconfig lo 127.0.0.1 up
 latprof --all-sleeps stats --format json --duration 900s > /tmp/s.u 2> /tmp/e.u &
 LP=$!
 attached /tmp/e.u $LP
