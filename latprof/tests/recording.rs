@@ -211,6 +211,32 @@ fn record_then_dump_without_root_matches_stats() {
         .count() as u64;
     assert_eq!(naps, dc, "spikes in the recording");
     assert!(doc["reader_sleeps"].as_u64().expect("reader_sleeps") > 0);
+    // The recording keeps who woke them (issue 16): the timer, in the cause and in each spike.
+    let by_timer: u64 = cause["wakers"]
+        .as_array()
+        .expect("the cause's wakers")
+        .iter()
+        .filter(|w| w["kind"] == "timer")
+        .map(|w| w["count"].as_u64().expect("count"))
+        .sum();
+    assert!(by_timer * 100 >= dc * 99, "{}", cause["wakers"]);
+    let timer_spikes = doc["spikes"]
+        .as_array()
+        .expect("spikes")
+        .iter()
+        .filter(|s| s["reason"] == "Application requested delay" && s["waker"]["kind"] == "timer")
+        .count() as u64;
+    assert!(timer_spikes * 100 >= dc * 99, "{}", doc["spikes"]);
+    let wakers = as_nobody(&[
+        "dump", path, "--pid", &pid, "--format", "folded", "--wakers",
+    ]);
+    let wakers = String::from_utf8(wakers.stdout).expect("utf-8");
+    assert!(
+        wakers
+            .lines()
+            .any(|l| l.starts_with("interrupt: timer;--;hrtimer_nanosleep;")),
+        "{wakers}"
+    );
 
     // Folded: outermost frame first, the same total in microseconds.
     let folded = as_nobody(&["dump", path, "--pid", &pid, "--format", "folded"]);

@@ -271,8 +271,9 @@ fn check_fsync(out: &str) {
     let d_waits = spikes
         .iter()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|f| f.len() >= 8 && f[3] == common::WORKLOAD_COMM && f[4] == "D")
-        .filter(|f| reasons.contains(&f[7..].join(" ").as_str()))
+        .filter(|f| f.len() >= 9 && f[3] == common::WORKLOAD_COMM && f[4] == "D")
+        // Time, pid, tid, comm, kind, duration, CPU, waker, then the reason.
+        .filter(|f| reasons.contains(&f[8..].join(" ").as_str()))
         .count();
     assert!(
         d_waits >= 20,
@@ -305,7 +306,7 @@ fn check_spikes(out: &str) {
     let ours: Vec<Vec<&str>> = lines
         .iter()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|f| f.len() >= 8 && f[3] == common::WORKLOAD_COMM)
+        .filter(|f| f.len() >= 9 && f[3] == common::WORKLOAD_COMM)
         .collect();
     assert_eq!(ours.len(), 5, "{}", lines.join("\n"));
     let own = section(out, "spikes workload").join(" ");
@@ -316,7 +317,9 @@ fn check_spikes(out: &str) {
     let own_max_us = fact(&own, "max_ns") as f64 / 1000.0;
     for f in ours {
         assert_eq!(f[4], "S", "{f:?}");
-        assert_eq!(f[7..].join(" "), "Application requested delay", "{f:?}");
+        // Woken by the timer (the WAKER column, issue 16).
+        assert_eq!(f[7], "timer", "{f:?}");
+        assert_eq!(f[8..].join(" "), "Application requested delay", "{f:?}");
         let us = micros(f[5]);
         // From switch-out to wakeup: at most the workload's own longest sleep (printed with 3
         // significant digits), at least 30 ms less the time from arming the timer to leaving

@@ -656,11 +656,13 @@ impl Probe {
                     .context("setting the --cgroup filter")?;
             }
         }
-        attach_variant(&mut ebpf, variant)?;
-        attach_rename(&mut ebpf, &mut fallbacks)?;
+        // The wakers first: a sleep that starts once the latency programs run finds its
+        // waking watched.
         if config.wakers {
             attach_waker_programs(&mut ebpf, &mut fallbacks)?;
         }
+        attach_variant(&mut ebpf, variant)?;
+        attach_rename(&mut ebpf, &mut fallbacks)?;
         let ticks = attach_tick_programs(&mut ebpf)?;
         Ok(Self {
             ebpf,
