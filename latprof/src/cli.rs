@@ -38,12 +38,13 @@ pub struct Cli {
     /// in the kernel: e.g. /sys/fs/cgroup/system.slice/nginx.service.
     #[arg(long, global = true, value_name = "PATH")]
     pub cgroup: Vec<PathBuf>,
-    /// Do not attribute sleeps to their wakers (saves a hash update per counted sleep and
-    /// a program run per wakeup).
-    #[arg(long, global = true, conflicts_with = "waker_stacks")]
-    pub no_wakers: bool,
-    /// Also keep each waker's kernel backtrace, per (sleeper cause, waker backtrace), for
-    /// offwaketime-style chains (`stats --format folded --wakers`); walks a stack per wakeup.
+    /// Attribute each counted sleep to its waker (task, timer or interrupt): JSON and `top`
+    /// show who woke each cause; `--format folded` prints `waker;--;sleeper frames` chains.
+    /// Opt-in: it adds 15-35% to latprof's kernel time per event (README, Wakers).
+    #[arg(long, global = true)]
+    pub wakers: bool,
+    /// With wakers (implies --wakers), also each waker's kernel backtrace, per (sleeper
+    /// cause, waker backtrace), for offwaketime-style chains; walks a stack per wakeup.
     #[arg(long, global = true)]
     pub waker_stacks: bool,
     /// Wakers kept per CPU (kernel table size; one entry per cause, sleeping process and
@@ -185,10 +186,6 @@ pub struct StatsArgs {
     /// causes; folded puts the cgroup's name as the root frame).
     #[arg(long, value_enum, default_value_t = By::Cause)]
     pub by: By,
-    /// With --format folded: `waker;waker frames;--;sleeper frames value` lines, who ended
-    /// the sleeps (offwaketime's chains; waker frames with --waker-stacks).
-    #[arg(long)]
-    pub wakers: bool,
     /// Print latprof's pipeline counters and the kernel's tick accounting per CPU (timer
     /// ticks, tick_stop by result and dependency, switches, context tracking) with rates,
     /// instead of the causes (text format; JSON and OpenMetrics always carry them).
@@ -286,9 +283,6 @@ pub struct DumpArgs {
     /// Group by cause or by cgroup v2, as `stats --by`.
     #[arg(long, value_enum, default_value_t = By::Cause)]
     pub by: By,
-    /// With --format folded: who ended the sleeps, as `stats --wakers`.
-    #[arg(long)]
-    pub wakers: bool,
     /// Extra reasons (latencytop.trans format), overriding built-ins.
     #[arg(long)]
     pub reasons: Option<PathBuf>,
@@ -348,6 +342,12 @@ impl Cli {
         self.stack_depth.unwrap_or(12)
     }
 
+    /// Whether sleeps are attributed to their wakers (`--wakers`, or `--waker-stacks`).
+    #[must_use]
+    pub fn wakers_on(&self) -> bool {
+        self.wakers || self.waker_stacks
+    }
+
     #[must_use]
     pub fn probe_config(&self, pid: Option<u32>, details: bool, spikes: bool) -> ProbeConfig {
         ProbeConfig {
@@ -372,7 +372,7 @@ impl Cli {
             cgroups: !self.debug_no_cgroups,
             cgroup_filter: self.cgroup.clone(),
             state_from_task: self.debug_state_from_task,
-            wakers: !self.no_wakers,
+            wakers: self.wakers_on(),
             max_wakers: self.max_wakers,
             waker_stacks: self.waker_stacks,
         }

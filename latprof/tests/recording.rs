@@ -131,6 +131,7 @@ fn record_then_dump_without_root_matches_stats() {
     let pid = work.pid().to_string();
     let (recorder, rec_err) = start(&[
         "record",
+        "--wakers",
         "--all-sleeps",
         "--spike",
         "1ms",

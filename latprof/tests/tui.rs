@@ -124,7 +124,7 @@ fn top_in_a_real_terminal() {
     let pid = work.0.id().to_string();
     // The shell line reports how latprof exited, then keeps the pane open to be read.
     let tmux = Tmux::start(&format!(
-        "{LATPROF} top --interval 300ms; echo LATPROF-EXIT=$?; sleep 60"
+        "{LATPROF} top --wakers --interval 300ms; echo LATPROF-EXIT=$?; sleep 60"
     ));
 
     // The workload's reason row, with its numbers.
@@ -276,6 +276,7 @@ fn replay_in_a_real_terminal_without_root() {
     let out = Command::new(LATPROF)
         .args([
             "record",
+            "--wakers",
             "--duration",
             "3s",
             "--interval",

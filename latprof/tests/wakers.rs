@@ -28,7 +28,7 @@ fn stats(args: &[&str], work: impl FnOnce()) -> (String, String) {
 }
 
 fn json(args: &[&str], work: impl FnOnce()) -> (Value, String) {
-    let mut all = vec!["--format", "json"];
+    let mut all = vec!["--format", "json", "--wakers"];
     all.extend_from_slice(args);
     let (out, err) = stats(&all, work);
     (serde_json::from_str(&out).expect("stats' JSON"), err)
@@ -316,7 +316,7 @@ fn normal_and_lazy_mode_give_the_same_wakers() {
         let mut work = Workload::spawn(&["pingpong", "--processes", "--named", "--count", "500"]);
         let ping = u64::from(work.pid());
         let mut lazy = Command::new(LATPROF);
-        lazy.args(["--mode", "lazy", "stats", "--format", "json"])
+        lazy.args(["--mode", "lazy", "--wakers", "stats", "--format", "json"])
             .args(["--all-sleeps", "--duration", "120s"])
             .stdout(Stdio::piped());
         let (lazy, lazy_err) = common::start(&mut lazy, "attached");
@@ -346,15 +346,29 @@ fn normal_and_lazy_mode_give_the_same_wakers() {
     });
 }
 
-/// `--wakers` is for the folded format; anything else is one line and exit 2, before
-/// anything loads.
+/// The folded waker chains are by cause: `--by cgroup` with them is one line and exit 2,
+/// before anything loads (stats) or is read (dump).
 #[test]
-fn wakers_flag_goes_with_folded_only() {
+fn waker_chains_are_by_cause_only() {
     for args in [
-        &["stats", "--wakers"][..],
-        &["stats", "--format", "json", "--wakers"],
-        &["stats", "--format", "folded", "--by", "cgroup", "--wakers"],
-        &["--no-wakers", "stats", "--format", "folded", "--wakers"],
+        &["--wakers", "stats", "--format", "folded", "--by", "cgroup"][..],
+        &[
+            "stats",
+            "--waker-stacks",
+            "--format",
+            "folded",
+            "--by",
+            "cgroup",
+        ],
+        &[
+            "dump",
+            "/nonexistent.lpr",
+            "--wakers",
+            "--format",
+            "folded",
+            "--by",
+            "cgroup",
+        ],
     ] {
         let out = Command::new(LATPROF).args(args).output().expect("latprof");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -365,15 +379,27 @@ fn wakers_flag_goes_with_folded_only() {
             "{args:?}: {err}"
         );
     }
-    // Flags that contradict each other: clap's usage error.
-    let out = Command::new(LATPROF)
-        .args(["--no-wakers", "--waker-stacks", "stats"])
-        .output()
-        .expect("latprof");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+}
+
+/// Without `--wakers` nothing is attributed: no waker programs, empty lists, no counters.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn wakers_are_opt_in() {
+    let mut work = Workload::spawn(&["sleep", "--count", "20", "--interval", "2ms"]);
+    let (out, _) = stats(&["--format", "json"], || {
+        work.go();
+        work.wait_done();
+    });
+    work.release();
+    let doc: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(doc["wakers"], Value::Array(Vec::new()));
     assert!(
-        err.starts_with("error: the argument '--no-wakers' cannot be used"),
-        "{err}"
+        doc["causes"]
+            .as_array()
+            .expect("causes")
+            .iter()
+            .all(|c| c["wakers"] == Value::Array(Vec::new())),
+        "{out}"
     );
+    assert_eq!(counter(&doc, "waker_unseen"), 0);
 }

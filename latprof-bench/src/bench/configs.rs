@@ -21,9 +21,9 @@ pub(super) enum Config {
     /// latprof lazy without cgroup attribution (the hidden `--debug-no-cgroups`): what
     /// attributing each sleep to its cgroup costs is lazy's time less this one's.
     LazyNoCgroups,
-    /// latprof lazy without waker attribution (`--no-wakers`): what attributing each sleep to
-    /// its waker costs is lazy's time less this one's.
-    LazyNoWakers,
+    /// latprof lazy with waker attribution (`--wakers`): what attributing each sleep to its
+    /// waker costs is this one's time less lazy's.
+    LazyWakers,
     /// latprof lazy with each waker's backtrace (`--waker-stacks`).
     LazyWakerStacks,
     /// latprof lazy and latprof normal attached together, in both orders each round: both see
@@ -55,7 +55,7 @@ pub(super) const EXTRA_CONFIGS: [Config; 10] = [
     Config::LazyDebug,
     Config::LazyWalk,
     Config::LazyNoCgroups,
-    Config::LazyNoWakers,
+    Config::LazyWakers,
     Config::LazyWakerStacks,
     Config::Paired,
     Config::PairedLazy,
@@ -84,7 +84,7 @@ impl Config {
             Self::LazyDebug => "lazy-debug",
             Self::LazyWalk => "lazy-walk",
             Self::LazyNoCgroups => "lazy-nocgroups",
-            Self::LazyNoWakers => "lazy-nowakers",
+            Self::LazyWakers => "lazy-wakers",
             Self::LazyWakerStacks => "lazy-wakerstacks",
             Self::Paired => "lazy+normal",
             Self::PairedLazy => "lazy (paired)",
@@ -117,9 +117,9 @@ impl Config {
                 c.args(["--debug-no-cgroups", "stats", "--duration", "1h"]);
                 c
             }
-            Self::LazyNoWakers => {
+            Self::LazyWakers => {
                 let mut c = Command::new(latprof);
-                c.args(["--no-wakers", "stats", "--duration", "1h"]);
+                c.args(["--wakers", "stats", "--duration", "1h"]);
                 c
             }
             Self::LazyWakerStacks => {
@@ -191,7 +191,7 @@ impl Config {
                 | Self::LazyDebug
                 | Self::LazyWalk
                 | Self::LazyNoCgroups
-                | Self::LazyNoWakers
+                | Self::LazyWakers
                 | Self::LazyWakerStacks
                 | Self::PairedLazy
                 | Self::PairedNormal
@@ -208,7 +208,7 @@ impl Config {
             | Self::LazyDebug
             | Self::LazyWalk
             | Self::LazyNoCgroups
-            | Self::LazyNoWakers
+            | Self::LazyWakers
             | Self::LazyWakerStacks
             | Self::Paired
             | Self::PairedLazy
@@ -269,7 +269,7 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
                     Config::LazyDebug,
                     Config::LazyWalk,
                     Config::LazyNoCgroups,
-                    Config::LazyNoWakers,
+                    Config::LazyWakers,
                     Config::LazyWakerStacks,
                 ])
                 .collect(),
@@ -318,7 +318,7 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
                     .copied()
                     .chain([
                         Config::LazyNoCgroups,
-                        Config::LazyNoWakers,
+                        Config::LazyWakers,
                         Config::LazyWakerStacks,
                     ])
                     .collect(),

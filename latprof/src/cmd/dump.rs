@@ -13,6 +13,7 @@ use crate::{
 };
 
 pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
+    export::check_wakers_flag(cli.wakers_on(), args.format, args.by)?;
     let rec = Recording::open(&args.file)?;
     for p in &rec.problems {
         eprintln!("latprof: warning: {}: {p}", args.file.display());
@@ -83,9 +84,10 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
         reader_sleeps: Some(rec.spikes_until(cur.taken_ns, 0).1),
     };
     let mut out = std::io::stdout().lock();
-    export::check_wakers_flag(args.wakers, args.format, args.by)?;
     let bytes = match args.by {
-        export::By::Cause if args.wakers => export::folded::render_wakers(&scope).into_bytes(),
+        export::By::Cause if cli.wakers_on() && args.format == export::Format::Folded => {
+            export::folded::render_wakers(&scope).into_bytes()
+        }
         export::By::Cause => export::render(args.format, &scope),
         export::By::Cgroup => export::cgroups::render(args.format, &scope),
     };

@@ -63,7 +63,7 @@ pub fn info(
         details,
         kernel,
         spike_ns: u64::try_from(cli.spike.as_nanos()).unwrap_or(u64::MAX),
-        wakers: !cli.no_wakers,
+        wakers: cli.wakers_on(),
         waker_stacks: cli.waker_stacks,
         sched_text,
         lock_text,

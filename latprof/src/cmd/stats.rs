@@ -18,12 +18,7 @@ use crate::{
 };
 
 pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
-    export::check_wakers_flag(args.wakers, args.format, args.by)?;
-    if args.wakers && cli.no_wakers {
-        return Err(
-            crate::Error::BadInput("--wakers with --no-wakers: nothing to print".into()).into(),
-        );
-    }
+    export::check_wakers_flag(cli.wakers_on(), args.format, args.by)?;
     let reasons = Reasons::load(args.reasons.as_deref())?;
     // `--counters` shows latprof's own cost per program run.
     let mut session = Session::start(
@@ -92,7 +87,10 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
     };
     let text = if args.counters && args.format == export::Format::Text {
         export::counters::render(&kernel, first.as_ref(), &snap).into_bytes()
-    } else if args.wakers {
+    } else if cli.wakers_on()
+        && args.format == export::Format::Folded
+        && args.by == export::By::Cause
+    {
         export::folded::render_wakers(&scope).into_bytes()
     } else if args.by == export::By::Cgroup {
         export::cgroups::render(args.format, &scope)

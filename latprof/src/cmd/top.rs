@@ -120,7 +120,7 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
             reasons,
             kernel,
             spike_ns: u64::try_from(cli.spike.as_nanos()).unwrap_or(u64::MAX),
-            wakers: !cli.no_wakers,
+            wakers: cli.wakers_on(),
         },
         filter,
     );

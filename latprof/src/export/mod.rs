@@ -83,11 +83,12 @@ impl Scope<'_> {
     }
 }
 
-/// `--wakers` goes with the folded format only (JSON always carries the wakers).
+/// With `--wakers`, folded output is the waker chains, which are by cause: not with
+/// `--by cgroup`.
 pub fn check_wakers_flag(wakers: bool, format: Format, by: By) -> Result<(), crate::Error> {
-    if wakers && (format != Format::Folded || by != By::Cause) {
+    if wakers && format == Format::Folded && by == By::Cgroup {
         return Err(crate::Error::BadInput(
-            "--wakers goes with --format folded (and --by cause); JSON always carries the wakers"
+            "--wakers with --format folded prints waker chains by cause: not with --by cgroup"
                 .to_owned(),
         ));
     }

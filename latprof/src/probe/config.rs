@@ -70,7 +70,7 @@ pub struct ProbeConfig {
     /// `MAX_CGROUP_FILTERS`), filtered in the kernel.
     pub cgroup_filter: Vec<std::path::PathBuf>,
     /// Attribute each counted sleep to its waker (task, timer or interrupt), per cause and
-    /// sleeping process, in a table of `max_wakers` entries per CPU.
+    /// sleeping process, in a table of `max_wakers` entries per CPU (`--wakers`, opt-in).
     pub wakers: bool,
     pub max_wakers: u32,
     /// Also key the wakers by the waker's kernel backtrace (a stack walk per wakeup).
@@ -114,7 +114,7 @@ impl Default for ProbeConfig {
             state_from_task: false,
             cgroups: true,
             cgroup_filter: Vec::new(),
-            wakers: true,
+            wakers: false,
             max_wakers: 8192,
             waker_stacks: false,
         }

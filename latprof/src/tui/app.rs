@@ -42,7 +42,7 @@ pub struct Settings {
     pub kernel: crate::probe::KernelFacts,
     /// The spike threshold (`--spike`), for the pane's title.
     pub spike_ns: u64,
-    /// Sleeps are attributed to their wakers (`--no-wakers` or an older recording: not).
+    /// Sleeps are attributed to their wakers (`--wakers`, in this run or the recording's).
     pub wakers: bool,
 }
 

@@ -387,7 +387,7 @@ fn render_detail(f: &mut Frame<'_>, app: &App, detail: &Detail, area: Rect) {
         lines.push(Line::from(if app.wakers_on() {
             "(no waker: run-queue waits, or nothing counted yet)"
         } else {
-            "(wakers off: --no-wakers, or a recording made before them)"
+            "(wakers not collected: run with --wakers)"
         }));
     }
     let title = match of_process {

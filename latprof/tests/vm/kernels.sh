@@ -65,7 +65,7 @@ step pingpong
 mkfifo /tmp/go.pp
 latprof-workload --wait --hold pingpong --count 200 --processes --apart --named < /tmp/go.pp > /tmp/w.pp &
 W=$!
-latprof --all-sleeps stats --format json --duration 900s > /tmp/s.pp 2> /tmp/e.pp &
+latprof --all-sleeps --wakers stats --format json --duration 900s > /tmp/s.pp 2> /tmp/e.pp &
 LP=$!
 attached /tmp/e.pp $LP
 exec 3> /tmp/go.pp
@@ -90,7 +90,7 @@ step udp
 #     or on PREEMPT_RT in its task with softirqs counted there), the sender's nanosleeps by
 #     the timer.
 ip link set lo up 2> /dev/null || ifconfig lo 127.0.0.1 up
-latprof --all-sleeps stats --format json --duration 900s > /tmp/s.u 2> /tmp/e.u &
+latprof --all-sleeps --wakers stats --format json --duration 900s > /tmp/s.u 2> /tmp/e.u &
 LP=$!
 attached /tmp/e.u $LP
 latprof-workload udp --count 50 --interval 2ms > /tmp/w.u &
@@ -124,7 +124,7 @@ echo "=== fsync spikes stderr"; cat /tmp/ke.fs
 
 step spikes
 # 4. spikes for known long sleeps: 5 nanosleeps of 30 ms over a 20 ms threshold.
-latprof --all-sleeps --spike 20ms spikes > /tmp/k.long 2> /tmp/ke.long &
+latprof --all-sleeps --wakers --spike 20ms spikes > /tmp/k.long 2> /tmp/ke.long &
 LK=$!
 attached /tmp/ke.long $LK
 latprof-workload --hold sleep --count 5 --interval 30ms < /dev/null > /tmp/w.long
