@@ -1074,10 +1074,14 @@ fn causes_beyond_a_tasks_table_go_global_and_are_said() {
     assert_eq!(task.records.len(), latprof_common::TASK_RECORDS);
     let beyond = live.counters.get(Counter::TaskRecordsFull);
     assert!(beyond > 0, "{:?}", live.counters);
-    assert_eq!(
-        norm.counters.get(Counter::TaskRecordsFull),
-        beyond,
-        "the same events overflowed both probes' task tables"
+    // The same events overflowed both probes' task tables, but for the run-queue record:
+    // a wait near 1 us counts in one probe and not the other (each probe's own cost moves it
+    // across that line), so that record can take its slot at another moment in each, moving
+    // one site's sleeps (2 rounds) between the table and the overflow.
+    let norm_beyond = norm.counters.get(Counter::TaskRecordsFull);
+    assert!(
+        norm_beyond > 0 && norm_beyond.abs_diff(beyond) <= 2,
+        "lazy {beyond}, normal {norm_beyond} sleeps beyond the task's table"
     );
     // The task's own records plus the overflow are everything it accounted.
     let own: u64 = task.records.iter().map(|r| r.count).sum();
