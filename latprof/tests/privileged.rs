@@ -948,55 +948,59 @@ fn unprivileged_run_says_what_is_missing() {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn full_tables_are_counted_not_silent() {
     let _guard = serial();
-    let syms = Kallsyms::load().expect("kallsyms");
-    // Two task slots for four sleeping threads and their main thread (the main thread waiting
-    // in join and a thread in nanosleep: two backtraces), one stack slot.
-    let mut work = Workload::spawn(&[
-        "threads",
-        "--count",
-        "4",
-        "--interval",
-        "1ms",
-        "--seconds",
-        "1",
-    ]);
-    let probe = Probe::attach(ProbeConfig {
-        pid: Some(work.pid()),
-        max_tasks: 2,
-        max_stacks: 1,
-        // Every tracked sleep counts, so a backtrace not stored shows as a counted cause.
-        inter_cutoff: None,
-        ..ProbeConfig::default()
-    })
-    .expect("attach");
-    work.go();
-    // After the exit every tracked sleep has ended and been merged.
-    work.release();
-    let snap = Collector::new().snapshot(&probe).expect("snapshot");
-    let c = &snap.counters;
-    assert!(c.get(Counter::TaskTableFull) > 0, "{c:?}");
-    let losses = c.losses();
-    assert!(
-        losses.iter().any(|l| l.contains("--max-tasks")),
-        "{losses:?}"
-    );
-    // With one stack slot, all but one backtrace are unavailable, yet still counted.
-    let causes = model::global_causes(&snap, &syms, 12);
-    let total: u64 = causes.iter().map(|c| c.count).sum();
-    assert_eq!(
-        total,
-        c.get(Counter::Counted) + c.get(Counter::RunqCounted),
-        "{causes:#?} {c:?}"
-    );
-    assert!(c.get(Counter::StackMissing) > 0, "{c:?}");
-    assert!(
-        causes.iter().any(|c| c.backtrace == Backtrace::Unavailable),
-        "{causes:#?}"
-    );
-    assert!(
-        losses.iter().any(|l| l.contains("--max-stacks")),
-        "{losses:?}"
-    );
+    // Once more if it fails: when this host hides the main thread's wakeup from its join,
+    // that sleep is recovered without a backtrace, and the one stack slot is never short.
+    twice("full tables", || {
+        let syms = Kallsyms::load().expect("kallsyms");
+        // Two task slots for four sleeping threads and their main thread (the main thread waiting
+        // in join and a thread in nanosleep: two backtraces), one stack slot.
+        let mut work = Workload::spawn(&[
+            "threads",
+            "--count",
+            "4",
+            "--interval",
+            "1ms",
+            "--seconds",
+            "1",
+        ]);
+        let probe = Probe::attach(ProbeConfig {
+            pid: Some(work.pid()),
+            max_tasks: 2,
+            max_stacks: 1,
+            // Every tracked sleep counts, so a backtrace not stored shows as a counted cause.
+            inter_cutoff: None,
+            ..ProbeConfig::default()
+        })
+        .expect("attach");
+        work.go();
+        // After the exit every tracked sleep has ended and been merged.
+        work.release();
+        let snap = Collector::new().snapshot(&probe).expect("snapshot");
+        let c = &snap.counters;
+        assert!(c.get(Counter::TaskTableFull) > 0, "{c:?}");
+        let losses = c.losses();
+        assert!(
+            losses.iter().any(|l| l.contains("--max-tasks")),
+            "{losses:?}"
+        );
+        // With one stack slot, all but one backtrace are unavailable, yet still counted.
+        let causes = model::global_causes(&snap, &syms, 12);
+        let total: u64 = causes.iter().map(|c| c.count).sum();
+        assert_eq!(
+            total,
+            c.get(Counter::Counted) + c.get(Counter::RunqCounted),
+            "{causes:#?} {c:?}"
+        );
+        assert!(c.get(Counter::StackMissing) > 0, "{c:?}");
+        assert!(
+            causes.iter().any(|c| c.backtrace == Backtrace::Unavailable),
+            "{causes:#?}"
+        );
+        assert!(
+            losses.iter().any(|l| l.contains("--max-stacks")),
+            "{losses:?}"
+        );
+    });
 }
 
 /// Sleeps and run-queue waits each probe accounted (every one goes to one record).
