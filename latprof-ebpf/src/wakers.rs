@@ -202,9 +202,13 @@ pub fn timer_expire_exit(_ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// Takes the waker noted for the wakeup of `entry` (clears it, counted sleep or not).
+/// Takes the waker noted for the wakeup of `entry` (clears it, counted sleep or not); without
+/// `--wakers` nothing is noted, and the entry is not touched.
 #[inline(always)]
 pub(crate) fn take(entry: &mut TaskState) -> u32 {
+    if WAKERS_ON.load() != 1 {
+        return WAKER_UNSEEN;
+    }
     let kind = entry.waker_kind;
     entry.waker_kind = WAKER_UNSEEN;
     kind
@@ -213,12 +217,10 @@ pub(crate) fn take(entry: &mut TaskState) -> u32 {
 /// Adds a counted sleep of `delta` ns at record id `cause` to its waker (`kind`, taken from
 /// `entry`), in this CPU's part of `WAKERS`. Not inlined: its keys and value would enlarge
 /// the wakeup program's frame on the stack cache's call chain past the verifier's 512 bytes
-/// (verifier rule 1 in `stack_cache`; Linux 5.10's bounded cache hit it).
+/// (verifier rule 1 in `stack_cache`; Linux 5.10's bounded cache hit it). Called only with
+/// `--wakers` (`WAKERS_ON`).
 #[inline(never)]
 pub(crate) fn add(entry: &TaskState, kind: u32, cause: u64, delta: u64) {
-    if WAKERS_ON.load() != 1 {
-        return;
-    }
     if kind == WAKER_UNSEEN {
         count(Counter::WakerUnseen);
     }

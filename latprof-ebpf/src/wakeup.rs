@@ -19,7 +19,7 @@ use crate::{
     maps::{TASKS, count, log_hidden},
     settings::{
         DEBUG_CHECKS, DEBUG_HIDE_WAKEUPS, FILTER_TGID, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ,
-        SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, read_field,
+        SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, WAKERS_ON, read_field,
     },
     spikes::spike,
     stack_cache::sleeping_stack,
@@ -209,7 +209,10 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
             let in_global = sleep_in_global(entry, task);
             let cause = stack_for_state(stack, kind);
             account::<CAS>(entry, cause, delta, in_global);
-            wakers::add(entry, waker, cause, delta);
+            if WAKERS_ON.load() == 1 {
+                // A call the verifier drops without --wakers.
+                wakers::add(entry, waker, cause, delta);
+            }
             count(Counter::Counted);
             spike::<CAS>(tid, entry, stack, delta, kind, now, waker);
         }
