@@ -27,6 +27,27 @@ fn stats(args: &[&str], work: impl FnOnce()) -> (String, String) {
     (String::from_utf8(out.stdout).expect("utf-8"), rest)
 }
 
+/// Runs `stats ARGS` around one workload (`work`: its arguments), which it starts and lets
+/// exit; returns stdout, stderr and the workload's pid.
+fn around(work: &[&str], args: &[&str]) -> (String, String, u64) {
+    let mut work = Workload::spawn(work);
+    let pid = u64::from(work.pid());
+    let (out, err) = stats(args, || {
+        work.go();
+        work.wait_done();
+    });
+    work.release();
+    (out, err, pid)
+}
+
+/// `around` with `--format json --wakers` and ARGS: the document, stderr and the pid.
+fn json_around(work: &[&str], args: &[&str]) -> (Value, String, u64) {
+    let mut all = vec!["--format", "json", "--wakers"];
+    all.extend_from_slice(args);
+    let (out, err, pid) = around(work, &all);
+    (serde_json::from_str(&out).expect("stats' JSON"), err, pid)
+}
+
 fn json(args: &[&str], work: impl FnOnce()) -> (Value, String) {
     let mut all = vec!["--format", "json", "--wakers"];
     all.extend_from_slice(args);
@@ -137,20 +158,17 @@ fn pong_of(all: &[Entry], ping: u64) -> Option<u64> {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn pipe_ping_pong_is_woken_by_the_other_side() {
     twice("ping-pong wakers", || {
-        let mut work = Workload::spawn(&[
-            "pingpong",
-            "--processes",
-            "--named",
-            "--apart",
-            "--count",
-            "2000",
-        ]);
-        let ping = u64::from(work.pid());
-        let (doc, err) = json(&["--waker-stacks"], || {
-            work.go();
-            work.wait_done();
-        });
-        work.release();
+        let (doc, err, ping) = json_around(
+            &[
+                "pingpong",
+                "--processes",
+                "--named",
+                "--apart",
+                "--count",
+                "2000",
+            ],
+            &["--waker-stacks"],
+        );
         let all = entries(&doc);
         let pong =
             pong_of(&all, ping).unwrap_or_else(|| panic!("no pipe read woken by ping: {err}"));
@@ -183,13 +201,7 @@ fn pipe_ping_pong_is_woken_by_the_other_side() {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn nanosleep_is_woken_by_the_timer() {
     twice("nanosleep wakers", || {
-        let mut work = Workload::spawn(&["sleep", "--count", "200", "--interval", "2ms"]);
-        let pid = u64::from(work.pid());
-        let (doc, _) = json(&[], || {
-            work.go();
-            work.wait_done();
-        });
-        work.release();
+        let (doc, _, pid) = json_around(&["sleep", "--count", "200", "--interval", "2ms"], &[]);
         let naps = of(&entries(&doc), pid, "hrtimer_nanosleep");
         let n = share(&naps, &doc, |e| e.kind == "timer", "nanosleeps");
         assert!(n >= 190, "{n}: {naps:#?}");
@@ -203,13 +215,10 @@ fn nanosleep_is_woken_by_the_timer() {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn a_futex_is_woken_by_the_thread_that_releases_it() {
     twice("futex wakers", || {
-        let mut work = Workload::spawn(&["futex", "--count", "100", "--interval", "1ms"]);
-        let pid = u64::from(work.pid());
-        let (doc, _) = json(&["--waker-stacks"], || {
-            work.go();
-            work.wait_done();
-        });
-        work.release();
+        let (doc, _, pid) = json_around(
+            &["futex", "--count", "100", "--interval", "1ms"],
+            &["--waker-stacks"],
+        );
         let futex = of(&entries(&doc), pid, "futex_wait");
         let by_waker: Vec<&Entry> = futex
             .iter()
@@ -234,16 +243,10 @@ fn a_futex_is_woken_by_the_thread_that_releases_it() {
         }
     });
     // Folded: `waker;waker frames;--;sleeper frames value`.
-    let mut work = Workload::spawn(&["futex", "--count", "50", "--interval", "1ms"]);
-    let pid = work.pid().to_string();
-    let (folded, _) = stats(
+    let (folded, _, pid) = around(
+        &["futex", "--count", "50", "--interval", "1ms"],
         &["--format", "folded", "--wakers", "--waker-stacks"],
-        || {
-            work.go();
-            work.wait_done();
-        },
     );
-    work.release();
     let line = folded
         .lines()
         .find(|l| {
@@ -267,13 +270,7 @@ fn a_futex_is_woken_by_the_thread_that_releases_it() {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn a_udp_receive_is_woken_by_the_softirq_not_the_sender() {
     twice("udp wakers", || {
-        let mut work = Workload::spawn(&["udp", "--count", "100", "--interval", "2ms"]);
-        let pid = u64::from(work.pid());
-        let (doc, _) = json(&[], || {
-            work.go();
-            work.wait_done();
-        });
-        work.release();
+        let (doc, _, pid) = json_around(&["udp", "--count", "100", "--interval", "2ms"], &[]);
         let rx = of(&entries(&doc), pid, "__skb_wait_for_more_packets")
             .into_iter()
             .chain(of(&entries(&doc), pid, "__skb_recv_udp"))
@@ -388,12 +385,10 @@ fn waker_chains_are_by_cause_only() {
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn wakers_are_opt_in() {
-    let mut work = Workload::spawn(&["sleep", "--count", "20", "--interval", "2ms"]);
-    let (out, _) = stats(&["--format", "json"], || {
-        work.go();
-        work.wait_done();
-    });
-    work.release();
+    let (out, _, _) = around(
+        &["sleep", "--count", "20", "--interval", "2ms"],
+        &["--format", "json"],
+    );
     let doc: Value = serde_json::from_str(&out).expect("JSON");
     assert_eq!(doc["wakers"], Value::Array(Vec::new()));
     assert!(
