@@ -97,6 +97,10 @@ pub enum Workload {
         count: u32,
         #[arg(long)]
         dir: PathBuf,
+        /// The children do not sleep before they exit: latprof first sees each of them
+        /// already exiting, in exit_aio.
+        #[arg(long)]
+        no_first_sleep: bool,
     },
     /// `count` short-lived children, each sleeping `sleep` once before it exits.
     Forks {
@@ -294,9 +298,13 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             }
             pingpong(*count, *processes, *apart, *named, finish_with)
         }
-        Workload::ExitAio { count, dir } => {
+        Workload::ExitAio {
+            count,
+            dir,
+            no_first_sleep,
+        } => {
             let path = dir.join(format!("latprof-aio-{}", std::process::id()));
-            let result = exit_aio(*count, &path);
+            let result = exit_aio(*count, &path, !*no_first_sleep);
             let _ = std::fs::remove_file(&path);
             finish();
             result
@@ -912,7 +920,7 @@ struct Iocb {
 const _: () = assert!(size_of::<Iocb>() == 64);
 
 /// See `Workload::ExitAio`.
-fn exit_aio(count: u32, path: &std::path::Path) -> Result<()> {
+fn exit_aio(count: u32, path: &std::path::Path, first_sleep: bool) -> Result<()> {
     const LEN: usize = 8 << 20;
     {
         // Real blocks on disk: a direct read of a hole would finish at once.
@@ -933,9 +941,11 @@ fn exit_aio(count: u32, path: &std::path::Path) -> Result<()> {
             .open(path)
             .with_context(|| format!("open {} with O_DIRECT", path.display()))?;
         let child = spawn_child(|| {
-            // One sleep first: latprof tracks a task from its first sleep, and a task first
-            // seen already exiting is not tracked.
-            nanosleep(Duration::from_millis(1));
+            // One sleep first, unless asked not to: latprof then knows the task before it
+            // exits (a task first seen exiting is tracked too, but differently).
+            if first_sleep {
+                nanosleep(Duration::from_millis(1));
+            }
             // SAFETY: a fresh aligned buffer, a zeroed context, one valid control block; the
             // child exits with the read in flight, which is the point.
             unsafe {

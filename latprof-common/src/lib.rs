@@ -154,6 +154,10 @@ pub const SLEEP_UNINTERRUPTIBLE: u32 = 2;
 /// `TaskState::flags`: the task had no mm when first seen (a kernel thread). latencytop keeps
 /// those out of the global table; so does latprof.
 pub const TASK_FLAG_KTHREAD: u32 = 1;
+/// `TaskState::flags`: the task was already exiting when first seen. Its entry may be made
+/// after `sched_process_exit` removed the last one (a sleep in `exit_files`' task work), so
+/// `sched_process_free` removes it when the task is freed.
+pub const TASK_FLAG_EXITING: u32 = 2;
 /// Frames the stack cache can check (`CachedStack::pos`); deeper backtraces are walked every
 /// time.
 pub const CACHE_FRAMES: usize = 32;
@@ -399,10 +403,13 @@ pub struct CpuSwitch {
     pub last_ns: u64,
     /// The tid of the last task during whose time on this CPU switches went unseen.
     pub hidden_tid: u32,
-    /// Explicit padding to 24 bytes.
+    /// Explicit padding to 8-byte alignment.
     pub reserved: u32,
+    /// That task's name when the gap was found (it may have exited by the time user space
+    /// reads this).
+    pub hidden_comm: [u8; 16],
 }
-const _: () = assert!(size_of::<CpuSwitch>() == 24);
+const _: () = assert!(size_of::<CpuSwitch>() == 40);
 
 /// `HiddenEvent::kind`: switches went unseen on `cpu` from `start_ns` (its last seen switch)
 /// to `end_ns` (the switch that found it); `tid` is the task it ran then.
@@ -458,8 +465,9 @@ pub enum Counter {
     GlobalTableFull,
     /// Tasks whose records were merged into the global table at exit (lazy mode).
     ExitMerges,
-    /// Sleeps of tasks already exiting when first seen (not tracked).
-    ExitingSkipped,
+    /// Tasks already exiting when first seen (tracked as the kernel does; their entry goes
+    /// when the task is freed).
+    ExitingFirstSeen,
     /// Exit merges begun; with `MergesDone`, lets the reader see a merge in flight.
     MergesBegun,
     /// Exit merges finished.
@@ -523,10 +531,13 @@ pub enum Counter {
     /// Counted sleeps whose waker found the waker table full: counted under their cause's
     /// `other` waker (a table of its own), or only here when that one was full too.
     WakerTableFull,
+    /// Entries of tasks first seen while exiting that were still there when the task was
+    /// freed (made by a sleep after `sched_process_exit`), removed then.
+    ExitingFreed,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::WakerTableFull as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::ExitingFreed as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -541,7 +552,7 @@ impl Counter {
         Self::TaskRecordsFull,
         Self::GlobalTableFull,
         Self::ExitMerges,
-        Self::ExitingSkipped,
+        Self::ExitingFirstSeen,
         Self::MergesBegun,
         Self::MergesDone,
         Self::SleepLost,
@@ -567,6 +578,7 @@ impl Counter {
         Self::CgroupTableFull,
         Self::WakerUnseen,
         Self::WakerTableFull,
+        Self::ExitingFreed,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -583,7 +595,7 @@ impl Counter {
             Self::TaskRecordsFull => "task_records_full",
             Self::GlobalTableFull => "global_table_full",
             Self::ExitMerges => "exit_merges",
-            Self::ExitingSkipped => "exiting_skipped",
+            Self::ExitingFirstSeen => "exiting_first_seen",
             Self::MergesBegun => "merges_begun",
             Self::MergesDone => "merges_done",
             Self::SleepLost => "sleep_lost",
@@ -609,6 +621,7 @@ impl Counter {
             Self::CgroupTableFull => "cgroup_table_full",
             Self::WakerUnseen => "waker_unseen",
             Self::WakerTableFull => "waker_table_full",
+            Self::ExitingFreed => "exiting_freed",
         }
     }
 
@@ -622,7 +635,6 @@ impl Counter {
             }
             Self::TaskTableFull => Some("sleeps not tracked: task table full (raise --max-tasks)"),
             Self::GlobalTableFull => Some("records lost: global table full (raise --max-records)"),
-            Self::ExitingSkipped => Some("sleeps of already-exiting tasks not tracked"),
             Self::SleepLost => Some("sleeps lost: the kernel did not run latprof for their wakeup"),
             Self::RunqUnknown => {
                 Some("run-queue waits not measured: their wakeup was hidden from tracing")

@@ -11,7 +11,8 @@ use aya_ebpf::{
 };
 use latprof_common::{
     CgroupCause, Counter, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, MODE_LAZY,
-    MODE_NORMAL, SLEEP_NONE, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState, hist_bucket,
+    MODE_NORMAL, SLEEP_NONE, TASK_FLAG_EXITING, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState,
+    hist_bucket,
 };
 
 use crate::{
@@ -19,7 +20,8 @@ use crate::{
     maps::{CGROUP_LATENCY, GLOBAL_LATENCY, HISTOGRAMS, MERGED, TASKS, count},
     recover::recover,
     settings::{
-        CGROUPS_ON, DEBUG_CHECKS, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, read_field,
+        CGROUPS_ON, DEBUG_CHECKS, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, TASK_PID_OFF,
+        read_field,
     },
 };
 
@@ -297,6 +299,28 @@ fn merged_max(stack: u64, max_ns: u64) {
             count(Counter::GlobalTableFull);
         }
     }
+}
+
+/// A task is freed (an RCU grace period after it was reaped): the entry of a task first seen
+/// while exiting goes, if `sched_process_exit` did not take it (a sleep after that hook made
+/// it). Only such entries: the tid may belong to a new task by now.
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn sched_process_free(ctx: RawTracePointContext) -> i32 {
+    try_sched_process_free(&ctx).unwrap_or(1)
+}
+
+fn try_sched_process_free(ctx: &RawTracePointContext) -> Result<i32, i32> {
+    // TP_PROTO(struct task_struct *p)
+    let task: *const u8 = ctx.arg(0);
+    let tid = read_field::<i32>(task, TASK_PID_OFF.load())? as u32;
+    if let Some(entry) = TASKS.get_ptr(&tid)
+        // SAFETY: a map value; a racing writer changes no flag.
+        && unsafe { (*entry).flags } & TASK_FLAG_EXITING != 0
+    {
+        let _ = TASKS.remove(&tid);
+        count(Counter::ExitingFreed);
+    }
+    Ok(0)
 }
 
 #[raw_tracepoint(tracepoint = "sched_process_exit")]

@@ -19,6 +19,8 @@
 //!   user space as a spike ([`spikes`]). From then on the task waits for a CPU.
 //! * `sched_process_exit` ([`account`]): in lazy mode the task's records are merged into this
 //!   CPU's part of the global table; in both modes the task's entry is freed.
+//! * `sched_process_free` ([`account`]): the entry of a task first seen while exiting, made
+//!   after `sched_process_exit`, goes when the task is freed.
 //! * `task_rename` ([`rename`]): a tracked task's name follows exec and renames.
 //! * `local_timer_entry`, `tick_stop`, `user_enter`, `user_exit` ([`ticks`]): per-CPU counts
 //!   of ticks, tick-stop outcomes and their reasons, and user-mode transitions.

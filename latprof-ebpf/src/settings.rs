@@ -70,6 +70,9 @@ pub(crate) static TASK_TGID_OFF: Global<u32> = Global::new(0);
 pub(crate) static TASK_FLAGS_OFF: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub(crate) static TASK_MM_OFF: Global<u32> = Global::new(0);
+/// Offset of `comm` in `struct task_struct` (read only where switches went unseen).
+#[unsafe(no_mangle)]
+pub(crate) static TASK_COMM_OFF: Global<u32> = Global::new(0);
 /// Offsets of `se.sum_exec_runtime` and `sched_info.run_delay` in `struct task_struct`, from
 /// vmlinux BTF; 0: the kernel has not both, and a sleep whose wakeup was hidden is lost
 /// instead of recovered.

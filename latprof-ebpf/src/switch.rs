@@ -12,7 +12,8 @@ use aya_ebpf::{
 };
 use latprof_common::{
     CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, NO_STACK, RUNQ_STACK, SLEEP_NONE,
-    SPIKE_RUNQ, TASK_FLAG_KTHREAD, TaskState, TickCounter, WAKER_UNSEEN, sleep_kind,
+    SPIKE_RUNQ, TASK_FLAG_EXITING, TASK_FLAG_KTHREAD, TaskState, TickCounter, WAKER_UNSEEN,
+    sleep_kind,
 };
 
 use crate::{
@@ -25,15 +26,17 @@ use crate::{
     recover::{note_sleep_start, recover},
     settings::{
         CGROUPS_ON, DEBUG_CHECKS, FILTER_CGROUPS, FILTER_TGID, FORCE_REJECT, MIN_SLEEP_NS, RUNQ,
-        SELF_TGID, STACK_AT_WAKEUP, SWITCH_HAS_PREV_STATE, TASK_FLAGS_OFF, TASK_MM_OFF,
-        TASK_PID_OFF, TASK_STATE_OFF, read_field,
+        SELF_TGID, STACK_AT_WAKEUP, SWITCH_HAS_PREV_STATE, TASK_COMM_OFF, TASK_FLAGS_OFF,
+        TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF, read_field,
     },
     spikes::spike,
     stacks::take_stack,
 };
 
-/// `task_struct::flags` bit of a task that is exiting (`include/linux/sched.h`).
+/// `task_struct::flags` bits (`include/linux/sched.h`, the same since 2.6): a task that is
+/// exiting, a kernel thread.
 const PF_EXITING: u32 = 0x4;
+const PF_KTHREAD: u32 = 0x0020_0000;
 
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
@@ -105,6 +108,11 @@ fn note_switch(ctx: &RawTracePointContext, now: u64) {
         // failed read leaves the last name).
         if let Ok(tid) = read_field::<i32>(slot.last_in as *const u8, TASK_PID_OFF.load()) {
             slot.hidden_tid = tid as u32;
+            if let Ok(comm) =
+                read_field::<[u8; 16]>(slot.last_in as *const u8, TASK_COMM_OFF.load())
+            {
+                slot.hidden_comm = comm;
+            }
         }
         log_hidden(HIDDEN_GAP, slot.hidden_tid, slot.last_ns, now, 0);
     }
@@ -222,16 +230,29 @@ fn in_filtered_cgroup() -> bool {
     false
 }
 
-/// Creates the entry of the current task; `None` when it is exiting or the table is full.
+/// Creates the entry of the current task; `None` when the table is full.
 #[expect(clippy::similar_names, reason = "tid and tgid are the kernel's names")]
 fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
     let task = unsafe { bpf_get_current_task() } as *const u8;
     let flags: u32 = read_field(task, TASK_FLAGS_OFF.load())?;
-    if flags & PF_EXITING != 0 {
-        count(Counter::ExitingSkipped);
-        return Ok(None);
-    }
     let mm: u64 = read_field(task, TASK_MM_OFF.load())?;
+    let kind = if flags & PF_EXITING != 0 {
+        // Its sleeps count as the kernel counts them (for the task; in the global table only
+        // while it still has its memory map). Whether it has passed `sched_process_exit` is
+        // not known: `sched_process_free` removes the entry. An exiting task without a memory
+        // map is a kernel thread only if the kernel says so.
+        count(Counter::ExitingFirstSeen);
+        TASK_FLAG_EXITING
+            | if flags & PF_KTHREAD != 0 {
+                TASK_FLAG_KTHREAD
+            } else {
+                0
+            }
+    } else if mm == 0 {
+        TASK_FLAG_KTHREAD
+    } else {
+        0
+    };
     let template = SCRATCH.get_ptr_mut(0).ok_or(1)?;
     // SAFETY: per-CPU scratch; stale records past nr_records are never read.
     unsafe {
@@ -240,7 +261,7 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
         (*template).sleep_stack = NO_STACK;
         (*template).sleep_kind = SLEEP_NONE;
         (*template).tgid = tgid;
-        (*template).flags = if mm == 0 { TASK_FLAG_KTHREAD } else { 0 };
+        (*template).flags = kind;
         (*template).comm = bpf_get_current_comm().unwrap_or([0; 16]);
         (*template).nr_records = 0;
         (*template).task_only = 0;

@@ -2198,3 +2198,58 @@ fn the_memory_estimate_matches_the_kernels_account() {
         "estimated {estimate:?} for {cpus} possible CPUs, the kernel says {pinned} bytes"
     );
 }
+
+/// A task latprof first sees already exiting (its first sleep is exit_aio's wait, after
+/// exit_mm) is tracked as the kernel does, not refused: its sleeps count for the task and stay
+/// out of the global table (no memory map), and its entry does not outlive the task.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_task_first_seen_exiting_is_tracked_and_freed() {
+    let _guard = serial();
+    let syms = Kallsyms::load().expect("kallsyms");
+    // Direct I/O needs a real disk (not tmpfs): the target directory of this build.
+    let dir = std::env::var("LATPROF_FSYNC_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned());
+    let mut work = Workload::spawn(&[
+        "exit-aio",
+        "--count",
+        "20",
+        "--dir",
+        &dir,
+        "--no-first-sleep",
+    ]);
+    let probe = attach(Mode::Lazy, None);
+    let mut collector = Collector::new();
+    let before = collector.snapshot(&probe).expect("snapshot");
+    work.go();
+    work.wait_done();
+    // Every child has exited and been reaped; its free comes an RCU grace period later.
+    std::thread::sleep(Duration::from_millis(300));
+    let snap = collector.snapshot(&probe).expect("snapshot");
+    let parent = work.pid();
+    work.release();
+    let since = |c: Counter| snap.counters.get(c) - before.counters.get(c);
+    // Each child's first sleep after its exit began: seen, and not refused.
+    let first_seen = since(Counter::ExitingFirstSeen);
+    assert!(first_seen >= 20, "{first_seen} tasks first seen exiting");
+    // Their exit_aio waits were counted as their own (no memory map): 20 on this machine,
+    // a read of 8 MiB from disk still in flight; half, should a disk answer sooner.
+    let no_mm = since(Counter::NoMmSleeps);
+    assert!(no_mm >= 10, "{no_mm} sleeps without a memory map");
+    // Only entries of tasks first seen exiting are removed at free.
+    assert!(since(Counter::ExitingFreed) <= first_seen);
+    // None of them reached the global table, as latencytop keeps them out.
+    let global = model::global_causes(&snap, &syms, 12);
+    assert!(
+        frames_with(&global, "exit_aio").is_empty(),
+        "exit_aio in the global table: {global:#?}"
+    );
+    // No entry outlived its task: every task in the table is alive (or a thread of one).
+    let leaked: Vec<_> = snap
+        .tasks
+        .iter()
+        .filter(|t| t.tgid != parent && t.comm.starts_with("latprof-work"))
+        .filter(|t| !std::path::Path::new(&format!("/proc/{}", t.tid)).exists())
+        .collect();
+    assert!(leaked.is_empty(), "entries of freed tasks: {leaked:#?}");
+}

@@ -145,12 +145,25 @@ fn record_then_dump_without_root_matches_stats() {
     let (stats, stats_err) = start(&["stats", "--all-sleeps", "--duration", "60s", "--pid", &pid]);
     // The workload's own longest nanosleep.
     work.go();
-    let own_max_us = work.wait_fact("max_ns") / 1000;
+    let facts = work.wait_done();
+    let fact = |key: &str| {
+        facts
+            .iter()
+            .find_map(|(k, v)| (k == key).then_some(*v))
+            .unwrap_or_else(|| panic!("the workload did not report {key}="))
+    };
+    let own_max_us = fact("max_ns") / 1000;
+    // The nanosleeps that really slept (a 2 ms timer can expire before the task sleeps).
+    let slept = fact("slept");
     // A snapshot after the work holds all of it.
     std::thread::sleep(Duration::from_millis(600));
-    let (stats_out, _) = interrupt(stats, stats_err);
+    let (stats_out, stats_rest) = interrupt(stats, stats_err);
     let (_, rec_summary) = interrupt(recorder, rec_err);
     assert!(rec_summary.contains("snapshots in"), "{rec_summary}");
+    // Sleeps lost or recovered without a backtrace, each checked against the stretches where
+    // the kernel hid switches (the helper fails on any other loss).
+    let missing = common::reported_missing(&stats_rest);
+    common::reported_missing(&rec_summary);
     let stats_text = String::from_utf8(stats_out.stdout).expect("utf-8");
     assert_no_kernel_address(&file);
 
@@ -178,7 +191,10 @@ fn record_then_dump_without_root_matches_stats() {
         (sc, &sf),
         "dump:\n{dump_text}\nstats:\n{stats_text}"
     );
-    assert!(sc >= 99, "stats counted {sc} of 100 nanosleeps");
+    assert!(
+        sc <= slept && sc + missing >= slept,
+        "stats counted {sc} of {slept} nanosleeps that slept ({missing} missing)"
+    );
     let stall_us = own_max_us.saturating_sub(2000);
     assert!(
         dt.abs_diff(st) <= st / 100 + stall_us,

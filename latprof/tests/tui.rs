@@ -287,11 +287,11 @@ fn replay_in_a_real_terminal_without_root() {
         ])
         .output()
         .expect("latprof record");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let record_err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{record_err}");
+    // Sleeps the recording lost or recovered without a backtrace, each checked against the
+    // stretches where the kernel hid switches.
+    let missing = common::reported_missing(&record_err);
     let status = Command::new("chmod")
         .args(["-R", "a+rX", dir.to_str().expect("utf-8")])
         .status()
@@ -325,7 +325,9 @@ fn replay_in_a_real_terminal_without_root() {
     let screen = tmux.wait_for(&["+2s #8/", "-> now: ", "Application requested delay"]);
     assert!(screen.contains("Global causes"), "{screen}");
     // The workload's own causes between A and B: one second of 3 ms sleeps is at most 333,
-    // not the whole run's ~900 (other tests' sleepers share the global pane).
+    // not the whole run's ~900 (other tests' sleepers share the global pane), and at least
+    // 250 (4 ms a sleep: its timer's slack and a wait for the CPU on a busy machine) but
+    // those reported missing.
     tmux.keys(&["/"]);
     tmux.keys(&[&pid, "Enter"]);
     let screen = tmux.wait_for(&[&format!("Causes of {pid}")]);
@@ -336,7 +338,7 @@ fn replay_in_a_real_terminal_without_root() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no count on the workload's reason row:\n{screen}"));
     assert!(
-        (100..=340).contains(&count),
+        (250u64.saturating_sub(missing)..=340).contains(&count),
         "{count} sleeps between A and B:\n{screen}"
     );
 

@@ -375,6 +375,14 @@ fn test(args: &[String]) -> Result<()> {
             if skip_vm {
                 cmd.arg("LATPROF_SKIP_VM=1");
             }
+            // sudo resets the environment: pass on what the tests read.
+            for var in ["LATPROF_SHARED", "LATPROF_FSYNC_DIR"] {
+                if let Some(value) = env::var_os(var) {
+                    let mut arg = std::ffi::OsString::from(format!("{var}="));
+                    arg.push(value);
+                    cmd.arg(arg);
+                }
+            }
             cmd.arg(&exe).arg("--include-ignored").args(extra);
             if run_cmd(&mut cmd).is_err() {
                 failed.push(exe);

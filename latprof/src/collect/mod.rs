@@ -162,9 +162,10 @@ pub struct Snapshot {
     pub wall_ns: u64,
     /// Tick and time-accounting counters per CPU (index: CPU), by `TickCounter`.
     pub ticks: Vec<TickCounts>,
-    /// Per CPU, the tid of the last task during whose time there switches went unseen (0:
-    /// none); live only, recordings do not keep it.
-    pub hidden_tids: Vec<u32>,
+    /// Per CPU, the tid and name of the last task during whose time there switches went
+    /// unseen (tid 0: none), the name as the kernel had it when the gap was found; live only,
+    /// recordings do not keep it.
+    pub hidden_tids: Vec<(u32, String)>,
     /// Each sleep lost or recovered checked against the gaps the kernel's hiding left (live
     /// only, cumulative).
     pub hidden: HiddenSleeps,
@@ -198,12 +199,8 @@ impl Snapshot {
     pub fn losses(&self) -> Vec<String> {
         let c = &self.counters;
         let hidden = c.get(Counter::SwitchesHidden);
-        let mut tids: Vec<u32> = self
-            .hidden_tids
-            .iter()
-            .copied()
-            .filter(|&t| t != 0)
-            .collect();
+        let mut tids: Vec<&(u32, String)> =
+            self.hidden_tids.iter().filter(|(t, _)| *t != 0).collect();
         tids.sort_unstable();
         tids.dedup();
         let lost = c.get(Counter::SleepLost);
@@ -239,13 +236,7 @@ impl Snapshot {
         if hidden > 0 && !tids.is_empty() {
             let who: Vec<String> = tids
                 .iter()
-                .map(|tid| {
-                    let comm = std::fs::read_to_string(format!("/proc/{tid}/comm")).map_or_else(
-                        |_| "exited".to_owned(),
-                        |c| crate::text::printable(c.trim_end_matches('\n')).into_owned(),
-                    );
-                    format!("tid {tid} ({comm})")
-                })
+                .map(|(tid, comm)| format!("tid {tid} ({comm})"))
                 .collect();
             let line = format!(
                 "{hidden} switches hidden: the kernel ran no BPF program while {} was on a CPU",
@@ -689,7 +680,7 @@ fn read_ticks(probe: &Probe) -> Result<Vec<TickCounts>> {
 }
 
 /// Each CPU's last hidden task (0: none).
-fn read_hidden(probe: &Probe) -> Result<Vec<u32>> {
+fn read_hidden(probe: &Probe) -> Result<Vec<(u32, String)>> {
     let map: PerCpuArray<&MapData, CpuSwitch> = PerCpuArray::try_from(
         probe
             .ebpf()
@@ -697,7 +688,10 @@ fn read_hidden(probe: &Probe) -> Result<Vec<u32>> {
             .context("no LAST_SWITCH map")?,
     )?;
     let values = map.get(&0, 0).context("read LAST_SWITCH")?;
-    Ok(values.iter().map(|s| s.hidden_tid).collect())
+    Ok(values
+        .iter()
+        .map(|s| (s.hidden_tid, comm_str(&s.hidden_comm)))
+        .collect())
 }
 
 /// A kernel `comm` (NUL-padded, at most 16 bytes) as text, its control characters escaped:
@@ -736,6 +730,44 @@ mod tests {
         let lines = snap.losses();
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(lines[0].contains("through 6 reads"), "{lines:?}");
+    }
+
+    /// Switches the kernel hid: the lost sleeps' line says their wakeups were hidden and
+    /// names the task (by the name the kernel had when the gap was found, even after it
+    /// exited); with no sleep lost, the hidden switches get a line of their own.
+    #[test]
+    fn hidden_switches_name_the_task_in_the_warning() {
+        let mut snap = Snapshot::default();
+        snap.counters.0[Counter::SwitchesHidden as usize] = 7;
+        snap.hidden_tids = vec![
+            (0, String::new()),
+            (4242, "vmm-agent".to_owned()),
+            (4242, "vmm-agent".to_owned()),
+        ];
+        let lines = snap.losses();
+        assert_eq!(
+            lines,
+            vec![
+                "7 switches hidden: the kernel ran no BPF program while tid 4242 (vmm-agent) was on a CPU"
+                    .to_owned()
+            ]
+        );
+        snap.counters.0[Counter::SleepLost as usize] = 3;
+        let lines = snap.losses();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("3 sleeps lost: their wakeups were hidden (7 switches hidden: "),
+            "{lines:?}"
+        );
+        assert!(lines[0].contains("tid 4242 (vmm-agent)"), "{lines:?}");
+        // Lost with no hidden switch: the plain loss line, which the tests refuse.
+        snap.counters.0[Counter::SwitchesHidden as usize] = 0;
+        let lines = snap.losses();
+        assert!(
+            lines.iter().any(|l| l.starts_with("3 sleeps lost")
+                && !l.contains("their wakeups were hidden")),
+            "{lines:?}"
+        );
     }
 
     /// Names from the kernel reach no terminal raw.

@@ -63,6 +63,7 @@ struct Globals {
     tgid_off: u32,
     flags_off: u32,
     mm_off: u32,
+    comm_off: u32,
     /// `se.sum_exec_runtime` and `sched_info.run_delay` in task_struct; 0: no recovery of
     /// sleeps whose wakeup was hidden.
     exec_runtime_off: u32,
@@ -242,6 +243,7 @@ fn load_variant(
         .override_global(names::GLOBAL_TASK_TGID_OFF, &g.tgid_off, true)
         .override_global(names::GLOBAL_TASK_FLAGS_OFF, &g.flags_off, true)
         .override_global(names::GLOBAL_TASK_MM_OFF, &g.mm_off, true)
+        .override_global(names::GLOBAL_TASK_COMM_OFF, &g.comm_off, true)
         .override_global(
             names::GLOBAL_TASK_EXEC_RUNTIME_OFF,
             &g.exec_runtime_off,
@@ -335,6 +337,12 @@ fn load_variant(
 /// Attaches the programs that end sleeps before the one that starts them: a sleep that starts
 /// while its end is not yet watched would never be closed.
 fn attach_variant(ebpf: &mut Ebpf, variant: Variant) -> Result<()> {
+    // Before anything makes entries: it removes those of tasks first seen while exiting.
+    let free: &mut RawTracePoint = prog_mut(ebpf, names::PROG_SCHED_PROCESS_FREE)?;
+    free.load()
+        .map_err(|e| verifier::rejection(names::PROG_SCHED_PROCESS_FREE, &e))?;
+    free.attach("sched_process_free")
+        .context("attach raw tracepoint sched_process_free")?;
     prog_mut::<RawTracePoint>(ebpf, variant.exit_program())?
         .attach("sched_process_exit")
         .context("attach raw tracepoint sched_process_exit")?;
@@ -528,6 +536,7 @@ impl Probe {
         let tgid_off = btf.member_offset("task_struct", "tgid")?;
         let flags_off = btf.member_offset("task_struct", "flags")?;
         let mm_off = btf.member_offset("task_struct", "mm")?;
+        let comm_off = btf.member_offset("task_struct", "comm")?;
         let mut fallbacks = Vec::new();
         let (exec_runtime_off, run_delay_off) = recovery_offsets(&btf);
         if exec_runtime_off == 0 {
@@ -601,6 +610,7 @@ impl Probe {
             tgid_off,
             flags_off,
             mm_off,
+            comm_off,
             exec_runtime_off,
             run_delay_off,
             // The top bit asks not to log them (see DEBUG_HIDE_WAKEUPS).

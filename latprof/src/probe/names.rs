@@ -96,6 +96,7 @@ pub const PROG_SCHED_WAKEUP_BTF_WALK: &str = "sched_wakeup_btf_walk";
 pub const PROG_SCHED_WAKEUP_BTF_WALK_NOCAS: &str = "sched_wakeup_btf_walk_nocas";
 pub const PROG_SCHED_PROCESS_EXIT: &str = "sched_process_exit";
 pub const PROG_SCHED_PROCESS_EXIT_NOCAS: &str = "sched_process_exit_nocas";
+pub const PROG_SCHED_PROCESS_FREE: &str = "sched_process_free";
 pub const PROG_LOCAL_TIMER_ENTRY: &str = "local_timer_entry";
 pub const PROG_TICK_STOP: &str = "tick_stop";
 pub const PROG_USER_ENTER: &str = "user_enter";
@@ -128,7 +129,7 @@ pub const TICK_PROGRAMS: [&str; 4] = [
 ];
 /// Every program in the object; a session loads three latency programs (one variant of each),
 /// the rename program and the tick programs whose tracepoints exist.
-pub const PROGRAMS: [&str; 21] = [
+pub const PROGRAMS: [&str; 22] = [
     PROG_SCHED_WAKING,
     PROG_HRTIMER_EXPIRE_ENTRY,
     PROG_HRTIMER_EXPIRE_EXIT,
@@ -145,15 +146,16 @@ pub const PROGRAMS: [&str; 21] = [
     PROG_SCHED_WAKEUP_BTF_WALK_NOCAS,
     PROG_SCHED_PROCESS_EXIT,
     PROG_SCHED_PROCESS_EXIT_NOCAS,
+    PROG_SCHED_PROCESS_FREE,
     PROG_LOCAL_TIMER_ENTRY,
     PROG_TICK_STOP,
     PROG_USER_ENTER,
     PROG_USER_EXIT,
     PROG_TASK_RENAME,
 ];
-/// Programs a session has loaded besides the tick programs: the three latency programs and
-/// the rename program.
-pub const LOADED_PROGRAMS: usize = 4;
+/// Programs a session has loaded besides the tick programs: the three latency programs, the
+/// free program and the rename program.
+pub const LOADED_PROGRAMS: usize = 5;
 
 pub const GLOBAL_MODE: &str = "MODE";
 pub const GLOBAL_FILTER_TGID: &str = "FILTER_TGID";
@@ -167,6 +169,7 @@ pub const GLOBAL_TASK_PID_OFF: &str = "TASK_PID_OFF";
 pub const GLOBAL_TASK_TGID_OFF: &str = "TASK_TGID_OFF";
 pub const GLOBAL_TASK_FLAGS_OFF: &str = "TASK_FLAGS_OFF";
 pub const GLOBAL_TASK_MM_OFF: &str = "TASK_MM_OFF";
+pub const GLOBAL_TASK_COMM_OFF: &str = "TASK_COMM_OFF";
 pub const GLOBAL_TASK_EXEC_RUNTIME_OFF: &str = "TASK_EXEC_RUNTIME_OFF";
 pub const GLOBAL_TASK_RUN_DELAY_OFF: &str = "TASK_RUN_DELAY_OFF";
 pub const GLOBAL_DEBUG_HIDE_WAKEUPS: &str = "DEBUG_HIDE_WAKEUPS";
