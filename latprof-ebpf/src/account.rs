@@ -10,14 +10,14 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use latprof_common::{
-    CgroupCause, Counter, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, MODE_LAZY,
-    MODE_NORMAL, SLEEP_NONE, TASK_FLAG_EXITING, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState,
-    hist_bucket,
+    CgroupCause, Counter, GlobalRecord, HIDDEN_SLEEP_LOST, HIST_BUCKETS, Histogram, LatencyRecord,
+    MODE_LAZY, MODE_NORMAL, SLEEP_NONE, TASK_FLAG_EXITING, TASK_FLAG_KTHREAD, TASK_RECORDS,
+    TaskState, hist_bucket,
 };
 
 use crate::{
     debug::anomaly,
-    maps::{CGROUP_LATENCY, GLOBAL_LATENCY, HISTOGRAMS, MERGED, TASKS, count},
+    maps::{CGROUP_LATENCY, GLOBAL_LATENCY, HISTOGRAMS, MERGED, TASKS, count, log_hidden},
     recover::recover,
     settings::{
         CGROUPS_ON, DEBUG_CHECKS, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, TASK_PID_OFF,
@@ -302,23 +302,47 @@ fn merged_max(stack: u64, max_ns: u64) {
 }
 
 /// A task is freed (an RCU grace period after it was reaped): the entry of a task first seen
-/// while exiting goes, if `sched_process_exit` did not take it (a sleep after that hook made
-/// it). Only such entries: the tid may belong to a new task by now.
+/// while exiting is retired as at exit, if `sched_process_exit` did not take it: a sleep after
+/// that hook made it (where the hook runs before `exit_mm`, as on this 6.18 host, the waits
+/// in `exit_mm`, such as exit_aio's or the memory map lock's, come after it). Only such
+/// entries: the tid may belong to a new task by now.
 #[raw_tracepoint(tracepoint = "sched_process_free")]
 pub fn sched_process_free(ctx: RawTracePointContext) -> i32 {
-    try_sched_process_free(&ctx).unwrap_or(1)
+    try_sched_process_free::<true>(&ctx).unwrap_or(1)
 }
 
-fn try_sched_process_free(ctx: &RawTracePointContext) -> Result<i32, i32> {
+/// `sched_process_free` for kernels without BPF compare-and-swap (before 5.12).
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn sched_process_free_nocas(ctx: RawTracePointContext) -> i32 {
+    try_sched_process_free::<false>(&ctx).unwrap_or(1)
+}
+
+fn try_sched_process_free<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
     // TP_PROTO(struct task_struct *p)
     let task: *const u8 = ctx.arg(0);
     let tid = read_field::<i32>(task, TASK_PID_OFF.load())? as u32;
-    if let Some(entry) = TASKS.get_ptr(&tid)
-        // SAFETY: a map value; a racing writer changes no flag.
-        && unsafe { (*entry).flags } & TASK_FLAG_EXITING != 0
-    {
-        let _ = TASKS.remove(&tid);
+    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+        return Ok(0);
+    };
+    // SAFETY: the task is dead: nothing of its own writes its entry any more.
+    let entry = unsafe { &mut *entry };
+    if entry.flags & TASK_FLAG_EXITING != 0 {
         count(Counter::ExitingFreed);
+        // A sleep still open never saw its wakeup (the kernel hid it); the task's run time is
+        // not current's to read here, so it is lost, and logged for the check against the
+        // hidden stretches.
+        if entry.sleep_kind != SLEEP_NONE {
+            count(Counter::SleepLost);
+            log_hidden(
+                HIDDEN_SLEEP_LOST,
+                tid,
+                entry.sleep_start_ns,
+                unsafe { bpf_ktime_get_ns() },
+                0,
+            );
+            entry.sleep_kind = SLEEP_NONE;
+        }
+        retire::<CAS>(ctx, tid, entry);
     }
     Ok(0)
 }
@@ -353,7 +377,14 @@ fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result
         let task = unsafe { bpf_get_current_task() } as *const u8;
         recover::<CAS>(tid, entry, task, unsafe { bpf_ktime_get_ns() });
     }
-    let entry = &*entry;
+    retire::<CAS>(ctx, tid, entry);
+    Ok(0)
+}
+
+/// The end of a task's entry: in lazy mode its records merge into the global table, with
+/// cgroups into the per-cgroup table; then the entry goes.
+#[inline(always)]
+fn retire<const CAS: bool>(ctx: &RawTracePointContext, tid: u32, entry: &TaskState) {
     let lazy = MODE.load() == MODE_LAZY;
     // The per-cgroup table takes exited tasks' records in both modes (normal mode puts only
     // the global table on the hot path).
@@ -402,5 +433,4 @@ fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result
         }
         let _ = TASKS.remove(&tid);
     }
-    Ok(0)
 }

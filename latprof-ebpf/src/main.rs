@@ -42,14 +42,14 @@
 //!     refuses the cache).
 //!
 //! The `_nocas` twins (`sched_switch_nocas`, `sched_wakeup_nocas`,
-//! `sched_wakeup_btf_bounded_nocas`, `sched_wakeup_btf_walk_nocas`,
-//! `sched_process_exit_nocas`) are the same programs without BPF compare-and-swap, for kernels
+//! `sched_wakeup_btf_bounded_nocas`, `sched_wakeup_btf_walk_nocas`, `sched_process_exit_nocas`,
+//! `sched_process_free_nocas`) are the same programs without BPF compare-and-swap, for kernels
 //! before 5.12, which reject the instruction even where it never runs: the spike reader's flag
 //! is taken with a plain load and store, and normal mode keeps maxima per CPU (`MERGED`) for
 //! user space to combine. `sched_wakeup_btf` needs no twin: `bpf_loop` came after
 //! compare-and-swap. Each variant is one instantiation of the same code (const parameters
-//! `CAS`, `HELPERS`, `BT`), so it holds nothing another kernel would refuse (verifier rule 7
-//! in [`stack_cache`]).
+//! `CAS`, `HELPERS`, `BT`), so it holds nothing another kernel would refuse (verifier rule 7 in
+//! [`stack_cache`]).
 //!
 //! # Modules
 //!

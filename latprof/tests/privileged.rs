@@ -346,7 +346,17 @@ impl Cumulative {
                 let c = cur.get(stack).copied().unwrap_or_default();
                 assert!(
                     c.count >= p.count && c.total_ns >= p.total_ns,
-                    "cause {stack:x} went back from {p:?} to {c:?} (retries {}; {} tasks)",
+                    "cause {stack:x} ({}) went back from {p:?} to {c:?} (retries {}; {} tasks)",
+                    Kallsyms::load().map_or_else(
+                        |_| String::new(),
+                        |syms| Backtrace::of(
+                            *stack,
+                            snap.stacks.get(stack).map(Vec::as_slice),
+                            &syms,
+                            12
+                        )
+                        .join(" ")
+                    ),
                     snap.retries,
                     snap.tasks.len()
                 );

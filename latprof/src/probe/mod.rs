@@ -306,6 +306,7 @@ fn load_variant(
             (variant.wakeup_program(), btf),
             (variant.switch_program(), None),
             (variant.exit_program(), None),
+            (variant.free_program(), None),
         ];
         let mut loaded = Vec::new();
         let mut failed = None;
@@ -337,11 +338,9 @@ fn load_variant(
 /// Attaches the programs that end sleeps before the one that starts them: a sleep that starts
 /// while its end is not yet watched would never be closed.
 fn attach_variant(ebpf: &mut Ebpf, variant: Variant) -> Result<()> {
-    // Before anything makes entries: it removes those of tasks first seen while exiting.
-    let free: &mut RawTracePoint = prog_mut(ebpf, names::PROG_SCHED_PROCESS_FREE)?;
-    free.load()
-        .map_err(|e| verifier::rejection(names::PROG_SCHED_PROCESS_FREE, &e))?;
-    free.attach("sched_process_free")
+    // Before anything makes entries: it retires those of tasks first seen while exiting.
+    prog_mut::<RawTracePoint>(ebpf, variant.free_program())?
+        .attach("sched_process_free")
         .context("attach raw tracepoint sched_process_free")?;
     prog_mut::<RawTracePoint>(ebpf, variant.exit_program())?
         .attach("sched_process_exit")

@@ -97,6 +97,7 @@ pub const PROG_SCHED_WAKEUP_BTF_WALK_NOCAS: &str = "sched_wakeup_btf_walk_nocas"
 pub const PROG_SCHED_PROCESS_EXIT: &str = "sched_process_exit";
 pub const PROG_SCHED_PROCESS_EXIT_NOCAS: &str = "sched_process_exit_nocas";
 pub const PROG_SCHED_PROCESS_FREE: &str = "sched_process_free";
+pub const PROG_SCHED_PROCESS_FREE_NOCAS: &str = "sched_process_free_nocas";
 pub const PROG_LOCAL_TIMER_ENTRY: &str = "local_timer_entry";
 pub const PROG_TICK_STOP: &str = "tick_stop";
 pub const PROG_USER_ENTER: &str = "user_enter";
@@ -129,7 +130,7 @@ pub const TICK_PROGRAMS: [&str; 4] = [
 ];
 /// Every program in the object; a session loads three latency programs (one variant of each),
 /// the rename program and the tick programs whose tracepoints exist.
-pub const PROGRAMS: [&str; 22] = [
+pub const PROGRAMS: [&str; 23] = [
     PROG_SCHED_WAKING,
     PROG_HRTIMER_EXPIRE_ENTRY,
     PROG_HRTIMER_EXPIRE_EXIT,
@@ -147,6 +148,7 @@ pub const PROGRAMS: [&str; 22] = [
     PROG_SCHED_PROCESS_EXIT,
     PROG_SCHED_PROCESS_EXIT_NOCAS,
     PROG_SCHED_PROCESS_FREE,
+    PROG_SCHED_PROCESS_FREE_NOCAS,
     PROG_LOCAL_TIMER_ENTRY,
     PROG_TICK_STOP,
     PROG_USER_ENTER,

@@ -36,6 +36,14 @@ impl Variant {
         }
     }
 
+    pub(super) fn free_program(self) -> &'static str {
+        if self.cas {
+            names::PROG_SCHED_PROCESS_FREE
+        } else {
+            names::PROG_SCHED_PROCESS_FREE_NOCAS
+        }
+    }
+
     pub(super) fn exit_program(self) -> &'static str {
         if self.cas {
             names::PROG_SCHED_PROCESS_EXIT
