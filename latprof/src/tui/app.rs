@@ -70,7 +70,8 @@ pub struct App {
     /// The counters tab (pipeline and tick counters) instead of the causes.
     pub counters: bool,
     pub quit: bool,
-    /// A second header line (replay: where in the recording, and the interval shown).
+    /// A second header line (replay: where in the recording, and the interval shown; top: that
+    /// cgroup views are not available).
     pub status: Option<String>,
     /// Replaces the key hints in the footer.
     pub footer: Option<String>,

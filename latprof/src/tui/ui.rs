@@ -468,7 +468,8 @@ fn render_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
 }
 
 fn render_help(f: &mut Frame<'_>, app: &App, area: Rect) {
-    let replay = app.status.is_some();
+    // Replay replaces the footer's key hints; top's status line may say other things.
+    let replay = app.footer.is_some();
     let w = area.width.min(60);
     let h = area.height.min(if replay { 21 } else { 17 });
     let popup = Rect::new(
