@@ -342,6 +342,15 @@ impl App {
         })
     }
 
+    /// Whether the snapshots keep histograms per cgroup (live ones do; a recording keeps the
+    /// sums), so that a cgroup's histogram is its own.
+    #[must_use]
+    pub fn histograms_by_cgroup(&self) -> bool {
+        self.cur
+            .as_ref()
+            .is_some_and(|c| !c.cgroup_histograms.is_empty())
+    }
+
     /// A row's latency histogram since the baseline (in the cgroup shown, where the snapshot
     /// keeps histograms per cgroup).
     #[must_use]
