@@ -190,7 +190,8 @@ fn top_in_a_real_terminal() {
 #[ignore = "needs root and tmux: run `cargo xtask test`"]
 fn top_shows_cgroups_and_one_at_a_time() {
     latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
-    let name = format!("latprof-tui-{}.service", std::process::id());
+    // Short enough for the processes pane's cgroup column.
+    let name = format!("lt{}.service", std::process::id());
     let groups = common::cgroups::Cgroups::make(&[&name]);
     let work = Workload::sleeper();
     let pid = work.0.id().to_string();
@@ -222,10 +223,11 @@ fn top_shows_cgroups_and_one_at_a_time() {
         &format!("Processes in {name}"),
         "Application requested delay",
     ]);
-    assert!(
-        screen.contains(&format!(" {pid} ")),
-        "the workload is in it:\n{screen}"
-    );
+    let row = screen
+        .lines()
+        .find(|l| l.contains(&format!(" {pid} ")))
+        .unwrap_or_else(|| panic!("the workload is not in it:\n{screen}"));
+    assert!(row.contains(&name), "its row names its cgroup:\n{screen}");
     tmux.keys(&["Escape"]);
     tmux.wait_for(&["Global causes"]);
     tmux.keys(&["q"]);
