@@ -145,7 +145,7 @@ fn check_cgroups(out: &str) {
         }
         if run == "cgroup filter" {
             // B's workload slept as much, and nothing outside A was counted.
-            let others: Vec<&String> = text
+            let others: Vec<&&str> = text
                 .iter()
                 .filter(|l| l.starts_with("cgroup ") && !l.starts_with("cgroup lp-a.service "))
                 .collect();
