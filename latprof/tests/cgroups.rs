@@ -225,12 +225,12 @@ fn the_cgroup_filter_keeps_one_subtree() {
         let text = format!("{json}\n{err}");
         let missing = common::reported_missing(&err);
         for (i, name) in [(0, a.as_str()), (1, "inner")] {
-            let c = json_cgroup(&doc, id(i)).unwrap_or_else(|| panic!("no {name}:\n{text}"));
-            assert_eq!(c["name"], name, "{text}");
-            let n = json_nanosleeps(c);
+            let cgroup = json_cgroup(&doc, id(i)).unwrap_or_else(|| panic!("no {name}:\n{text}"));
+            assert_eq!(cgroup["name"], name, "{text}");
+            let counted = json_nanosleeps(cgroup);
             assert!(
-                n <= slept[i] && n + missing >= slept[i],
-                "{name}: {n} nanosleeps for {} slept\n{text}",
+                counted <= slept[i] && counted + missing >= slept[i],
+                "{name}: {counted} nanosleeps for {} slept\n{text}",
                 slept[i]
             );
         }
@@ -363,13 +363,13 @@ fn a_recording_keeps_a_removed_cgroup() {
         ])
         .stdout(Stdio::null());
         let (recorder, stderr) = common::start(&mut cmd, "recording to");
-        let mut w = Workload::spawn(&["sleep", "--count", "30", "--interval", "2ms"]);
-        move_into(&w, &dir);
-        w.go();
-        let slept = w.wait_fact("slept");
+        let mut work = Workload::spawn(&["sleep", "--count", "30", "--interval", "2ms"]);
+        move_into(&work, &dir);
+        work.go();
+        let slept = work.wait_fact("slept");
         // Seen present by a few snapshots, then gone for a few more.
         std::thread::sleep(Duration::from_millis(500));
-        w.release();
+        work.release();
         remove_dir(&dir);
         assert!(!dir.exists(), "{} still there", dir.display());
         std::thread::sleep(Duration::from_millis(500));
