@@ -69,13 +69,23 @@ pub fn id_of(dir: &Path) -> std::io::Result<u64> {
 }
 
 /// Ids to paths, from walks of the cgroup2 file system; names kept after removal.
+///
+/// A walk reads every directory of the hierarchy, thousands on a container host, so it runs
+/// only when a snapshot names an id it has not placed yet, or a referenced cgroup's directory
+/// is no longer where it was (one `stat` per referenced cgroup and snapshot finds that). An id
+/// known removed, or one no walk found (a cgroup made and removed between two walks), never
+/// causes another.
 #[derive(Debug, Default)]
 pub struct CgroupNames {
     root: Option<PathBuf>,
     /// Every id seen in any walk, with its path.
     paths: HashMap<u64, String>,
-    /// Ids present in the last walk.
+    /// Ids present in the last walk and still at their path at the last refresh.
     present: HashSet<u64>,
+    /// Ids referenced that a walk made after they were referenced did not find.
+    unseen: HashSet<u64>,
+    /// Walks so far (for the tests: a refresh walks only when it must).
+    walks: u64,
 }
 
 impl CgroupNames {
@@ -83,19 +93,47 @@ impl CgroupNames {
     /// with the legacy hierarchy only: cgroup views are not available).
     #[must_use]
     pub fn new() -> Option<Self> {
+        Some(Self::at(mount_point()?))
+    }
+
+    /// Names from a cgroup2 file system (or, in tests, any directory tree) at `root`.
+    #[must_use]
+    pub fn at(root: PathBuf) -> Self {
         let mut names = Self {
-            root: Some(mount_point()?),
+            root: Some(root),
             ..Self::default()
         };
         names.walk();
-        Some(names)
+        names
     }
 
-    /// Walks the file system again if any of `ids` is unknown or no longer present, so that
-    /// cgroups made since are named and removed ones marked.
+    /// Brings the names of `ids` up to date: a cgroup whose directory is gone from its path
+    /// (or is another directory now) is marked removed, or found where it was renamed to; an
+    /// id never placed is looked for. Either walks the file system once; nothing else does.
     pub fn refresh(&mut self, ids: impl IntoIterator<Item = u64>) {
-        if self.root.is_some() && ids.into_iter().any(|id| !self.present.contains(&id)) {
+        let Some(root) = self.root.clone() else {
+            return;
+        };
+        let ids: Vec<u64> = ids.into_iter().collect();
+        let mut walk = false;
+        for &id in &ids {
+            if self.present.contains(&id) {
+                let path = self
+                    .paths
+                    .get(&id)
+                    .map(|p| root.join(p.trim_start_matches('/')));
+                if path.is_none_or(|p| id_of(&p).ok() != Some(id)) {
+                    self.present.remove(&id);
+                    walk = true;
+                }
+            } else if !self.paths.contains_key(&id) && !self.unseen.contains(&id) {
+                walk = true;
+            }
+        }
+        if walk {
             self.walk();
+            self.unseen
+                .extend(ids.iter().filter(|id| !self.paths.contains_key(id)));
         }
     }
 
@@ -104,6 +142,7 @@ impl CgroupNames {
         let Some(root) = self.root.clone() else {
             return;
         };
+        self.walks += 1;
         self.present.clear();
         let mut stack = vec![(root, String::from("/"))];
         while let Some((dir, rel)) = stack.pop() {
@@ -134,6 +173,7 @@ impl CgroupNames {
         let present = &self.present;
         self.paths
             .retain(|id, _| present.contains(id) || referenced.contains(id));
+        self.unseen.retain(|id| referenced.contains(id));
     }
 
     /// Where `id` is (was) below the mount, and whether it is gone since; the name is
@@ -157,18 +197,18 @@ pub fn readable_name(path: &str) -> String {
     let Some(last) = parts.last() else {
         return "/".to_owned();
     };
-    let container = parts
-        .iter()
-        .rev()
-        .find_map(|p| container_of(p))
-        .map(|(runtime, id)| {
-            // docker's cgroupfs driver: a bare id below `docker`.
-            if runtime == "container" && parts.contains(&"docker") {
-                ("docker", id)
-            } else {
-                (runtime, id)
-            }
-        });
+    let container = parts.iter().enumerate().rev().find_map(|(i, p)| {
+        let (runtime, id) = container_of(p)?;
+        // A bare id (cgroupfs drivers): docker's below `docker`, containerd's (`ctr`,
+        // nerdctl) below its namespace (`/default/<id>`, `/k8s.io/<id>`); below a pod the
+        // runtime is not in the path.
+        let runtime = match (runtime, i) {
+            ("container", _) if parts.contains(&"docker") => "docker",
+            ("container", 1) if !parts[0].starts_with("kubepods") => "containerd",
+            _ => runtime,
+        };
+        Some((runtime, id))
+    });
     let pod = parts.iter().rev().find_map(|p| pod_of(p));
     match (pod, container) {
         (Some(pod), Some((runtime, id))) => format!("pod {pod}/{runtime}:{id}"),
@@ -189,22 +229,26 @@ pub fn readable_name(path: &str) -> String {
 
 /// A container runtime and short id from one path component: `docker-<id>.scope`,
 /// `cri-containerd-<id>.scope`, `crio-<id>.scope`, `libpod-<id>.scope` (systemd driver) or a bare
-/// 64-hex id (cgroupfs driver, under `docker/` or a pod).
+/// 64-hex id (cgroupfs driver, under `docker/`, a containerd namespace or a pod). The monitor
+/// cri-o and podman run beside each container (`crio-conmon-<id>.scope`) is that container's,
+/// marked `(conmon)`.
 fn container_of(part: &str) -> Option<(&'static str, String)> {
-    const PREFIXES: [(&str, &str); 6] = [
-        ("docker-", "docker"),
-        ("cri-containerd-", "containerd"),
-        ("nerdctl-", "containerd"),
-        ("crio-", "cri-o"),
-        ("libpod-", "podman"),
-        ("", "container"),
+    const PREFIXES: [(&str, &str, &str); 8] = [
+        ("docker-", "docker", ""),
+        ("cri-containerd-", "containerd", ""),
+        ("nerdctl-", "containerd", ""),
+        ("crio-conmon-", "cri-o", " (conmon)"),
+        ("crio-", "cri-o", ""),
+        ("libpod-conmon-", "podman", " (conmon)"),
+        ("libpod-", "podman", ""),
+        ("", "container", ""),
     ];
     let base = part.strip_suffix(".scope").unwrap_or(part);
-    for (prefix, runtime) in PREFIXES {
+    for (prefix, runtime, what) in PREFIXES {
         if let Some(id) = base.strip_prefix(prefix)
             && is_container_id(id)
         {
-            return Some((runtime, id[..12].to_owned()));
+            return Some((runtime, format!("{}{what}", &id[..12])));
         }
     }
     None
@@ -286,6 +330,20 @@ mod tests {
             readable_name(&format!("/system.slice/nerdctl-{ID}.scope")),
             format!("containerd:{short}")
         );
+        // containerd's own cgroupfs layout (`ctr run`): the namespace, then the id.
+        assert_eq!(
+            readable_name(&format!("/default/{ID}")),
+            format!("containerd:{short}")
+        );
+        // The monitors beside cri-o's and podman's containers are theirs.
+        assert_eq!(
+            readable_name(&format!("/system.slice/crio-conmon-{ID}.scope")),
+            format!("cri-o:{short} (conmon)")
+        );
+        assert_eq!(
+            readable_name(&format!("/machine.slice/libpod-conmon-{ID}.scope")),
+            format!("podman:{short} (conmon)")
+        );
         // Not an id: too short.
         assert_eq!(
             readable_name("/system.slice/docker-abc.scope"),
@@ -329,6 +387,67 @@ mod tests {
         );
         assert_eq!(unescape_mount("/a\\040b"), "/a b");
         assert_eq!(unescape_mount("/a\\x"), "/a\\x");
+    }
+
+    /// A directory tree stands in for the cgroup2 file system: ids are inode numbers there
+    /// too. Walks happen only where an id is new or its directory moved; a removal is found
+    /// by the next refresh and costs one walk, not one per snapshot after.
+    #[test]
+    fn walks_only_when_something_changed() {
+        let root = std::env::temp_dir().join(format!("latprof-cgtree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for dir in [
+            "system.slice/nginx.service",
+            "system.slice/gone.service",
+            "kept",
+        ] {
+            std::fs::create_dir_all(root.join(dir)).expect("mkdir");
+        }
+        let ino = |rel: &str| id_of(&root.join(rel)).expect("stat");
+        let (nginx, gone, kept) = (
+            ino("system.slice/nginx.service"),
+            ino("system.slice/gone.service"),
+            ino("kept"),
+        );
+        let mut names = CgroupNames::at(root.clone());
+        assert_eq!(names.walks, 1);
+        let place = names.place(nginx);
+        assert_eq!(place.path.as_deref(), Some("/system.slice/nginx.service"));
+        assert!(!place.removed);
+        assert_eq!(names.place(ino("")).path.as_deref(), Some("/"));
+        // Nothing changed: one stat each, no walk.
+        names.refresh([nginx, gone, kept]);
+        names.refresh([nginx, gone, kept]);
+        assert_eq!(names.walks, 1);
+        // Made since: one walk finds it.
+        std::fs::create_dir(root.join("kept/new.scope")).expect("mkdir");
+        let new = ino("kept/new.scope");
+        names.refresh([nginx, new]);
+        assert_eq!(names.walks, 2);
+        assert_eq!(names.place(new).path.as_deref(), Some("/kept/new.scope"));
+        // Removed: marked at the next refresh (one walk), and no walk after for it.
+        std::fs::remove_dir(root.join("system.slice/gone.service")).expect("rmdir");
+        names.refresh([nginx, gone, kept]);
+        assert_eq!(names.walks, 3);
+        let place = names.place(gone);
+        assert!(place.removed);
+        assert_eq!(place.path.as_deref(), Some("/system.slice/gone.service"));
+        names.refresh([nginx, gone, kept]);
+        assert_eq!(names.walks, 3);
+        // Renamed: found at its new path, not removed.
+        std::fs::rename(root.join("kept"), root.join("moved")).expect("rename");
+        names.refresh([kept, new]);
+        assert_eq!(names.walks, 4);
+        assert_eq!(names.place(kept).path.as_deref(), Some("/moved"));
+        assert!(!names.place(kept).removed);
+        assert_eq!(names.place(new).path.as_deref(), Some("/moved/new.scope"));
+        // An id no walk finds (made and removed between walks): looked for once.
+        names.refresh([u64::MAX]);
+        names.refresh([u64::MAX, nginx]);
+        assert_eq!(names.walks, 5);
+        assert!(names.place(u64::MAX).removed);
+        assert_eq!(names.place(u64::MAX).path, None);
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

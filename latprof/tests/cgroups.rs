@@ -76,12 +76,25 @@ fn run(
     work: &[(&Path, u32)],
     before_stop: impl FnOnce(),
 ) -> (Vec<Section>, String, Vec<u64>) {
+    let (text, rest, slept) = run_as("text", args, work, before_stop);
+    (sections(&text), format!("{text}\n{rest}"), slept)
+}
+
+/// The same in `format`: stdout, stderr and the sleeps slept.
+fn run_as(
+    format: &str,
+    args: &[&str],
+    work: &[(&Path, u32)],
+    before_stop: impl FnOnce(),
+) -> (String, String, Vec<u64>) {
     let mut cmd = Command::new(LATPROF);
     cmd.args(args)
         .args([
             "stats",
             "--by",
             "cgroup",
+            "--format",
+            format,
             "--all-sleeps",
             "--duration",
             "120s",
@@ -106,7 +119,31 @@ fn run(
     before_stop();
     let (out, rest) = common::interrupt(stats, stderr);
     let text = String::from_utf8(out.stdout).expect("utf-8");
-    (sections(&text), format!("{text}\n{rest}"), slept)
+    (text, rest, slept)
+}
+
+/// A JSON cgroup's nanosleeps (the count of its causes through `hrtimer_nanosleep`).
+fn json_nanosleeps(cgroup: &serde_json::Value) -> u64 {
+    cgroup["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .filter(|c| {
+            c["frames"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f == "hrtimer_nanosleep"))
+        })
+        .map(|c| c["count"].as_u64().expect("count"))
+        .sum()
+}
+
+/// The JSON document's cgroup with id `id`, if any.
+fn json_cgroup(doc: &serde_json::Value, id: u64) -> Option<&serde_json::Value> {
+    doc["cgroups"]
+        .as_array()
+        .expect("cgroups")
+        .iter()
+        .find(|c| c["id"] == id)
 }
 
 fn find<'a>(all: &'a [Section], name: &str, text: &str) -> &'a Section {
@@ -173,7 +210,9 @@ fn the_cgroup_filter_keeps_one_subtree() {
         );
         let groups = Cgroups::make(&[&a, &child, &b]);
         let filter = groups.path(0).to_str().expect("utf-8").to_owned();
-        let (all, text, slept) = run(
+        let id = |i: usize| latprof::cgroups::id_of(groups.path(i)).expect("cgroup id");
+        let (json, err, slept) = run_as(
+            "json",
             &["--cgroup", &filter],
             &[
                 (groups.path(0), 40),
@@ -182,21 +221,32 @@ fn the_cgroup_filter_keeps_one_subtree() {
             ],
             || {},
         );
-        let missing = common::reported_missing(&text);
-        assert!(
-            find(&all, &a, &text).nanosleeps() + missing >= slept[0],
-            "{text}"
-        );
-        assert!(
-            find(&all, "inner", &text).nanosleeps() + missing >= slept[1],
-            "{text}"
-        );
-        // Nothing from B, nor from anything else on the machine.
-        assert!(all.iter().all(|s| s.name != b), "{text}");
-        assert!(
-            all.iter().all(|s| s.name == a || s.name == "inner"),
-            "only A's subtree:\n{text}"
-        );
+        let doc: serde_json::Value = serde_json::from_str(&json).expect("json");
+        let text = format!("{json}\n{err}");
+        let missing = common::reported_missing(&err);
+        for (i, name) in [(0, a.as_str()), (1, "inner")] {
+            let cgroup = json_cgroup(&doc, id(i)).unwrap_or_else(|| panic!("no {name}:\n{text}"));
+            assert_eq!(cgroup["name"], name, "{text}");
+            let counted = json_nanosleeps(cgroup);
+            assert!(
+                counted <= slept[i] && counted + missing >= slept[i],
+                "{name}: {counted} nanosleeps for {} slept\n{text}",
+                slept[i]
+            );
+        }
+        // B's workload slept as much, and none of it was counted: an explicit zero.
+        assert_eq!(slept[2], 50, "{text}");
+        let b_count = json_cgroup(&doc, id(2)).map_or(0, |c| c["count"].as_u64().expect("count"));
+        assert_eq!(b_count, 0, "B counted under --cgroup A:\n{text}");
+        // Nor anything else on the machine: only A's subtree.
+        let others: u64 = doc["cgroups"]
+            .as_array()
+            .expect("cgroups")
+            .iter()
+            .filter(|c| c["id"] != id(0) && c["id"] != id(1))
+            .map(|c| c["count"].as_u64().expect("count"))
+            .sum();
+        assert_eq!(others, 0, "only A's subtree:\n{text}");
     });
 }
 
@@ -285,4 +335,144 @@ fn json_and_folded_name_the_cgroup() {
             );
         }
     }
+}
+
+/// A recording keeps its cgroups after they are gone: a workload recorded in a cgroup that is
+/// removed before the recording ends shows, in `dump --by cgroup` (text and JSON), under its
+/// name and path, marked removed, with its sleeps.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_recording_keeps_a_removed_cgroup() {
+    twice("recorded removed cgroup", || {
+        let p = prefix();
+        let name = format!("{p}-rec.service");
+        let groups = Cgroups::make(&[&name]);
+        let dir = groups.path(0).to_owned();
+        let file = std::env::temp_dir().join(format!("{p}-cgroups.lpr"));
+        let path = file.to_str().expect("utf-8").to_owned();
+        let mut cmd = Command::new(LATPROF);
+        cmd.args([
+            "record",
+            "--duration",
+            "120s",
+            "--interval",
+            "100ms",
+            "--force",
+            "-o",
+            &path,
+        ])
+        .stdout(Stdio::null());
+        let (recorder, stderr) = common::start(&mut cmd, "recording to");
+        let mut work = Workload::spawn(&["sleep", "--count", "30", "--interval", "2ms"]);
+        move_into(&work, &dir);
+        work.go();
+        let slept = work.wait_fact("slept");
+        // Seen present by a few snapshots, then gone for a few more.
+        std::thread::sleep(Duration::from_millis(500));
+        work.release();
+        remove_dir(&dir);
+        assert!(!dir.exists(), "{} still there", dir.display());
+        std::thread::sleep(Duration::from_millis(500));
+        let (_, rest) = common::interrupt(recorder, stderr);
+        let missing = common::reported_missing(&rest);
+
+        let dump = |format: &str| {
+            let out = Command::new(LATPROF)
+                .args(["dump", &path, "--by", "cgroup", "--format", format])
+                .output()
+                .expect("latprof dump");
+            let text = String::from_utf8(out.stdout).expect("utf-8");
+            assert!(
+                out.status.success(),
+                "{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            text
+        };
+        let text = dump("text");
+        let all = sections(&text);
+        let s = find(&all, &name, &text);
+        assert_eq!(s.place, format!("/{name}, removed"), "{text}");
+        let n = s.nanosleeps();
+        assert!(
+            n <= slept && n + missing >= slept,
+            "{n} nanosleeps for {slept} slept ({missing} reported missing)\n{text}\n{rest}"
+        );
+
+        let json = dump("json");
+        let doc: serde_json::Value = serde_json::from_str(&json).expect("json");
+        let c = doc["cgroups"]
+            .as_array()
+            .expect("cgroups")
+            .iter()
+            .find(|c| c["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("no {name}:\n{json}"));
+        assert_eq!(c["path"], format!("/{name}"), "{json}");
+        assert_eq!(c["removed"], true, "{json}");
+        assert_eq!(json_nanosleeps(c), n, "{json}");
+        let _ = std::fs::remove_file(&file);
+    });
+}
+
+/// A host with the legacy hierarchy only (cgroup2 unmounted in a mount namespace of its own,
+/// wherever /proc/mounts says it is): latprof says once that cgroup views are not available
+/// and counts as before.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_host_without_cgroup_v2_says_so_once() {
+    // Every cgroup2 mount unmounted in the namespace, checked, then latprof in its place.
+    const NO_CGROUP2: &str = r#"for m in $(awk '$3 == "cgroup2" {print $2}' /proc/mounts); do umount -l "$m" || exit 99; done
+grep -q ' cgroup2 ' /proc/mounts && exit 98
+exec "$@""#;
+    let legacy = |args: &[&str]| {
+        let mut cmd = Command::new("unshare");
+        cmd.args([
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            NO_CGROUP2,
+            "sh",
+        ])
+        .arg(LATPROF)
+        .args(args)
+        .stdout(Stdio::piped());
+        cmd
+    };
+    let mut w = Workload::spawn(&["sleep", "--count", "20", "--interval", "2ms"]);
+    let pid = w.pid().to_string();
+    let (stats, stderr) = common::start(
+        &mut legacy(&["stats", "--pid", &pid, "--duration", "120s"]),
+        "attached",
+    );
+    w.go();
+    let slept = w.wait_fact("slept");
+    w.release();
+    let (out, rest) = common::interrupt(stats, stderr);
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let notices: Vec<&str> = rest.lines().filter(|l| l.contains("cgroup")).collect();
+    assert_eq!(
+        notices,
+        [latprof::probe::NO_CGROUP_VIEWS].map(|n| format!("latprof: {n}")),
+        "{rest}"
+    );
+    // The stats as ever: the workload's nanosleeps.
+    let missing = common::reported_missing(&rest);
+    let n: u64 = text
+        .lines()
+        .filter(|l| l.contains(" hrtimer_nanosleep "))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    assert!(
+        n <= slept && n + missing >= slept,
+        "{n} nanosleeps for {slept} slept\n{text}\n{rest}"
+    );
+    // `--by cgroup` has nothing to show, and says why.
+    let out = legacy(&["stats", "--by", "cgroup", "--duration", "1s"])
+        .output()
+        .expect("unshare (util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("cgroup v2 not mounted"), "{text}");
 }

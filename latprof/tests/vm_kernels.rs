@@ -99,32 +99,58 @@ fn check_nanosleep(out: &str, mode: &str, variant: &str) {
 }
 
 /// Two cgroups with a nanosleep workload each: `stats --by cgroup` gives each exactly its
-/// workload's sleeps (the VMs hide nothing: no loss allowed), under the cgroup's name.
+/// workload's sleeps (the VMs hide nothing: no loss allowed), under the cgroup's name. Beside
+/// it, `--cgroup` on the first in normal mode: its sleeps exactly, and none of the second's.
 fn check_cgroups(out: &str) {
-    assert_eq!(rc(out, "cgroups"), "0", "{out}");
-    let text = section(out, "cgroups");
-    let stderr = section(out, "cgroups stderr").join("\n");
-    assert!(!stderr.contains("sleeps lost"), "{stderr}");
-    for (name, which, least) in [("lp-a.service", "a", 55), ("lp-b", "b", 27)] {
-        let slept = fact(
+    let slept = |which: &str| {
+        fact(
             &section(out, &format!("cgroups workload {which}")).join(" "),
             "slept",
-        );
-        assert!(
-            slept >= least,
-            "{name}: the workload slept only {slept} times"
-        );
-        let at = text
-            .iter()
-            .position(|l| l.starts_with(&format!("cgroup {name} (/{name}): ")))
-            .unwrap_or_else(|| panic!("no cgroup {name}:\n{}\n{stderr}", text.join("\n")));
-        let count = text[at + 1..]
-            .iter()
-            .take_while(|l| l.starts_with("  "))
-            .find(|l| l.contains(" hrtimer_nanosleep "))
-            .and_then(|l| l.split_whitespace().next())
-            .map(|n| num(n, "count"));
-        assert_eq!(count, Some(slept), "{name}:\n{}\n{stderr}", text.join("\n"));
+        )
+    };
+    for (run, expect) in [
+        (
+            "cgroups",
+            &[("lp-a.service", "a", 55), ("lp-b", "b", 27)][..],
+        ),
+        ("cgroup filter", &[("lp-a.service", "a", 55)][..]),
+    ] {
+        assert_eq!(rc(out, run), "0", "{out}");
+        let text = section(out, run);
+        let stderr = section(out, &format!("{run} stderr")).join("\n");
+        assert!(!stderr.contains("sleeps lost"), "{stderr}");
+        let cgroup_sleeps = |name: &str| -> Option<u64> {
+            let at = text
+                .iter()
+                .position(|l| l.starts_with(&format!("cgroup {name} (/{name}): ")))?;
+            text[at + 1..]
+                .iter()
+                .take_while(|l| l.starts_with("  "))
+                .find(|l| l.contains(" hrtimer_nanosleep "))
+                .and_then(|l| l.split_whitespace().next())
+                .map(|n| num(n, "count"))
+        };
+        for &(name, which, least) in expect {
+            let slept = slept(which);
+            assert!(
+                slept >= least,
+                "{name}: the workload slept only {slept} times"
+            );
+            assert_eq!(
+                cgroup_sleeps(name),
+                Some(slept),
+                "{run}: {name}:\n{}\n{stderr}",
+                text.join("\n")
+            );
+        }
+        if run == "cgroup filter" {
+            // B's workload slept as much, and nothing outside A was counted.
+            let others: Vec<&&str> = text
+                .iter()
+                .filter(|l| l.starts_with("cgroup ") && !l.starts_with("cgroup lp-a.service "))
+                .collect();
+            assert!(others.is_empty(), "{run}: counted outside A: {others:?}");
+        }
     }
 }
 

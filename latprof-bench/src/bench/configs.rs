@@ -21,6 +21,9 @@ pub(super) enum Config {
     /// latprof lazy without cgroup attribution (the hidden `--debug-no-cgroups`): what
     /// attributing each sleep to its cgroup costs is lazy's time less this one's.
     LazyNoCgroups,
+    /// latprof normal without cgroup attribution: normal mode's exit merge into the per-cgroup
+    /// table and its per-event record search, against `Normal`.
+    NormalNoCgroups,
     /// latprof lazy with waker attribution (`--wakers`): what attributing each sleep to its
     /// waker costs is this one's time less lazy's.
     LazyWakers,
@@ -51,10 +54,11 @@ pub(super) const MAIN_CONFIGS: [Config; 7] = [
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
 /// lazy and normal together on the fork storm, and the spikes.
-pub(super) const EXTRA_CONFIGS: [Config; 10] = [
+pub(super) const EXTRA_CONFIGS: [Config; 11] = [
     Config::LazyDebug,
     Config::LazyWalk,
     Config::LazyNoCgroups,
+    Config::NormalNoCgroups,
     Config::LazyWakers,
     Config::LazyWakerStacks,
     Config::Paired,
@@ -84,6 +88,7 @@ impl Config {
             Self::LazyDebug => "lazy-debug",
             Self::LazyWalk => "lazy-walk",
             Self::LazyNoCgroups => "lazy-nocgroups",
+            Self::NormalNoCgroups => "normal-nocgroups",
             Self::LazyWakers => "lazy-wakers",
             Self::LazyWakerStacks => "lazy-wakerstacks",
             Self::Paired => "lazy+normal",
@@ -115,6 +120,18 @@ impl Config {
             Self::LazyNoCgroups => {
                 let mut c = Command::new(latprof);
                 c.args(["--debug-no-cgroups", "stats", "--duration", "1h"]);
+                c
+            }
+            Self::NormalNoCgroups => {
+                let mut c = Command::new(latprof);
+                c.args([
+                    "--mode",
+                    "normal",
+                    "--debug-no-cgroups",
+                    "stats",
+                    "--duration",
+                    "1h",
+                ]);
                 c
             }
             Self::LazyWakers => {
@@ -191,6 +208,7 @@ impl Config {
                 | Self::LazyDebug
                 | Self::LazyWalk
                 | Self::LazyNoCgroups
+                | Self::NormalNoCgroups
                 | Self::LazyWakers
                 | Self::LazyWakerStacks
                 | Self::PairedLazy
@@ -208,6 +226,7 @@ impl Config {
             | Self::LazyDebug
             | Self::LazyWalk
             | Self::LazyNoCgroups
+            | Self::NormalNoCgroups
             | Self::LazyWakers
             | Self::LazyWakerStacks
             | Self::Paired
@@ -269,6 +288,7 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
                     Config::LazyDebug,
                     Config::LazyWalk,
                     Config::LazyNoCgroups,
+                    Config::NormalNoCgroups,
                     Config::LazyWakers,
                     Config::LazyWakerStacks,
                 ])
@@ -282,7 +302,14 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
             configs: all
                 .iter()
                 .copied()
-                .chain([Config::Paired, Config::PairedLazy, Config::PairedNormal])
+                .chain([
+                    Config::Paired,
+                    Config::PairedLazy,
+                    Config::PairedNormal,
+                    // Every fork's exit merges its records into the per-cgroup table.
+                    Config::LazyNoCgroups,
+                    Config::NormalNoCgroups,
+                ])
                 .collect(),
         },
         Workload {
@@ -318,6 +345,7 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
                     .copied()
                     .chain([
                         Config::LazyNoCgroups,
+                        Config::NormalNoCgroups,
                         Config::LazyWakers,
                         Config::LazyWakerStacks,
                     ])

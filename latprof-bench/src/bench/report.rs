@@ -400,6 +400,47 @@ pub(super) fn targets(
             wakers.join("; "),
         ));
     }
+    // Cgroups (issue 15): what attributing each sleep to its cgroup adds per event to the same
+    // build without it (`--debug-no-cgroups`). The target is lazy's, under 10% on every
+    // workload measured; normal mode's (its exit merge into the per-cgroup table) is shown.
+    let mut cgroups = Vec::new();
+    let mut under = true;
+    let mut judged = 0;
+    for name in [
+        "pingpong",
+        "forkstorm",
+        "hackbench-process",
+        "hackbench-thread",
+    ] {
+        let added = |on: Config, off: Config| {
+            let (on, off) = (get(name, on)?, get(name, off)?);
+            Some((
+                on.bpf_ns_per_event,
+                off.bpf_ns_per_event,
+                (on.bpf_ns_per_event / off.bpf_ns_per_event - 1.0) * 100.0,
+            ))
+        };
+        let Some((on, off, lazy_added)) = added(Config::Lazy, Config::LazyNoCgroups) else {
+            continue;
+        };
+        under &= lazy_added < 10.0;
+        judged += 1;
+        let normal = added(Config::Normal, Config::NormalNoCgroups)
+            .map_or(String::new(), |(on, off, pct)| {
+                format!("; normal {on:.0} against {off:.0} ({pct:+.1}%)")
+            });
+        cgroups.push(format!(
+            "{name}: lazy {on:.0} ns/event against {off:.0} without ({lazy_added:+.1}%){normal}"
+        ));
+    }
+    if judged > 0 {
+        out.push((
+            "cgroup attribution adds under 10% per event to lazy's BPF time (lazy against lazy-nocgroups)"
+                .to_owned(),
+            verdict(under),
+            cgroups.join("; "),
+        ));
+    }
     if let (Some(lazy), Some(debug)) = (
         get("pingpong", Config::Lazy),
         get("pingpong", Config::LazyDebug),

@@ -64,6 +64,8 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
         ..
     } = session;
     let mut reader = reader.context("the session has no spike reader")?;
+    // Said once, where a terminal user sees it: top never prints to stderr while it runs.
+    let no_cgroups = probe.cgroups_unavailable();
     let log_path = log.path.clone();
 
     let (snapshots, inbox) = mpsc::channel();
@@ -124,6 +126,9 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
         },
         filter,
     );
+    if no_cgroups {
+        app.status = Some(crate::probe::NO_CGROUP_VIEWS.to_owned());
+    }
     let result = (|| -> Result<()> {
         let mut guard = TerminalGuard::new()?;
         while !app.quit && !stop.load(Ordering::Relaxed) {

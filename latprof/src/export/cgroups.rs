@@ -165,3 +165,210 @@ fn metrics(scope: &Scope<'_>) -> String {
     out.push_str("# EOF\n");
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use latprof_common::{CgroupCause, GlobalRecord, LatencyRecord};
+
+    use super::*;
+    use crate::{
+        collect::{CgroupPath, Snapshot, TaskSnapshot},
+        reasons::Reasons,
+        symbols::Kallsyms,
+    };
+
+    const KALLSYMS: &str = "\
+ffffffff81000000 T _stext
+ffffffff81200000 T hrtimer_nanosleep
+ffffffff81300000 T pipe_read
+ffffffff81400000 T __sched_text_start
+ffffffff81400010 T schedule
+ffffffff81401000 T __sched_text_end
+";
+
+    fn rec(count: u64, total_ns: u64, max_ns: u64) -> GlobalRecord {
+        GlobalRecord {
+            count,
+            total_ns,
+            max_ns,
+        }
+    }
+
+    /// Three cgroups: a service (exited tasks' records plus a live task's), a removed one
+    /// whose name needs escaping, and one never seen in the file system.
+    fn snapshot() -> Snapshot {
+        let mut snap = Snapshot {
+            skip_kthreads: true,
+            ..Snapshot::default()
+        };
+        snap.stacks
+            .insert(1, vec![0xffff_ffff_8140_0020, 0xffff_ffff_8120_0010]);
+        snap.stacks
+            .insert(3, vec![0xffff_ffff_8140_0020, 0xffff_ffff_8130_0010]);
+        let key = |cgroup, stack_id| CgroupCause { cgroup, stack_id };
+        snap.cgroups = vec![
+            (key(100, 1), rec(2, 4_000_000, 3_000_000)),
+            (key(200, 3), rec(5, 500_000, 200_000)),
+            (key(300, 3), rec(1, 2_000, 2_000)),
+        ];
+        snap.tasks = vec![TaskSnapshot {
+            tid: 10,
+            tgid: 10,
+            comm: "t".into(),
+            kthread: false,
+            records: vec![LatencyRecord {
+                stack_id: 1,
+                count: 1,
+                total_ns: 1_000_000,
+                max_ns: 1_000_000,
+                cgroup: 100,
+            }],
+            task_only: 0,
+        }];
+        snap.cgroup_paths = [
+            (
+                100,
+                CgroupPath {
+                    path: Some("/system.slice/nginx.service".into()),
+                    removed: false,
+                },
+            ),
+            (
+                200,
+                CgroupPath {
+                    path: Some("/odd\"dir\\x;y".into()),
+                    removed: true,
+                },
+            ),
+            (
+                300,
+                CgroupPath {
+                    path: None,
+                    removed: true,
+                },
+            ),
+        ]
+        .into();
+        snap
+    }
+
+    fn render_all(format: Format) -> String {
+        String::from_utf8(rendered(format)).unwrap()
+    }
+
+    fn rendered(format: Format) -> Vec<u8> {
+        let snap = snapshot();
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        let reasons = Reasons::builtin();
+        let scope = Scope {
+            cur: &snap,
+            base: None,
+            pid: None,
+            syms: &syms,
+            reasons: &reasons,
+            depth: 12,
+            info: None,
+            kernel: None,
+            spikes: &[],
+            reader_sleeps: None,
+        };
+        render(format, &scope)
+    }
+
+    /// Each cgroup heads its causes, the most latency first: name, path (removed, unknown),
+    /// count, total and max, exited and live tasks' sleeps together.
+    #[test]
+    fn text_heads_each_cgroup_with_its_place() {
+        assert_eq!(
+            render_all(Format::Text),
+            "\
+cgroup nginx.service (/system.slice/nginx.service): 3 sleeps, 5000 us in all, 3000 us at most
+  3 5000 3000 hrtimer_nanosleep
+cgroup odd\"dir\\x;y (/odd\"dir\\x;y, removed): 5 sleeps, 500 us in all, 200 us at most
+  5 500 200 pipe_read
+cgroup cgroup 300 (path unknown): 1 sleeps, 2 us in all, 2 us at most
+  1 2 2 pipe_read
+"
+        );
+    }
+
+    /// The cgroup's name is the root frame; a ';' in it would split the frame, so it is ':'.
+    #[test]
+    fn folded_roots_each_stack_at_its_cgroup() {
+        assert_eq!(
+            render_all(Format::Folded),
+            "\
+nginx.service;hrtimer_nanosleep 5000
+odd\"dir\\x:y;pipe_read 500
+cgroup 300;pipe_read 2
+"
+        );
+    }
+
+    /// Every series carries the cgroup's name (escaped as OpenMetrics wants), its id and the
+    /// reason; the exposition ends with `# EOF`.
+    #[test]
+    fn openmetrics_labels_each_cgroup_escaped_with_its_id() {
+        let text = render_all(Format::Openmetrics);
+        let odd = r#"cgroup="odd\"dir\\x;y",cgroup_id="200",reason="Waiting for a pipe""#;
+        let nginx =
+            r#"cgroup="nginx.service",cgroup_id="100",reason="Application requested delay""#;
+        for line in [
+            format!("latprof_cgroup_latency_events_total{{{nginx}}} 3"),
+            format!("latprof_cgroup_latency_events_total{{{odd}}} 5"),
+            format!("latprof_cgroup_latency_seconds_total{{{nginx}}} 0.005"),
+            format!("latprof_cgroup_latency_seconds_total{{{odd}}} 0.0005"),
+            format!("latprof_cgroup_latency_max_seconds{{{nginx}}} 0.003"),
+            format!("latprof_cgroup_latency_max_seconds{{{odd}}} 0.0002"),
+            r#"latprof_cgroup_latency_max_seconds{cgroup="cgroup 300",cgroup_id="300",reason="Waiting for a pipe"} 0.000002"#.to_owned(),
+            "# TYPE latprof_cgroup_latency_events counter".to_owned(),
+            "# UNIT latprof_cgroup_latency_seconds seconds".to_owned(),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+        }
+        // Three series in each of the three families, and nothing after the end.
+        let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+        assert_eq!(samples, 9, "{text}");
+        assert!(text.ends_with("\n# EOF\n"), "{text}");
+    }
+
+    /// pprof: each sample's outermost frame is its cgroup's name.
+    #[test]
+    fn pprof_samples_end_at_their_cgroup() {
+        use std::io::Read as _;
+
+        use prost::Message as _;
+
+        let gz = rendered(Format::Pprof);
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(gz.as_slice())
+            .read_to_end(&mut raw)
+            .expect("gzip");
+        let p = super::super::pprof::Profile::decode(raw.as_slice()).expect("protobuf");
+        let name = |i: i64| p.string_table[usize::try_from(i).unwrap()].as_str();
+        let frames: Vec<(Vec<&str>, i64)> = p
+            .sample
+            .iter()
+            .map(|s| {
+                let names = s
+                    .location_id
+                    .iter()
+                    .map(|id| {
+                        let loc = &p.location[usize::try_from(*id).unwrap() - 1];
+                        let f = &p.function[usize::try_from(loc.line[0].function_id).unwrap() - 1];
+                        name(f.name)
+                    })
+                    .collect();
+                (names, s.value[0])
+            })
+            .collect();
+        assert_eq!(
+            frames,
+            [
+                (vec!["hrtimer_nanosleep", "nginx.service"], 3),
+                (vec!["pipe_read", "odd\"dir\\x;y"], 5),
+                (vec!["pipe_read", "cgroup 300"], 1),
+            ]
+        );
+    }
+}

@@ -469,8 +469,14 @@ pub struct Probe {
     ticks: Vec<(&'static str, bool)>,
     variant: Variant,
     fallbacks: Vec<String>,
+    /// Cgroup attribution was asked for but the host mounts no cgroup2 (legacy only).
+    cgroups_unavailable: bool,
     hidden: crate::collect::hidden::Log,
 }
+
+/// What `announce` says once, and `top` in its status line, on a host with the legacy cgroup
+/// hierarchy only. Not a fallback: no variant of the programs would do better.
+pub const NO_CGROUP_VIEWS: &str = "cgroup views are not available: this host mounts no cgroup v2 file system (legacy hierarchy only)";
 
 /// Where x86-64 keeps a task's user registers: `task_struct.stack` and their distance from it
 /// (THREAD_SIZE, 16 KiB without KASAN, less `sizeof(struct pt_regs)`); (0, 0) where unknown. A
@@ -573,12 +579,7 @@ impl Probe {
         let filters = open_cgroup_filters(&config.cgroup_filter)?;
         // Without a cgroup2 file system every task is in its root: nothing to attribute.
         let cgroups_on = u32::from(config.cgroups && crate::cgroups::mount_point().is_some());
-        if config.cgroups && cgroups_on == 0 {
-            fallbacks.push(
-                "no cgroup views: this host mounts no cgroup v2 file system (legacy hierarchy only)"
-                    .to_owned(),
-            );
-        }
+        let cgroups_unavailable = config.cgroups && cgroups_on == 0;
         let mode = match config.mode {
             Mode::Lazy => MODE_LAZY,
             Mode::Normal => MODE_NORMAL,
@@ -679,6 +680,7 @@ impl Probe {
             ticks,
             variant,
             fallbacks,
+            cgroups_unavailable,
             hidden: crate::collect::hidden::Log::default(),
         })
     }
@@ -764,6 +766,16 @@ impl Probe {
         for why in &self.fallbacks {
             eprintln!("latprof: warning: not the best variant: {why}");
         }
+        if self.cgroups_unavailable {
+            eprintln!("latprof: {NO_CGROUP_VIEWS}");
+        }
+    }
+
+    /// Whether cgroup attribution was asked for and the host cannot give it (no cgroup2
+    /// mounted): the views say so instead of showing nothing.
+    #[must_use]
+    pub fn cgroups_unavailable(&self) -> bool {
+        self.cgroups_unavailable
     }
 
     /// The tick and time-accounting programs and whether this kernel has their tracepoints.

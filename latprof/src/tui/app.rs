@@ -70,7 +70,8 @@ pub struct App {
     /// The counters tab (pipeline and tick counters) instead of the causes.
     pub counters: bool,
     pub quit: bool,
-    /// A second header line (replay: where in the recording, and the interval shown).
+    /// A second header line (replay: where in the recording, and the interval shown; top: that
+    /// cgroup views are not available).
     pub status: Option<String>,
     /// Replaces the key hints in the footer.
     pub footer: Option<String>,
@@ -339,6 +340,15 @@ impl App {
         self.cur.as_ref().map_or_else(Vec::new, |cur| {
             model::row_processes(cur, self.baseline.as_ref(), row)
         })
+    }
+
+    /// Whether the snapshots keep histograms per cgroup (live ones do; a recording keeps the
+    /// sums), so that a cgroup's histogram is its own.
+    #[must_use]
+    pub fn histograms_by_cgroup(&self) -> bool {
+        self.cur
+            .as_ref()
+            .is_some_and(|c| !c.cgroup_histograms.is_empty())
     }
 
     /// A row's latency histogram since the baseline (in the cgroup shown, where the snapshot

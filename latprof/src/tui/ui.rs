@@ -412,10 +412,13 @@ fn render_detail(f: &mut Frame<'_>, app: &App, detail: &Detail, area: Rect) {
             )));
         }
     }
-    f.render_widget(
-        Paragraph::new(lines).block(block("Latency histogram (from, count)", false)),
-        right[2],
-    );
+    // A recording keeps the histograms summed over cgroups: say so rather than show every
+    // cgroup's under one cgroup's title.
+    let title = match (&app.cgroup, app.histograms_by_cgroup()) {
+        (Some(_), false) => "Latency histogram, all cgroups (from, count)",
+        _ => "Latency histogram (from, count)",
+    };
+    f.render_widget(Paragraph::new(lines).block(block(title, false)), right[2]);
 }
 
 /// The recent spikes, newest first, with the pipeline's counters in the title.
@@ -424,11 +427,17 @@ fn render_spikes(f: &mut Frame<'_>, app: &App, area: Rect) {
         .cur
         .as_ref()
         .map_or((0, 0, 0, 0), |s| s.counters.spike_pipeline());
+    // Spikes carry no cgroup: with one cgroup shown, the title says they are everyone's.
+    let all = if app.cgroup.is_some() {
+        " (all cgroups)"
+    } else {
+        ""
+    };
     let title = if app.settings.spike_ns == u64::MAX {
         "Recent spikes: none recorded (a recording made before spikes existed)".to_owned()
     } else {
         format!(
-            "Recent spikes >= {}: {submitted} sent, wakeups {woken} ({suppressed} suppressed), {dropped} dropped, reader slept {}",
+            "Recent spikes{all} >= {}: {submitted} sent, wakeups {woken} ({suppressed} suppressed), {dropped} dropped, reader slept {}",
             fmt_ns(app.settings.spike_ns),
             app.reader_sleeps
         )
@@ -468,7 +477,8 @@ fn render_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
 }
 
 fn render_help(f: &mut Frame<'_>, app: &App, area: Rect) {
-    let replay = app.status.is_some();
+    // Replay replaces the footer's key hints; top's status line may say other things.
+    let replay = app.footer.is_some();
     let w = area.width.min(60);
     let h = area.height.min(if replay { 21 } else { 17 });
     let popup = Rect::new(

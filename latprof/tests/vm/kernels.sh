@@ -152,8 +152,10 @@ echo "=== counters stderr"; cat /tmp/e.c
 
 step cgroups
 # 5b. Cgroups (issue 15): two cgroups (one named like a systemd service), a nanosleep workload
-#     moved into each before it starts, `stats --by cgroup`. The cgroup2 mount is read from
-#     /proc/mounts, and made where the guest has none.
+#     moved into each before it starts, `stats --by cgroup`; beside it, on the same workloads,
+#     `--cgroup` on the first one in normal mode (the kernel's filter, and normal mode's exit
+#     merge into the per-cgroup table). The cgroup2 mount is read from /proc/mounts, and made
+#     where the guest has none.
 CG=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
 if [ -z "$CG" ]; then
     CG=/sys/fs/cgroup
@@ -169,15 +171,22 @@ echo $WA > "$CG/lp-a.service/cgroup.procs"
 echo $WB > "$CG/lp-b/cgroup.procs"
 latprof --all-sleeps stats --by cgroup --duration 900s > /tmp/s.cg 2> /tmp/e.cg &
 LP=$!
+latprof --mode normal --cgroup "$CG/lp-a.service" --all-sleeps stats --by cgroup --duration 900s > /tmp/s.cgf 2> /tmp/e.cgf &
+LPF=$!
 attached /tmp/e.cg $LP
+attached /tmp/e.cgf $LPF
 echo go > /tmp/go.cga
 echo go > /tmp/go.cgb
 wait $WA $WB
-kill -INT $LP
+kill -INT $LP $LPF
 wait $LP; RC=$?
+wait $LPF; RCF=$?
 echo "=== cgroups rc"; echo $RC
 echo "=== cgroups"; cat /tmp/s.cg
 echo "=== cgroups stderr"; cat /tmp/e.cg
+echo "=== cgroup filter rc"; echo $RCF
+echo "=== cgroup filter"; cat /tmp/s.cgf
+echo "=== cgroup filter stderr"; cat /tmp/e.cgf
 echo "=== cgroups workload a"; cat /tmp/w.cga
 echo "=== cgroups workload b"; cat /tmp/w.cgb
 rmdir "$CG/lp-a.service" "$CG/lp-b"
