@@ -152,15 +152,33 @@ fn count(text: &str, series: &str) -> u64 {
 }
 
 /// Sleeps the metrics say were lost or recovered without their backtrace; accepted only
-/// where the kernel hid switches (as `common::lost_where_hidden`).
+/// where the kernel hid switches and the check of each against the hidden switches explained
+/// them all (as `common::lost_where_hidden`).
 fn missing(metrics: &str) -> u64 {
     let c = |name: &str| {
-        count(
-            metrics,
-            &format!("latprof_pipeline_events_total{{counter=\"{name}\"}}"),
-        )
+        let series = format!("latprof_pipeline_events_total{{counter=\"{name}\"}}");
+        assert!(
+            sample(metrics, &series).is_some(),
+            "no {series} in\n{metrics}"
+        );
+        count(metrics, &series)
     };
     let (lost, recovered, hidden) = (c("sleep_lost"), c("sleeps_recovered"), c("switches_hidden"));
+    let (explained, unexplained) = (c("hidden_sleeps_explained"), c("hidden_sleeps_unexplained"));
+    assert!(
+        sample(metrics, "latprof_hidden_sleeps_waiting").is_some(),
+        "no latprof_hidden_sleeps_waiting in\n{metrics}"
+    );
+    let waiting = count(metrics, "latprof_hidden_sleeps_waiting");
+    assert_eq!(
+        (unexplained, waiting, c("hidden_log_full")),
+        (0, 0, 0),
+        "sleeps lost or recovered that no hidden switch explains (unexplained, waiting, log full)"
+    );
+    assert!(
+        explained >= lost + recovered,
+        "{lost} lost and {recovered} recovered, {explained} checked"
+    );
     assert!(
         lost + recovered == 0 || hidden > 0,
         "{lost} sleeps lost and {recovered} recovered but no switch was hidden"

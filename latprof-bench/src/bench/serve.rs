@@ -220,7 +220,7 @@ fn synthetic(n: u64) -> Result<(Server, SocketAddr)> {
     let syms = Kallsyms::parse(&kallsyms)?;
     let mut acc = Accumulator::new(Reasons::builtin(), 12, 1000, "lazy");
     let mut published = None;
-    for t in 1..=u64::try_from(serve::state::WINDOW)? {
+    for t in 1..=u64::try_from(serve::state::window_reads(Duration::from_secs(1)))? {
         let mut hist = [0u32; HIST_BUCKETS];
         hist[5..15].fill(u32::try_from(t)?);
         let snap = Snapshot {
