@@ -911,15 +911,16 @@ fn bad_starts_say_one_line_and_load_nothing() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    let (status, err) = run(Command::new(LATPROF).args(["serve", "--listen", "localhost"]));
-    assert!(!status.success());
-    assert!(
-        err.lines()
-            .next()
-            .unwrap_or("")
-            .contains("'localhost' is not an address and port"),
-        "{err}"
-    );
+    for bad in ["localhost", "127.0.0.1", "127.0.0.1:99999", ""] {
+        let (status, err) = run(Command::new(LATPROF).args(["serve", "--listen", bad]));
+        assert_eq!(status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("latprof: error: "), "{err}");
+        assert!(
+            err.contains(&format!("'{bad}' is not an address and port")),
+            "{err}"
+        );
+    }
     let taken = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = taken.local_addr().expect("addr").to_string();
     let (status, err) = run(Command::new(LATPROF).args(["serve", "--listen", &port]));
