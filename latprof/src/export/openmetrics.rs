@@ -344,7 +344,7 @@ pub fn render_live(live: &Live, flavor: Flavor) -> String {
         "latprof_table_entries",
         "gauge",
         None,
-        "Entries in use in latprof's kernel tables (tasks: live tasks tracked; records: global causes; stacks: backtraces the records name).",
+        "Entries in use in latprof's kernel tables (tasks: live tasks tracked; records: global causes; stacks: backtraces the records name; histograms: per cgroup and cause; cgroups: exited tasks' causes per cgroup; wakers, with --wakers: per cause, sleeper and waker, summed over CPUs).",
     );
     for (table, used, _) in &live.tables {
         let _ = writeln!(out, "latprof_table_entries{{table=\"{table}\"}} {used}");
@@ -355,7 +355,7 @@ pub fn render_live(live: &Live, flavor: Flavor) -> String {
         "latprof_table_capacity",
         "gauge",
         None,
-        "Capacity of latprof's kernel tables (--max-tasks, --max-records, --max-stacks).",
+        "Capacity of latprof's kernel tables (--max-tasks, --max-records, --max-stacks, --max-records, --max-records, --max-wakers per CPU).",
     );
     for (table, _, size) in &live.tables {
         let _ = writeln!(out, "latprof_table_capacity{{table=\"{table}\"}} {size}");

@@ -284,6 +284,32 @@ mod tests {
         assert!(why.contains("from 5 to 300"), "{why}");
     }
 
+    /// /healthz: 200 while the latest read is recent, 503 with one line once it is more than
+    /// three intervals (at least 5 s) old.
+    #[test]
+    fn healthz_fails_when_reads_stop() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let now = crate::time::monotonic_ns();
+        let answer = |taken_ns: u64| {
+            let (_publisher, shared) = channel(
+                Published {
+                    taken_ns,
+                    ..Published::default()
+                },
+                Duration::from_secs(1),
+            );
+            runtime.block_on(healthz(State(shared))).status()
+        };
+        assert_eq!(answer(now), StatusCode::OK);
+        assert_eq!(answer(now.saturating_sub(4_000_000_000)), StatusCode::OK);
+        assert_eq!(
+            answer(now.saturating_sub(6_000_000_000)),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+
     #[test]
     fn the_shortest_profile_is_one_read() {
         assert_eq!(min_seconds(Duration::from_millis(100)), 1);

@@ -429,7 +429,27 @@ impl Accumulator {
                         snap.stacks.len() as u64,
                         u64::from(config.max_stacks),
                     ),
-                ],
+                    // Keyed by (cgroup, stack), as the kernel keeps them.
+                    (
+                        "histograms",
+                        snap.cgroup_histograms.len() as u64,
+                        u64::from(config.max_records),
+                    ),
+                    (
+                        "cgroups",
+                        snap.cgroups.len() as u64,
+                        u64::from(config.max_records),
+                    ),
+                ]
+                .into_iter()
+                .chain(config.wakers.then(|| {
+                    (
+                        "wakers",
+                        snap.wakers.len() as u64,
+                        u64::from(config.max_wakers),
+                    )
+                }))
+                .collect(),
                 mode: self.mode,
             },
             window: self.window.iter().cloned().collect(),
