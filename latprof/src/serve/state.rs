@@ -364,8 +364,8 @@ impl Accumulator {
             }
         }
         for (stack, h) in &snap.histograms {
-            // Only backtraces the records named: a histogram's stack may be a kernel thread's
-            // alone, whose sleeps stay out of the global table.
+            // Only backtraces the records named: the histograms are read after the records, so
+            // a backtrace first seen between the two reads waits for the next read.
             if !self.named.contains_key(stack) {
                 continue;
             }
