@@ -86,7 +86,10 @@ pub(crate) fn account<const CAS: bool>(
     in_global: bool,
 ) {
     let cgroup = entry.cgroup;
-    if HISTOGRAMS_ON.load() == 1 {
+    // The histograms count what the global table counts (kernel threads' sleeps left out
+    // alike), so that a histogram's count is its cause's count (`latprof serve`'s
+    // `_count` and `latprof_sleeps_total`, `top`'s rows).
+    if HISTOGRAMS_ON.load() == 1 && in_global {
         histogram_add(
             &CgroupCause {
                 cgroup,

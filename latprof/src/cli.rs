@@ -396,6 +396,26 @@ mod tests {
         assert_eq!(parse(&["stats"]).unwrap().mode, Mode::Lazy);
     }
 
+    /// `serve` listens on loopback unless asked otherwise (the rule), on 9934.
+    #[test]
+    fn serve_listens_on_loopback_by_default() {
+        let Command::Serve(args) = parse(&["serve"]).unwrap().command else {
+            panic!("not serve")
+        };
+        assert_eq!(
+            args.listen,
+            "127.0.0.1:9934".parse::<std::net::SocketAddr>().unwrap()
+        );
+        assert!(args.listen.ip().is_loopback());
+        assert_eq!(args.interval, Duration::from_secs(1));
+        let Command::Serve(args) = parse(&["serve", "--listen", "[::]:9000"]).unwrap().command
+        else {
+            panic!("not serve")
+        };
+        assert!(!args.listen.ip().is_loopback());
+        assert!(parse(&["serve", "--listen", "localhost"]).is_err());
+    }
+
     #[test]
     fn stats_flags() {
         let cli = parse(&["stats", "--duration", "2s", "--pid", "42", "--all-sleeps"]).unwrap();

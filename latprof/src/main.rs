@@ -79,8 +79,33 @@ unsafe impl GlobalAlloc for OneLineOnFailure {
 #[global_allocator]
 static ALLOC: OneLineOnFailure = OneLineOnFailure;
 
+/// Parses the command line; a bad one is one line (clap's first, which names the flag and
+/// why) and exit status 2, as for any other bad input. Help and version print as clap prints
+/// them.
+fn parse() -> Result<Cli, ExitCode> {
+    use clap::error::ErrorKind;
+    Cli::try_parse().map_err(|err| {
+        if matches!(
+            err.kind(),
+            ErrorKind::DisplayHelp
+                | ErrorKind::DisplayVersion
+                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        ) {
+            err.exit();
+        }
+        let text = err.render().to_string();
+        let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let why = first.strip_prefix("error: ").unwrap_or(first);
+        eprintln!("latprof: error: {why} (latprof --help lists the flags)");
+        ExitCode::from(2)
+    })
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     match latprof::cmd::run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -22,6 +22,27 @@ fn refused(out: &Output, says: &str) {
     assert!(stderr.contains(says), "{stderr}");
 }
 
+/// A value clap refuses (here `serve --listen`'s) is one line too, in latprof's words, exit 2
+/// (clap's own message had three, without latprof's prefix); help still prints in full.
+#[test]
+fn unparsable_flags_are_one_line() {
+    for args in [
+        &["serve", "--listen", "localhost"][..],
+        &["serve", "--no-such-flag"][..],
+        &["stats", "--duration", "soon"][..],
+    ] {
+        let out = latprof(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("latprof: error: "), "{stderr}");
+        assert!(stderr.contains(args[args.len() - 1]), "{stderr}");
+    }
+    let help = latprof(&["serve", "--help"]);
+    assert!(help.status.success());
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--listen"));
+}
+
 /// `top --interval 0` redrew as fast as it could (106% of a CPU); it is refused like
 /// `record`'s.
 #[test]

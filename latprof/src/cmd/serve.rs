@@ -40,7 +40,8 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         args.max_series as usize,
         cli.mode.as_str(),
     )
-    .with_max_cgroups(args.max_cgroups as usize);
+    .with_max_cgroups(args.max_cgroups as usize)
+    .with_interval(args.interval);
     let first = acc.update(
         &collector.snapshot(&session.probe)?,
         &session.syms,

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::{Scope, counters::CpuTicks};
-use crate::collect::Counters;
+use crate::collect::{Counters, HiddenSleeps};
 use latprof_common::{Counter, HIST_BUCKETS};
 
 /// A label value with `\`, `"` and newlines escaped.
@@ -74,10 +74,25 @@ pub enum Flavor {
 }
 
 impl Flavor {
-    /// The flavor an `Accept` header asks for.
+    /// The flavor an `Accept` header asks for: OpenMetrics where it is acceptable (q > 0) and
+    /// preferred at least as much as plain text (`text/plain`, `text/*`, `*/*`).
     #[must_use]
     pub fn accepting(accept: &str) -> Self {
-        if accept.contains("application/openmetrics-text") {
+        let (mut om, mut text) = (0.0f32, 0.0f32);
+        for item in accept.split(',') {
+            let mut parts = item.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("").to_ascii_lowercase();
+            let q = parts
+                .filter_map(|p| p.split_once('='))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+                .map_or(1.0, |(_, v)| v.trim().parse().unwrap_or(1.0));
+            match media.as_str() {
+                "application/openmetrics-text" => om = om.max(q),
+                "text/plain" | "text/*" | "*/*" => text = text.max(q),
+                _ => {}
+            }
+        }
+        if om > 0.0 && om >= text {
             Self::OpenMetrics
         } else {
             Self::Prometheus
@@ -119,6 +134,8 @@ pub struct Live {
     /// Cgroups folded into `cgroup="other"`.
     pub cgroups_folded: u64,
     pub counters: Counters,
+    /// The check of lost and recovered sleeps against the switches the kernel hid.
+    pub hidden: HiddenSleeps,
     /// The kernel's run-time statistics of latprof's programs: (name, run time ns, runs).
     pub programs: Vec<(String, u64, u64)>,
     pub cpus: Vec<CpuTicks>,
@@ -175,7 +192,7 @@ pub fn render_live(live: &Live, flavor: Flavor) -> String {
         "latprof_sleep_duration_seconds",
         "histogram",
         Some("seconds"),
-        "Length of single sleeps and waits in the kernel's log2 buckets (which also count kernel threads' sleeps), by reason and state.",
+        "Length of single sleeps and waits in the kernel's log2 buckets, by reason and state.",
     );
     for (s, l) in live.series.iter().zip(&labels) {
         let mut acc = 0u64;
@@ -264,6 +281,7 @@ pub fn render_live(live: &Live, flavor: Flavor) -> String {
             live.counters.get(c)
         );
     }
+    hidden_sleeps(flavor, &mut out, &live.hidden, None);
     family_in(
         flavor,
         &mut out,
@@ -326,7 +344,7 @@ pub fn render_live(live: &Live, flavor: Flavor) -> String {
         "latprof_table_entries",
         "gauge",
         None,
-        "Entries in use in latprof's kernel tables (tasks: live tasks tracked; records: global causes; stacks: backtraces the records name).",
+        "Entries in use in latprof's kernel tables (tasks: live tasks tracked; records: global causes; stacks: backtraces the records name; histograms: per cgroup and cause; cgroups: exited tasks' causes per cgroup; wakers, with --wakers: per cause, sleeper and waker, summed over CPUs).",
     );
     for (table, used, _) in &live.tables {
         let _ = writeln!(out, "latprof_table_entries{{table=\"{table}\"}} {used}");
@@ -337,7 +355,7 @@ pub fn render_live(live: &Live, flavor: Flavor) -> String {
         "latprof_table_capacity",
         "gauge",
         None,
-        "Capacity of latprof's kernel tables (--max-tasks, --max-records, --max-stacks).",
+        "Capacity of latprof's kernel tables (--max-tasks, --max-records, --max-stacks, --max-records, --max-records, --max-wakers per CPU).",
     );
     for (table, _, size) in &live.tables {
         let _ = writeln!(out, "latprof_table_capacity{{table=\"{table}\"}} {size}");
@@ -369,6 +387,34 @@ pub fn render_live(live: &Live, flavor: Flavor) -> String {
         out.push_str("# EOF\n");
     }
     out
+}
+
+/// The check of each lost or recovered sleep against the switches the kernel hid (done in user
+/// space): those it explained and those it did not as pipeline events (right after that
+/// family's samples), and those not judged yet as a gauge of their own (the number goes down
+/// as they are judged, which a counter may not).
+fn hidden_sleeps(
+    flavor: Flavor,
+    out: &mut String,
+    cur: &HiddenSleeps,
+    base: Option<&HiddenSleeps>,
+) {
+    let [explained, unexplained, (waiting_name, waiting)] = cur.counters(base);
+    for (name, n) in [explained, unexplained] {
+        let _ = writeln!(
+            out,
+            "latprof_pipeline_events_total{{counter=\"{name}\"}} {n}"
+        );
+    }
+    family_in(
+        flavor,
+        out,
+        &format!("latprof_{waiting_name}"),
+        "gauge",
+        None,
+        "Sleeps lost or recovered not yet checked against the switches the kernel hid (a CPU had no switch latprof saw since).",
+    );
+    let _ = writeln!(out, "latprof_{waiting_name} {waiting}");
 }
 
 /// `latprof_cpu_events_total` samples.
@@ -468,6 +514,12 @@ pub fn render(scope: &Scope<'_>) -> String {
             scope.cur.counters.get(c).saturating_sub(base)
         );
     }
+    hidden_sleeps(
+        Flavor::OpenMetrics,
+        &mut out,
+        &scope.cur.hidden,
+        scope.base.map(|b| &b.hidden),
+    );
     if let Some(sleeps) = scope.reader_sleeps {
         family(
             &mut out,

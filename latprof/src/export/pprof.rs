@@ -122,6 +122,18 @@ pub fn public_frame(frame: &str) -> &str {
     }
 }
 
+/// A reason as a profile or a label shows it: the reason of a backtrace no rule knows is its
+/// first frame in brackets, and an unnamed one (`[0x...]`, a kernel address) gives no address
+/// away.
+#[must_use]
+pub fn public_reason(reason: &str) -> &str {
+    if reason.starts_with("[0x") {
+        "[unknown]"
+    } else {
+        reason
+    }
+}
+
 /// The string table: index 0 is "", every string once.
 #[derive(Default)]
 struct Strings {
@@ -207,7 +219,7 @@ pub fn profile(samples: &[Sample<'_>], start_ns: u64, duration_ns: u64) -> Profi
             value: vec![signed(s.count), signed(s.total_ns)],
             label: vec![Label {
                 key: reason_key,
-                str: strings.id(s.reason),
+                str: strings.id(public_reason(s.reason)),
             }],
         });
     }
@@ -265,11 +277,18 @@ mod tests {
                 count: 3,
                 total_ns: 9_000,
             },
+            // No rule knows it and its first frame has no name: its reason is that address.
+            Sample {
+                frames: vec!["0xffffffffc0123456", "do_syscall_64"],
+                reason: "[0xffffffffc0123456]",
+                count: 1,
+                total_ns: 5_000,
+            },
         ];
         let p = decode(&encode(&samples, 1_700_000_000_000_000_000, 10_000_000_000));
         let s = |i: i64| p.string_table[usize::try_from(i).unwrap()].as_str();
         assert_eq!(p.string_table[0], "");
-        assert_eq!(p.sample.len(), 2);
+        assert_eq!(p.sample.len(), 3);
         assert_eq!(p.sample[0].value, [200, 413_755_000]);
         assert_eq!(s(p.sample_type[1].unit), "nanoseconds");
         let names = |sample: &SampleMsg| -> Vec<&str> {
@@ -295,7 +314,13 @@ mod tests {
         // do_syscall_64 is one location shared by both.
         assert_eq!(p.location.len(), 5);
         assert_eq!(s(p.sample[1].label[0].str), "Reading from a pipe");
-        assert!(p.string_table.iter().all(|t| !t.contains("0xffff")));
+        assert_eq!(s(p.sample[2].label[0].str), "[unknown]");
+        assert_eq!(names(&p.sample[2]), ["[unknown]", "do_syscall_64"]);
+        assert!(
+            p.string_table.iter().all(|t| !t.contains("0x")),
+            "{:?}",
+            p.string_table
+        );
         assert_eq!(p.duration_nanos, 10_000_000_000);
     }
 }

@@ -131,7 +131,7 @@ const INDEX: &str = "<!DOCTYPE html>
 <h1>latprof serve</h1>
 <ul>
 <li><a href=\"/metrics\">/metrics</a>: Prometheus metrics (OpenMetrics 1.0 when the Accept header asks for application/openmetrics-text, else Prometheus text 0.0.4)</li>
-<li><a href=\"/debug/pprof/offcpu?seconds=10\">/debug/pprof/offcpu?seconds=N</a>: the sleeps that ended in the last N seconds (1 to 300, default 10) as a gzipped pprof profile</li>
+<li><a href=\"/debug/pprof/offcpu?seconds=10\">/debug/pprof/offcpu?seconds=N</a>: the sleeps that ended in the last N seconds (from one --interval to 300, default 10) as a gzipped pprof profile</li>
 <li><a href=\"/healthz\">/healthz</a>: ok while the kernel's tables are being read</li>
 </ul>
 </body></html>
@@ -168,30 +168,52 @@ async fn metrics(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     ([(header::CONTENT_TYPE, flavor.content_type())], body).into_response()
 }
 
-/// `seconds` of `/debug/pprof/offcpu` from its query (other keys are ignored, as Go's
-/// handlers ignore them).
-pub fn profile_seconds(query: Option<&str>) -> Result<u32, String> {
-    let mut seconds = 10;
+/// The fewest `seconds` a profile may ask for: one read of the kernel's tables (`--interval`,
+/// in whole seconds rounded up). A shorter span would hold no read, or one that covers more
+/// than asked.
+#[must_use]
+pub fn min_seconds(interval: Duration) -> u32 {
+    let ceil = interval.as_secs() + u64::from(interval.subsec_nanos() > 0);
+    u32::try_from(ceil)
+        .unwrap_or(MAX_SECONDS)
+        .clamp(1, MAX_SECONDS)
+}
+
+/// `seconds` of `/debug/pprof/offcpu` from its query, percent-decoded (other keys are
+/// ignored, as Go's handlers ignore them), from `min` to [`MAX_SECONDS`].
+pub fn profile_seconds(query: Option<&str>, min: u32) -> Result<u32, String> {
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(&s.replace('+', " "))
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let mut seconds = 10.max(min);
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if key != "seconds" {
+        if decode(key) != "seconds" {
             continue;
         }
+        let value = decode(value);
         let max = MAX_SECONDS;
         seconds = value
             .parse::<u32>()
             .ok()
-            .filter(|s| (1..=max).contains(s))
+            .filter(|s| (min..=max).contains(s))
             .ok_or_else(|| {
-                let shown: String = value.chars().take(40).collect();
-                format!("seconds must be a whole number from 1 to {max}, not '{shown}'")
+                let shown: String = crate::text::printable(&value).chars().take(40).collect();
+                let why = if min > 1 {
+                    format!(" (one read of the kernel's tables every {min}s)")
+                } else {
+                    String::new()
+                };
+                format!("seconds must be a whole number from {min} to {max}{why}, not '{shown}'")
             })?;
     }
     Ok(seconds)
 }
 
 async fn offcpu(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Response {
-    let seconds = match profile_seconds(query.as_deref()) {
+    let seconds = match profile_seconds(query.as_deref(), min_seconds(shared.interval)) {
         Ok(s) => s,
         Err(why) => return text(StatusCode::BAD_REQUEST, format!("{why}\n")),
     };
@@ -234,21 +256,66 @@ mod tests {
 
     #[test]
     fn profile_seconds_are_checked() {
-        assert_eq!(profile_seconds(None), Ok(10));
-        assert_eq!(profile_seconds(Some("seconds=30")), Ok(30));
-        assert_eq!(profile_seconds(Some("debug=1&seconds=300")), Ok(300));
+        assert_eq!(profile_seconds(None, 1), Ok(10));
+        assert_eq!(profile_seconds(Some("seconds=30"), 1), Ok(30));
+        assert_eq!(profile_seconds(Some("debug=1&seconds=300"), 1), Ok(300));
+        // Percent-encoded, as any URL may be.
+        assert_eq!(profile_seconds(Some("seconds=%33%30"), 1), Ok(30));
+        assert_eq!(profile_seconds(Some("%73econds=7"), 1), Ok(7));
         for bad in [
             "seconds=0",
             "seconds=301",
             "seconds=-1",
             "seconds=ten",
             "seconds=",
+            "seconds=%ff%00",
+            "seconds=1%00",
         ] {
-            assert!(profile_seconds(Some(bad)).is_err(), "{bad}");
+            assert!(profile_seconds(Some(bad), 1).is_err(), "{bad}");
         }
         let long = format!("seconds={}", "9".repeat(1000));
-        let why = profile_seconds(Some(&long)).unwrap_err();
-        assert!(why.len() < 120, "{why}");
+        let why = profile_seconds(Some(&long), 1).unwrap_err();
+        assert!(why.len() < 160, "{why}");
+        assert!(!why.contains('\0'), "{why}");
+        // Reads every 5 s: no profile shorter than one read, and the default is at least one.
+        assert_eq!(profile_seconds(Some("seconds=5"), 5), Ok(5));
+        assert_eq!(profile_seconds(None, 15), Ok(15));
+        let why = profile_seconds(Some("seconds=4"), 5).unwrap_err();
+        assert!(why.contains("from 5 to 300"), "{why}");
+    }
+
+    /// /healthz: 200 while the latest read is recent, 503 with one line once it is more than
+    /// three intervals (at least 5 s) old.
+    #[test]
+    fn healthz_fails_when_reads_stop() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let now = crate::time::monotonic_ns();
+        let answer = |taken_ns: u64| {
+            let (_publisher, shared) = channel(
+                Published {
+                    taken_ns,
+                    ..Published::default()
+                },
+                Duration::from_secs(1),
+            );
+            runtime.block_on(healthz(State(shared))).status()
+        };
+        assert_eq!(answer(now), StatusCode::OK);
+        assert_eq!(answer(now.saturating_sub(4_000_000_000)), StatusCode::OK);
+        assert_eq!(
+            answer(now.saturating_sub(6_000_000_000)),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+
+    #[test]
+    fn the_shortest_profile_is_one_read() {
+        assert_eq!(min_seconds(Duration::from_millis(100)), 1);
+        assert_eq!(min_seconds(Duration::from_secs(1)), 1);
+        assert_eq!(min_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(min_seconds(Duration::from_secs(60)), 60);
     }
 
     #[test]
@@ -259,7 +326,36 @@ mod tests {
             ),
             Flavor::OpenMetrics
         );
+        // What Prometheus sends.
+        assert_eq!(
+            Flavor::accepting(
+                "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+            ),
+            Flavor::OpenMetrics
+        );
         assert_eq!(Flavor::accepting("*/*"), Flavor::Prometheus);
         assert_eq!(Flavor::accepting(""), Flavor::Prometheus);
+        // q=0: not acceptable; a lower q than text's: text preferred.
+        assert_eq!(
+            Flavor::accepting("application/openmetrics-text;q=0,text/plain"),
+            Flavor::Prometheus
+        );
+        assert_eq!(
+            Flavor::accepting("application/openmetrics-text; q=0.0"),
+            Flavor::Prometheus
+        );
+        assert_eq!(
+            Flavor::accepting("text/plain;q=0.9, application/openmetrics-text;q=0.1"),
+            Flavor::Prometheus
+        );
+        assert_eq!(
+            Flavor::accepting("Application/OpenMetrics-Text; Q=0.5, text/plain;q=0.4"),
+            Flavor::OpenMetrics
+        );
+        // A q that is no number counts as 1 (as if absent).
+        assert_eq!(
+            Flavor::accepting("application/openmetrics-text;q=x"),
+            Flavor::OpenMetrics
+        );
     }
 }

@@ -25,9 +25,14 @@ use crate::{
     symbols::{Backtrace, Kallsyms},
 };
 
-/// The longest profile `/debug/pprof/offcpu?seconds=N` serves, in reads (one a second by
-/// default).
-pub const WINDOW: usize = MAX_SECONDS as usize;
+/// The reads a window keeps to cover [`MAX_SECONDS`] at one read every `interval` (at least
+/// one read).
+#[must_use]
+pub fn window_reads(interval: std::time::Duration) -> usize {
+    let span = std::time::Duration::from_secs(u64::from(MAX_SECONDS));
+    let reads = span.as_nanos().div_ceil(interval.as_nanos().max(1));
+    usize::try_from(reads).unwrap_or(usize::MAX).max(1)
+}
 
 /// The most `seconds` a profile may ask for.
 pub const MAX_SECONDS: u32 = 300;
@@ -57,7 +62,8 @@ pub struct Delta {
 #[derive(Debug, Default)]
 pub struct Published {
     pub live: Live,
-    /// The last reads' deltas, oldest first, at most [`WINDOW`].
+    /// The last reads' deltas, oldest first: those of the last [`MAX_SECONDS`] (see
+    /// [`window_reads`]).
     pub window: Vec<Arc<Delta>>,
     /// CLOCK_MONOTONIC and CLOCK_REALTIME of the latest read.
     pub taken_ns: u64,
@@ -112,6 +118,8 @@ pub struct Accumulator {
     slot_of: HashMap<(String, &'static str), usize>,
     folded: HashSet<(String, &'static str)>,
     window: VecDeque<Arc<Delta>>,
+    /// The reads `window` keeps.
+    window_len: usize,
     collections: u64,
     mode: &'static str,
     /// At most this many cgroup series, `cgroup="other"` among them.
@@ -119,25 +127,20 @@ pub struct Accumulator {
     /// Cumulative (count, ns) per cgroup id, never decreasing; bounded by the kernel's
     /// per-cgroup table and the live tasks.
     cgroup_totals: HashMap<u64, (u64, u64)>,
-    /// The series of each cgroup id; a cgroup keeps its series for the whole run.
-    cgroup_slot: HashMap<u64, usize>,
-    /// Series names (cgroup names), "other" among them once any was folded.
-    cgroup_series: Vec<String>,
+    /// Each cgroup id seen and its label, or `None` where it was folded into "other"; a
+    /// cgroup stays in (or out) for the whole run.
+    cgroup_label: HashMap<u64, Option<String>>,
+    /// Ids with a label of their own whose path was unknown when last looked at (their label
+    /// is `cgroup ID` until the path is found).
+    cgroup_unnamed: HashSet<u64>,
+    /// The labels in the order they were first given (the series' order).
+    cgroup_order: Vec<String>,
     /// Cgroups folded into "other".
     cgroups_folded: u64,
 }
 
 /// The default of `--max-cgroups`.
 pub const MAX_CGROUPS: usize = 30;
-
-/// A reason as a label: an unnamed first frame (an address) gives no address away.
-fn public_reason(reason: String) -> String {
-    if reason.starts_with("[0x") {
-        "[unknown]".to_owned()
-    } else {
-        reason
-    }
-}
 
 impl Accumulator {
     #[must_use]
@@ -152,15 +155,24 @@ impl Accumulator {
             slots: Vec::new(),
             slot_of: HashMap::new(),
             folded: HashSet::new(),
-            window: VecDeque::with_capacity(WINDOW),
+            window: VecDeque::new(),
+            window_len: window_reads(std::time::Duration::from_secs(1)),
             collections: 0,
             mode,
             max_cgroups: MAX_CGROUPS,
             cgroup_totals: HashMap::new(),
-            cgroup_slot: HashMap::new(),
-            cgroup_series: Vec::new(),
+            cgroup_label: HashMap::new(),
+            cgroup_unnamed: HashSet::new(),
+            cgroup_order: Vec::new(),
             cgroups_folded: 0,
         }
+    }
+
+    /// Reads every `interval`: the window keeps enough of them for the longest profile.
+    #[must_use]
+    pub fn with_interval(mut self, interval: std::time::Duration) -> Self {
+        self.window_len = window_reads(interval);
+        self
     }
 
     /// At most `n` cgroup series (at least 2: one and "other").
@@ -170,8 +182,30 @@ impl Accumulator {
         self
     }
 
-    /// The cgroup series: each cgroup's cumulative numbers under its name, the largest new
-    /// ones admitted first while there is room, the rest under "other".
+    /// A cgroup's label: its readable name, or `cgroup ID` while its path is unknown; never
+    /// the reserved "other" (a cgroup named so is labelled by its path).
+    fn cgroup_label_of(snap: &Snapshot, id: u64) -> String {
+        let name = crate::model::cgroup_name(snap, id);
+        if name != OTHER {
+            return name;
+        }
+        snap.cgroup_paths
+            .get(&id)
+            .and_then(|p| p.path.clone())
+            .filter(|p| p != OTHER)
+            .unwrap_or_else(|| format!("cgroup {id}"))
+    }
+
+    /// The cgroup series: cumulative numbers per label, "other" last where any cgroup was
+    /// folded.
+    ///
+    /// Admission: each read, the cgroups not seen before are taken largest (by time) first;
+    /// one whose label is already a series joins it, any other gets a series of its own
+    /// while fewer than `--max-cgroups` - 1 exist, else it is folded into "other" (and
+    /// counted). A cgroup stays where it was put for the whole run, so a counter never moves
+    /// between its series and "other". Cgroups of the same name (`/a/inner` and `/b/inner`)
+    /// share a series: a label is never repeated. A cgroup whose path was unknown when it
+    /// came (`cgroup ID`) takes its name once its path is found.
     fn cgroups(&mut self, snap: &Snapshot) -> Vec<(String, u64, u64)> {
         let mut now: HashMap<u64, (u64, u64)> = HashMap::new();
         for (key, rec) in snap.cgroup_records() {
@@ -179,40 +213,70 @@ impl Accumulator {
             e.0 += rec.count;
             e.1 += rec.total_ns;
         }
+        // Names found since: the first frame of a label, the path, may come later.
+        let found: Vec<u64> = self
+            .cgroup_unnamed
+            .iter()
+            .copied()
+            .filter(|id| snap.cgroup_paths.get(id).is_some_and(|p| p.path.is_some()))
+            .collect();
+        for id in found {
+            self.cgroup_unnamed.remove(&id);
+            let label = Self::cgroup_label_of(snap, id);
+            let old = self.cgroup_label.insert(id, Some(label.clone())).flatten();
+            // `cgroup ID` was this cgroup's alone: its name takes its place (or, where the
+            // name is a series already, its place goes).
+            let at = old.and_then(|o| self.cgroup_order.iter().position(|l| *l == o));
+            match (at, self.cgroup_order.contains(&label)) {
+                (Some(i), false) => self.cgroup_order[i] = label,
+                (Some(i), true) => {
+                    self.cgroup_order.remove(i);
+                }
+                (None, false) => self.cgroup_order.push(label),
+                (None, true) => {}
+            }
+        }
         let mut new: Vec<(u64, u64)> = now
             .iter()
-            .filter(|(id, _)| !self.cgroup_slot.contains_key(id))
+            .filter(|(id, _)| !self.cgroup_label.contains_key(id))
             .map(|(id, (_, ns))| (*id, *ns))
             .collect();
         new.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         for (id, _) in new {
-            let slot = if self.cgroup_series.len() + 1 < self.max_cgroups {
-                self.cgroup_series.push(crate::model::cgroup_name(snap, id));
-                self.cgroup_series.len() - 1
+            let label = Self::cgroup_label_of(snap, id);
+            let known = self.cgroup_order.contains(&label);
+            let labelled = if known || self.cgroup_order.len() + 1 < self.max_cgroups {
+                if !known {
+                    self.cgroup_order.push(label.clone());
+                }
+                if snap.cgroup_paths.get(&id).is_none_or(|p| p.path.is_none()) {
+                    self.cgroup_unnamed.insert(id);
+                }
+                Some(label)
             } else {
                 self.cgroups_folded += 1;
-                if let Some(i) = self.cgroup_series.iter().position(|n| n == OTHER) {
-                    i
-                } else {
-                    self.cgroup_series.push(OTHER.to_owned());
-                    self.cgroup_series.len() - 1
-                }
+                None
             };
-            self.cgroup_slot.insert(id, slot);
+            self.cgroup_label.insert(id, labelled);
         }
         for (id, (count, ns)) in now {
             let t = self.cgroup_totals.entry(id).or_default();
             *t = (t.0.max(count), t.1.max(ns));
         }
-        let mut out: Vec<(String, u64, u64)> = self
-            .cgroup_series
-            .iter()
-            .map(|name| (name.clone(), 0, 0))
-            .collect();
+        let mut sums: HashMap<&str, (u64, u64)> = HashMap::new();
         for (id, (count, ns)) in &self.cgroup_totals {
-            let s = &mut out[self.cgroup_slot[id]];
-            s.1 += count;
-            s.2 += ns;
+            let label = self.cgroup_label[id].as_deref().unwrap_or(OTHER);
+            let s = sums.entry(label).or_default();
+            s.0 += count;
+            s.1 += ns;
+        }
+        let mut out: Vec<(String, u64, u64)> = self
+            .cgroup_order
+            .iter()
+            .filter_map(|l| sums.get(l.as_str()).map(|&(c, n)| (l.clone(), c, n)))
+            .collect();
+        if let Some(&(c, n)) = sums.get(OTHER) {
+            out.push((OTHER.to_owned(), c, n));
         }
         out
     }
@@ -247,7 +311,7 @@ impl Accumulator {
             syms,
             self.depth,
         );
-        let reason = public_reason(self.reasons.reason(&backtrace));
+        let reason = pprof::public_reason(&self.reasons.reason(&backtrace)).to_owned();
         let state = if stack == RUNQ_STACK {
             "R"
         } else if snap.uninterruptible.contains(&stack) {
@@ -300,8 +364,8 @@ impl Accumulator {
             }
         }
         for (stack, h) in &snap.histograms {
-            // Only backtraces the records named: a histogram's stack may be a kernel thread's
-            // alone, whose sleeps stay out of the global table.
+            // Only backtraces the records named: the histograms are read after the records, so
+            // a backtrace first seen between the two reads waits for the next read.
             if !self.named.contains_key(stack) {
                 continue;
             }
@@ -332,7 +396,7 @@ impl Accumulator {
                 *a += n;
             }
         }
-        if self.window.len() == WINDOW {
+        while self.window.len() >= self.window_len {
             self.window.pop_front();
         }
         self.window.push_back(Arc::new(delta));
@@ -345,6 +409,7 @@ impl Accumulator {
                 cgroups,
                 cgroups_folded: self.cgroups_folded,
                 counters: snap.counters.clone(),
+                hidden: snap.hidden.clone(),
                 programs: snap.programs.clone(),
                 cpus: cpu_ticks(kernel, None, snap),
                 collections: self.collections,
@@ -364,7 +429,27 @@ impl Accumulator {
                         snap.stacks.len() as u64,
                         u64::from(config.max_stacks),
                     ),
-                ],
+                    // Keyed by (cgroup, stack), as the kernel keeps them.
+                    (
+                        "histograms",
+                        snap.cgroup_histograms.len() as u64,
+                        u64::from(config.max_records),
+                    ),
+                    (
+                        "cgroups",
+                        snap.cgroups.len() as u64,
+                        u64::from(config.max_records),
+                    ),
+                ]
+                .into_iter()
+                .chain(config.wakers.then(|| {
+                    (
+                        "wakers",
+                        snap.wakers.len() as u64,
+                        u64::from(config.max_wakers),
+                    )
+                }))
+                .collect(),
                 mode: self.mode,
             },
             window: self.window.iter().cloned().collect(),
@@ -511,10 +596,39 @@ ffffffff81402000 T __lock_text_end
     fn the_window_is_bounded() {
         let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal");
         let mut p = Published::default();
-        for t in 1..=(WINDOW as u64 + 50) {
+        let reads = window_reads(std::time::Duration::from_secs(1));
+        assert_eq!(reads, 300);
+        for t in 1..=(reads as u64 + 50) {
             p = update(&mut acc, &snap(&[(1, t)], t));
         }
-        assert_eq!(p.window.len(), WINDOW);
+        assert_eq!(p.window.len(), reads);
+    }
+
+    /// The window covers 300 seconds whatever the interval: 3000 reads at 100 ms, 5 at 60 s.
+    #[test]
+    fn the_window_covers_the_longest_profile() {
+        use std::time::Duration;
+        assert_eq!(window_reads(Duration::from_millis(100)), 3000);
+        assert_eq!(window_reads(Duration::from_millis(700)), 429);
+        assert_eq!(window_reads(Duration::from_secs(60)), 5);
+        // Reads every 100 ms for 400 s: a profile of 300 s holds the last 300 s, all of them.
+        let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal")
+            .with_interval(Duration::from_millis(100));
+        let mut p = Published::default();
+        for i in 1..=4000u64 {
+            let mut s = snap(&[(1, i)], 0);
+            s.taken_ns = i * 100_000_000;
+            p = update(&mut acc, &s);
+        }
+        assert_eq!(p.window.len(), 3000);
+        let profile = p.profile(300, 4000 * 100_000_000);
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(profile.as_slice())
+            .read_to_end(&mut raw)
+            .unwrap();
+        let decoded = pprof::Profile::decode(raw.as_slice()).unwrap();
+        // One sleep a read, 3000 reads in the last 300 s (a window of 300 reads held 300).
+        assert_eq!(decoded.sample[0].value[0], 3000);
     }
 
     /// Cgroup series: the largest new cgroups admitted while there is room, the rest under
@@ -569,5 +683,123 @@ ffffffff81402000 T __lock_text_end
             text.contains("latprof_cgroup_sleeps_total{cgroup=\"other\"} 8"),
             "{text}"
         );
+    }
+    /// Two cgroups of one name share a series, a cgroup named "other" does not pass for the
+    /// folded ones, and one whose path was unknown takes its name once found: no label twice.
+    #[test]
+    fn cgroup_labels_are_never_repeated() {
+        use crate::collect::CgroupPath;
+        let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal").with_max_cgroups(4);
+        let with = |cgroups: &[(u64, u64)], paths: &[(u64, &str)], t: u64| {
+            let mut s = snap(&[(1, 1)], t);
+            s.cgroups = cgroups
+                .iter()
+                .map(|&(id, count)| {
+                    (
+                        latprof_common::CgroupCause {
+                            cgroup: id,
+                            stack_id: 1,
+                        },
+                        GlobalRecord {
+                            count,
+                            total_ns: count * 1000,
+                            max_ns: 1000,
+                        },
+                    )
+                })
+                .collect();
+            s.cgroup_paths = paths
+                .iter()
+                .map(|&(id, path)| {
+                    (
+                        id,
+                        CgroupPath {
+                            path: Some(path.to_owned()),
+                            removed: false,
+                        },
+                    )
+                })
+                .collect();
+            s
+        };
+        let labels =
+            |p: &Published| -> Vec<String> { p.live.cgroups.iter().map(|c| c.0.clone()).collect() };
+        // /a/inner and /b/inner: one series; /other: labelled by its path; 40 unknown yet.
+        let p = update(
+            &mut acc,
+            &with(
+                &[(20, 50), (21, 40), (22, 30), (40, 20)],
+                &[(20, "/a/inner"), (21, "/b/inner"), (22, "/other")],
+                1,
+            ),
+        );
+        assert_eq!(
+            p.live.cgroups,
+            vec![
+                ("inner".to_owned(), 90, 90_000),
+                ("/other".to_owned(), 30, 30_000),
+                ("cgroup 40".to_owned(), 20, 20_000),
+            ]
+        );
+        assert_eq!(p.live.cgroups_folded, 0);
+        // 40's path found: its name replaces "cgroup 40"; a new cgroup of a known name joins
+        // its series even with no room left; one of a new name is folded.
+        let p = update(
+            &mut acc,
+            &with(
+                &[(20, 50), (21, 40), (22, 30), (40, 20), (23, 5), (24, 7)],
+                &[
+                    (20, "/a/inner"),
+                    (21, "/b/inner"),
+                    (22, "/other"),
+                    (40, "/c/late.service"),
+                    (23, "/c/inner"),
+                    (24, "/d/new"),
+                ],
+                2,
+            ),
+        );
+        assert_eq!(labels(&p), ["inner", "/other", "late.service", "other"]);
+        assert_eq!(p.live.cgroups[0].1, 95);
+        assert_eq!(p.live.cgroups[3].1, 7);
+        assert_eq!(p.live.cgroups_folded, 1);
+        let text = render_live(&p.live, Flavor::Prometheus);
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("latprof_cgroup_sleeps_total{"))
+            .map(|l| l.rsplit_once(' ').unwrap().0)
+            .collect();
+        let distinct: HashSet<&str> = series.iter().copied().collect();
+        assert_eq!(series.len(), distinct.len(), "{text}");
+    }
+
+    /// A backtrace no rule knows whose first frame has no name: neither /metrics nor the
+    /// profile shows its address.
+    #[test]
+    fn no_kernel_address_goes_out() {
+        let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal");
+        let mut s = snap(&[(1, 3), (5, 2)], 1);
+        // Below _stext: kallsyms names nothing there.
+        s.stacks
+            .insert(5, vec![0xffff_ffff_8000_1234, 0xffff_ffff_8130_0010]);
+        let p = update(&mut acc, &s);
+        assert!(
+            p.live.series.iter().any(|x| x.reason == "[unknown]"),
+            "{:?}",
+            p.live.series
+        );
+        for flavor in [Flavor::Prometheus, Flavor::OpenMetrics] {
+            let text = render_live(&p.live, flavor);
+            assert!(!text.contains("0x") && !text.contains("ffffffff"), "{text}");
+        }
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(p.profile(300, 2_000_000_000).as_slice())
+            .read_to_end(&mut raw)
+            .unwrap();
+        let profile = pprof::Profile::decode(raw.as_slice()).unwrap();
+        assert!(profile.string_table.iter().any(|t| t == "[unknown]"));
+        for t in &profile.string_table {
+            assert!(!t.contains("0x") && !t.contains("ffffffff"), "{t}");
+        }
     }
 }
