@@ -291,8 +291,10 @@ pub struct TaskState {
     pub waker_kind: u32,
     pub waker_tgid: u32,
     pub waker_tid: u32,
-    /// Explicit padding to 8-byte alignment.
-    pub waker_reserved: u32,
+    /// The low 32 bits of the `task_struct` address of the task that made the entry: tells it
+    /// from a task that took its tid over (a thread that calls exec takes its leader's) before
+    /// `sched_process_free` retires an exiting task's entry.
+    pub task_low: u32,
     pub waker_comm: [u8; 16],
     /// The backtraces of the task's recent sleeps and where their return addresses sat.
     pub stack_cache: StackCache,
@@ -465,8 +467,10 @@ pub enum Counter {
     GlobalTableFull,
     /// Tasks whose records were merged into the global table at exit (lazy mode).
     ExitMerges,
-    /// Tasks already exiting when first seen (tracked as the kernel does; their entry goes
-    /// when the task is freed).
+    /// Entries made for a task already exiting: one latprof first saw exiting, or one whose
+    /// entry its exit merge had retired and that slept again after `sched_process_exit`
+    /// (where that hook runs before `exit_mm`). Tracked as the kernel does; retired when the
+    /// task is freed.
     ExitingFirstSeen,
     /// Exit merges begun; with `MergesDone`, lets the reader see a merge in flight.
     MergesBegun,

@@ -329,7 +329,9 @@ fn try_sched_process_free<const CAS: bool>(ctx: &RawTracePointContext) -> Result
     };
     // SAFETY: the task is dead: nothing of its own writes its entry any more.
     let entry = unsafe { &mut *entry };
-    if entry.flags & TASK_FLAG_EXITING != 0 {
+    // Only the entry this task made: one a thread took over with the tid (exec from a thread
+    // that is not the leader) is that thread's, retired at its own exit.
+    if entry.flags & TASK_FLAG_EXITING != 0 && entry.task_low == task as u64 as u32 {
         count(Counter::ExitingFreed);
         // A sleep still open never saw its wakeup (the kernel hid it); the task's run time is
         // not current's to read here, so it is lost, and logged for the check against the

@@ -5,7 +5,7 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_current_task, bpf_ktime_get_ns,
+        bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel_buf,
     },
     macros::raw_tracepoint,
     programs::RawTracePointContext,
@@ -108,10 +108,12 @@ fn note_switch(ctx: &RawTracePointContext, now: u64) {
         // failed read leaves the last name).
         if let Ok(tid) = read_field::<i32>(slot.last_in as *const u8, TASK_PID_OFF.load()) {
             slot.hidden_tid = tid as u32;
-            if let Ok(comm) =
-                read_field::<[u8; 16]>(slot.last_in as *const u8, TASK_COMM_OFF.load())
-            {
-                slot.hidden_comm = comm;
+            // Straight into the slot (no copy on the program's stack); a failed read leaves
+            // no other task's name beside this tid.
+            let comm = (slot.last_in as *const u8).wrapping_add(TASK_COMM_OFF.load() as usize);
+            // SAFETY: a probe read fails safely on a bad address.
+            if unsafe { bpf_probe_read_kernel_buf(comm, &mut slot.hidden_comm) }.is_err() {
+                slot.hidden_comm = [0; 16];
             }
         }
         log_hidden(HIDDEN_GAP, slot.hidden_tid, slot.last_ns, now, 0);
@@ -239,9 +241,8 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
     let kind = if flags & PF_EXITING != 0 {
         // Its sleeps count as the kernel counts them (for the task; in the global table only
         // while it still has its memory map). Whether it has passed `sched_process_exit` is
-        // not known: `sched_process_free` removes the entry. An exiting task without a memory
+        // not known: `sched_process_free` retires the entry. An exiting task without a memory
         // map is a kernel thread only if the kernel says so.
-        count(Counter::ExitingFirstSeen);
         TASK_FLAG_EXITING
             | if flags & PF_KTHREAD != 0 {
                 TASK_FLAG_KTHREAD
@@ -262,6 +263,7 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
         (*template).sleep_kind = SLEEP_NONE;
         (*template).tgid = tgid;
         (*template).flags = kind;
+        (*template).task_low = task as u64 as u32;
         (*template).comm = bpf_get_current_comm().unwrap_or([0; 16]);
         (*template).nr_records = 0;
         (*template).task_only = 0;
@@ -284,6 +286,9 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
             count(Counter::TaskTableFull);
             return Ok(None);
         }
+    }
+    if kind & TASK_FLAG_EXITING != 0 {
+        count(Counter::ExitingFirstSeen);
     }
     Ok(TASKS.get_ptr_mut(&tid))
 }

@@ -234,8 +234,9 @@ fn the_cgroup_filter_keeps_one_subtree() {
                 slept[i]
             );
         }
-        // B's workload slept as much, and none of it was counted: an explicit zero.
-        assert_eq!(slept[2], 50, "{text}");
+        // B's workload slept too (all of its 50 nanosleeps but those whose 2 ms timer expired
+        // before the task slept), and none of it was counted: an explicit zero.
+        assert!(slept[2] > 0, "{text}");
         let b_count = json_cgroup(&doc, id(2)).map_or(0, |c| c["count"].as_u64().expect("count"));
         assert_eq!(b_count, 0, "B counted under --cgroup A:\n{text}");
         // Nor anything else on the machine: only A's subtree.
@@ -421,9 +422,7 @@ fn a_recording_keeps_a_removed_cgroup() {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn a_host_without_cgroup_v2_says_so_once() {
     // Every cgroup2 mount unmounted in the namespace, checked, then latprof in its place.
-    const NO_CGROUP2: &str = r#"for m in $(awk '$3 == "cgroup2" {print $2}' /proc/mounts); do umount -l "$m" || exit 99; done
-grep -q ' cgroup2 ' /proc/mounts && exit 98
-exec "$@""#;
+    use common::cgroups::NO_CGROUP2;
     let legacy = |args: &[&str]| {
         let mut cmd = Command::new("unshare");
         cmd.args([

@@ -155,6 +155,25 @@ fn count(text: &str, series: &str) -> u64 {
 /// where the kernel hid switches and the check of each against the hidden switches explained
 /// them all (as `common::lost_where_hidden`).
 fn missing(metrics: &str) -> u64 {
+    check_hidden(metrics);
+    missing_so_far(metrics)
+}
+
+/// The sleeps lost or recovered without a backtrace so far, unchecked: for polls, where a
+/// sleep may still wait for its verdict (`missing` checks it once the wait is over).
+fn missing_so_far(metrics: &str) -> u64 {
+    count(
+        metrics,
+        "latprof_pipeline_events_total{counter=\"sleep_lost\"}",
+    ) + count(
+        metrics,
+        "latprof_sleeps_total{reason=\"[wakeup hidden from tracing]\",state=\"SD\"}",
+    )
+}
+
+/// Every sleep lost or recovered overlapped a stretch where the kernel hid switches (latprof
+/// checks each one and exports the verdicts), as `common::lost_where_hidden` requires.
+fn check_hidden(metrics: &str) {
     let c = |name: &str| {
         let series = format!("latprof_pipeline_events_total{{counter=\"{name}\"}}");
         assert!(
@@ -183,10 +202,6 @@ fn missing(metrics: &str) -> u64 {
         lost + recovered == 0 || hidden > 0,
         "{lost} sleeps lost and {recovered} recovered but no switch was hidden"
     );
-    lost + count(
-        metrics,
-        "latprof_sleeps_total{reason=\"[wakeup hidden from tracing]\",state=\"SD\"}",
-    )
 }
 
 fn nanosleeps(metrics: &str) -> u64 {
@@ -559,7 +574,7 @@ fn go_pprof_reads_the_profiles() {
         work.go();
         let slept = work.wait_fact("slept");
         let metrics = serve.wait_for(30, "the workload's sleeps", |m| {
-            nanosleeps(m) + missing(m) >= slept
+            nanosleeps(m) + missing_so_far(m) >= slept
         });
         let expected = slept - missing(&metrics);
         let r = serve.get("/debug/pprof/offcpu?seconds=60");
@@ -932,7 +947,7 @@ fn runs_with_only_the_units_capabilities() {
         work.go();
         let slept = work.wait_fact("slept");
         let metrics = serve.wait_for(30, "the workload's sleeps", |m| {
-            nanosleeps(m) + missing(m) >= slept
+            nanosleeps(m) + missing_so_far(m) >= slept
         });
         assert_eq!(nanosleeps(&metrics), slept - missing(&metrics));
         work.release();
@@ -967,8 +982,16 @@ fn the_unit_verifies() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "systemd-analyze verify: {said}");
-    assert!(said.trim().is_empty(), "systemd-analyze verify: {said}");
+    // What it says of latprof's unit; other units it loads (the host's) are not ours to judge.
+    let ours: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("latprof.service") || l.contains(LATPROF))
+        .collect();
+    assert!(ours.is_empty(), "systemd-analyze verify: {said}");
+    assert!(
+        out.status.success() || !said.contains("latprof"),
+        "systemd-analyze verify: {said}"
+    );
     std::fs::remove_dir_all(&dir).expect("remove temp dir");
 }
 
@@ -1015,7 +1038,7 @@ fn scrapers_do_not_stall_collection() {
         work.go();
         let slept = work.wait_fact("slept");
         let metrics = serve.wait_for(60, "the workload's sleeps under 100 scrapers", |m| {
-            nanosleeps(m) + missing(m) >= slept && collections(m) >= first + 3
+            nanosleeps(m) + missing_so_far(m) >= slept && collections(m) >= first + 3
         });
         stop.store(true, Ordering::Relaxed);
         for s in scrapers {

@@ -450,18 +450,9 @@ fn top_says_when_cgroup_views_are_not_available() {
     let dir = std::env::temp_dir().join(format!("latprof-legacy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let script = dir.join("no-cgroup2.sh");
-    std::fs::write(
-        &script,
-        format!(
-            r#"for m in $(awk '$3 == "cgroup2" {{print $2}}' /proc/mounts); do umount -l "$m" || exit 99; done
-grep -q ' cgroup2 ' /proc/mounts && exit 98
-exec {LATPROF} top --interval 300ms
-"#
-        ),
-    )
-    .expect("write the script");
+    std::fs::write(&script, common::cgroups::NO_CGROUP2).expect("write the script");
     let tmux = Tmux::start(&format!(
-        "unshare -m --propagation private sh {}; echo LATPROF-EXIT=$?; sleep 60",
+        "unshare -m --propagation private sh {} {LATPROF} top --interval 300ms; echo LATPROF-EXIT=$?; sleep 60",
         script.display()
     ));
     tmux.wait_for(&["Global causes", "cgroup views are not available"]);

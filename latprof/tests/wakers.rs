@@ -45,10 +45,7 @@ struct Run<T> {
 impl<T> Run<T> {
     /// The fact `key`, which the workload must have reported.
     fn fact(&self, key: &str) -> u64 {
-        self.facts
-            .iter()
-            .find_map(|(k, v)| (k == key).then_some(*v))
-            .unwrap_or_else(|| panic!("the workload did not report {key}="))
+        common::fact(&self.facts, key)
     }
 
     /// The sleeps latprof reported lost or recovered without their backtrace (each checked

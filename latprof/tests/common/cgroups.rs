@@ -64,3 +64,10 @@ pub fn move_pid(pid: u32, cgroup: &Path) {
     std::fs::write(cgroup.join("cgroup.procs"), pid.to_string())
         .unwrap_or_else(|e| panic!("moving {pid} into {}: {e}", cgroup.display()));
 }
+
+/// A shell script that unmounts every cgroup2 mount /proc/mounts lists (in the mount namespace
+/// it runs in: `unshare -m --propagation private sh -c SCRIPT sh CMD ARGS...`), checks that none
+/// is left, then runs its arguments: a host with the legacy hierarchy only.
+pub const NO_CGROUP2: &str = r#"for m in $(awk '$3 == "cgroup2" {print $2}' /proc/mounts); do umount -l "$m" || exit 99; done
+grep -q ' cgroup2 ' /proc/mounts && exit 98
+exec "$@""#;

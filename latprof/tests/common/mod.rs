@@ -111,10 +111,7 @@ impl Workload {
 
     /// Waits for the started work to end; returns the fact `key` it reported, which it must.
     pub fn wait_fact(&mut self, key: &str) -> u64 {
-        self.wait_done()
-            .into_iter()
-            .find_map(|(k, v)| (k == key).then_some(v))
-            .unwrap_or_else(|| panic!("the workload did not report {key}="))
+        fact(&self.wait_done(), key)
     }
 
     /// Lets the workload exit and checks that it succeeded.
@@ -137,6 +134,14 @@ pub fn start(cmd: &mut Command, ready: &str) -> (Child, BufReader<ChildStderr>) 
         "latprof {cmd:?} did not start: {line}"
     );
     (child, stderr)
+}
+
+/// The fact `key` of what a workload reported (`Workload::wait_done`), which it must have.
+pub fn fact(facts: &[(String, u64)], key: &str) -> u64 {
+    facts
+        .iter()
+        .find_map(|(k, v)| (k == key).then_some(*v))
+        .unwrap_or_else(|| panic!("the workload did not report {key}= (it said {facts:?})"))
 }
 
 /// Stops a latprof command with SIGINT; it must exit 0. Returns its output and the stderr
