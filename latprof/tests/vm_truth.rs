@@ -584,5 +584,7 @@ fn nohz_full_cpu_counters_in_the_vm() {
         num(&cpu1, 2) < num(&cpu0, 2) / 4.0,
         "CPU 1 kept ticking:\n{out}"
     );
-    assert!(!counters.contains("not available"), "{out}");
+    // Every tick tracepoint attached (a VM without cgroup2 also says cgroup views are not
+    // available: not this).
+    assert!(!counters.contains("not available on this kernel"), "{out}");
 }
