@@ -261,20 +261,44 @@ fn a_hangup_gives_the_terminal_back() {
     assert!(!tmux.alternate_screen(), "terminal not restored:\n{screen}");
 }
 
+/// A new temporary directory for a recording, and the recording's path in it.
+fn recording_dir(tag: &str) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("latprof-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("run.lpr").to_str().expect("utf-8 path").to_owned();
+    (dir, path)
+}
+
+/// A sleeper in a new cgroup `name` of its own: the cgroup, the sleeper and its pid.
+fn sleeper_in_cgroup(name: &str) -> (common::cgroups::Cgroups, Workload, String) {
+    let groups = common::cgroups::Cgroups::make(&[name]);
+    let work = Workload::sleeper();
+    common::cgroups::move_pid(work.0.id(), groups.path(0));
+    let pid = work.0.id().to_string();
+    (groups, work, pid)
+}
+
+/// `replay PATH` as nobody in a real terminal, after making the recording's directory
+/// readable to all.
+fn replay_as_nobody(dir: &std::path::Path, path: &str) -> Tmux {
+    let status = Command::new("chmod")
+        .args(["-R", "a+rX", dir.to_str().expect("utf-8")])
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+    Tmux::start(&format!(
+        "runuser -u nobody -- {LATPROF} replay {path}; echo LATPROF-EXIT=$?; sleep 60"
+    ))
+}
+
 #[test]
 #[ignore = "needs root (to record) and tmux: run `cargo xtask test`"]
 fn replay_in_a_real_terminal_without_root() {
     latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
-    let dir = std::env::temp_dir().join(format!("latprof-replay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("run.lpr");
-    let path = file.to_str().expect("utf-8 path").to_owned();
+    let (dir, path) = recording_dir("replay");
     // The sleeper in a cgroup of its own: the recording keeps its name (issue 15).
     let name = format!("latprof-replay-{}.service", std::process::id());
-    let groups = common::cgroups::Cgroups::make(&[&name]);
-    let work = Workload::sleeper();
-    common::cgroups::move_pid(work.0.id(), groups.path(0));
-    let pid = work.0.id().to_string();
+    let (_groups, _work, pid) = sleeper_in_cgroup(&name);
     let out = Command::new(LATPROF)
         .args([
             "record",
@@ -294,16 +318,9 @@ fn replay_in_a_real_terminal_without_root() {
     // Sleeps the recording lost or recovered without a backtrace, each checked against the
     // stretches where the kernel hid switches.
     let missing = common::reported_missing(&record_err);
-    let status = Command::new("chmod")
-        .args(["-R", "a+rX", dir.to_str().expect("utf-8")])
-        .status()
-        .expect("chmod");
-    assert!(status.success());
 
     // As an unprivileged user: no eBPF, only the file.
-    let tmux = Tmux::start(&format!(
-        "runuser -u nobody -- {LATPROF} replay {path}; echo LATPROF-EXIT=$?; sleep 60"
-    ));
+    let tmux = replay_as_nobody(&dir, &path);
     let screen = tmux.wait_for(&[
         "replay ",
         "Application requested delay",
@@ -471,16 +488,10 @@ fn top_says_when_cgroup_views_are_not_available() {
 #[ignore = "needs root (to record) and tmux: run `cargo xtask test`"]
 fn replay_filters_by_a_removed_cgroup() {
     latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
-    let dir = std::env::temp_dir().join(format!("latprof-replaycg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("run.lpr");
-    let path = file.to_str().expect("utf-8 path").to_owned();
+    let (dir, path) = recording_dir("replaycg");
     // Short enough for the processes pane's cgroup column.
     let name = format!("lr{}.service", std::process::id());
-    let groups = common::cgroups::Cgroups::make(&[&name]);
-    let work = Workload::sleeper();
-    common::cgroups::move_pid(work.0.id(), groups.path(0));
-    let pid = work.0.id().to_string();
+    let (groups, work, pid) = sleeper_in_cgroup(&name);
     let mut cmd = Command::new(LATPROF);
     cmd.args([
         "record",
@@ -503,15 +514,8 @@ fn replay_filters_by_a_removed_cgroup() {
     let mut rest = String::new();
     let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
     assert!(out.status.success(), "{rest}");
-    let status = Command::new("chmod")
-        .args(["-R", "a+rX", dir.to_str().expect("utf-8")])
-        .status()
-        .expect("chmod");
-    assert!(status.success());
 
-    let tmux = Tmux::start(&format!(
-        "runuser -u nobody -- {LATPROF} replay {path}; echo LATPROF-EXIT=$?; sleep 60"
-    ));
+    let tmux = replay_as_nobody(&dir, &path);
     tmux.wait_for(&["replay ", "Application requested delay"]);
     // At the end: the cgroup is gone, its numbers kept.
     tmux.keys(&["C"]);

@@ -172,15 +172,7 @@ fn live(
     };
     let (cpu0, counted0, t0) = (cpu_ns(pid)?, served.counted()?, Instant::now());
     loop {
-        let status = Command::new(&command[0])
-            .args(&command[1..])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .with_context(|| format!("running {}", command[0]))?;
-        if !status.success() {
-            bail!("{what} failed: {status}");
-        }
+        run_quietly(command).with_context(|| format!("{what} failed"))?;
         if t0.elapsed() >= time {
             break;
         }
@@ -202,6 +194,21 @@ fn live(
     })
 }
 
+/// Runs `command` (program and arguments) once, its output discarded; fails unless it
+/// succeeds.
+fn run_quietly(command: &[String]) -> Result<()> {
+    let status = Command::new(&command[0])
+        .args(&command[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .with_context(|| format!("running {}", command[0]))?;
+    if !status.success() {
+        bail!("{} failed: {status}", command[0]);
+    }
+    Ok(())
+}
+
 /// Times `n` GETs of `path` while `command` runs again and again (hackbench: every CPU busy),
 /// one every 100 ms.
 fn timed_under_load(
@@ -216,15 +223,7 @@ fn timed_under_load(
         std::thread::spawn(move || -> Result<u32> {
             let mut rounds = 0;
             while !stop.load(Ordering::Relaxed) {
-                let status = Command::new(&command[0])
-                    .args(&command[1..])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .with_context(|| format!("running {}", command[0]))?;
-                if !status.success() {
-                    bail!("{} failed: {status}", command[0]);
-                }
+                run_quietly(&command)?;
                 rounds += 1;
             }
             Ok(rounds)

@@ -486,6 +486,29 @@ ffffffff81402000 T __lock_text_end
 ";
 
     /// Stack i: one distinct first frame each (1: hrtimer_nanosleep, a known reason).
+    /// `snap` of cause 1 at `t` whose exited tasks' sleeps are in cgroups: (id, count), each
+    /// sleep 1 us.
+    fn snap_in_cgroups(cgroups: &[(u64, u64)], t: u64) -> Snapshot {
+        let mut s = snap(&[(1, 1)], t);
+        s.cgroups = cgroups
+            .iter()
+            .map(|&(id, count)| {
+                (
+                    latprof_common::CgroupCause {
+                        cgroup: id,
+                        stack_id: 1,
+                    },
+                    GlobalRecord {
+                        count,
+                        total_ns: count * 1000,
+                        max_ns: 1000,
+                    },
+                )
+            })
+            .collect();
+        s
+    }
+
     fn snap(records: &[(u64, u64)], t: u64) -> Snapshot {
         let first = [
             0,
@@ -636,28 +659,11 @@ ffffffff81402000 T __lock_text_end
     #[test]
     fn cgroups_fold_into_other_and_never_go_down() {
         let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal").with_max_cgroups(3);
-        let with = |cgroups: &[(u64, u64)], t: u64| {
-            let mut s = snap(&[(1, 1)], t);
-            s.cgroups = cgroups
-                .iter()
-                .map(|&(id, count)| {
-                    (
-                        latprof_common::CgroupCause {
-                            cgroup: id,
-                            stack_id: 1,
-                        },
-                        GlobalRecord {
-                            count,
-                            total_ns: count * 1000,
-                            max_ns: 1000,
-                        },
-                    )
-                })
-                .collect();
-            s
-        };
         // Three cgroups for two places: the two largest get theirs, the third is "other".
-        let p = update(&mut acc, &with(&[(10, 5), (11, 50), (12, 20)], 1));
+        let p = update(
+            &mut acc,
+            &snap_in_cgroups(&[(10, 5), (11, 50), (12, 20)], 1),
+        );
         assert_eq!(
             p.live.cgroups,
             vec![
@@ -667,7 +673,10 @@ ffffffff81402000 T __lock_text_end
             ]
         );
         assert_eq!(p.live.cgroups_folded, 1);
-        let p = update(&mut acc, &with(&[(10, 6), (11, 40), (12, 21), (13, 2)], 2));
+        let p = update(
+            &mut acc,
+            &snap_in_cgroups(&[(10, 6), (11, 40), (12, 21), (13, 2)], 2),
+        );
         // 11 read lower (a raced read) stays at 50; 10 and 13 come after the room ran out.
         assert_eq!(
             p.live.cgroups,
@@ -691,23 +700,7 @@ ffffffff81402000 T __lock_text_end
         use crate::collect::CgroupPath;
         let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal").with_max_cgroups(4);
         let with = |cgroups: &[(u64, u64)], paths: &[(u64, &str)], t: u64| {
-            let mut s = snap(&[(1, 1)], t);
-            s.cgroups = cgroups
-                .iter()
-                .map(|&(id, count)| {
-                    (
-                        latprof_common::CgroupCause {
-                            cgroup: id,
-                            stack_id: 1,
-                        },
-                        GlobalRecord {
-                            count,
-                            total_ns: count * 1000,
-                            max_ns: 1000,
-                        },
-                    )
-                })
-                .collect();
+            let mut s = snap_in_cgroups(cgroups, t);
             s.cgroup_paths = paths
                 .iter()
                 .map(|&(id, path)| {
