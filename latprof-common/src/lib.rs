@@ -62,6 +62,85 @@ pub fn stack_for_state(stack: u64, kind: u32) -> u64 {
     stack
 }
 
+/// Frames kept per user-space backtrace (`--user-stacks`).
+pub const USER_FRAMES: usize = 127;
+/// Words of a user stack kept from its stack pointer up when the backtrace is first stored:
+/// where a frameless leaf function (glibc's `read`) keeps its caller's return address, which
+/// the frame-pointer chain skips; user space finds it with the binary's `.eh_frame`.
+pub const USER_WINDOW: usize = 32;
+/// `TaskState::sleep_ustack` and `CauseParts::user` of a sleep without a user backtrace.
+pub const NO_USER: u64 = 0;
+/// Seeds the hash of a combined (kernel + user) cause apart from plain backtraces.
+const USER_SALT: u64 = 0x2545_f491_4f6c_dd1d;
+
+/// A user-space backtrace as first stored: the process, its frames (return addresses,
+/// innermost first, the user instruction pointer at the syscall first) and the stack words at
+/// the user stack pointer then.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserStack {
+    pub tgid: u32,
+    /// Frames in `frames` (the rest is stale).
+    pub nr: u32,
+    /// The user stack pointer at the syscall (0: not read), the address of `window[0]`.
+    pub sp: u64,
+    pub frames: [u64; USER_FRAMES],
+    pub window: [u64; USER_WINDOW],
+}
+const _: () = assert!(size_of::<UserStack>() == 16 + 8 * (USER_FRAMES + USER_WINDOW));
+
+/// The kernel and user backtraces of a combined cause id (`combine`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CauseParts {
+    pub kernel: u64,
+    pub user: u64,
+}
+const _: () = assert!(size_of::<CauseParts>() == 16);
+
+/// Sent when a user backtrace is first stored, so that user space reads the process's memory
+/// map while it still lives (the process may exit before the next snapshot).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserSeen {
+    pub tgid: u32,
+    pub tid: u32,
+    pub user_stack: u64,
+}
+const _: () = assert!(size_of::<UserSeen>() == 16);
+
+/// The id of a user backtrace of process `tgid`: the same addresses are other code in another
+/// address space. Never `NO_USER`, below the reserved ids.
+#[inline(always)]
+#[must_use]
+pub fn user_stack_hash(tgid: u32, frames: &[u64; USER_FRAMES], len: usize) -> u64 {
+    let mut h = stack_hash_step(STACK_HASH_SEED ^ USER_SALT, u64::from(tgid));
+    for (i, ip) in frames.iter().enumerate() {
+        if i >= len {
+            break;
+        }
+        h = stack_hash_step(h, *ip);
+    }
+    let id = stack_hash_finish(h);
+    if id == NO_USER { 1 } else { id }
+}
+
+/// The record id of a sleep at kernel backtrace `kernel` whose task was at user backtrace
+/// `user`: `kernel` itself without a user part, and for the reserved pseudo backtraces (their
+/// user part is not kept); otherwise a hash of the two (user space finds the parts in
+/// `CAUSE_PARTS`). The D-state salt (`stack_for_state`) applies to the result.
+#[inline(always)]
+#[must_use]
+pub fn combine(kernel: u64, user: u64) -> u64 {
+    if user == NO_USER || kernel >= RESERVED_STACKS {
+        return kernel;
+    }
+    stack_hash_finish(stack_hash_step(
+        stack_hash_step(STACK_HASH_SEED ^ USER_SALT, kernel),
+        user,
+    ))
+}
+
 /// Log2 buckets of a cause's latency histogram: bucket `i` holds latencies of `2^i` to
 /// `2^(i+1)` microseconds (bucket 0 also holds those under 1 µs).
 pub const HIST_BUCKETS: usize = 32;
@@ -271,6 +350,8 @@ pub struct TaskState {
     /// The task's cgroup v2 id when its last sleep began: its sleep and the run-queue wait
     /// after it are that cgroup's (0: cgroups not tracked).
     pub cgroup: u64,
+    /// The task's user backtrace when its open sleep began (`--user-stacks`; `NO_USER`: none).
+    pub sleep_ustack: u64,
     pub sleep_kind: u32,
     pub tgid: u32,
     pub flags: u32,
@@ -302,7 +383,7 @@ pub struct TaskState {
 }
 const _: () = assert!(
     size_of::<TaskState>()
-        == 128 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
+        == 136 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
 );
 // One bit of `task_only` per record.
 const _: () = assert!(TASK_RECORDS <= 32);
@@ -538,10 +619,21 @@ pub enum Counter {
     /// Entries of tasks first seen while exiting that were still there when the task was
     /// freed (made by a sleep after `sched_process_exit`), removed then.
     ExitingFreed,
+    /// User backtraces walked at switch-out (`--user-stacks`).
+    UserStackWalks,
+    /// Walks that returned no user frame (a task without a user context, or a fault at once).
+    UserStackEmpty,
+    /// User backtraces not stored: the user stack table was full (raise --max-user-stacks).
+    UserStackTableFull,
+    /// First sightings of user backtraces not sent to user space: their ring buffer was full
+    /// (the process's memory map may then be read too late to name them).
+    UserSeenLost,
+    /// Combined causes whose parts were not stored: their table was full.
+    CausePartsFull,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::ExitingFreed as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::CausePartsFull as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -583,6 +675,11 @@ impl Counter {
         Self::WakerUnseen,
         Self::WakerTableFull,
         Self::ExitingFreed,
+        Self::UserStackWalks,
+        Self::UserStackEmpty,
+        Self::UserStackTableFull,
+        Self::UserSeenLost,
+        Self::CausePartsFull,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -626,6 +723,11 @@ impl Counter {
             Self::WakerUnseen => "waker_unseen",
             Self::WakerTableFull => "waker_table_full",
             Self::ExitingFreed => "exiting_freed",
+            Self::UserStackWalks => "user_stack_walks",
+            Self::UserStackEmpty => "user_stack_empty",
+            Self::UserStackTableFull => "user_stack_table_full",
+            Self::UserSeenLost => "user_seen_lost",
+            Self::CausePartsFull => "cause_parts_full",
         }
     }
 
@@ -651,6 +753,15 @@ impl Counter {
             Self::WakerTableFull => Some(
                 "wakers not told apart: waker table full, counted as \"other\" (raise --max-wakers)",
             ),
+            Self::UserStackTableFull => {
+                Some("user backtraces not stored: user stack table full (raise --max-user-stacks)")
+            }
+            Self::UserSeenLost => {
+                Some("user backtraces announced late: their ring buffer was full")
+            }
+            Self::CausePartsFull => {
+                Some("kernel + user causes not told apart: their table was full")
+            }
             Self::HiddenLogFull => {
                 Some("hidden-switch events lost: their log was full (lost sleeps go unchecked)")
             }
@@ -775,6 +886,8 @@ mod pod {
     unsafe impl aya::Pod for super::CgroupCause {}
     unsafe impl aya::Pod for super::WakerKey {}
     unsafe impl aya::Pod for super::WakerValue {}
+    unsafe impl aya::Pod for super::UserStack {}
+    unsafe impl aya::Pod for super::CauseParts {}
 }
 
 #[cfg(test)]

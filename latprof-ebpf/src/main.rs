@@ -95,6 +95,7 @@ mod stack_cache;
 mod stacks;
 mod switch;
 mod ticks;
+mod ustacks;
 mod wakers;
 mod wakeup;
 

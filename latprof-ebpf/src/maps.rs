@@ -9,9 +9,9 @@ use aya_ebpf::{
     maps::{Array, CgroupArray, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latprof_common::{
-    CACHE_FRAMES, COUNTER_COUNT, CachedStack, CgroupCause, Counter, CpuSwitch, GlobalRecord,
-    HiddenEvent, Histogram, RawStack, STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState,
-    TickCounter, WakerKey, WakerValue,
+    CACHE_FRAMES, COUNTER_COUNT, CachedStack, CauseParts, CgroupCause, Counter, CpuSwitch,
+    GlobalRecord, HiddenEvent, Histogram, RawStack, STACK_REGION, StackCache, TICK_COUNTER_COUNT,
+    TaskState, TickCounter, UserStack, WakerKey, WakerValue,
 };
 
 /// Words of `STACK_COPY`: the part of a sleeping task's stack the stack cache reads.
@@ -44,6 +44,19 @@ pub(crate) static CGROUP_LATENCY: PerCpuHashMap<CgroupCause, GlobalRecord> =
 /// traced; the first `FILTER_CGROUPS` slots are set.
 #[map]
 pub(crate) static CGROUP_FILTER: CgroupArray = CgroupArray::with_max_entries(8, 0);
+/// User backtraces (`--user-stacks`) keyed by `user_stack_hash` (1 entry when off).
+#[map]
+pub(crate) static USER_STACKS: HashMap<u64, UserStack> = HashMap::with_max_entries(8192, 0);
+/// Per-CPU buffer a user backtrace is walked into.
+#[map]
+pub(crate) static USER_BUF: PerCpuArray<UserStack> = PerCpuArray::with_max_entries(1, 0);
+/// The kernel and user parts of each combined cause id (1 entry when off).
+#[map]
+pub(crate) static CAUSE_PARTS: HashMap<u64, CauseParts> = HashMap::with_max_entries(16384, 0);
+/// First sightings of user backtraces (`UserSeen`), for user space to read the process's
+/// memory map while it lives.
+#[map]
+pub(crate) static USER_SEEN: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
 /// Per-CPU buffer the stack is walked into.
 #[map]
 pub(crate) static STACK_BUF: PerCpuArray<RawStack> = PerCpuArray::with_max_entries(1, 0);

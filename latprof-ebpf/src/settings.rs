@@ -7,7 +7,7 @@
 //! [`read_field`], never hard-coded for one kernel.
 
 use aya_ebpf::{Global, helpers::bpf_probe_read_kernel};
-use latprof_common::{MODE_LAZY, STACK_FRAMES, WAKEUP_ADAPTIVE};
+use latprof_common::{MODE_LAZY, STACK_FRAMES, USER_FRAMES, WAKEUP_ADAPTIVE};
 
 /// `MODE_LAZY` (per-task records, merged into the global table at exit) or `MODE_NORMAL`
 /// (every counted sleep also goes to the global table).
@@ -70,6 +70,15 @@ pub(crate) static TASK_TGID_OFF: Global<u32> = Global::new(0);
 pub(crate) static TASK_FLAGS_OFF: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub(crate) static TASK_MM_OFF: Global<u32> = Global::new(0);
+/// 1: the sleeper's user backtrace is walked at switch-out (`--user-stacks`).
+#[unsafe(no_mangle)]
+pub(crate) static USER_STACKS_ON: Global<u32> = Global::new(0);
+/// Frames walked per user backtrace (at most `USER_FRAMES`).
+#[unsafe(no_mangle)]
+pub(crate) static USER_WALK_FRAMES: Global<u32> = Global::new(USER_FRAMES as u32);
+/// Offset of `sp` in `struct pt_regs`, from vmlinux BTF.
+#[unsafe(no_mangle)]
+pub(crate) static PT_REGS_SP_OFF: Global<u32> = Global::new(0);
 /// Offset of `comm` in `struct task_struct` (read only where switches went unseen).
 #[unsafe(no_mangle)]
 pub(crate) static TASK_COMM_OFF: Global<u32> = Global::new(0);

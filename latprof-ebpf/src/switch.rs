@@ -11,13 +11,13 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use latprof_common::{
-    CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, NO_STACK, RUNQ_STACK, SLEEP_NONE,
+    CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, NO_STACK, NO_USER, RUNQ_STACK, SLEEP_NONE,
     SPIKE_RUNQ, TASK_FLAG_EXITING, TASK_FLAG_KTHREAD, TaskState, TickCounter, WAKER_UNSEEN,
     sleep_kind,
 };
 
 use crate::{
-    account::{account, runq_in_global},
+    account::{account, has_mm, runq_in_global},
     debug::anomaly,
     maps::{
         CGROUP_FILTER, COUNTERS, HIDING_SEEN, LAST_SWITCH, SCRATCH, TASKS, count, log_hidden,
@@ -27,10 +27,11 @@ use crate::{
     settings::{
         CGROUPS_ON, DEBUG_CHECKS, FILTER_CGROUPS, FILTER_TGID, FORCE_REJECT, MIN_SLEEP_NS, RUNQ,
         SELF_TGID, STACK_AT_WAKEUP, SWITCH_HAS_PREV_STATE, TASK_COMM_OFF, TASK_FLAGS_OFF,
-        TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF, read_field,
+        TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF, USER_STACKS_ON, read_field,
     },
     spikes::spike,
     stacks::take_stack,
+    ustacks,
 };
 
 /// `task_struct::flags` bits (`include/linux/sched.h`, the same since 2.6): a task that is
@@ -208,6 +209,14 @@ fn switch_out<const CAS: bool>(
     entry.sleep_stack = stack;
     entry.sleep_kind = kind;
     entry.sleep_start_ns = now;
+    if USER_STACKS_ON.load() == 1 {
+        // Here or never: the sleeper is current only now. A kernel thread has no user part.
+        entry.sleep_ustack = if entry.flags & TASK_FLAG_KTHREAD == 0 && has_mm(task) {
+            ustacks::take(ctx, tid, tgid, task)
+        } else {
+            NO_USER
+        };
+    }
     if CGROUPS_ON.load() == 1 {
         // SAFETY: a helper without arguments.
         entry.cgroup = unsafe { bpf_get_current_cgroup_id() };

@@ -19,12 +19,12 @@ use crate::{
     maps::{TASKS, count, log_hidden},
     settings::{
         DEBUG_CHECKS, DEBUG_HIDE_WAKEUPS, FILTER_TGID, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ,
-        SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, WAKERS_ON, read_field,
+        SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, USER_STACKS_ON, WAKERS_ON, read_field,
     },
     spikes::spike,
     stack_cache::sleeping_stack,
     stacks::task_stack,
-    wakers,
+    ustacks, wakers,
 };
 
 /// `DEBUG_HIDE_WAKEUPS`'s bit that leaves the wakeups it hides out of the `HIDDEN` log.
@@ -207,6 +207,12 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
                 entry.sleep_stack
             };
             let in_global = sleep_in_global(entry, task);
+            // With the sleeper's user backtrace, the cause is the pair.
+            let stack = if USER_STACKS_ON.load() == 1 {
+                ustacks::cause(stack, entry.sleep_ustack)
+            } else {
+                stack
+            };
             let cause = stack_for_state(stack, kind);
             account::<CAS>(entry, cause, delta, in_global);
             if WAKERS_ON.load() == 1 {

@@ -52,6 +52,14 @@ pub struct Cli {
     #[arg(long, global = true, default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_wakers: u32,
+    /// Also each sleeper's user-space backtrace (walked with its frame pointers at switch-out):
+    /// causes are then kernel + user backtrace, symbolized from the process's binaries.
+    #[arg(long, global = true)]
+    pub user_stacks: bool,
+    /// User backtraces kept (kernel table size, about 1.3 KiB each).
+    #[arg(long, global = true, default_value_t = 8192,
+          value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub max_user_stacks: u32,
     /// Do not attribute sleeps to cgroups (measures what that costs).
     #[arg(long, global = true, hide = true)]
     pub debug_no_cgroups: bool,
@@ -375,6 +383,8 @@ impl Cli {
             wakers: self.wakers_on(),
             max_wakers: self.max_wakers,
             waker_stacks: self.waker_stacks,
+            user_stacks: self.user_stacks,
+            max_user_stacks: self.max_user_stacks,
         }
     }
 }

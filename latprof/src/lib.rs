@@ -20,6 +20,7 @@ pub mod symbols;
 pub mod text;
 pub mod time;
 pub mod tui;
+pub mod ustacks;
 
 /// Failures a caller branches on (for the exit code).
 #[derive(Debug, thiserror::Error)]

@@ -16,6 +16,8 @@ use crate::{
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cause {
     pub backtrace: Backtrace,
+    /// With `--user-stacks`: the sleeper's user frames, innermost first (empty: none).
+    pub user: Vec<String>,
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
@@ -30,7 +32,7 @@ pub fn causes(
     syms: &Kallsyms,
     depth: usize,
 ) -> Vec<Cause> {
-    let mut merged: HashMap<Backtrace, GlobalRecord> = HashMap::new();
+    let mut merged: HashMap<(Backtrace, Vec<String>), GlobalRecord> = HashMap::new();
     for (stack, rec) in records {
         let backtrace = Backtrace::of(
             stack,
@@ -39,7 +41,9 @@ pub fn causes(
             depth,
         );
         add(
-            merged.entry(backtrace).or_default(),
+            merged
+                .entry((backtrace, user_frames(snap, stack, depth)))
+                .or_default(),
             rec.count,
             rec.total_ns,
             rec.max_ns,
@@ -47,8 +51,9 @@ pub fn causes(
     }
     let mut out: Vec<Cause> = merged
         .into_iter()
-        .map(|(backtrace, r)| Cause {
+        .map(|((backtrace, user), r)| Cause {
             backtrace,
+            user,
             count: r.count,
             total_ns: r.total_ns,
             max_ns: r.max_ns,
@@ -58,8 +63,22 @@ pub fn causes(
         b.total_ns
             .cmp(&a.total_ns)
             .then_with(|| a.backtrace.cmp(&b.backtrace))
+            .then_with(|| a.user.cmp(&b.user))
     });
     out
+}
+
+/// The user frames of record id `stack` (`--user-stacks`), at most `depth`; empty without.
+/// A backtrace not named yet shows its addresses' count only as unnamed.
+#[must_use]
+pub fn user_frames(snap: &Snapshot, stack: u64, depth: usize) -> Vec<String> {
+    let Some(user) = snap.user_parts.get(&stack) else {
+        return Vec::new();
+    };
+    snap.user_stacks.get(user).map_or_else(
+        || vec!["[user frames not named yet]".to_owned()],
+        |frames| frames.iter().take(depth).map(|f| f.name.clone()).collect(),
+    )
 }
 
 /// A spike's reason, from the backtraces a snapshot (or a recording) holds.
@@ -646,12 +665,14 @@ ffffffff81401000 T __sched_text_end
             causes,
             vec![
                 Cause {
+                    user: Vec::new(),
                     backtrace: Backtrace::Frames(vec!["hrtimer_nanosleep".into()]),
                     count: 3,
                     total_ns: 9_000,
                     max_ns: 5_000
                 },
                 Cause {
+                    user: Vec::new(),
                     backtrace: Backtrace::Frames(vec!["pipe_read".into()]),
                     count: 5,
                     total_ns: 500,

@@ -176,6 +176,11 @@ pub struct Snapshot {
     /// Exits kept merging tasks into the global table through every retry of the read: an
     /// exiting task's records may count twice or not at all in this snapshot (live only).
     pub unsettled: bool,
+    /// With `--user-stacks`: the user backtrace id of each record id that has one (its
+    /// kernel frames are in `stacks` under the record id).
+    pub user_parts: BTreeMap<u64, u64>,
+    /// The named frames of each user backtrace in `user_parts`, innermost first.
+    pub user_stacks: BTreeMap<u64, Vec<crate::ustacks::UserFrame>>,
 }
 
 /// One waker of one cause for one sleeping process: the sleeps it ended.
@@ -350,6 +355,10 @@ pub struct Collector {
     cgroups_looked: bool,
     /// Record ids found to be uninterruptible sleeps' (salted: see `stack_for_state`).
     uninterruptible: std::collections::HashSet<u64>,
+    /// Record ids with a user part: (kernel id, user id).
+    parts: HashMap<u64, (u64, u64)>,
+    /// User backtraces named so far.
+    user_frames: HashMap<u64, Vec<crate::ustacks::UserFrame>>,
 }
 
 const MAX_RETRIES: u32 = 5;
@@ -538,6 +547,12 @@ impl Collector {
             }
             let frames = if let Some(frames) = self.stacks.get(&id) {
                 frames.clone()
+            } else if let Some((kernel, user)) = self.cause_parts(probe, id)? {
+                // A cause with a user part: the frames of its kernel part.
+                let frames = self.kernel_frames(&stack_map, kernel)?;
+                self.stacks.insert(id, frames.clone());
+                let _ = user;
+                frames
             } else {
                 // An uninterruptible sleep's record id is its backtrace's id salted
                 // (`stack_for_state`): the frames are under the plain one.
@@ -598,6 +613,7 @@ impl Collector {
             }
         }
         let cgroup_paths = self.cgroup_paths(&cgroups, &tasks);
+        let (user_parts, user_stacks) = self.user_stacks(probe, &stacks)?;
         Ok(Snapshot {
             mode: probe.config().mode,
             skip_kthreads: probe.config().pid.is_none(),
@@ -618,9 +634,105 @@ impl Collector {
             hidden: probe.hidden_log().read(ebpf)?,
             wakers,
             unsettled: !settled,
+            user_parts,
+            user_stacks,
             taken_ns: crate::time::monotonic_ns(),
             wall_ns: crate::time::wall_ns(),
         })
+    }
+}
+
+impl Collector {
+    /// The (kernel, user) parts of record id `id` where it has a user backtrace
+    /// (`--user-stacks`); an uninterruptible sleep's id is salted (`stack_for_state`).
+    fn cause_parts(&mut self, probe: &Probe, id: u64) -> Result<Option<(u64, u64)>> {
+        if !probe.config().user_stacks {
+            return Ok(None);
+        }
+        if let Some(parts) = self.parts.get(&id) {
+            return Ok(Some(*parts));
+        }
+        let map: BpfHashMap<&MapData, u64, latprof_common::CauseParts> = BpfHashMap::try_from(
+            probe
+                .ebpf()
+                .map(names::MAP_CAUSE_PARTS)
+                .context("no CAUSE_PARTS map")?,
+        )?;
+        let found = if let Ok(p) = map.get(&id, 0) {
+            Some(p)
+        } else if let Ok(p) = map.get(&(id ^ D_STATE_SALT), 0) {
+            self.uninterruptible.insert(id);
+            Some(p)
+        } else {
+            None
+        };
+        Ok(found.map(|p| {
+            self.parts.insert(id, (p.kernel, p.user));
+            (p.kernel, p.user)
+        }))
+    }
+
+    /// The frames of kernel backtrace `id` (cached).
+    fn kernel_frames(
+        &mut self,
+        map: &BpfHashMap<&MapData, u64, RawStack>,
+        id: u64,
+    ) -> Result<Vec<u64>> {
+        if let Some(frames) = self.stacks.get(&id) {
+            return Ok(frames.clone());
+        }
+        let raw = map.get(&id, 0).context("read STACKS")?;
+        let frames: Vec<u64> = raw.iter().copied().take_while(|&ip| ip != 0).collect();
+        self.stacks.insert(id, frames.clone());
+        Ok(frames)
+    }
+
+    /// The user parts of the record ids in `stacks`, and their user backtraces named (those
+    /// not named before are read from `USER_STACKS` and named by the watcher thread).
+    #[allow(clippy::type_complexity)]
+    fn user_stacks(
+        &mut self,
+        probe: &Probe,
+        stacks: &BTreeMap<u64, Vec<u64>>,
+    ) -> Result<(
+        BTreeMap<u64, u64>,
+        BTreeMap<u64, Vec<crate::ustacks::UserFrame>>,
+    )> {
+        let mut parts = BTreeMap::new();
+        let mut named = BTreeMap::new();
+        let Some(watcher) = probe.user_watcher() else {
+            return Ok((parts, named));
+        };
+        for id in stacks.keys() {
+            if let Some(&(_, user)) = self.parts.get(id) {
+                parts.insert(*id, user);
+            }
+        }
+        let map: BpfHashMap<&MapData, u64, latprof_common::UserStack> = BpfHashMap::try_from(
+            probe
+                .ebpf()
+                .map(names::MAP_USER_STACKS)
+                .context("no USER_STACKS map")?,
+        )?;
+        let mut unnamed = Vec::new();
+        for &user in parts.values() {
+            if self.user_frames.contains_key(&user) || unnamed.iter().any(|(u, _, _)| *u == user) {
+                continue;
+            }
+            if let Ok(raw) = map.get(&user, 0) {
+                let nr = (raw.nr as usize).min(raw.frames.len());
+                unnamed.push((user, raw.tgid, raw.frames[..nr].to_vec()));
+            }
+        }
+        for (user, frames) in watcher.name(unnamed) {
+            self.user_frames.insert(user, frames);
+        }
+        for &user in parts.values() {
+            if let Some(frames) = self.user_frames.get(&user) {
+                named.insert(user, frames.clone());
+            }
+        }
+        Ok((parts, named))
     }
 }
 

@@ -14,7 +14,10 @@ pub fn render(causes: &[Cause]) -> String {
         if us == 0 {
             continue;
         }
-        let mut frames = c.backtrace.lines();
+        // Off-CPU flame graphs: the user frames outermost (from main in), then the kernel's
+        // down to the function that chose to sleep.
+        let mut frames: Vec<String> = c.user.iter().map(|f| f.replace(';', ":")).collect();
+        frames.extend(c.backtrace.lines().into_iter().map(str::to_owned));
         frames.reverse();
         let _ = writeln!(out, "{} {us}", frames.join(";"));
     }
@@ -70,6 +73,7 @@ mod tests {
     fn outermost_frame_first_value_last() {
         let causes = [
             Cause {
+                user: Vec::new(),
                 backtrace: Backtrace::Frames(vec![
                     "hrtimer_nanosleep".into(),
                     "do_syscall_64".into(),
@@ -79,6 +83,7 @@ mod tests {
                 max_ns: 2_000_000,
             },
             Cause {
+                user: Vec::new(),
                 backtrace: Backtrace::Frames(vec!["ext4_sync_file [ext4]".into()]),
                 count: 1,
                 total_ns: 999,

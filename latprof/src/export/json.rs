@@ -91,6 +91,9 @@ pub struct CauseJson {
     pub kind: &'static str,
     /// Innermost first, as /proc/latency_stats prints them.
     pub frames: Vec<String>,
+    /// With `--user-stacks`: the sleeper's user frames, innermost first (absent without).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub user_frames: Vec<String>,
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
@@ -248,6 +251,7 @@ fn causes_json(
                 kind,
                 average_ns: c.total_ns.checked_div(c.count).unwrap_or(0),
                 frames: c.backtrace.lines().into_iter().map(str::to_owned).collect(),
+                user_frames: c.user.clone(),
                 wakers: wakers
                     .get(&c.backtrace)
                     .map(|lines| wakers_json(scope, lines))

@@ -30,6 +30,7 @@ mod tests {
     fn matches_the_kernel_format() {
         let causes = [
             Cause {
+                user: Vec::new(),
                 backtrace: Backtrace::Frames(vec![
                     "hrtimer_nanosleep".into(),
                     "common_nsleep".into(),
@@ -39,6 +40,7 @@ mod tests {
                 max_ns: 2_100_999,
             },
             Cause {
+                user: Vec::new(),
                 backtrace: Backtrace::Frames(vec!["ext4_sync_file [ext4]".into()]),
                 count: 1,
                 total_ns: 999,

@@ -75,6 +75,10 @@ pub struct ProbeConfig {
     pub max_wakers: u32,
     /// Also key the wakers by the waker's kernel backtrace (a stack walk per wakeup).
     pub waker_stacks: bool,
+    /// Walk each sleeper's user backtrace at switch-out and key causes by kernel + user
+    /// backtrace (`--user-stacks`), in a table of `max_user_stacks` user backtraces.
+    pub user_stacks: bool,
+    pub max_user_stacks: u32,
 }
 
 /// Cgroups `--cgroup` can name (the kernel's filter array).
@@ -117,6 +121,8 @@ impl Default for ProbeConfig {
             wakers: false,
             max_wakers: 8192,
             waker_stacks: false,
+            user_stacks: false,
+            max_user_stacks: 8192,
         }
     }
 }

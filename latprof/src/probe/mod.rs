@@ -64,6 +64,10 @@ struct Globals {
     flags_off: u32,
     mm_off: u32,
     comm_off: u32,
+    /// `--user-stacks`, frames per user walk, and `sp` in `struct pt_regs`.
+    user_stacks: u32,
+    user_walk_frames: u32,
+    pt_regs_sp_off: u32,
     /// `se.sum_exec_runtime` and `sched_info.run_delay` in task_struct; 0: no recovery of
     /// sleeps whose wakeup was hidden.
     exec_runtime_off: u32,
@@ -244,6 +248,9 @@ fn load_variant(
         .override_global(names::GLOBAL_TASK_FLAGS_OFF, &g.flags_off, true)
         .override_global(names::GLOBAL_TASK_MM_OFF, &g.mm_off, true)
         .override_global(names::GLOBAL_TASK_COMM_OFF, &g.comm_off, true)
+        .override_global(names::GLOBAL_USER_STACKS_ON, &g.user_stacks, true)
+        .override_global(names::GLOBAL_USER_WALK_FRAMES, &g.user_walk_frames, true)
+        .override_global(names::GLOBAL_PT_REGS_SP_OFF, &g.pt_regs_sp_off, true)
         .override_global(
             names::GLOBAL_TASK_EXEC_RUNTIME_OFF,
             &g.exec_runtime_off,
@@ -286,6 +293,22 @@ fn load_variant(
         .map_max_entries(
             names::MAP_WAKERS_OTHER,
             if config.wakers { config.max_wakers } else { 1 },
+        )
+        .map_max_entries(
+            names::MAP_USER_STACKS,
+            if config.user_stacks {
+                config.max_user_stacks
+            } else {
+                1
+            },
+        )
+        .map_max_entries(
+            names::MAP_CAUSE_PARTS,
+            if config.user_stacks {
+                config.max_records
+            } else {
+                1
+            },
         )
         .map_max_entries(names::MAP_TASKS, config.max_tasks)
         .map_max_entries(names::MAP_GLOBAL_LATENCY, config.max_records)
@@ -472,6 +495,8 @@ pub struct Probe {
     /// Cgroup attribution was asked for but the host mounts no cgroup2 (legacy only).
     cgroups_unavailable: bool,
     hidden: crate::collect::hidden::Log,
+    /// With `--user-stacks`: the thread that reads processes' memory maps and names frames.
+    user_watcher: Option<crate::ustacks::Watcher>,
 }
 
 /// What `announce` says once, and `top` in its status line, on a host with the legacy cgroup
@@ -542,6 +567,11 @@ impl Probe {
         let flags_off = btf.member_offset("task_struct", "flags")?;
         let mm_off = btf.member_offset("task_struct", "mm")?;
         let comm_off = btf.member_offset("task_struct", "comm")?;
+        let pt_regs_sp_off = if config.user_stacks {
+            btf.member_offset("pt_regs", "sp")?
+        } else {
+            0
+        };
         let mut fallbacks = Vec::new();
         let (exec_runtime_off, run_delay_off) = recovery_offsets(&btf);
         if exec_runtime_off == 0 {
@@ -611,6 +641,9 @@ impl Probe {
             flags_off,
             mm_off,
             comm_off,
+            user_stacks: u32::from(config.user_stacks),
+            user_walk_frames: latprof_common::USER_FRAMES as u32,
+            pt_regs_sp_off,
             exec_runtime_off,
             run_delay_off,
             // The top bit asks not to log them (see DEBUG_HIDE_WAKEUPS).
@@ -666,6 +699,17 @@ impl Probe {
                     .context("setting the --cgroup filter")?;
             }
         }
+        // Before the programs run: the first announced process is read at once.
+        let user_watcher = if config.user_stacks {
+            let ring = aya::maps::RingBuf::try_from(
+                ebpf.take_map(names::MAP_USER_SEEN)
+                    .context("no USER_SEEN map")?,
+            )
+            .context("USER_SEEN is not a ring buffer")?;
+            Some(crate::ustacks::Watcher::start(ring)?)
+        } else {
+            None
+        };
         // The wakers first: a sleep that starts once the latency programs run finds its
         // waking watched.
         if config.wakers {
@@ -682,6 +726,7 @@ impl Probe {
             fallbacks,
             cgroups_unavailable,
             hidden: crate::collect::hidden::Log::default(),
+            user_watcher,
         })
     }
 
@@ -809,6 +854,12 @@ impl Probe {
     #[must_use]
     pub fn hidden_log(&self) -> &crate::collect::hidden::Log {
         &self.hidden
+    }
+
+    /// The user stack thread (`--user-stacks`).
+    #[must_use]
+    pub fn user_watcher(&self) -> Option<&crate::ustacks::Watcher> {
+        self.user_watcher.as_ref()
     }
 }
 

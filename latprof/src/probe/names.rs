@@ -50,8 +50,18 @@ pub const MAP_WAKERS: &str = "WAKERS";
 pub const MAP_WAKERS_OTHER: &str = "WAKERS_OTHER";
 /// Per CPU: where its preempt count is and the timer callbacks running.
 pub const MAP_CPU_CONTEXT: &str = "CPU_CONTEXT";
+/// User backtraces (`--user-stacks`), their per-CPU walk buffer, the parts of combined
+/// causes, and the ring buffer that announces a user backtrace's first sighting.
+pub const MAP_USER_STACKS: &str = "USER_STACKS";
+pub const MAP_USER_BUF: &str = "USER_BUF";
+pub const MAP_CAUSE_PARTS: &str = "CAUSE_PARTS";
+pub const MAP_USER_SEEN: &str = "USER_SEEN";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 25] = [
+pub const MAPS: [&str; 29] = [
+    MAP_USER_STACKS,
+    MAP_USER_BUF,
+    MAP_CAUSE_PARTS,
+    MAP_USER_SEEN,
     MAP_WAKERS,
     MAP_WAKERS_OTHER,
     MAP_CPU_CONTEXT,
@@ -172,6 +182,9 @@ pub const GLOBAL_TASK_TGID_OFF: &str = "TASK_TGID_OFF";
 pub const GLOBAL_TASK_FLAGS_OFF: &str = "TASK_FLAGS_OFF";
 pub const GLOBAL_TASK_MM_OFF: &str = "TASK_MM_OFF";
 pub const GLOBAL_TASK_COMM_OFF: &str = "TASK_COMM_OFF";
+pub const GLOBAL_USER_STACKS_ON: &str = "USER_STACKS_ON";
+pub const GLOBAL_USER_WALK_FRAMES: &str = "USER_WALK_FRAMES";
+pub const GLOBAL_PT_REGS_SP_OFF: &str = "PT_REGS_SP_OFF";
 pub const GLOBAL_TASK_EXEC_RUNTIME_OFF: &str = "TASK_EXEC_RUNTIME_OFF";
 pub const GLOBAL_TASK_RUN_DELAY_OFF: &str = "TASK_RUN_DELAY_OFF";
 pub const GLOBAL_DEBUG_HIDE_WAKEUPS: &str = "DEBUG_HIDE_WAKEUPS";

@@ -689,6 +689,9 @@ impl State {
             hidden_tids: Vec::new(),
             // Live only: checked while recording, said in its warnings.
             hidden: crate::collect::HiddenSleeps::default(),
+            // Not recorded yet (format 7 will keep the named user frames).
+            user_parts: BTreeMap::new(),
+            user_stacks: BTreeMap::new(),
             wakers: self.wakers.values().cloned().collect(),
             unsettled: false,
         };

@@ -1,0 +1,11 @@
+//! User-space backtraces (`--user-stacks`): where in its own code a sleeping task chose to
+//! sleep. The kernel walks them at switch-out and keeps each once per process
+//! (`USER_STACKS`); this module reads the processes' memory maps when a backtrace is first
+//! seen and names the frames.
+
+pub mod maps;
+pub mod resolve;
+pub mod watch;
+
+pub use resolve::{Resolver, UserFrame};
+pub use watch::Watcher;

@@ -1,0 +1,111 @@
+//! The thread that keeps what naming user frames needs: it reads each process's memory map
+//! when the kernel announces a user backtrace of it (`USER_SEEN`), while the process still
+//! lives, and names backtraces when the collector asks. It owns the symbolizer (not `Send`).
+
+use std::{
+    os::fd::AsRawFd as _,
+    sync::mpsc::{self, Receiver, RecvTimeoutError, Sender},
+    thread::{self, JoinHandle},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+use aya::maps::{MapData, RingBuf};
+use latprof_common::UserSeen;
+
+use super::{Resolver, UserFrame};
+
+/// A user backtrace to name: its id, process and raw frames.
+pub type Unnamed = (u64, u32, Vec<u64>);
+
+enum Request {
+    Name(Vec<Unnamed>, Sender<Vec<(u64, Vec<UserFrame>)>>),
+    Stop,
+}
+
+/// The collector's side of the watcher.
+#[derive(Debug)]
+pub struct Watcher {
+    requests: Sender<Request>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// How long the collector waits for names before it shows addresses (it asks again later).
+const ANSWER_WITHIN: Duration = Duration::from_secs(2);
+/// How often the thread looks at its requests while no process is announced.
+const TICK: Duration = Duration::from_millis(50);
+
+impl Watcher {
+    /// Starts the thread on the `USER_SEEN` ring buffer.
+    pub fn start(ring: RingBuf<MapData>) -> Result<Self> {
+        let (requests, rx) = mpsc::channel();
+        let thread = thread::Builder::new()
+            .name("latprof-ustacks".to_owned())
+            .spawn(move || run(ring, &rx))
+            .context("starting the user stack thread")?;
+        Ok(Self {
+            requests,
+            thread: Some(thread),
+        })
+    }
+
+    /// Names `stacks`; those the thread did not answer in time are left out.
+    #[must_use]
+    pub fn name(&self, stacks: Vec<Unnamed>) -> Vec<(u64, Vec<UserFrame>)> {
+        if stacks.is_empty() {
+            return Vec::new();
+        }
+        let (reply, answer) = mpsc::channel();
+        if self.requests.send(Request::Name(stacks, reply)).is_err() {
+            return Vec::new();
+        }
+        answer.recv_timeout(ANSWER_WITHIN).unwrap_or_default()
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.requests.send(Request::Stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(mut ring: RingBuf<MapData>, requests: &Receiver<Request>) {
+    let mut resolver = Resolver::new();
+    loop {
+        while let Some(item) = ring.next() {
+            if item.len() >= size_of::<UserSeen>() {
+                // SAFETY: the kernel wrote a UserSeen (repr(C), plain integers) here.
+                let e: UserSeen = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+                resolver.capture(e.tgid);
+            }
+        }
+        match requests.recv_timeout(Duration::ZERO) {
+            Ok(Request::Name(stacks, reply)) => {
+                let named = stacks
+                    .into_iter()
+                    .map(|(id, tgid, frames)| {
+                        // A process announced while the ring was full, or not yet read: its
+                        // map now, if it lives.
+                        resolver.capture(tgid);
+                        (id, resolver.frames(tgid, &frames))
+                    })
+                    .collect();
+                let _ = reply.send(named);
+                continue;
+            }
+            Ok(Request::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        let mut fd = libc::pollfd {
+            fd: ring.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(TICK.as_millis()).unwrap_or(50);
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&raw mut fd, 1, ms) };
+    }
+}
