@@ -714,14 +714,20 @@ impl Collector {
                 .map(names::MAP_USER_STACKS)
                 .context("no USER_STACKS map")?,
         )?;
-        let mut unnamed = Vec::new();
+        let mut unnamed: Vec<crate::ustacks::watch::Unnamed> = Vec::new();
         for &user in parts.values() {
-            if self.user_frames.contains_key(&user) || unnamed.iter().any(|(u, _, _)| *u == user) {
+            if self.user_frames.contains_key(&user) || unnamed.iter().any(|(u, ..)| *u == user) {
                 continue;
             }
             if let Ok(raw) = map.get(&user, 0) {
                 let nr = (raw.nr as usize).min(raw.frames.len());
-                unnamed.push((user, raw.tgid, raw.frames[..nr].to_vec()));
+                unnamed.push((
+                    user,
+                    raw.tgid,
+                    raw.frames[..nr].to_vec(),
+                    raw.sp,
+                    raw.window.to_vec(),
+                ));
             }
         }
         for (user, frames) in watcher.name(unnamed) {

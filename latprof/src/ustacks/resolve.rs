@@ -46,6 +46,8 @@ pub struct Resolver {
     /// (device, inode, file offset) -> name, so that a file shared by processes (libc) is
     /// read once per place.
     names: HashMap<(u64, u64, u64), Option<String>>,
+    /// (device, inode) -> the binary's unwind information (`None`: it has none).
+    cfi: HashMap<(u64, u64), Option<super::leaf::Cfi>>,
 }
 
 impl Default for Resolver {
@@ -65,6 +67,7 @@ impl Resolver {
                 .build(),
             processes: HashMap::new(),
             names: HashMap::new(),
+            cfi: HashMap::new(),
         }
     }
 
@@ -100,13 +103,48 @@ impl Resolver {
 
     /// Names the frames of a user backtrace of `tgid`, innermost first: the first is where
     /// the task was (the instruction after its syscall), the others return addresses, named
-    /// by their call instruction (the byte before).
-    pub fn frames(&mut self, tgid: u32, addrs: &[u64]) -> Vec<UserFrame> {
+    /// by their call instruction (the byte before). `sp` and `window` (the stack words from
+    /// the user stack pointer up; `sp` 0: none) give back the caller of a frameless leaf.
+    pub fn frames(&mut self, tgid: u32, addrs: &[u64], sp: u64, window: &[u64]) -> Vec<UserFrame> {
+        let mut addrs = addrs.to_vec();
+        if sp != 0
+            && let Some(&ip) = addrs.first()
+            && let Some(ret) = self.leaf_caller(tgid, ip, window)
+            && addrs.get(1) != Some(&ret)
+        {
+            addrs.insert(1, ret);
+        }
         addrs
             .iter()
             .enumerate()
             .map(|(i, &addr)| self.frame(tgid, addr, i > 0))
             .collect()
+    }
+
+    /// The return address into the caller of the leaf function at `ip`, where that leaf made
+    /// no frame (see `leaf`), if it points into executable code of the process.
+    fn leaf_caller(&mut self, tgid: u32, ip: u64, window: &[u64]) -> Option<u64> {
+        let process = self.processes.get(&tgid)?;
+        let m = maps::find(&process.maps, ip)?;
+        if !m.is_file() {
+            return None;
+        }
+        let file = process.files.get(&m.start)?;
+        let meta = file.metadata().ok()?;
+        let fd = file.as_raw_fd();
+        let cfi = self
+            .cfi
+            .entry((meta.dev(), meta.ino()))
+            .or_insert_with(|| {
+                std::fs::read(format!("/proc/self/fd/{fd}"))
+                    .ok()
+                    .and_then(super::leaf::Cfi::read)
+            })
+            .as_ref()?;
+        let ret = cfi.leaf_return(m.file_offset(ip), 0, window)?;
+        maps::find(&process.maps, ret.saturating_sub(1))
+            .is_some_and(|m| m.exec)
+            .then_some(ret)
     }
 
     fn frame(&mut self, tgid: u32, addr: u64, is_return: bool) -> UserFrame {
@@ -197,14 +235,14 @@ mod tests {
         let mut resolver = Resolver::new();
         assert!(resolver.capture(pid));
         let addr = own_function_is_named as usize as u64;
-        let frames = resolver.frames(pid, &[addr]);
+        let frames = resolver.frames(pid, &[addr], 0, &[]);
         assert!(frames[0].named, "{frames:?}");
         assert!(
             frames[0].name.ends_with("own_function_is_named"),
             "{frames:?}"
         );
         // An address nothing maps is said so, with the address.
-        let frames = resolver.frames(pid, &[0x10]);
+        let frames = resolver.frames(pid, &[0x10], 0, &[]);
         assert_eq!(frames[0].name, "[unmapped]+0x10");
     }
 }

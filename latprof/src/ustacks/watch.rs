@@ -15,8 +15,9 @@ use latprof_common::UserSeen;
 
 use super::{Resolver, UserFrame};
 
-/// A user backtrace to name: its id, process and raw frames.
-pub type Unnamed = (u64, u32, Vec<u64>);
+/// A user backtrace to name: its id, process, raw frames, and the user stack pointer and the
+/// stack words from it up (see `leaf`).
+pub type Unnamed = (u64, u32, Vec<u64>, u64, Vec<u64>);
 
 enum Request {
     Name(Vec<Unnamed>, Sender<Vec<(u64, Vec<UserFrame>)>>),
@@ -86,11 +87,11 @@ fn run(mut ring: RingBuf<MapData>, requests: &Receiver<Request>) {
             Ok(Request::Name(stacks, reply)) => {
                 let named = stacks
                     .into_iter()
-                    .map(|(id, tgid, frames)| {
+                    .map(|(id, tgid, frames, sp, window)| {
                         // A process announced while the ring was full, or not yet read: its
                         // map now, if it lives.
                         resolver.capture(tgid);
-                        (id, resolver.frames(tgid, &frames))
+                        (id, resolver.frames(tgid, &frames, sp, &window))
                     })
                     .collect();
                 let _ = reply.send(named);
