@@ -16,9 +16,8 @@ pub fn render(causes: &[Cause]) -> String {
         }
         // Off-CPU flame graphs: the user frames outermost (from main in), then the kernel's
         // down to the function that chose to sleep.
-        let mut frames: Vec<String> = c.user.iter().map(|f| f.replace(';', ":")).collect();
-        frames.extend(c.backtrace.lines().into_iter().map(str::to_owned));
-        frames.reverse();
+        let mut frames: Vec<String> = c.user.iter().rev().map(|f| f.replace(';', ":")).collect();
+        frames.extend(c.backtrace.lines().into_iter().rev().map(str::to_owned));
         let _ = writeln!(out, "{} {us}", frames.join(";"));
     }
     out
