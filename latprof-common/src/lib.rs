@@ -67,7 +67,7 @@ pub const USER_FRAMES: usize = 127;
 /// Words of a user stack kept from its stack pointer up when the backtrace is first stored:
 /// where a frameless leaf function (glibc's `read`) keeps its caller's return address, which
 /// the frame-pointer chain skips; user space finds it with the binary's `.eh_frame`.
-pub const USER_WINDOW: usize = 32;
+pub const USER_WINDOW: usize = 64;
 /// `TaskState::sleep_ustack` and `CauseParts::user` of a sleep without a user backtrace.
 pub const NO_USER: u64 = 0;
 /// Seeds the hash of a combined (kernel + user) cause apart from plain backtraces.
@@ -84,10 +84,12 @@ pub struct UserStack {
     pub nr: u32,
     /// The user stack pointer at the syscall (0: not read), the address of `window[0]`.
     pub sp: u64,
+    /// The address space's layout (`layout_key`) the frames are addresses in.
+    pub layout: u64,
     pub frames: [u64; USER_FRAMES],
     pub window: [u64; USER_WINDOW],
 }
-const _: () = assert!(size_of::<UserStack>() == 16 + 8 * (USER_FRAMES + USER_WINDOW));
+const _: () = assert!(size_of::<UserStack>() == 24 + 8 * (USER_FRAMES + USER_WINDOW));
 
 /// The kernel and user backtraces of a combined cause id (`combine`).
 #[repr(C)]
@@ -106,15 +108,30 @@ pub struct UserSeen {
     pub tgid: u32,
     pub tid: u32,
     pub user_stack: u64,
+    /// The process's layout then (`layout_key`): user space checks that the memory map it
+    /// reads is still that one (not the program the process exec'd since).
+    pub layout: u64,
 }
-const _: () = assert!(size_of::<UserSeen>() == 16);
+const _: () = assert!(size_of::<UserSeen>() == 24);
 
-/// The id of a user backtrace of process `tgid`: the same addresses are other code in another
-/// address space. Never `NO_USER`, below the reserved ids.
+/// What tells one program image's address space from another: where its code starts and ends
+/// and where its stack began (`mm_struct`'s `start_code`, `end_code`, `start_stack`, shown in
+/// `/proc/PID/stat` too). Set at exec (randomized there), kept by fork: the forked children
+/// of a process share its backtraces' ids, an exec'd program gets new ones. Never 0.
 #[inline(always)]
 #[must_use]
-pub fn user_stack_hash(tgid: u32, frames: &[u64; USER_FRAMES], len: usize) -> u64 {
-    let mut h = stack_hash_step(STACK_HASH_SEED ^ USER_SALT, u64::from(tgid));
+pub fn layout_key(start_code: u64, end_code: u64, start_stack: u64) -> u64 {
+    let h = stack_hash_step(STACK_HASH_SEED ^ USER_SALT, start_code);
+    let h = stack_hash_step(stack_hash_step(h, end_code), start_stack);
+    stack_hash_finish(h) | 1
+}
+
+/// The id of a user backtrace in the address space of layout `layout` (`layout_key`): the same
+/// addresses are other code in another program. Never `NO_USER`.
+#[inline(always)]
+#[must_use]
+pub fn user_stack_hash(layout: u64, frames: &[u64; USER_FRAMES], len: usize) -> u64 {
+    let mut h = stack_hash_step(STACK_HASH_SEED ^ USER_SALT, layout);
     for (i, ip) in frames.iter().enumerate() {
         if i >= len {
             break;
@@ -630,10 +647,14 @@ pub enum Counter {
     UserSeenLost,
     /// Combined causes whose parts were not stored: their table was full.
     CausePartsFull,
+    /// User backtraces named that were cut short (`[truncated]`: a frame that is no return
+    /// address, as a program without frame pointers leaves, or no program entry reached).
+    /// Counted by latprof's user space when it names them, not by the kernel.
+    UserStackTruncated,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::CausePartsFull as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::UserStackTruncated as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -680,6 +701,7 @@ impl Counter {
         Self::UserStackTableFull,
         Self::UserSeenLost,
         Self::CausePartsFull,
+        Self::UserStackTruncated,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -728,6 +750,7 @@ impl Counter {
             Self::UserStackTableFull => "user_stack_table_full",
             Self::UserSeenLost => "user_seen_lost",
             Self::CausePartsFull => "cause_parts_full",
+            Self::UserStackTruncated => "user_stack_truncated",
         }
     }
 

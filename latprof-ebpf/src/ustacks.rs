@@ -12,13 +12,34 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use latprof_common::{
-    CauseParts, Counter, NO_USER, USER_FRAMES, USER_WINDOW, UserSeen, combine, user_stack_hash,
+    CauseParts, Counter, NO_USER, USER_FRAMES, USER_WINDOW, UserSeen, combine, layout_key,
+    user_stack_hash,
 };
 
 use crate::{
     maps::{CAUSE_PARTS, USER_BUF, USER_SEEN, USER_STACKS, count},
-    settings::{PT_REGS_IN_STACK, PT_REGS_SP_OFF, TASK_STACK_OFF, USER_WALK_FRAMES, read_field},
+    settings::{
+        MM_END_CODE_OFF, MM_START_CODE_OFF, MM_START_STACK_OFF, PT_REGS_IN_STACK, PT_REGS_SP_OFF,
+        TASK_MM_OFF, TASK_STACK_OFF, USER_WALK_FRAMES, read_field,
+    },
 };
+
+/// The layout of `task`'s address space (`layout_key`); 0 where its memory map is unreadable.
+#[inline(always)]
+fn layout(task: *const u8) -> u64 {
+    let Ok(mm) = read_field::<u64>(task, TASK_MM_OFF.load()) else {
+        return 0;
+    };
+    let mm = mm as *const u8;
+    match (
+        read_field::<u64>(mm, MM_START_CODE_OFF.load()),
+        read_field::<u64>(mm, MM_END_CODE_OFF.load()),
+        read_field::<u64>(mm, MM_START_STACK_OFF.load()),
+    ) {
+        (Ok(start), Ok(end), Ok(stack)) if !mm.is_null() => layout_key(start, end, stack),
+        _ => 0,
+    }
+}
 
 /// Walks the current task's user backtrace and stores it; returns its id, or `NO_USER`.
 // Not inlined: one return, verified once for both sched_switch variants' callers (verifier
@@ -47,11 +68,17 @@ pub(crate) fn take(ctx: &RawTracePointContext, tid: u32, tgid: u32, task: *const
         return NO_USER;
     }
     let nr = (len as usize / 8).min(USER_FRAMES);
-    let id = user_stack_hash(tgid, &buf.frames, nr);
+    let layout = layout(task);
+    if layout == 0 {
+        count(Counter::UserStackEmpty);
+        return NO_USER;
+    }
+    let id = user_stack_hash(layout, &buf.frames, nr);
     if USER_STACKS.get_ptr(&id).is_some() {
         return id;
     }
     buf.tgid = tgid;
+    buf.layout = layout;
     buf.nr = nr as u32;
     // The user registers sit at the top of the task's kernel stack (x86-64's task_pt_regs).
     buf.sp = read_field::<u64>(task, TASK_STACK_OFF.load())
@@ -75,6 +102,7 @@ pub(crate) fn take(ctx: &RawTracePointContext, tid: u32, tgid: u32, task: *const
                 tgid,
                 tid,
                 user_stack: id,
+                layout,
             };
             if USER_SEEN.output(&seen, 0).is_err() {
                 count(Counter::UserSeenLost);

@@ -614,6 +614,10 @@ impl Collector {
         }
         let cgroup_paths = self.cgroup_paths(&cgroups, &tasks);
         let (user_parts, user_stacks) = self.user_stacks(probe, &stacks)?;
+        let mut counters = counters;
+        if let Some(watcher) = probe.user_watcher() {
+            counters.0[Counter::UserStackTruncated as usize] = watcher.truncated();
+        }
         Ok(Snapshot {
             mode: probe.config().mode,
             skip_kthreads: probe.config().pid.is_none(),
@@ -716,18 +720,19 @@ impl Collector {
         )?;
         let mut unnamed: Vec<crate::ustacks::watch::Unnamed> = Vec::new();
         for &user in parts.values() {
-            if self.user_frames.contains_key(&user) || unnamed.iter().any(|(u, ..)| *u == user) {
+            if self.user_frames.contains_key(&user) || unnamed.iter().any(|u| u.id == user) {
                 continue;
             }
             if let Ok(raw) = map.get(&user, 0) {
                 let nr = (raw.nr as usize).min(raw.frames.len());
-                unnamed.push((
-                    user,
-                    raw.tgid,
-                    raw.frames[..nr].to_vec(),
-                    raw.sp,
-                    raw.window.to_vec(),
-                ));
+                unnamed.push(crate::ustacks::watch::Unnamed {
+                    id: user,
+                    tgid: raw.tgid,
+                    layout: raw.layout,
+                    frames: raw.frames[..nr].to_vec(),
+                    sp: raw.sp,
+                    window: raw.window.to_vec(),
+                });
             }
         }
         for (user, frames) in watcher.name(unnamed) {

@@ -68,6 +68,8 @@ struct Globals {
     user_stacks: u32,
     user_walk_frames: u32,
     pt_regs_sp_off: u32,
+    /// `start_code`, `end_code`, `start_stack` in `struct mm_struct` (`layout_key`).
+    mm_layout_offs: [u32; 3],
     /// `se.sum_exec_runtime` and `sched_info.run_delay` in task_struct; 0: no recovery of
     /// sleeps whose wakeup was hidden.
     exec_runtime_off: u32,
@@ -251,6 +253,9 @@ fn load_variant(
         .override_global(names::GLOBAL_USER_STACKS_ON, &g.user_stacks, true)
         .override_global(names::GLOBAL_USER_WALK_FRAMES, &g.user_walk_frames, true)
         .override_global(names::GLOBAL_PT_REGS_SP_OFF, &g.pt_regs_sp_off, true)
+        .override_global(names::GLOBAL_MM_START_CODE_OFF, &g.mm_layout_offs[0], true)
+        .override_global(names::GLOBAL_MM_END_CODE_OFF, &g.mm_layout_offs[1], true)
+        .override_global(names::GLOBAL_MM_START_STACK_OFF, &g.mm_layout_offs[2], true)
         .override_global(
             names::GLOBAL_TASK_EXEC_RUNTIME_OFF,
             &g.exec_runtime_off,
@@ -567,10 +572,17 @@ impl Probe {
         let flags_off = btf.member_offset("task_struct", "flags")?;
         let mm_off = btf.member_offset("task_struct", "mm")?;
         let comm_off = btf.member_offset("task_struct", "comm")?;
-        let pt_regs_sp_off = if config.user_stacks {
-            btf.member_offset("pt_regs", "sp")?
+        let (pt_regs_sp_off, mm_layout_offs) = if config.user_stacks {
+            (
+                btf.member_offset("pt_regs", "sp")?,
+                [
+                    btf.member_offset("mm_struct", "start_code")?,
+                    btf.member_offset("mm_struct", "end_code")?,
+                    btf.member_offset("mm_struct", "start_stack")?,
+                ],
+            )
         } else {
-            0
+            (0, [0; 3])
         };
         let mut fallbacks = Vec::new();
         let (exec_runtime_off, run_delay_off) = recovery_offsets(&btf);
@@ -644,6 +656,7 @@ impl Probe {
             user_stacks: u32::from(config.user_stacks),
             user_walk_frames: latprof_common::USER_FRAMES as u32,
             pt_regs_sp_off,
+            mm_layout_offs,
             exec_runtime_off,
             run_delay_off,
             // The top bit asks not to log them (see DEBUG_HIDE_WAKEUPS).

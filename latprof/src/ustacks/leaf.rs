@@ -1,10 +1,11 @@
-//! The caller of a frameless leaf function. A frame-pointer walk starts at the frame pointer
-//! the task had at its syscall; a leaf that made no frame of its own (glibc's `read`, most
-//! syscall wrappers) leaves it pointing at its caller's frame, so the walk's first return
-//! address is the caller's caller, and the caller is missing. Its return address is on the
-//! stack at the leaf's canonical frame address less 8, which the binary's `.eh_frame` gives
-//! for the instruction the task was at; the kernel kept the stack words at the user stack
-//! pointer (the window) when it first stored the backtrace.
+//! The callers of frameless functions. A frame-pointer walk starts at the frame pointer the
+//! task had at its syscall; functions that made no frame of their own (glibc's `read`,
+//! `usleep` and most of a distribution's libc) leave it pointing at the innermost frame that
+//! has one, so their callers are missing from the walk. Their return addresses are on the
+//! stack at each function's canonical frame address less 8, which the binary's `.eh_frame`
+//! gives for the instruction it was at; the kernel kept the stack words at the user stack
+//! pointer (the window) when it first stored the backtrace. Unwinding goes up through the
+//! window until a function with a frame, where the frame-pointer walk takes over.
 
 use std::ops::Range;
 
@@ -54,36 +55,48 @@ impl Cfi {
         })
     }
 
-    /// The return address of the leaf at file offset `at` whose stack pointer was `sp`, from
-    /// `window` (the stack words from `sp` up); `None` where the leaf has a frame of its own
-    /// (the walk is right), no unwind information, or the slot is outside the window.
+    /// How the function at file offset `at` found its caller then: through a frame of its
+    /// own (the frame-pointer walk is right from here), or at `k` bytes above its stack pointer
+    /// (the return address at `k - 8`); `Unknown` without unwind information for `at`.
     #[must_use]
-    pub fn leaf_return(&self, at: u64, sp: u64, window: &[u64]) -> Option<u64> {
-        let vaddr = self
+    pub fn step(&self, at: u64) -> Step {
+        let Some(vaddr) = self
             .segments
             .iter()
             .find(|(off, size, _)| (*off..off + size).contains(&at))
-            .map(|(off, _, vaddr)| at - off + vaddr)?;
-        let eh = EhFrame::new(self.data.get(self.eh_frame.clone())?, LittleEndian);
+            .map(|(off, _, vaddr)| at - off + vaddr)
+        else {
+            return Step::Unknown;
+        };
+        let Some(data) = self.data.get(self.eh_frame.clone()) else {
+            return Step::Unknown;
+        };
+        let eh = EhFrame::new(data, LittleEndian);
         let bases = BaseAddresses::default()
             .set_eh_frame(self.eh_frame_addr)
             .set_text(self.text_addr);
         let mut ctx = Box::new(UnwindContext::new());
-        let row = eh
-            .unwind_info_for_address(&bases, &mut ctx, vaddr, EhFrame::cie_from_offset)
-            .ok()?;
-        let CfaRule::RegisterAndOffset { register, offset } = row.cfa() else {
-            return None;
+        let Ok(row) = eh.unwind_info_for_address(&bases, &mut ctx, vaddr, EhFrame::cie_from_offset)
+        else {
+            return Step::Unknown;
         };
-        if *register != X86_64::RSP {
-            return None;
+        match row.cfa() {
+            CfaRule::RegisterAndOffset { register, offset } if *register == X86_64::RSP => {
+                match u64::try_from(*offset) {
+                    Ok(k) if k >= 8 && k % 8 == 0 => Step::Rsp(k),
+                    _ => Step::Unknown,
+                }
+            }
+            CfaRule::RegisterAndOffset { register, .. } if *register == X86_64::RBP => Step::Frame,
+            _ => Step::Unknown,
         }
-        let slot = offset.checked_sub(8)?;
-        let index = usize::try_from(slot / 8).ok()?;
-        if slot % 8 != 0 {
-            return None;
-        }
-        let _ = sp;
-        window.get(index).copied().filter(|&ret| ret != 0)
     }
+}
+
+/// See `Cfi::step`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Frame,
+    Rsp(u64),
+    Unknown,
 }

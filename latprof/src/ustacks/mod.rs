@@ -5,8 +5,9 @@
 
 pub mod leaf;
 pub mod maps;
+pub mod perfmap;
 pub mod resolve;
 pub mod watch;
 
-pub use resolve::{Resolver, UserFrame};
+pub use resolve::{Resolver, TRUNCATED, UserFrame};
 pub use watch::Watcher;

@@ -4,7 +4,11 @@
 
 use std::{
     os::fd::AsRawFd as _,
-    sync::mpsc::{self, Receiver, RecvTimeoutError, Sender},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+        mpsc::{self, Receiver, RecvTimeoutError, Sender},
+    },
     thread::{self, JoinHandle},
     time::Duration,
 };
@@ -15,9 +19,18 @@ use latprof_common::UserSeen;
 
 use super::{Resolver, UserFrame};
 
-/// A user backtrace to name: its id, process, raw frames, and the user stack pointer and the
-/// stack words from it up (see `leaf`).
-pub type Unnamed = (u64, u32, Vec<u64>, u64, Vec<u64>);
+/// A user backtrace to name, as the kernel kept it.
+#[derive(Clone, Debug)]
+pub struct Unnamed {
+    pub id: u64,
+    pub tgid: u32,
+    /// The address space's layout (`layout_key`).
+    pub layout: u64,
+    pub frames: Vec<u64>,
+    /// The user stack pointer and the stack words from it up (see `leaf`).
+    pub sp: u64,
+    pub window: Vec<u64>,
+}
 
 enum Request {
     Name(Vec<Unnamed>, Sender<Vec<(u64, Vec<UserFrame>)>>),
@@ -29,6 +42,8 @@ enum Request {
 pub struct Watcher {
     requests: Sender<Request>,
     thread: Option<JoinHandle<()>>,
+    /// Backtraces named that were cut short (`[truncated]`).
+    truncated: Arc<AtomicU64>,
 }
 
 /// How long the collector waits for names before it shows addresses (it asks again later).
@@ -40,14 +55,23 @@ impl Watcher {
     /// Starts the thread on the `USER_SEEN` ring buffer.
     pub fn start(ring: RingBuf<MapData>) -> Result<Self> {
         let (requests, rx) = mpsc::channel();
+        let truncated = Arc::new(AtomicU64::new(0));
+        let count = Arc::clone(&truncated);
         let thread = thread::Builder::new()
             .name("latprof-ustacks".to_owned())
-            .spawn(move || run(ring, &rx))
+            .spawn(move || run(ring, &rx, &count))
             .context("starting the user stack thread")?;
         Ok(Self {
             requests,
             thread: Some(thread),
+            truncated,
         })
+    }
+
+    /// Backtraces named so far that were cut short.
+    #[must_use]
+    pub fn truncated(&self) -> u64 {
+        self.truncated.load(Ordering::Relaxed)
     }
 
     /// Names `stacks`; those the thread did not answer in time are left out.
@@ -73,27 +97,29 @@ impl Drop for Watcher {
     }
 }
 
-fn run(mut ring: RingBuf<MapData>, requests: &Receiver<Request>) {
+fn run(mut ring: RingBuf<MapData>, requests: &Receiver<Request>, truncated: &AtomicU64) {
     let mut resolver = Resolver::new();
     loop {
         while let Some(item) = ring.next() {
             if item.len() >= size_of::<UserSeen>() {
                 // SAFETY: the kernel wrote a UserSeen (repr(C), plain integers) here.
                 let e: UserSeen = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-                resolver.capture(e.tgid);
+                resolver.capture(e.tgid, e.layout);
             }
         }
         match requests.recv_timeout(Duration::ZERO) {
             Ok(Request::Name(stacks, reply)) => {
                 let named = stacks
                     .into_iter()
-                    .map(|(id, tgid, frames, sp, window)| {
+                    .map(|u| {
                         // A process announced while the ring was full, or not yet read: its
                         // map now, if it lives.
-                        resolver.capture(tgid);
-                        (id, resolver.frames(tgid, &frames, sp, &window))
+                        resolver.capture(u.tgid, u.layout);
+                        let frames = resolver.frames(u.tgid, u.layout, &u.frames, u.sp, &u.window);
+                        (u.id, frames)
                     })
                     .collect();
+                truncated.store(resolver.truncated(), Ordering::Relaxed);
                 let _ = reply.send(named);
                 continue;
             }
