@@ -9,6 +9,7 @@ use std::{
 };
 
 pub mod cgroups;
+pub mod ustacks;
 pub mod vm;
 
 pub const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");

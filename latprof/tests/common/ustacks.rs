@@ -1,0 +1,64 @@
+//! The user stack tests' workload: `tests/fixtures/ustacks/server.c`, a server whose main
+//! thread waits for requests on a pipe (`main -> serve_requests -> wait_for_request -> read`),
+//! built by the test with gcc, with or without frame pointers.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+/// The server's own functions, innermost first, above libc's `read`.
+pub const SERVER_FRAMES: [&str; 3] = ["wait_for_request", "serve_requests", "main"];
+
+/// The fixture's source.
+#[must_use]
+pub fn server_source() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ustacks/server.c")
+}
+
+/// Builds the server into `dir` as `name`: with frame pointers (every call keeps its frame), or
+/// optimized without them.
+#[must_use]
+pub fn build_server(dir: &Path, name: &str, frame_pointers: bool) -> PathBuf {
+    let out = dir.join(name);
+    let flags: &[&str] = if frame_pointers {
+        &[
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-fno-optimize-sibling-calls",
+        ]
+    } else {
+        &["-O2", "-fomit-frame-pointer"]
+    };
+    let status = Command::new("gcc")
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(server_source())
+        .status()
+        .unwrap_or_else(|e| {
+            panic!("gcc did not run ({e}): the user stack tests build their workload with it; `cargo xtask setup` installs it")
+        });
+    assert!(status.success(), "gcc failed building {}", out.display());
+    out
+}
+
+/// The user frames of a JSON cause (`user_frames`), as strings.
+#[must_use]
+pub fn user_frames(cause: &serde_json::Value) -> Vec<String> {
+    cause["user_frames"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `frames` hold the server's functions in order, right after one libc frame.
+#[must_use]
+pub fn has_server_chain(frames: &[String]) -> bool {
+    frames.len() > SERVER_FRAMES.len() && frames[1..=SERVER_FRAMES.len()] == SERVER_FRAMES
+}
