@@ -2,7 +2,8 @@
 //! Debian 12's stock 6.1 and its PREEMPT_RT flavour, Debian 11's stock 5.10) boots once and
 //! runs tests/vm/kernels.sh: exact nanosleep counts in lazy and normal mode, a pipe ping-pong
 //! counted on both sides, fsync's uninterruptible waits under their backtrace, spikes for known
-//! long sleeps, each of two cgroups' sleeps (`stats --by cgroup`), `stats --counters` with the
+//! long sleeps, each of two cgroups' sleeps (`stats --by cgroup`), user backtraces named
+//! (`--user-stacks`), `stats --counters` with the
 //! variant of the programs that loaded and their cost, a verifier rejection said with its
 //! reason, and no program left loaded afterwards.
 //!
@@ -411,6 +412,47 @@ fn check_reject(out: &str) {
     );
 }
 
+/// `--user-stacks` on a ping-pong (issue 17): the same programs load with the user walk, and
+/// the pipe waits carry the workload's own functions, demangled.
+fn check_ustacks(out: &str, variant: &str) {
+    let stderr = section(out, "ustacks stderr").join("\n");
+    assert_eq!(rc(out, "ustacks"), "0", "{stderr}");
+    assert!(
+        stderr.contains(&format!("latprof: programs: {variant}\n")),
+        "--user-stacks: not the expected programs ({variant}):\n{stderr}"
+    );
+    let json: Value = serde_json::from_str(&section(out, "ustacks").join("\n"))
+        .unwrap_or_else(|e| panic!("ustacks JSON: {e}\n{out}"));
+    assert!(
+        json["counters"]["user_stack_walks"].as_u64() > Some(0),
+        "no user walk: {}",
+        json["counters"]
+    );
+    let user = |c: &Value| -> Vec<String> {
+        c["user_frames"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
+    };
+    let causes = json["causes"].as_array().expect("causes");
+    let pipe: Vec<Vec<String>> = causes
+        .iter()
+        .filter(|c| c["frames"].to_string().contains("pipe_read"))
+        .map(user)
+        .collect();
+    assert!(
+        pipe.iter()
+            .any(|frames| frames.iter().any(|f| f.starts_with("latprof_workload::"))),
+        "the pipe waits' user frames do not name the workload: {pipe:#?}"
+    );
+    for frames in &pipe {
+        assert!(
+            !frames.iter().any(|f| f.starts_with("_ZN") || f.starts_with("_R")),
+            "mangled: {frames:?}"
+        );
+    }
+}
+
 fn check_kernel(kernel: &str, release: &str, variant: &str, cached: bool) {
     let Some(out) = boot(
         SCRIPT,
@@ -427,6 +469,7 @@ fn check_kernel(kernel: &str, release: &str, variant: &str, cached: bool) {
     check_fsync(&out);
     check_spikes(&out);
     check_cgroups(&out);
+    check_ustacks(&out, variant);
     let ns = check_counters(&out, variant, cached);
     eprintln!("{kernel}: latprof's BPF programs {ns:.0} ns per run on the ping-pong");
     check_reject(&out);

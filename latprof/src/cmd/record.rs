@@ -184,6 +184,8 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     // What the last snapshot lost or approximated, said when the recording ends (as stats
     // does): a recording's reader sees the counters, the person who ran it sees this.
     let mut losses = Vec::new();
+    // Set for the last snapshot: it waits for every user backtrace to be named.
+    let last = std::cell::Cell::new(false);
     let mut save =
         |writer: &mut Writer, spikes: &mut Vec<Spike>, sleeps: u64| -> Result<Appended> {
             if spikes.len() > max_spikes {
@@ -197,6 +199,9 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
                 return Ok(Appended::Full);
             }
             spikes.clear();
+            if last.get() {
+                collector.patient();
+            }
             let snap = collector.snapshot(&probe)?;
             losses = snap.losses();
             writer.append(&snap, &syms)
@@ -226,8 +231,9 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             log.flush();
         };
         if done {
-            // The last snapshot holds everything up to the end.
+            // The last snapshot holds everything up to the end, every user backtrace named.
             reader.read(Duration::ZERO, &mut spikes)?;
+            last.set(true);
             if save(&mut writer, &mut spikes, reader.sleeps)? == Appended::Full {
                 reason = "--max-size reached";
             }

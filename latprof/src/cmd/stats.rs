@@ -61,6 +61,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
             checked = Instant::now();
         }
     }
+    collector.patient();
     let snap = collector.snapshot(&session.probe)?;
     let Session {
         probe,

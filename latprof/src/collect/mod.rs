@@ -359,7 +359,15 @@ pub struct Collector {
     parts: HashMap<u64, (u64, u64)>,
     /// User backtraces named so far.
     user_frames: HashMap<u64, Vec<crate::ustacks::UserFrame>>,
+    /// How long a snapshot waits for user backtraces to be named (those named later show in
+    /// the next one); `None`: `NAMING_WITHIN`.
+    naming_patience: Option<std::time::Duration>,
 }
+
+/// How long a snapshot waits for user backtraces to be named, unless told to be patient.
+const NAMING_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long the last snapshot waits: what it misses is never shown.
+const NAMING_PATIENT: std::time::Duration = std::time::Duration::from_secs(60);
 
 const MAX_RETRIES: u32 = 5;
 
@@ -376,6 +384,12 @@ impl Collector {
             histograms: true,
             ..Self::default()
         }
+    }
+
+    /// From now on, snapshots wait for every user backtrace to be named (up to a minute): for
+    /// the last snapshot of a command, after which nothing is named any more.
+    pub fn patient(&mut self) {
+        self.naming_patience = Some(NAMING_PATIENT);
     }
 
     /// One backtrace by id (cached): for a reader that needs a few, not a whole snapshot.
@@ -735,7 +749,7 @@ impl Collector {
                 });
             }
         }
-        for (user, frames) in watcher.name(unnamed) {
+        for (user, frames) in watcher.name(unnamed, self.naming_patience.unwrap_or(NAMING_WITHIN)) {
             self.user_frames.insert(user, frames);
         }
         for &user in parts.values() {

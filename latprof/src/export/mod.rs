@@ -113,7 +113,13 @@ pub fn render(format: Format, scope: &Scope<'_>) -> Vec<u8> {
                 .iter()
                 .zip(&reasons)
                 .map(|(c, reason)| pprof::Sample {
-                    frames: c.backtrace.lines(),
+                    // Innermost first: the kernel's, then the user frames outward.
+                    frames: c
+                        .backtrace
+                        .lines()
+                        .into_iter()
+                        .chain(c.user.iter().map(String::as_str))
+                        .collect(),
                     reason,
                     count: c.count,
                     total_ns: c.total_ns,

@@ -1,5 +1,7 @@
 //! The /proc/latency_stats and /proc/PID/latency text format, byte for byte:
-//! `Latency Top version : v0.1`, then `count total max frame frame ...` per cause.
+//! `Latency Top version : v0.1`, then `count total max frame frame ...` per cause. With
+//! `--user-stacks` a cause's line goes on with ` |` and its user frames, innermost first (the
+//! kernel never had them: only then does the text differ from its format).
 use std::fmt::Write as _;
 
 use crate::model::Cause;
@@ -15,6 +17,13 @@ pub fn latency_stats(causes: &[Cause]) -> String {
         for f in c.backtrace.lines() {
             out.push(' ');
             out.push_str(f);
+        }
+        if !c.user.is_empty() {
+            out.push_str(" |");
+            for f in &c.user {
+                out.push(' ');
+                out.push_str(f);
+            }
         }
         out.push('\n');
     }
@@ -54,5 +63,20 @@ mod tests {
              1 0 0 ext4_sync_file [ext4]\n"
         );
         assert_eq!(latency_stats(&[]), HEADER);
+    }
+
+    #[test]
+    fn user_frames_follow_a_bar() {
+        let causes = [Cause {
+            user: vec!["__libc_read".into(), "main".into()],
+            backtrace: Backtrace::Frames(vec!["pipe_read".into()]),
+            count: 2,
+            total_ns: 4_000,
+            max_ns: 3_000,
+        }];
+        assert_eq!(
+            latency_stats(&causes),
+            "Latency Top version : v0.1\n2 4 3 pipe_read | __libc_read main\n"
+        );
     }
 }

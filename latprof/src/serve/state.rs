@@ -323,17 +323,29 @@ impl Accumulator {
             "S"
         };
         let slot = self.slot(&reason, state);
+        // With --user-stacks the user frames go on outward from the kernel's (pprof's order:
+        // innermost first).
+        let user = crate::model::user_frames(snap, stack, self.depth);
+        let unnamed = snap.user_parts.contains_key(&stack)
+            && !snap
+                .user_parts
+                .get(&stack)
+                .is_some_and(|u| snap.user_stacks.contains_key(u));
         let named = Arc::new(Named {
             frames: backtrace
                 .lines()
                 .into_iter()
                 .map(|f| pprof::public_frame(f).to_owned())
+                .chain(user)
                 .collect(),
             reason,
             state,
             slot,
         });
-        self.named.insert(stack, Arc::clone(&named));
+        // A user backtrace not named yet is named by a later read.
+        if !unnamed {
+            self.named.insert(stack, Arc::clone(&named));
+        }
         named
     }
 

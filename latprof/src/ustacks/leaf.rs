@@ -7,16 +7,14 @@
 //! pointer (the window) when it first stored the backtrace. Unwinding goes up through the
 //! window until a function with a frame, where the frame-pointer walk takes over.
 
-use std::ops::Range;
-
 use gimli::{BaseAddresses, CfaRule, EhFrame, LittleEndian, UnwindContext, UnwindSection, X86_64};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 
-/// What the unwinding needs of one binary, read once.
+/// What the unwinding needs of one binary, read once: its `.eh_frame` and where its
+/// segments load (not the whole file: a large library is hundreds of megabytes).
 #[derive(Debug)]
 pub struct Cfi {
-    data: Vec<u8>,
-    eh_frame: Range<usize>,
+    eh_frame: Vec<u8>,
     eh_frame_addr: u64,
     text_addr: u64,
     /// Loaded segments: (file offset, size in the file, virtual address).
@@ -26,30 +24,21 @@ pub struct Cfi {
 impl Cfi {
     /// Reads the `.eh_frame` of an ELF binary; `None` without one.
     #[must_use]
-    pub fn read(data: Vec<u8>) -> Option<Self> {
-        let (eh_frame, eh_frame_addr, text_addr, segments) = {
-            let file = object::File::parse(&*data).ok()?;
-            let section = file.section_by_name(".eh_frame")?;
-            let (start, size) = section.file_range()?;
-            let text_addr = file.section_by_name(".text").map_or(0, |s| s.address());
-            let segments = file
-                .segments()
-                .map(|s| {
-                    let (off, size) = s.file_range();
-                    (off, size, s.address())
-                })
-                .collect();
-            (
-                usize::try_from(start).ok()?..usize::try_from(start + size).ok()?,
-                section.address(),
-                text_addr,
-                segments,
-            )
-        };
+    pub fn read(file: &std::fs::File) -> Option<Self> {
+        let cache = object::ReadCache::new(file);
+        let elf = object::File::parse(&cache).ok()?;
+        let section = elf.section_by_name(".eh_frame")?;
+        let text_addr = elf.section_by_name(".text").map_or(0, |s| s.address());
+        let segments = elf
+            .segments()
+            .map(|s| {
+                let (off, size) = s.file_range();
+                (off, size, s.address())
+            })
+            .collect();
         Some(Self {
-            data,
-            eh_frame,
-            eh_frame_addr,
+            eh_frame: section.data().ok()?.to_vec(),
+            eh_frame_addr: section.address(),
             text_addr,
             segments,
         })
@@ -68,10 +57,7 @@ impl Cfi {
         else {
             return Step::Unknown;
         };
-        let Some(data) = self.data.get(self.eh_frame.clone()) else {
-            return Step::Unknown;
-        };
-        let eh = EhFrame::new(data, LittleEndian);
+        let eh = EhFrame::new(&self.eh_frame, LittleEndian);
         let bases = BaseAddresses::default()
             .set_eh_frame(self.eh_frame_addr)
             .set_text(self.text_addr);

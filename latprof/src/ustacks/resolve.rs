@@ -356,11 +356,7 @@ impl Resolver {
         let offset = m.file_offset(addr);
         self.cfi
             .entry((module.dev, module.ino))
-            .or_insert_with(|| {
-                std::fs::read(module.fd_path())
-                    .ok()
-                    .and_then(super::leaf::Cfi::read)
-            })
+            .or_insert_with(|| super::leaf::Cfi::read(&module.file))
             .as_ref()
             .map_or(Step::Unknown, |cfi| cfi.step(offset))
     }
@@ -557,7 +553,7 @@ mod tests {
             !resolver.capture(pid, layout ^ 2),
             "another layout is not this process"
         );
-        let addr = own_function_is_named as usize as u64;
+        let addr = own_function_is_named as *const () as u64;
         let frames = resolver.frames(pid, layout, &[addr], 0, &[]);
         assert!(frames[0].named, "{frames:?}");
         assert!(

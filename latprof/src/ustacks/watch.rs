@@ -3,6 +3,7 @@
 //! lives, and names backtraces when the collector asks. It owns the symbolizer (not `Send`).
 
 use std::{
+    collections::HashMap,
     os::fd::AsRawFd as _,
     sync::{
         Arc,
@@ -10,7 +11,7 @@ use std::{
         mpsc::{self, Receiver, RecvTimeoutError, Sender},
     },
     thread::{self, JoinHandle},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result};
@@ -33,7 +34,8 @@ pub struct Unnamed {
 }
 
 enum Request {
-    Name(Vec<Unnamed>, Sender<Vec<(u64, Vec<UserFrame>)>>),
+    /// Name these, answering by the deadline with those named by then.
+    Name(Vec<Unnamed>, Instant, Sender<Vec<(u64, Vec<UserFrame>)>>),
     Stop,
 }
 
@@ -46,8 +48,6 @@ pub struct Watcher {
     truncated: Arc<AtomicU64>,
 }
 
-/// How long the collector waits for names before it shows addresses (it asks again later).
-const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 /// How often the thread looks at its requests while no process is announced.
 const TICK: Duration = Duration::from_millis(50);
 
@@ -74,17 +74,26 @@ impl Watcher {
         self.truncated.load(Ordering::Relaxed)
     }
 
-    /// Names `stacks`; those the thread did not answer in time are left out.
+    /// Names `stacks`, waiting at most `within`: those not named by then are left out (the
+    /// thread goes on naming them, and answers at once when asked again).
     #[must_use]
-    pub fn name(&self, stacks: Vec<Unnamed>) -> Vec<(u64, Vec<UserFrame>)> {
+    pub fn name(&self, stacks: Vec<Unnamed>, within: Duration) -> Vec<(u64, Vec<UserFrame>)> {
         if stacks.is_empty() {
             return Vec::new();
         }
         let (reply, answer) = mpsc::channel();
-        if self.requests.send(Request::Name(stacks, reply)).is_err() {
+        let deadline = Instant::now() + within;
+        if self
+            .requests
+            .send(Request::Name(stacks, deadline, reply))
+            .is_err()
+        {
             return Vec::new();
         }
-        answer.recv_timeout(ANSWER_WITHIN).unwrap_or_default()
+        // A little after the deadline: the thread answers at it.
+        answer
+            .recv_timeout(within + Duration::from_millis(500))
+            .unwrap_or_default()
     }
 }
 
@@ -99,7 +108,9 @@ impl Drop for Watcher {
 
 fn run(mut ring: RingBuf<MapData>, requests: &Receiver<Request>, truncated: &AtomicU64) {
     let mut resolver = Resolver::new();
-    loop {
+    // Named after their request's deadline, kept for the next request.
+    let mut late: HashMap<u64, Vec<UserFrame>> = HashMap::new();
+    let capture = |resolver: &mut Resolver, ring: &mut RingBuf<MapData>| {
         while let Some(item) = ring.next() {
             if item.len() >= size_of::<UserSeen>() {
                 // SAFETY: the kernel wrote a UserSeen (repr(C), plain integers) here.
@@ -107,20 +118,39 @@ fn run(mut ring: RingBuf<MapData>, requests: &Receiver<Request>, truncated: &Ato
                 resolver.capture(e.tgid, e.layout);
             }
         }
+    };
+    loop {
+        capture(&mut resolver, &mut ring);
         match requests.recv_timeout(Duration::ZERO) {
-            Ok(Request::Name(stacks, reply)) => {
-                let named = stacks
-                    .into_iter()
-                    .map(|u| {
-                        // A process announced while the ring was full, or not yet read: its
-                        // map now, if it lives.
-                        resolver.capture(u.tgid, u.layout);
-                        let frames = resolver.frames(u.tgid, u.layout, &u.frames, u.sp, &u.window);
-                        (u.id, frames)
-                    })
-                    .collect();
-                truncated.store(resolver.truncated(), Ordering::Relaxed);
-                let _ = reply.send(named);
+            Ok(Request::Name(stacks, deadline, reply)) => {
+                let mut named = Vec::with_capacity(stacks.len());
+                let mut answer = Some(reply);
+                for u in stacks {
+                    if let Some(frames) = late.remove(&u.id) {
+                        named.push((u.id, frames));
+                        continue;
+                    }
+                    // Processes announced meanwhile first: they may exit any time.
+                    capture(&mut resolver, &mut ring);
+                    // One announced while the ring was full, or not yet read: its map now,
+                    // if it lives.
+                    resolver.capture(u.tgid, u.layout);
+                    let frames = resolver.frames(u.tgid, u.layout, &u.frames, u.sp, &u.window);
+                    truncated.store(resolver.truncated(), Ordering::Relaxed);
+                    if answer.is_some() {
+                        named.push((u.id, frames));
+                    } else {
+                        late.insert(u.id, frames);
+                    }
+                    if Instant::now() >= deadline
+                        && let Some(reply) = answer.take()
+                    {
+                        let _ = reply.send(std::mem::take(&mut named));
+                    }
+                }
+                if let Some(reply) = answer {
+                    let _ = reply.send(named);
+                }
                 continue;
             }
             Ok(Request::Stop) | Err(RecvTimeoutError::Disconnected) => return,

@@ -150,6 +150,30 @@ echo "=== counters rc"; echo $RC
 echo "=== counters"; cat /tmp/s.c
 echo "=== counters stderr"; cat /tmp/e.c
 
+step ustacks
+# 5a. User backtraces (issue 17): the programs load with the user walk on this kernel, and a
+#     ping-pong's pipe waits carry the workload's own functions, named (Rust, demangled).
+mkfifo /tmp/go.us
+latprof-workload --wait --hold pingpong --count 200 --processes < /tmp/go.us > /tmp/w.us &
+W=$!
+latprof --user-stacks --all-sleeps stats --pid $W --format json --duration 900s > /tmp/s.us 2> /tmp/e.us &
+LP=$!
+attached /tmp/e.us $LP
+exec 4> /tmp/go.us
+echo go >&4
+i=0
+while ! grep -qs done /tmp/w.us; do
+    sleep 0.2; i=$((i + 1))
+    if [ $i -gt 900 ]; then echo "ping-pong did not finish"; exit 1; fi
+done
+kill -INT $LP
+wait $LP; RC=$?
+exec 4>&-
+wait $W
+echo "=== ustacks rc"; echo $RC
+echo "=== ustacks"; cat /tmp/s.us
+echo "=== ustacks stderr"; cat /tmp/e.us
+
 step cgroups
 # 5b. Cgroups (issue 15): two cgroups (one named like a systemd service), a nanosleep workload
 #     moved into each before it starts, `stats --by cgroup`; beside it, on the same workloads,

@@ -1,0 +1,349 @@
+//! Issue 17: user-space backtraces (`--user-stacks`) on the real kernel. A C server built
+//! here with gcc waits for requests on a pipe (`main -> serve_requests -> wait_for_request ->
+//! read`); latprof must name those frames in order above the kernel's pipe read, with the
+//! exact count, after the server exited, from another mount namespace, and say where a
+//! program without frame pointers leaves the backtrace unknown. A Rust program built with
+//! frame pointers gets its names demangled. Needs root and gcc (`cargo xtask test`).
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+    sync::{Mutex, MutexGuard},
+};
+
+use serde_json::Value;
+
+mod common;
+
+use common::{
+    LATPROF, TempDir, twice,
+    ustacks::{SERVER_FRAMES, build_server, has_server_chain, user_frames},
+};
+
+/// One latprof at a time: the tests count everything the machine does.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn root() {
+    latprof::probe::check_privileges()
+        .expect("user stack tests need root or CAP_BPF+CAP_PERFMON: run `cargo xtask test`");
+}
+
+/// What a run of the server said: its reads and those that found no request yet (each
+/// slept once in the kernel's pipe read).
+struct Served {
+    served: u64,
+    waited: u64,
+}
+
+/// Runs `cmd` (a server) to its end; it must succeed and report its reads.
+fn serve(cmd: &mut Command) -> Served {
+    let out = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run the server");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "server failed ({}): {text}",
+        out.status
+    );
+    let value = |key: &str| -> u64 {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("server said no {key}=: {text}"))
+    };
+    Served {
+        served: value("served"),
+        waited: value("waited"),
+    }
+}
+
+/// `latprof stats --user-stacks --format json ARGS` around `work`, which runs to its end
+/// before latprof prints (its process is gone by then). Returns the JSON, latprof's stderr
+/// and the sleeps it reported missing (hidden by the kernel: see `reported_missing`).
+fn stats_around<T>(args: &[&str], work: impl FnOnce() -> T) -> (Value, String, u64, T) {
+    let mut cmd = Command::new(LATPROF);
+    cmd.args([
+        "stats",
+        "--user-stacks",
+        "--format",
+        "json",
+        "--duration",
+        "120s",
+    ])
+    .args(args)
+    .stdout(Stdio::piped());
+    let (child, stderr) = common::start(&mut cmd, "attached");
+    let done = work();
+    let (out, rest) = common::interrupt(child, stderr);
+    let missing = common::reported_missing(&rest);
+    let json = serde_json::from_slice(&out.stdout).expect("stats JSON");
+    (json, rest, missing, done)
+}
+
+/// The causes of `json` whose kernel frames hold `kernel` and whose user frames satisfy
+/// `user`.
+fn causes_where<'a>(
+    json: &'a Value,
+    kernel: &str,
+    user: impl Fn(&[String]) -> bool,
+) -> Vec<&'a Value> {
+    json["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .filter(|c| {
+            c["frames"].as_array().is_some_and(|f| {
+                f.iter()
+                    .any(|f| f.as_str().is_some_and(|f| f.contains(kernel)))
+            }) && user(&user_frames(c))
+        })
+        .collect()
+}
+
+fn count(causes: &[&Value]) -> u64 {
+    causes
+        .iter()
+        .map(|c| c["count"].as_u64().expect("count"))
+        .sum()
+}
+
+/// The pipe-read sleeps of the server are counted under its own functions, exactly.
+fn check_server_run(json: &Value, missing: u64, served: &Served, rest: &str) {
+    let chain = causes_where(json, "pipe_read", has_server_chain);
+    let counted = count(&chain);
+    assert!(
+        counted <= served.waited && counted + missing >= served.waited,
+        "the server slept {} times in read (of {} reads), latprof counted {counted} under \
+         {SERVER_FRAMES:?} ({missing} reported missing); causes: {chain:#?}\n{rest}",
+        served.waited,
+        served.served,
+    );
+    assert!(served.waited > 0, "the server never waited");
+    for c in &chain {
+        let frames = user_frames(c);
+        // The innermost is libc's read (named from libc's own symbols); above the server's
+        // functions is libc's start of main.
+        assert!(
+            frames[0].contains("read"),
+            "innermost user frame is not libc's read: {frames:?}"
+        );
+        assert!(
+            frames[SERVER_FRAMES.len() + 1..]
+                .first()
+                .is_some_and(|f| f.starts_with("__libc_start")),
+            "main's caller is not libc's start: {frames:?}"
+        );
+        assert!(!frames.iter().any(|f| f == "[truncated]"), "{frames:?}");
+    }
+}
+
+/// With frame pointers, in both modes: the server's functions in order above libc's read,
+/// counted exactly, named after the server exited (latprof printed after it was gone).
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn c_server_frames_named_in_order_with_the_exact_count() {
+    root();
+    let _serial = serial();
+    let dir = TempDir::new("ustacks-c");
+    let server = build_server(&dir.0, "server", true);
+    for mode in ["lazy", "normal"] {
+        twice(&format!("C server frames ({mode})"), || {
+            let (json, rest, missing, served) = stats_around(&["--mode", mode], || {
+                serve(Command::new(&server).args(["300", "2000"]))
+            });
+            check_server_run(&json, missing, &served, &rest);
+        });
+    }
+    // The folded lines put the user frames outermost, from libc's start of main in.
+    twice("C server folded", || {
+        let mut cmd = Command::new(LATPROF);
+        cmd.args([
+            "stats",
+            "--user-stacks",
+            "--format",
+            "folded",
+            "--duration",
+            "120s",
+        ])
+        .stdout(Stdio::piped());
+        let (child, stderr) = common::start(&mut cmd, "attached");
+        serve(Command::new(&server).args(["100", "2000"]));
+        let (out, _) = common::interrupt(child, stderr);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find(|l| l.contains(";main;serve_requests;wait_for_request;"))
+            .unwrap_or_else(|| panic!("no folded line with the server's chain:\n{text}"));
+        assert!(line.starts_with("__libc_start"), "{line}");
+        assert!(
+            line.contains("pipe_read "),
+            "kernel frames innermost: {line}"
+        );
+    });
+}
+
+/// A Rust program built with frame pointers: its functions demangled (path::to::function).
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn rust_frames_are_demangled() {
+    root();
+    let _serial = serial();
+    let dir = TempDir::new("ustacks-rust");
+    let bin = dir.file("rust-server");
+    let status = Command::new("rustc")
+        .args(["--edition", "2024", "--crate-name", "rust_server", "-O"])
+        .args(["-C", "force-frame-pointers=yes", "-o"])
+        .arg(&bin)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ustacks/server.rs"))
+        .status()
+        .expect("rustc");
+    assert!(status.success(), "rustc failed");
+    twice("Rust frames", || {
+        let (json, rest, missing, served) =
+            stats_around(&[], || serve(Command::new(&bin).args(["300", "2000"])));
+        let chain = causes_where(&json, "pipe_read", |frames| {
+            frames
+                .iter()
+                .any(|f| f == "rust_server::requests::wait_for_request")
+        });
+        let counted = count(&chain);
+        assert!(
+            counted <= served.waited && counted + missing >= served.waited,
+            "the Rust server slept {} times, latprof counted {counted}: {chain:#?}\n{rest}",
+            served.waited
+        );
+        let frames = user_frames(chain[0]);
+        let at = frames
+            .iter()
+            .position(|f| f == "rust_server::requests::wait_for_request")
+            .expect("found above");
+        assert_eq!(
+            frames.get(at + 1).map(String::as_str),
+            Some("rust_server::requests::serve_requests"),
+            "{frames:?}"
+        );
+        assert!(
+            !frames
+                .iter()
+                .any(|f| f.starts_with("_ZN") || f.starts_with("_R")),
+            "mangled names: {frames:?}"
+        );
+    });
+}
+
+/// The server run from a private mount namespace, from a path that exists only there:
+/// named through the process's own view of its files.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn server_in_another_mount_namespace_is_named() {
+    root();
+    let _serial = serial();
+    let dir = TempDir::new("ustacks-ns");
+    let server = build_server(&dir.0, "server", true);
+    // Mounted over in the namespace only: on the host this directory stays empty.
+    let hidden = dir.file("only-in-namespace");
+    std::fs::create_dir(&hidden).expect("mkdir");
+    let script = format!(
+        "mount -t tmpfs latprof-test {h} && cp {s} {h}/ns-server && exec {h}/ns-server 300 2000",
+        h = hidden.display(),
+        s = server.display()
+    );
+    twice("server in a mount namespace", || {
+        let (json, rest, missing, served) = stats_around(&[], || {
+            serve(Command::new("unshare").args([
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                &script,
+            ]))
+        });
+        assert!(
+            std::fs::read_dir(&hidden)
+                .expect("read dir")
+                .next()
+                .is_none(),
+            "the namespace's mount showed on the host"
+        );
+        check_server_run(&json, missing, &served, &rest);
+    });
+}
+
+/// Without frame pointers (and a frame larger than the stack words latprof keeps): the
+/// frames found are shown, then `[truncated]`, counted; nothing outside the server's own
+/// chain is invented.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn no_frame_pointers_shows_a_truncated_stack() {
+    root();
+    let _serial = serial();
+    let dir = TempDir::new("ustacks-nofp");
+    let server = build_server(&dir.0, "server-nofp", false);
+    twice("server without frame pointers", || {
+        let (json, rest, missing, served) =
+            stats_around(&[], || serve(Command::new(&server).args(["300", "2000"])));
+        let cut = causes_where(&json, "pipe_read", |frames| {
+            frames.last().is_some_and(|f| f == "[truncated]")
+                && frames.iter().any(|f| f.contains("wait_for_request"))
+        });
+        let counted = count(&cut);
+        assert!(
+            counted <= served.waited && counted + missing >= served.waited,
+            "the server slept {} times, {counted} counted truncated: {cut:#?}\n{rest}",
+            served.waited
+        );
+        for c in &cut {
+            let frames = user_frames(c);
+            // Only what the server's chain really is: libc's read, the server's two
+            // functions (gcc may suffix a clone's name), and the mark.
+            for f in &frames {
+                assert!(
+                    f.contains("read")
+                        || f.starts_with("wait_for_request")
+                        || f.starts_with("serve_requests")
+                        || f == "[truncated]",
+                    "invented frame {f} in {frames:?}"
+                );
+            }
+            assert!(!frames.iter().any(|f| f == "main"), "{frames:?}");
+        }
+        assert!(
+            json["counters"]["user_stack_truncated"].as_u64() >= Some(1),
+            "truncated backtraces not counted: {}",
+            json["counters"]
+        );
+    });
+}
+
+/// Without `--user-stacks` nothing of it shows: no user frames, no walks.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn without_the_flag_no_user_frames() {
+    root();
+    let _serial = serial();
+    let dir = TempDir::new("ustacks-off");
+    let server = build_server(&dir.0, "server", true);
+    let mut cmd = Command::new(LATPROF);
+    cmd.args(["stats", "--format", "json", "--duration", "120s"])
+        .stdout(Stdio::piped());
+    let (child, stderr) = common::start(&mut cmd, "attached");
+    serve(Command::new(&server).args(["50", "2000"]));
+    let (out, _) = common::interrupt(child, stderr);
+    let json: Value = serde_json::from_slice(&out.stdout).expect("stats JSON");
+    assert!(
+        json["causes"]
+            .as_array()
+            .expect("causes")
+            .iter()
+            .all(|c| c.get("user_frames").is_none()),
+        "user frames without --user-stacks"
+    );
+    assert_eq!(json["counters"]["user_stack_walks"], 0);
+    assert!(causes_where(&json, "pipe_read", |_| true).len() >= 1);
+}
