@@ -442,6 +442,24 @@ mod tests {
         );
     }
 
+    /// `top --user-stacks` reaches the probe as `stats` does; top's `--pid` stays a view
+    /// filter (the probe sees every process).
+    #[test]
+    fn top_takes_user_stacks() {
+        let cli = parse(&["top", "--user-stacks", "--pid", "42"]).unwrap();
+        let Command::Top(args) = &cli.command else {
+            panic!("not top")
+        };
+        assert_eq!(args.pid, Some(42));
+        assert!(cli.probe_config(None, true, true).user_stacks);
+        assert!(
+            !parse(&["top"])
+                .unwrap()
+                .probe_config(None, true, true)
+                .user_stacks
+        );
+    }
+
     #[test]
     fn sizes() {
         assert_eq!(parse_size("4096"), Ok(4096));

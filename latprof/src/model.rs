@@ -81,6 +81,35 @@ pub fn user_frames(snap: &Snapshot, stack: u64, depth: usize) -> Vec<String> {
     )
 }
 
+/// The user frame a row is titled by (`--user-stacks`): the innermost one outside the C
+/// runtime (libc, the dynamic loader, the vDSO), where the program itself waits (`read` says
+/// little; `wait_for_request` says which wait); the innermost frame where all are in the
+/// runtime; none without user frames. Only among the `depth` frames the detail shows.
+#[must_use]
+pub fn user_site(snap: &Snapshot, stack: u64, depth: usize) -> Option<String> {
+    let frames = snap.user_stacks.get(snap.user_parts.get(&stack)?)?;
+    let mut shown = frames.iter().take(depth).filter(|f| !f.is_truncated());
+    let innermost = shown.clone().next();
+    shown
+        .find(|f| !in_runtime(&f.module))
+        .or(innermost)
+        .map(|f| f.name.clone())
+}
+
+/// Whether a user frame's file is the C runtime's, which every program waits through.
+fn in_runtime(module: &str) -> bool {
+    const RUNTIME: [&str; 6] = [
+        "libc.",
+        "libc-",
+        "libpthread",
+        "ld-linux",
+        "ld-musl",
+        "ld64.",
+    ];
+    let file = module.rsplit('/').next().unwrap_or(module);
+    file == "[vdso]" || RUNTIME.iter().any(|p| file.starts_with(p))
+}
+
 /// A spike's reason, from the backtraces a snapshot (or a recording) holds.
 #[must_use]
 pub fn spike_reason(
@@ -231,14 +260,24 @@ impl SortKey {
     }
 }
 
+/// One distinct backtrace of a row: the kernel's frames and the sleeper's user frames under
+/// them (`--user-stacks`), both innermost first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trace {
+    pub kernel: Backtrace,
+    /// Empty without user frames; a last `[truncated]` marks a backtrace cut short.
+    pub user: Vec<String>,
+}
+
 /// One row of a causes table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Row {
-    /// What the row shows: the reason, or the backtrace.
+    /// What the row shows: the reason (and the user frame it waits in, where there are user
+    /// frames), or the backtrace (kernel, then user frames).
     pub label: String,
     pub reason: String,
     /// The distinct backtraces in this row.
-    pub backtraces: Vec<Backtrace>,
+    pub backtraces: Vec<Trace>,
     /// The kernel stack ids in this row.
     pub stacks: Vec<u64>,
     pub count: u64,
@@ -319,17 +358,30 @@ pub fn rows(records: &[(u64, GlobalRecord)], snap: &Snapshot, ctx: &ViewContext<
             continue;
         };
         let reason = ctx.reasons.reason(&cause.backtrace);
+        // Causes that differ only in their user frames are rows of their own: by the frame
+        // they wait in beside the reason, or by the whole user backtrace after the kernel's
+        // (innermost first, as folded stacks read from the right).
         let label = match ctx.group {
-            Group::Reason => reason.clone(),
-            Group::Backtrace => cause.backtrace.join(" "),
+            Group::Reason => match user_site(snap, *stack, ctx.depth) {
+                Some(site) => format!("{reason} in {site}"),
+                None => reason.clone(),
+            },
+            Group::Backtrace if cause.user.is_empty() => cause.backtrace.join(" "),
+            Group::Backtrace => {
+                format!("{} | {}", cause.backtrace.join(" "), cause.user.join(" "))
+            }
         };
         let row = by_label.entry(label.clone()).or_insert_with(|| Row {
             label,
             reason,
             ..Row::default()
         });
-        if !row.backtraces.contains(&cause.backtrace) {
-            row.backtraces.push(cause.backtrace);
+        let trace = Trace {
+            kernel: cause.backtrace,
+            user: cause.user,
+        };
+        if !row.backtraces.contains(&trace) {
+            row.backtraces.push(trace);
         }
         row.stacks.push(*stack);
         row.count += rec.count;
@@ -726,6 +778,130 @@ ffffffff81401000 T __sched_text_end
         assert_eq!(causes[0].backtrace.lines(), ["hrtimer_nanosleep"]);
         assert_eq!(causes[1].count, 5);
         assert_eq!(process_causes(&snapshot(Mode::Lazy), 99, &syms, 12), []);
+    }
+
+    fn user_frame(name: &str, module: &str) -> crate::ustacks::UserFrame {
+        crate::ustacks::UserFrame {
+            name: name.into(),
+            module: module.into(),
+            build_id: String::new(),
+            offset: 0x1000,
+            named: true,
+        }
+    }
+
+    /// Stack ids 10 and 11: one kernel backtrace (pipe_read), two user backtraces (the
+    /// server's two waits on a pipe, through libc's read); 12: the same kernel backtrace
+    /// without user frames; 13: every frame in libc, then cut short.
+    fn user_snapshot() -> (Snapshot, Vec<(u64, GlobalRecord)>) {
+        let mut snap = Snapshot::default();
+        for id in [10, 11, 12, 13] {
+            snap.stacks
+                .insert(id, vec![0xffff_ffff_8140_0020, 0xffff_ffff_8130_0010]);
+        }
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        snap.user_parts = [(10, 100), (11, 101), (13, 103)].into();
+        snap.user_stacks = [
+            (
+                100,
+                vec![
+                    user_frame("__GI___libc_read", libc),
+                    user_frame("wait_for_request", "/tmp/server"),
+                    user_frame("serve_requests", "/tmp/server"),
+                    user_frame("main", "/tmp/server"),
+                ],
+            ),
+            (
+                101,
+                vec![
+                    user_frame("__GI___libc_read", libc),
+                    user_frame("read_config", "/tmp/server"),
+                    user_frame("main", "/tmp/server"),
+                ],
+            ),
+            (
+                103,
+                vec![
+                    user_frame("__lll_lock_wait", libc),
+                    user_frame("__pthread_mutex_lock", libc),
+                    crate::ustacks::UserFrame::truncated(),
+                ],
+            ),
+        ]
+        .into();
+        let rec = |n| GlobalRecord {
+            count: n,
+            total_ns: n * 1000,
+            max_ns: 1000,
+        };
+        let records = vec![(10, rec(4)), (11, rec(3)), (12, rec(2)), (13, rec(1))];
+        (snap, records)
+    }
+
+    /// Causes that differ only in their user frames are rows of their own, titled by the
+    /// frame outside libc they wait in; rows without user frames keep the bare reason.
+    #[test]
+    fn user_frames_tell_rows_apart() {
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        let reasons = Reasons::builtin();
+        let (snap, records) = user_snapshot();
+        let ctx = |group| ViewContext {
+            syms: &syms,
+            reasons: &reasons,
+            depth: 12,
+            group,
+            sort: SortKey::Total,
+        };
+        let by_reason = rows(&records, &snap, &ctx(Group::Reason));
+        let labels: Vec<&str> = by_reason.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "Waiting for a pipe in wait_for_request",
+                "Waiting for a pipe in read_config",
+                "Waiting for a pipe",
+                // All in libc: its innermost frame; the truncation mark is no frame.
+                "Waiting for a pipe in __lll_lock_wait",
+            ]
+        );
+        assert!(by_reason.iter().all(|r| r.reason == "Waiting for a pipe"));
+        assert_eq!(
+            by_reason[0].backtraces,
+            [Trace {
+                kernel: Backtrace::Frames(vec!["pipe_read".into()]),
+                user: vec![
+                    "__GI___libc_read".into(),
+                    "wait_for_request".into(),
+                    "serve_requests".into(),
+                    "main".into()
+                ],
+            }]
+        );
+        assert_eq!(by_reason[2].backtraces[0].user, Vec::<String>::new());
+        assert_eq!(
+            by_reason[3].backtraces[0].user,
+            ["__lll_lock_wait", "__pthread_mutex_lock", "[truncated]"]
+        );
+        let by_backtrace = rows(&records, &snap, &ctx(Group::Backtrace));
+        let labels: Vec<&str> = by_backtrace.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "pipe_read | __GI___libc_read wait_for_request serve_requests main",
+                "pipe_read | __GI___libc_read read_config main",
+                "pipe_read",
+                "pipe_read | __lll_lock_wait __pthread_mutex_lock [truncated]",
+            ]
+        );
+        // The site is among the frames shown: at depth 1, only libc's read.
+        let shallow = ViewContext {
+            depth: 1,
+            ..ctx(Group::Reason)
+        };
+        assert_eq!(
+            rows(&records[..1], &snap, &shallow)[0].label,
+            "Waiting for a pipe in __GI___libc_read"
+        );
     }
 
     #[test]

@@ -71,6 +71,21 @@ impl Tmux {
         }
     }
 
+    /// Waits until `check` accepts the screen (at most 20 s) and returns what it found; the
+    /// panic says why the last screen was refused. A capture may catch a frame half drawn:
+    /// the next one is checked again.
+    fn wait_until<T>(&self, check: impl Fn(&str) -> Result<T, String>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let screen = self.screen();
+            match check(&screen) {
+                Ok(found) => return found,
+                Err(why) => assert!(Instant::now() < deadline, "{why}, screen:\n{screen}"),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     fn alternate_screen(&self) -> bool {
         let out = Command::new("tmux")
             .args([
@@ -561,5 +576,176 @@ fn replay_filters_by_a_removed_cgroup() {
     assert!(!screen.contains("(all cgroups)"), "{screen}");
     tmux.keys(&["q"]);
     tmux.wait_for(&["LATPROF-EXIT=0"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The detail pane's text lines (its left column), from the line under its title to its
+/// bottom border.
+fn detail_pane(screen: &str) -> Vec<String> {
+    screen
+        .lines()
+        .skip_while(|l| !l.contains("┌Detail"))
+        .skip(1)
+        .take_while(|l| !l.starts_with('└'))
+        .map(|l| {
+            l.trim_start_matches('│')
+                .split('│')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The detail's backtraces: each one's lines after its `Backtrace N` heading.
+fn backtraces(pane: &[String]) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = Vec::new();
+    for line in pane {
+        if line.starts_with("Backtrace ") {
+            out.push(Vec::new());
+        } else if let Some(bt) = out.last_mut()
+            && !line.is_empty()
+        {
+            bt.push(line.clone());
+        }
+    }
+    out
+}
+
+/// The backtrace of the detail that holds the server's innermost frame.
+fn server_backtrace(backtraces: &[Vec<String>]) -> Result<&Vec<String>, String> {
+    backtraces
+        .iter()
+        .find(|bt| bt.iter().any(|l| l == common::ustacks::SERVER_FRAMES[0]))
+        .ok_or_else(|| "no backtrace with the server's frames".to_owned())
+}
+
+/// Issue 17: `top --user-stacks` titles the server's pipe wait by its own function, its detail
+/// shows the user frames under the kernel frames (innermost first, under `user:`), and `u`
+/// shows the kernel frames only, then the user frames only, then both again.
+#[test]
+#[ignore = "needs root, gcc and tmux: run `cargo xtask test`"]
+fn top_shows_user_frames_under_the_kernel_frames() {
+    use common::ustacks::{SERVER_FRAMES, build_server, has_server_chain};
+    latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
+    let dir = std::env::temp_dir().join(format!("latprof-ustop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let server = build_server(&dir, "server", true);
+    // The server alone in a cgroup that top watches (filtered in the kernel): the test waits
+    // for its frames, not for every process's on a busy machine to be named.
+    let name = format!("lpus{}.service", std::process::id());
+    let groups = common::cgroups::Cgroups::make(&[&name]);
+    // A request every 2 ms: its pipe waits are counted (under --inter-cutoff).
+    let work = Workload(
+        Command::new(&server)
+            .args(["1000000", "2000"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn the server"),
+    );
+    let pid = work.0.id().to_string();
+    common::cgroups::move_pid(work.0.id(), groups.path(0));
+    let tmux = Tmux::start(&format!(
+        "{LATPROF} top --user-stacks --cgroup {} --pid {pid} --interval 300ms; echo LATPROF-EXIT=$?; sleep 60",
+        groups.path(0).display()
+    ));
+    // The global pane (full width) names the wait by the server's function beside the reason.
+    tmux.wait_for(&[
+        "Waiting for a pipe in wait_for_request",
+        &format!("Causes of {pid} server"),
+    ]);
+    // Paused, the order holds still: to the server's causes, down to its pipe wait.
+    tmux.keys(&["Space"]);
+    let at = tmux.wait_until(|screen| {
+        if !screen.contains("PAUSED") {
+            return Err("not paused".to_owned());
+        }
+        screen
+            .lines()
+            .skip_while(|l| !l.contains(&format!("Causes of {pid}")))
+            .skip(2)
+            .position(|l| {
+                l.split_once("││")
+                    .is_some_and(|(_, cause)| cause.starts_with("Waiting for a pipe in wait_for"))
+            })
+            .ok_or_else(|| "no pipe wait among the server's causes".to_owned())
+    });
+    tmux.keys(&["Tab"]);
+    tmux.keys(&["Tab"]);
+    for _ in 0..at {
+        tmux.keys(&["Down"]);
+    }
+    tmux.keys(&["Enter"]);
+
+    // Both: the kernel's frames, then `user:`, then the server's frames innermost first.
+    tmux.wait_until(|screen| {
+        if !screen.contains("Detail: kernel + user frames") {
+            return Err("not the detail of both".to_owned());
+        }
+        let both = backtraces(&detail_pane(screen));
+        let bt = server_backtrace(&both)?;
+        let user_at = bt
+            .iter()
+            .position(|l| l == "user:")
+            .ok_or("no user: heading")?;
+        let (kernel, user) = (&bt[..user_at], &bt[user_at + 1..]);
+        if !kernel.iter().any(|l| l == "vfs_read") {
+            return Err(format!("no kernel frames above the user's: {kernel:?}"));
+        }
+        if !has_server_chain(user) {
+            return Err(format!("user frames {user:?}"));
+        }
+        Ok(())
+    });
+
+    // Kernel frames only: the same kernel frames, no user frame.
+    tmux.keys(&["u"]);
+    tmux.wait_until(|screen| {
+        if !screen.contains("Detail: kernel frames only") {
+            return Err("not the detail of kernel frames".to_owned());
+        }
+        let pane = detail_pane(screen);
+        if !backtraces(&pane).concat().iter().any(|l| l == "vfs_read") {
+            return Err("no kernel frames".to_owned());
+        }
+        match pane
+            .iter()
+            .find(|l| *l == "user:" || SERVER_FRAMES.contains(&l.as_str()))
+        {
+            Some(l) => Err(format!("{l} in the kernel frames' view")),
+            None => Ok(()),
+        }
+    });
+
+    // User frames only: the server's chain, no kernel frame.
+    tmux.keys(&["u"]);
+    tmux.wait_until(|screen| {
+        if !screen.contains("Detail: user frames only") {
+            return Err("not the detail of user frames".to_owned());
+        }
+        let user_only = backtraces(&detail_pane(screen));
+        let bt = server_backtrace(&user_only)?;
+        if !has_server_chain(bt) {
+            return Err(format!("user frames {bt:?}"));
+        }
+        match user_only
+            .concat()
+            .iter()
+            .find(|l| *l == "vfs_read" || *l == "user:")
+        {
+            Some(l) => Err(format!("{l} in the user frames' view")),
+            None => Ok(()),
+        }
+    });
+
+    // And both again.
+    tmux.keys(&["u"]);
+    tmux.wait_for(&["Detail: kernel + user frames"]);
+    tmux.keys(&["Escape"]);
+    tmux.wait_for(&["Global causes"]);
+    tmux.keys(&["q"]);
+    tmux.wait_for(&["LATPROF-EXIT=0"]);
+    drop(work);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,7 +7,7 @@ use latprof_common::{GlobalRecord, Histogram};
 
 use crate::{
     collect::{Snapshot, Spike},
-    model::{self, Group, Header, ProcLine, Row, SortKey, ViewContext},
+    model::{self, Group, Header, ProcLine, Row, SortKey, Trace, ViewContext},
     probe::Mode,
     reasons::Reasons,
     symbols::Kallsyms,
@@ -26,6 +26,91 @@ pub enum Focus {
 pub struct Detail {
     pub row: Row,
     pub from: Focus,
+}
+
+/// Which frames the detail's backtraces show (`u` cycles, where there are user frames).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Frames {
+    /// The kernel's frames, then the user frames under them.
+    #[default]
+    Both,
+    Kernel,
+    User,
+}
+
+impl Frames {
+    #[must_use]
+    pub fn next(self) -> Self {
+        match self {
+            Self::Both => Self::Kernel,
+            Self::Kernel => Self::User,
+            Self::User => Self::Both,
+        }
+    }
+
+    /// As the detail's title says it.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Both => "kernel + user frames",
+            Self::Kernel => "kernel frames only",
+            Self::User => "user frames only",
+        }
+    }
+
+    /// The detail's backtrace lines for `traces` (each innermost first): the kernel's frames,
+    /// then under a `user:` heading the user frames, or one kind only.
+    #[must_use]
+    pub fn lines(self, traces: &[Trace]) -> Vec<TraceLine> {
+        let mut out = Vec::new();
+        for (i, trace) in traces.iter().enumerate() {
+            out.push(TraceLine::Heading(i + 1));
+            if self != Self::User {
+                out.extend(
+                    trace
+                        .kernel
+                        .lines()
+                        .into_iter()
+                        .map(|f| TraceLine::Kernel(f.to_owned())),
+                );
+            }
+            if self == Self::Kernel {
+                continue;
+            }
+            if trace.user.is_empty() {
+                if self == Self::User {
+                    out.push(TraceLine::NoUser);
+                }
+                continue;
+            }
+            if self == Self::Both {
+                out.push(TraceLine::UserHeading);
+            }
+            out.extend(trace.user.iter().map(|f| {
+                if f == crate::ustacks::TRUNCATED {
+                    TraceLine::Truncated
+                } else {
+                    TraceLine::User(f.clone())
+                }
+            }));
+        }
+        out
+    }
+}
+
+/// One line of the detail's backtraces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TraceLine {
+    /// `Backtrace N`.
+    Heading(usize),
+    Kernel(String),
+    /// The user frames start here (both kinds shown).
+    UserHeading,
+    User(String),
+    /// The user backtrace was cut short: its outer frames are unknown.
+    Truncated,
+    /// User frames only, and this backtrace has none (a kernel thread, a wait for the CPU).
+    NoUser,
 }
 
 /// Spikes kept for the recent-spikes pane.
@@ -67,6 +152,10 @@ pub struct App {
     pub expanded: BTreeSet<u32>,
     pub detail: Option<Detail>,
     pub help: bool,
+    /// Which frames the detail shows.
+    pub frames: Frames,
+    /// A one-off answer to the last key (shown in the footer until the next key).
+    pub notice: Option<String>,
     /// The counters tab (pipeline and tick counters) instead of the causes.
     pub counters: bool,
     pub quit: bool,
@@ -125,6 +214,8 @@ impl App {
             expanded: BTreeSet::new(),
             detail: None,
             help: false,
+            frames: Frames::Both,
+            notice: None,
             counters: false,
             quit: false,
             status: None,
@@ -388,6 +479,13 @@ impl App {
             .collect()
     }
 
+    /// Whether the snapshot shown has user frames (`--user-stacks`, in this run or the
+    /// recording's): from the data, so that `top` and `replay` decide alike.
+    #[must_use]
+    pub fn has_user_frames(&self) -> bool {
+        self.cur.as_ref().is_some_and(|c| !c.user_parts.is_empty())
+    }
+
     /// The row the cursor is on in a causes pane.
     #[must_use]
     pub fn selected_row(&self) -> Option<&Row> {
@@ -403,6 +501,7 @@ impl App {
         if key.kind != KeyEventKind::Press {
             return;
         }
+        self.notice = None;
         if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
             self.quit = true;
             return;
@@ -478,6 +577,19 @@ impl App {
             }
             KeyCode::Char('/') => self.editing = Some(self.filter.clone()),
             KeyCode::Char('c') => self.counters = !self.counters,
+            KeyCode::Char('u') => {
+                if self.has_user_frames() {
+                    self.frames = self.frames.next();
+                    // Seen in the detail's title; elsewhere said once.
+                    if self.detail.is_none() {
+                        self.notice = Some(format!("u: the detail shows {}", self.frames.name()));
+                    }
+                } else {
+                    self.notice = Some(
+                        "u: no user frames here (run top or record with --user-stacks)".to_owned(),
+                    );
+                }
+            }
             _ if self.detail.is_some() => {}
             KeyCode::Tab => {
                 self.focus = match self.focus {
@@ -740,9 +852,10 @@ mod tests {
         let detail = app.detail.clone().expect("detail");
         assert_eq!(
             detail.row.backtraces,
-            [crate::symbols::Backtrace::Frames(vec![
-                "hrtimer_nanosleep".to_owned()
-            ])]
+            [Trace {
+                kernel: crate::symbols::Backtrace::Frames(vec!["hrtimer_nanosleep".to_owned()]),
+                user: Vec::new(),
+            }]
         );
         // The detail follows new numbers.
         app.on_snapshot(snapshot(2));
@@ -779,6 +892,155 @@ mod tests {
         let mut app = self::app();
         app.handle_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
         assert!(app.quit);
+    }
+
+    /// The piper's pipe waits with the server's user frames (innermost first, cut short).
+    fn with_user_frames(mut snap: Snapshot) -> Snapshot {
+        let frame = |name: &str, module: &str| crate::ustacks::UserFrame {
+            name: name.into(),
+            module: module.into(),
+            build_id: String::new(),
+            offset: 0x1000,
+            named: true,
+        };
+        snap.user_parts.insert(2, 7);
+        snap.user_stacks.insert(
+            7,
+            vec![
+                frame("__GI___libc_read", "/usr/lib/libc.so.6"),
+                frame("wait_for_request", "/srv/server"),
+                frame("serve_requests", "/srv/server"),
+                crate::ustacks::UserFrame::truncated(),
+            ],
+        );
+        snap
+    }
+
+    fn screen(app: &App) -> String {
+        use ratatui::{Terminal, backend::TestBackend};
+        let mut terminal = Terminal::new(TestBackend::new(100, 30)).unwrap();
+        terminal.draw(|f| super::super::ui::render(f, app)).unwrap();
+        let buf = terminal.backend().buffer().clone();
+        buf.content()
+            .chunks(100)
+            .map(|row| row.iter().map(ratatui::buffer::Cell::symbol).collect())
+            .collect::<Vec<String>>()
+            .join("\n")
+    }
+
+    /// The detail lists the kernel's frames, then under `user:` the user frames; `u` cycles
+    /// both -> kernel -> user -> both, and the title says which.
+    #[test]
+    fn u_cycles_the_frames_of_the_detail() {
+        let mut app = app();
+        app.on_snapshot(with_user_frames(snapshot(2)));
+        assert_eq!(
+            app.global[1].label,
+            "Waiting for a pipe in wait_for_request"
+        );
+        key(&mut app, KeyCode::Down);
+        key(&mut app, KeyCode::Enter);
+        let row = app.detail.clone().expect("detail").row;
+        let user = |f: &str| TraceLine::User(f.to_owned());
+        let kernel = TraceLine::Kernel("anon_pipe_read".to_owned());
+        assert_eq!(
+            app.frames.lines(&row.backtraces),
+            [
+                TraceLine::Heading(1),
+                kernel.clone(),
+                TraceLine::UserHeading,
+                user("__GI___libc_read"),
+                user("wait_for_request"),
+                user("serve_requests"),
+                TraceLine::Truncated,
+            ]
+        );
+        let text = screen(&app);
+        assert!(text.contains("Detail: kernel + user frames"), "{text}");
+        let at = |s: &str| text.find(s).unwrap_or_else(|| panic!("no {s}:\n{text}"));
+        assert!(at("pipe_read") < at("user:"), "{text}");
+        assert!(at("user:") < at("wait_for_request"), "{text}");
+        assert!(
+            at("serve_requests") < at("[truncated] (the outer"),
+            "{text}"
+        );
+
+        key(&mut app, KeyCode::Char('u'));
+        assert_eq!(app.frames, Frames::Kernel);
+        assert_eq!(
+            app.frames.lines(&row.backtraces),
+            [TraceLine::Heading(1), kernel]
+        );
+        let text = screen(&app);
+        assert!(text.contains("Detail: kernel frames only"), "{text}");
+        assert!(
+            !text.contains("wait_for_request") && !text.contains("user:"),
+            "{text}"
+        );
+
+        key(&mut app, KeyCode::Char('u'));
+        assert_eq!(app.frames, Frames::User);
+        let lines = app.frames.lines(&row.backtraces);
+        assert_eq!(lines[1], user("__GI___libc_read"));
+        assert!(!lines.contains(&TraceLine::UserHeading), "{lines:?}");
+        let text = screen(&app);
+        assert!(text.contains("Detail: user frames only"), "{text}");
+        assert!(!text.contains("pipe_read"), "{text}");
+
+        // A backtrace without user frames says so when only those are shown.
+        let bare = [Trace {
+            kernel: crate::symbols::Backtrace::WaitingForCpu,
+            user: Vec::new(),
+        }];
+        assert_eq!(
+            Frames::User.lines(&bare),
+            [TraceLine::Heading(1), TraceLine::NoUser]
+        );
+        assert_eq!(Frames::Both.lines(&bare), Frames::Kernel.lines(&bare));
+
+        key(&mut app, KeyCode::Char('u'));
+        assert_eq!(app.frames, Frames::Both);
+        // Outside the detail the key says what the detail will show.
+        key(&mut app, KeyCode::Esc);
+        key(&mut app, KeyCode::Char('u'));
+        assert_eq!(app.frames, Frames::Kernel);
+        assert!(screen(&app).contains("u: the detail shows kernel frames only"));
+    }
+
+    /// Replay shows a recording's moment through `show`: its user frames come from the same
+    /// snapshot fields as live ones, so the rows and the detail are the live view's.
+    #[test]
+    fn a_shown_moment_has_the_live_user_frames() {
+        let mut live = app();
+        live.on_snapshot(with_user_frames(snapshot(2)));
+        let mut replay = app();
+        replay.show(
+            snapshot(1),
+            Some(with_user_frames(snapshot(1))),
+            with_user_frames(snapshot(2)),
+            None,
+        );
+        assert!(replay.has_user_frames());
+        assert_eq!(replay.global, live.global);
+        assert_eq!(replay.global[1].backtraces[0].user[1], "wait_for_request");
+    }
+
+    /// Without user frames `u` changes nothing and says why; the next key clears that.
+    #[test]
+    fn u_without_user_frames_says_there_are_none() {
+        let mut app = app();
+        assert!(!app.has_user_frames());
+        key(&mut app, KeyCode::Enter);
+        key(&mut app, KeyCode::Char('u'));
+        assert_eq!(app.frames, Frames::Both);
+        assert!(app.detail.is_some());
+        let text = screen(&app);
+        assert!(text.contains("no user frames here"), "{text}");
+        assert!(text.contains("Detail (Esc: back)"), "{text}");
+        assert!(!text.contains("user:"), "{text}");
+        key(&mut app, KeyCode::Esc);
+        assert_eq!(app.notice, None);
+        assert!(screen(&app).contains("u frames"), "the key legend lists it");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use super::app::{App, Settings};
 use crate::{collect::Snapshot, store::reader::Recording, time};
 
-pub const FOOTER: &str = "q quit ? help ]/[ step }/{ x10 p play t jump m mark A M clear A c counters Tab pane Enter detail";
+pub const FOOTER: &str = "q quit ? help ]/[ step }/{ x10 p play t jump m mark A M clear A c counters Tab pane Enter detail u frames";
 
 /// A recording and where the user is in it.
 pub struct Replay {

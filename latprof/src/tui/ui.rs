@@ -7,7 +7,7 @@ use ratatui::{
     widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TableRow, Table, TableState, Wrap},
 };
 
-use super::app::{App, Detail, Focus};
+use super::app::{App, Detail, Focus, TraceLine};
 use crate::{
     model::{Group, Row},
     time::{self, fmt_ns},
@@ -330,21 +330,39 @@ fn render_detail(f: &mut Frame<'_>, app: &App, detail: &Detail, area: Rect) {
             fmt_ns(row.max_ns)
         )),
     ];
-    for (i, bt) in row.backtraces.iter().enumerate() {
-        text.push(Line::from(""));
-        text.push(Line::from(Span::styled(
-            format!("Backtrace {}", i + 1),
-            Style::default().add_modifier(Modifier::UNDERLINED),
-        )));
-        text.extend(
-            bt.lines()
-                .into_iter()
-                .map(|frame| Line::from(format!("  {frame}"))),
-        );
+    let dim = Style::default().add_modifier(Modifier::DIM);
+    for line in app.frames.lines(&row.backtraces) {
+        match line {
+            TraceLine::Heading(n) => {
+                text.push(Line::from(""));
+                text.push(Line::from(Span::styled(
+                    format!("Backtrace {n}"),
+                    Style::default().add_modifier(Modifier::UNDERLINED),
+                )));
+            }
+            TraceLine::Kernel(frame) | TraceLine::User(frame) => {
+                text.push(Line::from(format!("  {frame}")));
+            }
+            TraceLine::UserHeading => text.push(Line::from(Span::styled(" user:", dim))),
+            TraceLine::Truncated => text.push(Line::from(Span::styled(
+                format!(
+                    "  {} (the outer frames are unknown)",
+                    crate::ustacks::TRUNCATED
+                ),
+                dim,
+            ))),
+            TraceLine::NoUser => text.push(Line::from(Span::styled("  (no user frames)", dim))),
+        }
     }
+    // The frames shown, where there is a choice.
+    let title = if app.has_user_frames() {
+        format!("Detail: {} (u: next, Esc: back)", app.frames.name())
+    } else {
+        "Detail (Esc: back)".to_owned()
+    };
     f.render_widget(
         Paragraph::new(text)
-            .block(block("Detail (Esc: back)", true))
+            .block(block(&title, true))
             .wrap(Wrap { trim: false }),
         parts[0],
     );
@@ -462,11 +480,20 @@ fn render_spikes(f: &mut Frame<'_>, app: &App, area: Rect) {
 }
 
 fn render_footer(f: &mut Frame<'_>, app: &App, area: Rect) {
+    if app.editing.is_none()
+        && let Some(notice) = &app.notice
+    {
+        f.render_widget(
+            Paragraph::new(notice.clone()).style(Style::default().fg(Color::Yellow)),
+            area,
+        );
+        return;
+    }
     let text = match (&app.editing, &app.footer) {
         (Some(t), _) => format!("filter (pid or name): {t}_   Enter: apply  Esc: cancel"),
         (None, Some(footer)) => footer.clone(),
         (None, None) => format!(
-            "q quit ? help Tab pane Enter detail / filter s sort:{} g group C cgroups c counters space pause r reset",
+            "q quit ? help Tab pane Enter detail u frames / filter s sort:{} g group C cgroups c counters space pause r reset",
             app.sort.name()
         ),
     };
@@ -480,7 +507,7 @@ fn render_help(f: &mut Frame<'_>, app: &App, area: Rect) {
     // Replay replaces the footer's key hints; top's status line may say other things.
     let replay = app.footer.is_some();
     let w = area.width.min(60);
-    let h = area.height.min(if replay { 21 } else { 17 });
+    let h = area.height.min(if replay { 22 } else { 18 });
     let popup = Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
@@ -506,6 +533,7 @@ fn render_help(f: &mut Frame<'_>, app: &App, area: Rect) {
         "Tab         next pane (global, processes, causes)",
         "Up/Down j/k move",
         "Enter       details of a cause; expand a process",
+        "u           detail's frames: kernel + user, kernel, user",
         "Right/Left  expand/fold a process's threads",
         "Esc         back; clear the filter",
         "/           filter processes by pid or name",
