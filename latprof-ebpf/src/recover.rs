@@ -21,7 +21,7 @@ use crate::{
     maps::{HIDING_SEEN, count, log_hidden},
     settings::{
         DEBUG_HIDE_WAKEUPS, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, TASK_EXEC_RUNTIME_OFF,
-        TASK_RUN_DELAY_OFF, read_field,
+        TASK_RUN_DELAY_OFF, USER_STACKS_ON, read_field,
     },
     spikes::spike,
 };
@@ -96,6 +96,12 @@ pub(crate) fn recover<const CAS: bool>(tid: u32, entry: &mut TaskState, task: *c
                 entry.sleep_stack
             };
             let in_global = sleep_in_global_with(entry, entry.sleep_flags & SLEEP_NO_MM == 0);
+            // With the sleeper's user backtrace, the cause is the pair (as at a wakeup).
+            let stack = if USER_STACKS_ON.load() == 1 {
+                crate::ustacks::cause(stack, entry.sleep_ustack)
+            } else {
+                stack
+            };
             account::<CAS>(entry, stack_for_state(stack, kind), delta, in_global);
             count(Counter::Counted);
             spike::<CAS>(tid, entry, stack, delta, kind, woken, WAKER_UNSEEN);

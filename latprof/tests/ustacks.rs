@@ -5,6 +5,7 @@
 //! program without frame pointers leaves the backtrace unknown. A Rust program built with
 //! frame pointers gets its names demangled. Needs root and gcc (`cargo xtask test`).
 use std::{
+    io::Write as _,
     path::Path,
     process::{Command, Stdio},
     sync::{Mutex, MutexGuard},
@@ -38,12 +39,8 @@ struct Served {
     waited: u64,
 }
 
-/// Runs `cmd` (a server) to its end; it must succeed and report its reads.
-fn serve(cmd: &mut Command) -> Served {
-    let out = cmd
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run the server");
+/// Parses what a server printed at its end.
+fn served(out: &std::process::Output) -> Served {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -62,27 +59,38 @@ fn serve(cmd: &mut Command) -> Served {
     }
 }
 
-/// `latprof stats --user-stacks --format json ARGS` around `work`, which runs to its end
-/// before latprof prints (its process is gone by then). Returns the JSON, latprof's stderr
-/// and the sleeps it reported missing (hidden by the kernel: see `reported_missing`).
-fn stats_around<T>(args: &[&str], work: impl FnOnce() -> T) -> (Value, String, u64, T) {
+/// Runs `server` (started with `wait`: it waits for a line on stdin) under
+/// `latprof stats --user-stacks --all-sleeps --format json --pid PID ARGS`, to its end: it
+/// has exited before latprof prints. Returns the JSON, latprof's stderr, the sleeps latprof
+/// reported missing (hidden by the kernel: see `reported_missing`) and what the server said.
+fn stats_on(server: &mut Command, args: &[&str]) -> (Value, String, u64, Served) {
+    let mut child = server
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the server");
+    let pid = child.id().to_string();
     let mut cmd = Command::new(LATPROF);
-    cmd.args([
-        "stats",
-        "--user-stacks",
-        "--format",
-        "json",
-        "--duration",
-        "120s",
-    ])
-    .args(args)
-    .stdout(Stdio::piped());
-    let (child, stderr) = common::start(&mut cmd, "attached");
-    let done = work();
-    let (out, rest) = common::interrupt(child, stderr);
+    // Every sleep (--all-sleeps): on a loaded machine a 2 ms wait can outlast the cutoff for
+    // interruptible sleeps that are not counted. Its own process only: other tests may run
+    // servers of the same name.
+    cmd.args(["stats", "--user-stacks", "--all-sleeps", "--format", "json"])
+        .args(["--duration", "120s", "--pid", &pid])
+        .args(args)
+        .stdout(Stdio::piped());
+    let (latprof, stderr) = common::start(&mut cmd, "attached");
+    child
+        .stdin
+        .take()
+        .expect("server stdin")
+        .write_all(b"go\n")
+        .expect("start the server");
+    let served = served(&child.wait_with_output().expect("wait for the server"));
+    let (out, rest) = common::interrupt(latprof, stderr);
     let missing = common::reported_missing(&rest);
     let json = serde_json::from_slice(&out.stdout).expect("stats JSON");
-    (json, rest, missing, done)
+    (json, rest, missing, served)
 }
 
 /// The causes of `json` whose kernel frames hold `kernel` and whose user frames satisfy
@@ -153,9 +161,10 @@ fn c_server_frames_named_in_order_with_the_exact_count() {
     let server = build_server(&dir.0, "server", true);
     for mode in ["lazy", "normal"] {
         twice(&format!("C server frames ({mode})"), || {
-            let (json, rest, missing, served) = stats_around(&["--mode", mode], || {
-                serve(Command::new(&server).args(["300", "2000"]))
-            });
+            let (json, rest, missing, served) = stats_on(
+                Command::new(&server).args(["300", "2000", "wait"]),
+                &["--mode", mode],
+            );
             check_server_run(&json, missing, &served, &rest);
         });
     }
@@ -172,7 +181,12 @@ fn c_server_frames_named_in_order_with_the_exact_count() {
         ])
         .stdout(Stdio::piped());
         let (child, stderr) = common::start(&mut cmd, "attached");
-        serve(Command::new(&server).args(["100", "2000"]));
+        served(
+            &Command::new(&server)
+                .args(["100", "2000"])
+                .output()
+                .expect("server"),
+        );
         let (out, _) = common::interrupt(child, stderr);
         let text = String::from_utf8_lossy(&out.stdout);
         let line = text
@@ -205,7 +219,7 @@ fn rust_frames_are_demangled() {
     assert!(status.success(), "rustc failed");
     twice("Rust frames", || {
         let (json, rest, missing, served) =
-            stats_around(&[], || serve(Command::new(&bin).args(["300", "2000"])));
+            stats_on(Command::new(&bin).args(["300", "2000", "wait"]), &[]);
         let chain = causes_where(&json, "pipe_read", |frames| {
             frames
                 .iter()
@@ -249,21 +263,15 @@ fn server_in_another_mount_namespace_is_named() {
     let hidden = dir.file("only-in-namespace");
     std::fs::create_dir(&hidden).expect("mkdir");
     let script = format!(
-        "mount -t tmpfs latprof-test {h} && cp {s} {h}/ns-server && exec {h}/ns-server 300 2000",
+        "mount -t tmpfs latprof-test {h} && cp {s} {h}/ns-server && exec {h}/ns-server 300 2000 wait",
         h = hidden.display(),
         s = server.display()
     );
     twice("server in a mount namespace", || {
-        let (json, rest, missing, served) = stats_around(&[], || {
-            serve(Command::new("unshare").args([
-                "-m",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                &script,
-            ]))
-        });
+        let (json, rest, missing, served) = stats_on(
+            Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &script]),
+            &[],
+        );
         assert!(
             std::fs::read_dir(&hidden)
                 .expect("read dir")
@@ -287,7 +295,7 @@ fn no_frame_pointers_shows_a_truncated_stack() {
     let server = build_server(&dir.0, "server-nofp", false);
     twice("server without frame pointers", || {
         let (json, rest, missing, served) =
-            stats_around(&[], || serve(Command::new(&server).args(["300", "2000"])));
+            stats_on(Command::new(&server).args(["300", "2000", "wait"]), &[]);
         let cut = causes_where(&json, "pipe_read", |frames| {
             frames.last().is_some_and(|f| f == "[truncated]")
                 && frames.iter().any(|f| f.contains("wait_for_request"))
@@ -333,7 +341,12 @@ fn without_the_flag_no_user_frames() {
     cmd.args(["stats", "--format", "json", "--duration", "120s"])
         .stdout(Stdio::piped());
     let (child, stderr) = common::start(&mut cmd, "attached");
-    serve(Command::new(&server).args(["50", "2000"]));
+    served(
+        &Command::new(&server)
+            .args(["50", "2000"])
+            .output()
+            .expect("server"),
+    );
     let (out, _) = common::interrupt(child, stderr);
     let json: Value = serde_json::from_slice(&out.stdout).expect("stats JSON");
     assert!(

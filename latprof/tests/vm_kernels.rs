@@ -431,7 +431,11 @@ fn check_ustacks(out: &str, variant: &str) {
     let user = |c: &Value| -> Vec<String> {
         c["user_frames"]
             .as_array()
-            .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_owned)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f.as_str().map(str::to_owned))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let causes = json["causes"].as_array().expect("causes");
@@ -447,7 +451,9 @@ fn check_ustacks(out: &str, variant: &str) {
     );
     for frames in &pipe {
         assert!(
-            !frames.iter().any(|f| f.starts_with("_ZN") || f.starts_with("_R")),
+            !frames
+                .iter()
+                .any(|f| f.starts_with("_ZN") || f.starts_with("_R")),
             "mangled: {frames:?}"
         );
     }

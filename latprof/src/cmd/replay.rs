@@ -41,7 +41,7 @@ pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
     let mut replay = Replay::new(rec, settings, at, mark)?;
     let mut guard = TerminalGuard::new()?;
     let mut last_tick = Instant::now();
-    while !replay.app.quit && !stop.load(Ordering::Relaxed) {
+    while !replay.app.quit && !stop.load(Ordering::Relaxed) && !crate::tui::terminal_gone() {
         guard.terminal.draw(|f| ui::render(f, &replay.app))?;
         if event::poll(Duration::from_millis(50))?
             && let Event::Key(key) = event::read()?

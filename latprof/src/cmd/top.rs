@@ -131,7 +131,7 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
     }
     let result = (|| -> Result<()> {
         let mut guard = TerminalGuard::new()?;
-        while !app.quit && !stop.load(Ordering::Relaxed) {
+        while !app.quit && !stop.load(Ordering::Relaxed) && !crate::tui::terminal_gone() {
             guard.terminal.draw(|f| ui::render(f, &app))?;
             if event::poll(Duration::from_millis(100))?
                 && let Event::Key(key) = event::read()?

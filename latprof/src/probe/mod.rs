@@ -654,7 +654,7 @@ impl Probe {
             mm_off,
             comm_off,
             user_stacks: u32::from(config.user_stacks),
-            user_walk_frames: latprof_common::USER_FRAMES as u32,
+            user_walk_frames: u32::try_from(latprof_common::USER_FRAMES).unwrap_or(u32::MAX),
             pt_regs_sp_off,
             mm_layout_offs,
             exec_runtime_off,

@@ -46,3 +46,18 @@ impl Drop for TerminalGuard {
         restore_terminal();
     }
 }
+
+/// Whether the terminal went away (its window closed, `tmux kill-session`): standard input
+/// then reports a hangup, and reading it returns end of file at once, for ever. Checked
+/// before each wait for a key, as no signal may come.
+#[must_use]
+pub fn terminal_gone() -> bool {
+    let mut fd = libc::pollfd {
+        fd: 0,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let ready = unsafe { libc::poll(&raw mut fd, 1, 0) };
+    ready == 1 && fd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+}

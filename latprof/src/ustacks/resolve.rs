@@ -9,6 +9,7 @@
 
 use std::{
     collections::HashMap,
+    fmt::Write as _,
     fs::File,
     os::{
         fd::AsRawFd as _,
@@ -198,7 +199,12 @@ impl Resolver {
                     ))
                     .ok()
                     .flatten()
-                    .map(|id| id.iter().map(|b| format!("{b:02x}")).collect())
+                    .map(|id| {
+                        id.iter().fold(String::new(), |mut hex, b| {
+                            let _ = write!(hex, "{b:02x}");
+                            hex
+                        })
+                    })
                     .unwrap_or_default();
                     Rc::new(Module {
                         file,
@@ -276,8 +282,12 @@ impl Resolver {
         window: &[u64],
     ) -> Vec<UserFrame> {
         let key = (tgid, layout);
+        // The walk ends at a null frame pointer; a null return address is no frame.
+        let end = raw.iter().position(|&a| a == 0).unwrap_or(raw.len());
+        let raw = &raw[..end];
         if !self.processes.contains_key(&key) {
-            // Gone before its map was read (its announcement was lost): the addresses only.
+            // Gone before its map was read (it exited or exec'd at once, or its announcement
+            // was lost): the addresses only.
             return raw.iter().map(|&addr| gone(addr)).collect();
         }
         let addrs = raw;
@@ -528,7 +538,7 @@ pub fn is_entry(name: &str) -> bool {
 /// A frame of a process whose map was never read.
 fn gone(addr: u64) -> UserFrame {
     UserFrame {
-        name: format!("[process gone]+0x{addr:x}"),
+        name: format!("[address space gone]+0x{addr:x}"),
         module: String::new(),
         build_id: String::new(),
         offset: addr,
@@ -571,7 +581,7 @@ mod tests {
         assert!(frames[1].is_truncated());
         // A process never read: its addresses, said so.
         let frames = resolver.frames(pid, layout ^ 2, &[0x10], 0, &[]);
-        assert_eq!(frames[0].name, "[process gone]+0x10");
+        assert_eq!(frames[0].name, "[address space gone]+0x10");
     }
 
     #[test]
