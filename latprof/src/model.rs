@@ -87,7 +87,12 @@ pub fn user_frames(snap: &Snapshot, stack: u64, depth: usize) -> Vec<String> {
 /// runtime; none without user frames. Only among the `depth` frames the detail shows.
 #[must_use]
 pub fn user_site(snap: &Snapshot, stack: u64, depth: usize) -> Option<String> {
-    let frames = snap.user_stacks.get(snap.user_parts.get(&stack)?)?;
+    site_of(snap.user_stacks.get(snap.user_parts.get(&stack)?)?, depth)
+}
+
+/// `user_site` of named user frames.
+#[must_use]
+pub fn site_of(frames: &[crate::ustacks::UserFrame], depth: usize) -> Option<String> {
     let mut shown = frames.iter().take(depth).filter(|f| !f.is_truncated());
     let innermost = shown.clone().next();
     shown
@@ -120,7 +125,12 @@ pub fn spike_reason(
     depth: usize,
 ) -> String {
     let raw = snap.stacks.get(&spike.stack_id).map(Vec::as_slice);
-    reasons.reason(&Backtrace::of(spike.stack_id, raw, syms, depth))
+    let reason = reasons.reason(&Backtrace::of(spike.stack_id, raw, syms, depth));
+    // With --user-stacks: where in the program (as rows are titled).
+    match user_site(snap, spike.stack_id, depth) {
+        Some(site) => format!("{reason} in {site}"),
+        None => reason,
+    }
 }
 
 /// The global table: sleep causes and run-queue latency.

@@ -17,7 +17,7 @@ mod common;
 
 use common::{
     LATPROF, TempDir, twice,
-    ustacks::{SERVER_FRAMES, build_server, has_server_chain, user_frames},
+    ustacks::{SERVER_FRAMES, build_server, function, has_server_chain, user_frames},
 };
 
 /// One latprof at a time: the tests count everything the machine does.
@@ -189,9 +189,14 @@ fn c_server_frames_named_in_order_with_the_exact_count() {
         );
         let (out, _) = common::interrupt(child, stderr);
         let text = String::from_utf8_lossy(&out.stdout);
+        // Outermost first: main, serve_requests, wait_for_request, then libc's read.
+        let outward: Vec<&str> = SERVER_FRAMES.iter().rev().copied().collect();
         let line = text
             .lines()
-            .find(|l| l.contains(";main;serve_requests;wait_for_request;"))
+            .find(|l| {
+                let frames: Vec<&str> = l.split(';').map(function).collect();
+                frames.windows(3).any(|w| w == outward.as_slice())
+            })
             .unwrap_or_else(|| panic!("no folded line with the server's chain:\n{text}"));
         assert!(line.starts_with("__libc_start"), "{line}");
         assert!(
@@ -223,7 +228,7 @@ fn rust_frames_are_demangled() {
         let chain = causes_where(&json, "pipe_read", |frames| {
             frames
                 .iter()
-                .any(|f| f == "rust_server::requests::wait_for_request")
+                .any(|f| function(f) == "rust_server::requests::wait_for_request")
         });
         let counted = count(&chain);
         assert!(
@@ -234,10 +239,10 @@ fn rust_frames_are_demangled() {
         let frames = user_frames(chain[0]);
         let at = frames
             .iter()
-            .position(|f| f == "rust_server::requests::wait_for_request")
+            .position(|f| function(f) == "rust_server::requests::wait_for_request")
             .expect("found above");
         assert_eq!(
-            frames.get(at + 1).map(String::as_str),
+            frames.get(at + 1).map(|f| function(f)),
             Some("rust_server::requests::serve_requests"),
             "{frames:?}"
         );
@@ -319,7 +324,7 @@ fn no_frame_pointers_shows_a_truncated_stack() {
                     "invented frame {f} in {frames:?}"
                 );
             }
-            assert!(!frames.iter().any(|f| f == "main"), "{frames:?}");
+            assert!(!frames.iter().any(|f| function(f) == "main"), "{frames:?}");
         }
         assert!(
             json["counters"]["user_stack_truncated"].as_u64() >= Some(1),
@@ -359,4 +364,55 @@ fn without_the_flag_no_user_frames() {
     );
     assert_eq!(json["counters"]["user_stack_walks"], 0);
     assert!(causes_where(&json, "pipe_read", |_| true).len() >= 1);
+}
+
+/// `spikes --user-stacks`: each long read says where in the server it waited.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn spikes_say_where_in_the_program() {
+    root();
+    let _serial = serial();
+    let dir = TempDir::new("ustacks-spikes");
+    let server = build_server(&dir.0, "server", true);
+    twice("spikes with user stacks", || {
+        let mut child = Command::new(&server)
+            .args(["50", "3000", "wait"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the server");
+        let pid = child.id().to_string();
+        let mut cmd = Command::new(LATPROF);
+        cmd.args([
+            "--user-stacks",
+            "--all-sleeps",
+            "--spike",
+            "200us",
+            "spikes",
+            "--pid",
+            &pid,
+        ])
+        .stdout(Stdio::piped());
+        let (latprof, stderr) = common::start(&mut cmd, "attached");
+        child
+            .stdin
+            .take()
+            .expect("server stdin")
+            .write_all(b"go\n")
+            .expect("start the server");
+        let served = served(&child.wait_with_output().expect("wait for the server"));
+        let (out, rest) = common::interrupt(latprof, stderr);
+        let missing = common::reported_missing(&rest);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let reads = text
+            .lines()
+            .filter(|l| l.contains(" in wait_for_request (server.c:"))
+            .count() as u64;
+        // Each read slept about 3 ms, a spike of 200 us or more: one line each.
+        assert!(
+            reads <= served.waited && reads + missing >= served.waited,
+            "{} reads slept, {reads} spikes say where ({missing} missing):\n{text}\n{rest}",
+            served.waited
+        );
+    });
 }

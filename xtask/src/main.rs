@@ -20,8 +20,9 @@ const BPF_LINKER: &str = "0.13.0";
 /// client whose OpenMetrics parser checks `--format openmetrics`, Prometheus itself (and its
 /// promtool) that the serve tests run against `latprof serve`, and Go, whose `go tool pprof`
 /// reads its profiles. The package may start a system Prometheus on :9090; the tests start
-/// their own on a free port and never use that one.
-const DEBIAN_PACKAGES: [&str; 8] = [
+/// their own on a free port and never use that one. gcc and util-linux's unshare: the user
+/// stack tests build a C workload and run it in a mount namespace of its own.
+const DEBIAN_PACKAGES: [&str; 10] = [
     "llvm-22-dev",
     "libpolly-22-dev",
     "libzstd-dev",
@@ -30,6 +31,8 @@ const DEBIAN_PACKAGES: [&str; 8] = [
     "python3-prometheus-client",
     "prometheus",
     "golang-go",
+    "gcc",
+    "util-linux",
 ];
 
 fn main() -> ExitCode {

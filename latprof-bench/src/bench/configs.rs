@@ -29,6 +29,10 @@ pub(super) enum Config {
     LazyWakers,
     /// latprof lazy with each waker's backtrace (`--waker-stacks`).
     LazyWakerStacks,
+    /// latprof lazy with each sleeper's user backtrace (`--user-stacks`): the walk per
+    /// counted sleep is this one's time less lazy's; naming the frames is its CPU time less
+    /// lazy's.
+    LazyUserStacks,
     /// latprof lazy and latprof normal attached together, in both orders each round: both see
     /// the same events in the same run, so the difference between their programs is the
     /// modes' and not the runs'. Measured as one, reported as `PairedLazy` and `PairedNormal`.
@@ -54,13 +58,14 @@ pub(super) const MAIN_CONFIGS: [Config; 7] = [
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
 /// lazy and normal together on the fork storm, and the spikes.
-pub(super) const EXTRA_CONFIGS: [Config; 11] = [
+pub(super) const EXTRA_CONFIGS: [Config; 12] = [
     Config::LazyDebug,
     Config::LazyWalk,
     Config::LazyNoCgroups,
     Config::NormalNoCgroups,
     Config::LazyWakers,
     Config::LazyWakerStacks,
+    Config::LazyUserStacks,
     Config::Paired,
     Config::PairedLazy,
     Config::PairedNormal,
@@ -91,6 +96,7 @@ impl Config {
             Self::NormalNoCgroups => "normal-nocgroups",
             Self::LazyWakers => "lazy-wakers",
             Self::LazyWakerStacks => "lazy-wakerstacks",
+            Self::LazyUserStacks => "lazy-ustacks",
             Self::Paired => "lazy+normal",
             Self::PairedLazy => "lazy (paired)",
             Self::PairedNormal => "normal (paired)",
@@ -142,6 +148,11 @@ impl Config {
             Self::LazyWakerStacks => {
                 let mut c = Command::new(latprof);
                 c.args(["--waker-stacks", "stats", "--duration", "1h"]);
+                c
+            }
+            Self::LazyUserStacks => {
+                let mut c = Command::new(latprof);
+                c.args(["--user-stacks", "stats", "--duration", "1h"]);
                 c
             }
             Self::LazyDebug => {
@@ -211,6 +222,7 @@ impl Config {
                 | Self::NormalNoCgroups
                 | Self::LazyWakers
                 | Self::LazyWakerStacks
+                | Self::LazyUserStacks
                 | Self::PairedLazy
                 | Self::PairedNormal
                 | Self::SpikesAdaptive
@@ -229,6 +241,7 @@ impl Config {
             | Self::NormalNoCgroups
             | Self::LazyWakers
             | Self::LazyWakerStacks
+            | Self::LazyUserStacks
             | Self::Paired
             | Self::PairedLazy
             | Self::PairedNormal
@@ -291,6 +304,7 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
                     Config::NormalNoCgroups,
                     Config::LazyWakers,
                     Config::LazyWakerStacks,
+                    Config::LazyUserStacks,
                 ])
                 .collect(),
         },
@@ -348,6 +362,7 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
                         Config::NormalNoCgroups,
                         Config::LazyWakers,
                         Config::LazyWakerStacks,
+                        Config::LazyUserStacks,
                     ])
                     .collect(),
             });

@@ -32,7 +32,8 @@ pub struct BenchArgs {
     #[arg(long, default_value = "target/bench")]
     pub out: PathBuf,
     /// Only these configurations (none, lazy, normal, offcputime, runqlat, bpftrace, perf-sched,
-    /// lazy-debug, lazy-walk, lazy-nocgroups, normal-nocgroups, lazy-wakers, lazy-wakerstacks, lazy+normal,
+    /// lazy-debug, lazy-walk, lazy-nocgroups, normal-nocgroups, lazy-wakers, lazy-wakerstacks,
+    /// lazy-ustacks, lazy+normal,
     /// spikes-adaptive, spikes-always).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,

@@ -400,6 +400,31 @@ pub(super) fn targets(
             wakers.join("; "),
         ));
     }
+    // User stacks (issue 17): the user walk per counted sleep against lazy's kernel-only
+    // backtraces, per event, at most 2x; and latprof's own CPU time (naming the frames is in
+    // lazy-ustacks' and not in lazy's).
+    let mut ustacks = Vec::new();
+    let mut under = true;
+    for name in ["pingpong", "hackbench-process", "hackbench-thread"] {
+        let (Some(off), Some(on)) = (get(name, Config::Lazy), get(name, Config::LazyUserStacks))
+        else {
+            continue;
+        };
+        let ratio = on.bpf_ns_per_event / off.bpf_ns_per_event;
+        under &= ratio <= 2.0;
+        ustacks.push(format!(
+            "{name}: lazy {:.0} ns/event, --user-stacks {:.0} ns/event ({ratio:.2}x); latprof's CPU {:.0} ms against {:.0} ms",
+            off.bpf_ns_per_event, on.bpf_ns_per_event, on.tracer_cpu_ms, off.tracer_cpu_ms
+        ));
+    }
+    if !ustacks.is_empty() {
+        out.push((
+            "user stacks cost at most 2x lazy's kernel-only BPF time per event (lazy-ustacks against lazy)"
+                .to_owned(),
+            verdict(under),
+            ustacks.join("; "),
+        ));
+    }
     // Cgroups (issue 15): what attributing each sleep to its cgroup adds per event to the same
     // build without it (`--debug-no-cgroups`). The target is lazy's, under 10% on every
     // workload measured; normal mode's (its exit merge into the per-cgroup table) is shown.

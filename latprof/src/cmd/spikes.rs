@@ -89,7 +89,14 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
             if let std::collections::hash_map::Entry::Vacant(e) = reason_cache.entry(s.stack_id) {
                 let raw = collector.stack(&probe, s.stack_id)?;
                 let backtrace = Backtrace::of(s.stack_id, raw.as_deref(), &syms, depth);
-                let reason = reasons.reason(&backtrace);
+                let mut reason = reasons.reason(&backtrace);
+                // With --user-stacks: where in the program it waited.
+                if let Some(site) = collector
+                    .user_of(&probe, s.stack_id)?
+                    .and_then(|frames| crate::model::site_of(&frames, depth))
+                {
+                    reason = format!("{reason} in {site}");
+                }
                 e.insert(reason);
             }
             let reason = &reason_cache[&s.stack_id];

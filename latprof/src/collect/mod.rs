@@ -403,6 +403,12 @@ impl Collector {
                 .map(names::MAP_STACKS)
                 .context("no STACKS map")?,
         )?;
+        // A cause with a user part (--user-stacks): the frames of its kernel part.
+        if let Some((kernel, _)) = self.cause_parts(probe, id)? {
+            let frames = self.kernel_frames(&map, kernel)?;
+            self.stacks.insert(id, frames.clone());
+            return Ok(Some(frames));
+        }
         Ok(map.get(&id, 0).ok().map(|raw| {
             let frames: Vec<u64> = raw.iter().copied().take_while(|&ip| ip != 0).collect();
             self.stacks.insert(id, frames.clone());
@@ -688,6 +694,47 @@ impl Collector {
             self.parts.insert(id, (p.kernel, p.user));
             (p.kernel, p.user)
         }))
+    }
+
+    /// The named user frames of record id `id` (a spike's), where it has a user part
+    /// (`--user-stacks`).
+    pub fn user_of(
+        &mut self,
+        probe: &Probe,
+        id: u64,
+    ) -> Result<Option<Vec<crate::ustacks::UserFrame>>> {
+        let Some((_, user)) = self.cause_parts(probe, id)? else {
+            return Ok(None);
+        };
+        if let Some(frames) = self.user_frames.get(&user) {
+            return Ok(Some(frames.clone()));
+        }
+        let Some(watcher) = probe.user_watcher() else {
+            return Ok(None);
+        };
+        let map: BpfHashMap<&MapData, u64, latprof_common::UserStack> = BpfHashMap::try_from(
+            probe
+                .ebpf()
+                .map(names::MAP_USER_STACKS)
+                .context("no USER_STACKS map")?,
+        )?;
+        let Ok(raw) = map.get(&user, 0) else {
+            return Ok(None);
+        };
+        let nr = (raw.nr as usize).min(raw.frames.len());
+        let unnamed = crate::ustacks::watch::Unnamed {
+            id: user,
+            tgid: raw.tgid,
+            layout: raw.layout,
+            frames: raw.frames[..nr].to_vec(),
+            sp: raw.sp,
+            window: raw.window.to_vec(),
+        };
+        let within = self.naming_patience.unwrap_or(NAMING_WITHIN);
+        for (user, frames) in watcher.name(vec![unnamed], within) {
+            self.user_frames.insert(user, frames);
+        }
+        Ok(self.user_frames.get(&user).cloned())
     }
 
     /// The frames of kernel backtrace `id` (cached).

@@ -2,7 +2,8 @@
 //! `/proc/PID/maps` and opened through `/proc/PID/map_files` when the process was first seen,
 //! so it works in another mount namespace, after the process exited and after the file was
 //! deleted), then to the symbol at that file offset (blazesym: ELF symbols, DWARF, Rust and
-//! C++ names demangled); code a JIT generated goes to the process's `perf-PID.map`. What has no
+//! C++ names demangled, with the source file and line where the binary has DWARF); code a JIT
+//! generated goes to the process's `perf-PID.map`. What has no
 //! name is shown as `file+0xoffset`, never a bare unknown. Frames that are not return
 //! addresses (a program built without frame pointers leaves the walk following whatever its
 //! frame-pointer register held) end the backtrace with `[truncated]`.
@@ -15,7 +16,7 @@ use std::{
         fd::AsRawFd as _,
         unix::fs::{FileExt as _, MetadataExt as _},
     },
-    path::PathBuf,
+    path::{Path, PathBuf},
     rc::Rc,
     time::{Duration, Instant},
 };
@@ -149,7 +150,7 @@ impl Resolver {
         Self {
             symbolizer: Symbolizer::builder()
                 .enable_demangling(true)
-                .enable_code_info(false)
+                .enable_code_info(true)
                 .enable_inlined_fns(false)
                 .build(),
             processes: HashMap::new(),
@@ -422,7 +423,7 @@ impl Resolver {
             .or_insert_with(|| {
                 let src = Source::Elf(Elf::new(module.fd_path()));
                 match symbolizer.symbolize_single(&src, Input::FileOffset(offset)) {
-                    Ok(Symbolized::Sym(sym)) => Some(sym.name.into_owned()),
+                    Ok(Symbolized::Sym(sym)) => Some(with_line(&sym)),
                     _ => None,
                 }
             })
@@ -449,6 +450,26 @@ impl Resolver {
                 module.file.read_exact_at(&mut bytes, from).is_err() || ends_in_call(&bytes)
             })
     }
+}
+
+/// A symbol's name, with its source file and line where the binary's DWARF has them:
+/// `wait_for_request (server.c:21)`.
+fn with_line(sym: &blazesym::symbolize::Sym<'_>) -> String {
+    match sym.code_info.as_deref() {
+        Some(code) if code.line.is_some() => format!(
+            "{} ({}:{})",
+            sym.name,
+            Path::new(&code.file).display(),
+            code.line.unwrap_or(0)
+        ),
+        _ => sym.name.clone().into_owned(),
+    }
+}
+
+/// A frame's function without the source line (`with_line`).
+#[must_use]
+pub fn function(name: &str) -> &str {
+    name.split_once(" (").map_or(name, |(f, _)| f)
 }
 
 /// The JIT symbol at `addr` from a perf map, re-read when the file grew.
@@ -516,6 +537,7 @@ fn indirect_call_len(b: &[u8]) -> Option<usize> {
 /// and Go runtimes' entries): a walk that ends there is whole.
 #[must_use]
 pub fn is_entry(name: &str) -> bool {
+    let name = function(name);
     let name = name.split('@').next().unwrap_or(name);
     name.starts_with("__libc_start")
         || matches!(

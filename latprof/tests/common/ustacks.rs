@@ -57,8 +57,20 @@ pub fn user_frames(cause: &serde_json::Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Whether `frames` hold the server's functions in order, right after one libc frame.
+/// A frame's function, without the source line latprof adds where the binary has DWARF
+/// (`wait_for_request (server.c:21)`).
+#[must_use]
+pub fn function(frame: &str) -> &str {
+    frame.split_once(" (").map_or(frame, |(f, _)| f)
+}
+
+/// Whether `frames` hold the server's functions in order, right after one libc frame, each
+/// with its source line (the server is built with -g).
 #[must_use]
 pub fn has_server_chain(frames: &[String]) -> bool {
-    frames.len() > SERVER_FRAMES.len() && frames[1..=SERVER_FRAMES.len()] == SERVER_FRAMES
+    frames.len() > SERVER_FRAMES.len()
+        && frames[1..=SERVER_FRAMES.len()]
+            .iter()
+            .zip(SERVER_FRAMES)
+            .all(|(f, want)| function(f) == want && f.contains("(server.c:"))
 }
