@@ -369,6 +369,12 @@ pub struct TaskState {
     pub cgroup: u64,
     /// The task's user backtrace when its open sleep began (`--user-stacks`; `NO_USER`: none).
     pub sleep_ustack: u64,
+    /// `--user-stacks`' memo of this task, each exact: the memory map whose layout
+    /// (`layout_key`) was read last (a new one at exec) and that layout, and the last kernel +
+    /// user cause known to be in `CAUSE_PARTS` (entries are never removed).
+    pub user_mm: u64,
+    pub user_layout: u64,
+    pub user_cause: u64,
     pub sleep_kind: u32,
     pub tgid: u32,
     pub flags: u32,
@@ -400,7 +406,7 @@ pub struct TaskState {
 }
 const _: () = assert!(
     size_of::<TaskState>()
-        == 136 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
+        == 160 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
 );
 // One bit of `task_only` per record.
 const _: () = assert!(TASK_RECORDS <= 32);

@@ -98,7 +98,7 @@ pub(crate) fn recover<const CAS: bool>(tid: u32, entry: &mut TaskState, task: *c
             let in_global = sleep_in_global_with(entry, entry.sleep_flags & SLEEP_NO_MM == 0);
             // With the sleeper's user backtrace, the cause is the pair (as at a wakeup).
             let stack = if USER_STACKS_ON.load() == 1 {
-                crate::ustacks::cause(stack, entry.sleep_ustack)
+                crate::ustacks::cause(stack, entry.sleep_ustack, entry)
             } else {
                 stack
             };

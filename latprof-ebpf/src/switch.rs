@@ -17,7 +17,7 @@ use latprof_common::{
 };
 
 use crate::{
-    account::{account, has_mm, runq_in_global},
+    account::{account, runq_in_global},
     debug::anomaly,
     maps::{
         CGROUP_FILTER, COUNTERS, HIDING_SEEN, LAST_SWITCH, SCRATCH, TASKS, count, log_hidden,
@@ -211,8 +211,8 @@ fn switch_out<const CAS: bool>(
     entry.sleep_start_ns = now;
     if USER_STACKS_ON.load() == 1 {
         // Here or never: the sleeper is current only now. A kernel thread has no user part.
-        entry.sleep_ustack = if entry.flags & TASK_FLAG_KTHREAD == 0 && has_mm(task) {
-            ustacks::take(ctx, tid, tgid, task)
+        entry.sleep_ustack = if entry.flags & TASK_FLAG_KTHREAD == 0 {
+            ustacks::take(ctx, tid, tgid, task, entry)
         } else {
             NO_USER
         };

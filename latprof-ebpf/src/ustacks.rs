@@ -12,7 +12,7 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use latprof_common::{
-    CauseParts, Counter, NO_USER, USER_FRAMES, USER_WINDOW, UserSeen, combine, layout_key,
+    CauseParts, Counter, TaskState, NO_USER, USER_FRAMES, USER_WINDOW, UserSeen, combine, layout_key,
     user_stack_hash,
 };
 
@@ -24,13 +24,9 @@ use crate::{
     },
 };
 
-/// The layout of `task`'s address space (`layout_key`); 0 where its memory map is unreadable.
+/// The layout of the address space `mm` (`layout_key`); 0 where it is unreadable.
 #[inline(always)]
-fn layout(task: *const u8) -> u64 {
-    let Ok(mm) = read_field::<u64>(task, TASK_MM_OFF.load()) else {
-        return 0;
-    };
-    let mm = mm as *const u8;
+fn layout(mm: *const u8) -> u64 {
     match (
         read_field::<u64>(mm, MM_START_CODE_OFF.load()),
         read_field::<u64>(mm, MM_END_CODE_OFF.load()),
@@ -41,11 +37,28 @@ fn layout(task: *const u8) -> u64 {
     }
 }
 
-/// Walks the current task's user backtrace and stores it; returns its id, or `NO_USER`.
+/// Walks the current task's user backtrace and stores it; returns its id, or `NO_USER` (also
+/// for a task without a memory map). `entry` is the task's: its memo saves reading the
+/// layout again until an exec, and the table lookup when the backtrace is its last sleep's.
 // Not inlined: one return, verified once for both sched_switch variants' callers (verifier
 // rule 4 in `stack_cache`), and its buffers are per-CPU (rule 6).
 #[inline(never)]
-pub(crate) fn take(ctx: &RawTracePointContext, tid: u32, tgid: u32, task: *const u8) -> u64 {
+pub(crate) fn take(
+    ctx: &RawTracePointContext,
+    tid: u32,
+    tgid: u32,
+    task: *const u8,
+    entry: &mut TaskState,
+) -> u64 {
+    let mm = match read_field::<u64>(task, TASK_MM_OFF.load()) {
+        Ok(mm) if mm != 0 => mm,
+        _ => return NO_USER,
+    };
+    if entry.user_mm != mm {
+        entry.user_mm = mm;
+        entry.user_layout = layout(mm as *const u8);
+    }
+    let layout = entry.user_layout;
     let Some(buf) = USER_BUF.get_ptr_mut(0) else {
         return NO_USER;
     };
@@ -68,13 +81,13 @@ pub(crate) fn take(ctx: &RawTracePointContext, tid: u32, tgid: u32, task: *const
         return NO_USER;
     }
     let nr = (len as usize / 8).min(USER_FRAMES);
-    let layout = layout(task);
     if layout == 0 {
         count(Counter::UserStackEmpty);
         return NO_USER;
     }
     let id = user_stack_hash(layout, &buf.frames, nr);
-    if USER_STACKS.get_ptr(&id).is_some() {
+    // The last sleep's: stored then (entries are never removed).
+    if id == entry.sleep_ustack || USER_STACKS.get_ptr(&id).is_some() {
         return id;
     }
     buf.tgid = tgid;
@@ -118,12 +131,15 @@ pub(crate) fn take(ctx: &RawTracePointContext, tid: u32, tgid: u32, task: *const
     }
 }
 
-/// The record id of a sleep at kernel backtrace `kernel` and user backtrace `user`, its parts
-/// stored for user space the first time.
+/// The record id of a sleep of the task of `entry` at kernel backtrace `kernel` and user
+/// backtrace `user`, its parts stored for user space the first time.
 #[inline(always)]
-pub(crate) fn cause(kernel: u64, user: u64) -> u64 {
+pub(crate) fn cause(kernel: u64, user: u64, entry: &mut TaskState) -> u64 {
     let id = combine(kernel, user);
-    if id != kernel && CAUSE_PARTS.get_ptr(&id).is_none() {
+    if id == kernel || id == entry.user_cause {
+        return id;
+    }
+    if CAUSE_PARTS.get_ptr(&id).is_none() {
         let parts = CauseParts { kernel, user };
         match CAUSE_PARTS.insert(&id, &parts, u64::from(BPF_NOEXIST)) {
             Ok(()) | Err(-17) => {}
@@ -133,5 +149,6 @@ pub(crate) fn cause(kernel: u64, user: u64) -> u64 {
             }
         }
     }
+    entry.user_cause = id;
     id
 }

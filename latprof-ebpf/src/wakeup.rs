@@ -209,7 +209,7 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
             let in_global = sleep_in_global(entry, task);
             // With the sleeper's user backtrace, the cause is the pair.
             let stack = if USER_STACKS_ON.load() == 1 {
-                ustacks::cause(stack, entry.sleep_ustack)
+                ustacks::cause(stack, entry.sleep_ustack, entry)
             } else {
                 stack
             };
