@@ -385,9 +385,14 @@ fn bad_files_give_one_line_and_exit_1() {
     one_line_error(&text, "not a latprof recording");
     let future = dir.file("future.lpr");
     let mut bytes = b"\x7fLATPROF".to_vec();
-    bytes.extend_from_slice(&[7, 0, 0, 0]);
+    let next = latprof::store::VERSION + 1;
+    bytes.extend_from_slice(&next.to_le_bytes());
+    bytes.extend_from_slice(&[0, 0]);
     std::fs::write(&future, &bytes).expect("write");
-    one_line_error(&future, "version 7 is newer than this latprof reads");
+    one_line_error(
+        &future,
+        &format!("version {next} is newer than this latprof reads"),
+    );
     let header_only = dir.file("header.lpr");
     bytes[8] = 1;
     std::fs::write(&header_only, &bytes).expect("write");
