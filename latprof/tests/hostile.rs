@@ -112,6 +112,7 @@ fn key_frame_head() -> Enc {
     e.usize(0); // fallbacks
     e.bool(false); // wakers (format 6)
     e.bool(false); // waker stacks
+    e.bool(false); // user stacks (format 7)
     e.u64(1); // taken
     e.u64(1); // wall
     e.usize(0); // backtraces

@@ -385,9 +385,14 @@ fn bad_files_give_one_line_and_exit_1() {
     one_line_error(&text, "not a latprof recording");
     let future = dir.file("future.lpr");
     let mut bytes = b"\x7fLATPROF".to_vec();
-    bytes.extend_from_slice(&[7, 0, 0, 0]);
+    let next = latprof::store::VERSION + 1;
+    bytes.extend_from_slice(&next.to_le_bytes());
+    bytes.extend_from_slice(&[0, 0]);
     std::fs::write(&future, &bytes).expect("write");
-    one_line_error(&future, "version 7 is newer than this latprof reads");
+    one_line_error(
+        &future,
+        &format!("version {next} is newer than this latprof reads"),
+    );
     let header_only = dir.file("header.lpr");
     bytes[8] = 1;
     std::fs::write(&header_only, &bytes).expect("write");
@@ -872,4 +877,145 @@ fn record_max_size_stops_cleanly_under_the_limit() {
         .and_then(|rest| rest.split(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("{info}"));
     assert!(snapshots >= 2, "{info}");
+}
+
+/// Issue 17: a recording keeps the user frames as they were named while it ran. The server
+/// exits before the recorder stops and its binary is deleted before `dump` runs as nobody: the
+/// recording still names its frames (dump opens no binary), and counts every sleep of its reads.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn user_frames_outlive_the_process_and_its_binary() {
+    const READS: u64 = 300;
+    root();
+    let dir = TempDir::new("ustacks-record");
+    let server = common::ustacks::build_server(&dir.0, "server", true);
+    let file = dir.file("run.lpr");
+    let path = file.to_str().expect("utf-8 path");
+    // Every read sleeps about 2 ms: under the default cutoff of interruptible sleeps.
+    let (recorder, rec_err) = start(&[
+        "record",
+        "--user-stacks",
+        "--all-sleeps",
+        "--interval",
+        "200ms",
+        "-o",
+        path,
+    ]);
+    let run = Command::new(&server)
+        .args([READS.to_string().as_str(), "2000"])
+        .output()
+        .expect("run the server");
+    let said = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "server: {} {said}", run.status);
+    let fact = |key: &str| -> u64 {
+        said.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.parse().ok())
+            .unwrap_or_else(|| panic!("the server did not say {key}N: {said:?}"))
+    };
+    assert_eq!(fact("served="), READS);
+    // The times its reads slept (a request already waiting when it came to read cost none).
+    let slept = fact("waited=");
+    // A snapshot or two after the server is gone.
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, rec_summary) = interrupt(recorder, rec_err);
+    assert!(rec_summary.contains("snapshots in"), "{rec_summary}");
+    let missing = common::reported_missing(&rec_summary);
+    std::fs::remove_file(&server).expect("delete the server's binary");
+
+    // The recording itself: the sleeps under this server's frames (its file, as it mapped it:
+    // another build of the same program, run meanwhile by someone else, has the same names).
+    let rec = latprof::store::reader::Recording::open(&file).expect("the recording");
+    assert!(rec.info.user_stacks);
+    let snap = rec.snapshot(rec.len() - 1).expect("the last snapshot");
+    let module = server.to_str().expect("utf-8 path");
+    let its_reads = |frames: &[latprof::ustacks::UserFrame]| {
+        let names: Vec<String> = frames.iter().map(|f| f.name.clone()).collect();
+        common::ustacks::has_server_chain(&names) && frames[1].module == module
+    };
+    let counted: u64 = snap
+        .global_records()
+        .iter()
+        .filter(|(id, _)| {
+            snap.user_parts
+                .get(id)
+                .and_then(|user| snap.user_stacks.get(user))
+                .is_some_and(|frames| its_reads(frames))
+        })
+        .map(|(_, r)| r.count)
+        .sum();
+    // On failure: every user backtrace of a read (named, or not, or after the process left).
+    let frames: Vec<String> = snap
+        .user_stacks
+        .values()
+        .filter(|frames| {
+            frames
+                .first()
+                .is_some_and(|f| f.name.contains("read") || f.name.contains("process gone"))
+        })
+        .map(|frames| format!("{frames:?}"))
+        .collect();
+    let unnamed: u64 = snap
+        .global_records()
+        .iter()
+        .filter(|(id, _)| {
+            snap.user_parts
+                .get(id)
+                .is_some_and(|user| !snap.user_stacks.contains_key(user))
+        })
+        .map(|(_, r)| r.count)
+        .sum();
+    assert!(
+        counted <= slept && counted + missing >= slept,
+        "{counted} sleeps under the server's frames for the {slept} it slept in its {READS} reads ({missing} missing); {unnamed} sleeps under user backtraces not named; the reads' user backtraces: {frames:#?}\nthe recorder said: {rec_summary}"
+    );
+
+    // dump as nobody names them, from the recording alone.
+    let json = as_nobody(&["dump", path, "--format", "json"]);
+    assert!(
+        json.status.success(),
+        "dump as nobody: {}",
+        String::from_utf8_lossy(&json.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).expect("valid JSON");
+    assert_eq!(doc["recording"]["user_stacks"], true);
+    let causes: Vec<&serde_json::Value> = doc["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .filter(|c| common::ustacks::has_server_chain(&common::ustacks::user_frames(c)))
+        .collect();
+    for c in &causes {
+        assert!(
+            c["frames"].to_string().contains("pipe_read"),
+            "the server's user frames over another kernel backtrace than the pipe's read: {c}"
+        );
+    }
+    // This server's sleeps, and those of any other run of the program.
+    let named: u64 = causes
+        .iter()
+        .map(|c| c["count"].as_u64().expect("count"))
+        .sum();
+    assert!(
+        named >= counted && counted > 0,
+        "{named} sleeps under the server's names in the dump, {counted} in the recording: {causes:?}"
+    );
+
+    // Folded: from the program's entry out of libc down to the kernel's pipe read.
+    let folded = as_nobody(&["dump", path, "--format", "folded"]);
+    assert!(folded.status.success());
+    let folded = String::from_utf8(folded.stdout).expect("utf-8");
+    let chain = format!(
+        ";{};",
+        common::ustacks::SERVER_FRAMES
+            .iter()
+            .rev()
+            .copied()
+            .collect::<Vec<_>>()
+            .join(";")
+    );
+    let lines: Vec<&str> = folded.lines().filter(|l| l.contains(&chain)).collect();
+    assert!(
+        !lines.is_empty() && lines.iter().all(|l| l.contains("pipe_read")),
+        "no folded line with {chain}:\n{folded}"
+    );
 }

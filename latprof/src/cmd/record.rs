@@ -65,6 +65,7 @@ pub fn info(
         spike_ns: u64::try_from(cli.spike.as_nanos()).unwrap_or(u64::MAX),
         wakers: cli.wakers_on(),
         waker_stacks: cli.waker_stacks,
+        user_stacks: cli.user_stacks,
         sched_text,
         lock_text,
     }

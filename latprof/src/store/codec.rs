@@ -76,7 +76,9 @@ impl<'a> Dec<'a> {
         self.charged
     }
 
-    fn charge(&mut self, bytes: u64) -> Result<(), FormatError> {
+    /// Charges `bytes` of memory that decoded items take beyond what [`Self::len`] and
+    /// [`Self::str`] charged (a string copied into many items).
+    pub fn charge(&mut self, bytes: u64) -> Result<(), FormatError> {
         self.charged = self.charged.saturating_add(bytes);
         if self.charged > self.budget {
             return Err(FormatError::TooBig);

@@ -24,6 +24,7 @@ use latprof_common::{
 use crate::{
     collect::{CgroupPath, Counters, Snapshot, TaskSnapshot, TickCounts, Waker},
     probe::Mode,
+    ustacks::UserFrame,
 };
 use codec::{Dec, Enc};
 
@@ -32,8 +33,9 @@ pub const MAGIC: [u8; 8] = *b"\x7fLATPROF";
 /// Version 2 added the per-CPU tick counters and the kernel's tick facts; 3 the programs'
 /// variant; 4 which task records stay out of the global table (`TaskSnapshot::task_only`); 5
 /// cgroups: each task record's cgroup id, the per-cgroup table and the cgroups' paths; 6 the
-/// wakers (the waker table, and each spike's waker).
-pub const VERSION: u16 = 6;
+/// wakers (the waker table, and each spike's waker); 7 user backtraces (`--user-stacks`): each
+/// record id's user backtrace and each user backtrace's frames as named at record time.
+pub const VERSION: u16 = 7;
 pub const FILE_HEADER_LEN: usize = 12;
 pub const SYNC: [u8; 4] = *b"LPF\x1e";
 /// Sync mark, length, kind, flags, decoded length, CRC.
@@ -94,6 +96,8 @@ pub struct RecordingInfo {
     /// Sleeps were attributed to their wakers, and with their backtraces (version 6 on).
     pub wakers: bool,
     pub waker_stacks: bool,
+    /// Causes were keyed by kernel and user backtrace (`--user-stacks`; version 7 on).
+    pub user_stacks: bool,
     #[serde(skip)]
     pub sched_text: Range<u64>,
     #[serde(skip)]
@@ -216,6 +220,9 @@ impl RecordingInfo {
             e.bool(self.wakers);
             e.bool(self.waker_stacks);
         }
+        if version >= 7 {
+            e.bool(self.user_stacks);
+        }
     }
 
     fn decode(d: &mut Dec<'_>, version: u16) -> Result<Self, FormatError> {
@@ -236,6 +243,7 @@ impl RecordingInfo {
             spike_ns: u64::MAX,
             wakers: false,
             waker_stacks: false,
+            user_stacks: false,
         };
         if version >= 2 {
             info.kernel = crate::probe::KernelFacts::decode(d)?;
@@ -247,6 +255,9 @@ impl RecordingInfo {
         if version >= 6 {
             info.wakers = d.bool()?;
             info.waker_stacks = d.bool()?;
+        }
+        if version >= 7 {
+            info.user_stacks = d.bool()?;
         }
         Ok(info)
     }
@@ -298,6 +309,12 @@ pub struct Body {
     /// The waker table, as the global one (version 6 on).
     pub wakers_gone: Vec<WakerKey>,
     pub wakers: Vec<Waker>,
+    /// Record ids' user backtraces first seen here, as the kernel ones: (record id, user
+    /// backtrace id) (version 7 on). A record id's user backtrace never changes.
+    pub user_parts: Vec<(u64, u64)>,
+    /// User backtraces first seen here, named at record time, innermost first (version 7 on):
+    /// a replay opens no binary, so it needs neither root, the process nor its files.
+    pub user_stacks: Vec<(u64, Vec<UserFrame>)>,
 }
 
 fn encode_waker_key(e: &mut Enc, k: &WakerKey) {
@@ -446,6 +463,81 @@ impl Body {
                 e.str(&w.comm);
             }
         }
+        if version >= 7 {
+            self.encode_user(e);
+        }
+    }
+
+    /// The user backtraces: the files they name once each (path and build id, which every
+    /// frame in a file shares), then each frame as its name, file, offset and whether the
+    /// name is a symbol's.
+    fn encode_user(&self, e: &mut Enc) {
+        let mut modules: Vec<(&str, &str)> = Vec::new();
+        let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+        for (_, frames) in &self.user_stacks {
+            for f in frames {
+                let key = (f.module.as_str(), f.build_id.as_str());
+                index.entry(key).or_insert_with(|| {
+                    modules.push(key);
+                    modules.len() - 1
+                });
+            }
+        }
+        e.usize(modules.len());
+        for (path, build_id) in &modules {
+            e.str(path);
+            e.str(build_id);
+        }
+        e.usize(self.user_parts.len());
+        for (id, user) in &self.user_parts {
+            e.u64(*id);
+            e.u64(*user);
+        }
+        e.usize(self.user_stacks.len());
+        for (id, frames) in &self.user_stacks {
+            e.u64(*id);
+            e.usize(frames.len());
+            for f in frames {
+                e.str(&f.name);
+                e.usize(index[&(f.module.as_str(), f.build_id.as_str())]);
+                e.u64(f.offset);
+                e.bool(f.named);
+            }
+        }
+    }
+
+    fn decode_user(&mut self, d: &mut Dec<'_>) -> Result<(), FormatError> {
+        let mut modules = Vec::new();
+        for _ in 0..d.len(2, size_of::<(String, String)>())? {
+            modules.push((d.str()?, d.str()?));
+        }
+        for _ in 0..d.len(2, size_of::<(u64, u64)>())? {
+            self.user_parts.push((d.u64()?, d.u64()?));
+        }
+        for _ in 0..d.len(2, size_of::<(u64, Vec<UserFrame>)>())? {
+            let id = d.u64()?;
+            let n = d.len(4, size_of::<UserFrame>())?;
+            let mut frames = Vec::with_capacity(n);
+            for _ in 0..n {
+                let name = d.str()?;
+                let (module, build_id): &(String, String) = usize::try_from(d.u64()?)
+                    .ok()
+                    .and_then(|i| modules.get(i))
+                    .ok_or(FormatError::Malformed("user frame names no file"))?;
+                // Each frame holds its own copy of the file's strings: charged, so that one
+                // long path named by many frames cannot take more memory than the budget.
+                d.charge((module.len() + build_id.len()) as u64)?;
+                frames.push(UserFrame {
+                    name,
+                    module: module.clone(),
+                    build_id: build_id.clone(),
+                    offset: d.u64()?,
+                    named: d.bool()?,
+                });
+            }
+            self.user_stacks.push((id, frames));
+        }
+        Ok(())
     }
 
     /// Only the fields before the snapshot proper: times, new backtraces and symbols.
@@ -593,6 +685,9 @@ impl Body {
                 });
             }
         }
+        if version >= 7 {
+            b.decode_user(d)?;
+        }
         Ok(b)
     }
 }
@@ -608,6 +703,8 @@ pub struct State {
     cgroups: BTreeMap<CgroupCause, GlobalRecord>,
     paths: BTreeMap<u64, CgroupPath>,
     wakers: BTreeMap<WakerKey, Waker>,
+    user_parts: HashMap<u64, u64>,
+    user_stacks: HashMap<u64, Vec<UserFrame>>,
 }
 
 impl State {
@@ -617,6 +714,8 @@ impl State {
             *self = Self::default();
         }
         self.stacks.extend(body.stacks);
+        self.user_parts.extend(body.user_parts);
+        self.user_stacks.extend(body.user_stacks);
         for tid in body.tasks_gone {
             self.tasks.remove(&tid);
         }
@@ -666,6 +765,15 @@ impl State {
                 stacks.entry(id).or_insert_with(|| frames.clone());
             }
         }
+        // Their user backtraces, as the collector hands them over.
+        let user_parts: BTreeMap<u64, u64> = stacks
+            .keys()
+            .filter_map(|id| Some((*id, *self.user_parts.get(id)?)))
+            .collect();
+        let user_stacks = user_parts
+            .values()
+            .filter_map(|user| Some((*user, self.user_stacks.get(user)?.clone())))
+            .collect();
         self.snap = Snapshot {
             mode: body.mode,
             skip_kthreads: body.skip_kthreads,
@@ -689,9 +797,8 @@ impl State {
             hidden_tids: Vec::new(),
             // Live only: checked while recording, said in its warnings.
             hidden: crate::collect::HiddenSleeps::default(),
-            // Not recorded yet (format 7 will keep the named user frames).
-            user_parts: BTreeMap::new(),
-            user_stacks: BTreeMap::new(),
+            user_parts,
+            user_stacks,
             wakers: self.wakers.values().cloned().collect(),
             unsettled: false,
         };

@@ -187,6 +187,10 @@ struct Shape {
     /// Each cgroup's path length.
     paths: HashMap<u64, usize>,
     path_bytes: usize,
+    /// Record ids with a user backtrace; each user backtrace's bytes (frames and names).
+    user_parts: HashSet<u64>,
+    user_stacks: HashMap<u64, usize>,
+    user_bytes: usize,
 }
 
 impl Shape {
@@ -199,6 +203,23 @@ impl Shape {
                 self.frames -= old;
             }
             self.frames += frames.len();
+        }
+        self.user_parts
+            .extend(body.user_parts.iter().map(|(id, _)| *id));
+        for (id, frames) in &body.user_stacks {
+            let bytes = frames
+                .iter()
+                .map(|f| {
+                    size_of::<crate::ustacks::UserFrame>()
+                        + f.name.len()
+                        + f.module.len()
+                        + f.build_id.len()
+                })
+                .sum();
+            if let Some(old) = self.user_stacks.insert(*id, bytes) {
+                self.user_bytes -= old;
+            }
+            self.user_bytes += bytes;
         }
         for tid in &body.tasks_gone {
             let (records, name) = self.tasks.remove(tid).unwrap_or((0, 0));
@@ -255,7 +276,10 @@ impl Shape {
             + self.frames * size_of::<u64>()
             + self.cgroups.len() * size_of::<(latprof_common::CgroupCause, GlobalRecord)>()
             + self.paths.len() * size_of::<(u64, crate::collect::CgroupPath)>()
-            + self.path_bytes;
+            + self.path_bytes
+            + self.user_parts.len() * size_of::<(u64, u64)>()
+            + self.user_stacks.len() * size_of::<(u64, Vec<crate::ustacks::UserFrame>)>()
+            + self.user_bytes;
         3 * each as u64
     }
 }

@@ -34,6 +34,7 @@ pub fn info() -> RecordingInfo {
         spike_ns: 10_000_000,
         wakers: true,
         waker_stacks: true,
+        user_stacks: true,
         kernel: crate::probe::KernelFacts {
             config_source: Some("/boot/config-6.18.0".into()),
             hz: Some(250),
@@ -175,6 +176,17 @@ pub fn snapshots(n: u64) -> Vec<Snapshot> {
                 },
             ];
             s.wakers.retain(|w| w.count > 0);
+            // User backtraces (format 7): the sleeper's from the start, named from the second
+            // snapshot on (the collector names them on another thread); the fsyncer's cut
+            // short.
+            s.user_parts.insert(1, 0x5eed_0001);
+            if i >= 1 {
+                s.user_stacks.insert(0x5eed_0001, server_frames());
+            }
+            if s.stacks.contains_key(&2) {
+                s.user_parts.insert(2, 0x5eed_0002);
+                s.user_stacks.insert(0x5eed_0002, fsyncer_frames());
+            }
             s.programs = vec![("sched_switch".into(), 1000 * i, 10 * i)];
             s.ticks = vec![
                 [250 * i; TICK_COUNTER_COUNT as usize],
@@ -183,6 +195,53 @@ pub fn snapshots(n: u64) -> Vec<Snapshot> {
             s
         })
         .collect()
+}
+
+fn user_frame(name: &str, module: &str, offset: u64) -> crate::ustacks::UserFrame {
+    crate::ustacks::UserFrame {
+        name: name.into(),
+        module: module.into(),
+        build_id: if module.is_empty() {
+            String::new()
+        } else {
+            format!("{:040x}", module.len())
+        },
+        offset,
+        named: !name.contains("+0x"),
+    }
+}
+
+/// A user backtrace, innermost first: libc, the program, and a frame with no symbol.
+pub fn server_frames() -> Vec<crate::ustacks::UserFrame> {
+    vec![
+        user_frame(
+            "__GI___libc_read",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            0x11_ba61,
+        ),
+        user_frame("wait_for_request", "/tmp/r/server", 0x1189),
+        user_frame("serve_requests", "/tmp/r/server", 0x11d4),
+        user_frame("server+0x1f00", "/tmp/r/server", 0x1f00),
+        user_frame("main", "/tmp/r/server", 0x1230),
+        user_frame(
+            "__libc_start_call_main",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            0x2_a1ca,
+        ),
+    ]
+}
+
+/// A user backtrace cut short (a program without frame pointers).
+pub fn fsyncer_frames() -> Vec<crate::ustacks::UserFrame> {
+    vec![
+        user_frame(
+            "fdatasync",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            0x11_e0a0,
+        ),
+        user_frame("[anon]+0x7f00dead0000", "", 0x7f00_dead_0000),
+        crate::ustacks::UserFrame::truncated(),
+    ]
 }
 
 /// `snap` with every backtrace id and frame replaced by what its symbols name (a hash of the
@@ -236,6 +295,24 @@ pub fn named(snap: &Snapshot, syms: &Kallsyms) -> Snapshot {
         }
     }
     out.wakers.sort_unstable_by_key(|w| w.key);
+    // User backtrace ids by their frames (u64::MAX: not named yet).
+    let user = |u: &u64| {
+        snap.user_stacks.get(u).map_or(u64::MAX, |frames| {
+            let mut h = DefaultHasher::new();
+            frames.hash(&mut h);
+            h.finish()
+        })
+    };
+    out.user_parts = snap
+        .user_parts
+        .iter()
+        .map(|(k, u)| (id(*k), user(u)))
+        .collect();
+    out.user_stacks = snap
+        .user_stacks
+        .iter()
+        .map(|(u, frames)| (user(u), frames.clone()))
+        .collect();
     out
 }
 
@@ -467,6 +544,127 @@ fn version_1_is_still_read() {
     assert_eq!(r.snapshot(2).unwrap(), expect);
 }
 
+/// Version 6 recordings (wakers, no user backtraces) are still read: no user frames.
+#[test]
+fn version_6_is_still_read() {
+    let snaps = snapshots(3);
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&6u16.to_le_bytes());
+    bytes.extend_from_slice(&[0, 0]);
+    for snap in &snaps {
+        let mut e = Enc::default();
+        info().encode(&mut e, 6);
+        writer_body(snap).encode(&mut e, 6);
+        bytes.extend_from_slice(&writer::frame(KIND_KEY, &e.buf, true));
+    }
+    let r = Recording::from_bytes(bytes).unwrap();
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    assert_eq!(r.version, 6);
+    assert_eq!(r.len(), 3);
+    assert!(r.info.wakers && !r.info.user_stacks);
+    let mut expect = snaps[2].clone();
+    without_user_stacks(&mut expect);
+    expect.wakers.sort_unstable_by_key(|w| w.key);
+    assert_eq!(r.snapshot(2).unwrap(), expect);
+}
+
+/// User backtraces come back as they were named at record time (file, build id, offset,
+/// whether named, the mark of one cut short), without the binaries; each is written once, when
+/// first named, and again in each key frame, not with every snapshot.
+#[test]
+fn user_frames_come_back_as_named_at_record_time() {
+    let snaps = snapshots(130);
+    let bytes = record(
+        &snaps,
+        Options {
+            compress: false,
+            ..Options::default()
+        },
+    );
+    let r = Recording::from_bytes(bytes.clone()).unwrap();
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    assert!(r.info.user_stacks);
+    // The sleeper's record: its user part is known at once, its frames are not named yet.
+    let first = r.snapshot(0).unwrap();
+    let sleeper = first.tasks[0].records[0].stack_id;
+    assert_eq!(first.user_parts.len(), 1);
+    assert!(first.user_stacks.is_empty());
+    assert_eq!(
+        crate::model::user_frames(&first, sleeper, 12),
+        ["[user frames not named yet]"]
+    );
+    for i in [1, 2, 4, 59, 60, 61, 100, 129] {
+        let s = r.snapshot(i).unwrap();
+        assert_eq!(
+            s.user_stacks[&s.user_parts[&sleeper]],
+            server_frames(),
+            "snapshot {i}"
+        );
+        assert_eq!(
+            crate::model::user_frames(&s, sleeper, 3),
+            ["__GI___libc_read", "wait_for_request", "serve_requests"]
+        );
+        // The fsyncer's, cut short: the mark survives.
+        let others: Vec<_> = s
+            .user_parts
+            .iter()
+            .filter(|(id, _)| **id != sleeper)
+            .map(|(_, user)| &s.user_stacks[user])
+            .collect();
+        assert_eq!(others, [&fsyncer_frames()], "snapshot {i}");
+        assert!(others[0].last().unwrap().is_truncated());
+        // The global table's causes carry them (the fsyncer's from the third snapshot on).
+        let causes = crate::model::global_causes(&s, &r.syms, 12);
+        assert!(
+            i < 2
+                || causes
+                    .iter()
+                    .any(|c| c.user.last().map(String::as_str) == Some(crate::ustacks::TRUNCATED)),
+            "snapshot {i}: {causes:?}"
+        );
+    }
+    // Snapshot 1 named both (a delta frame), key frames 60 and 120 again: three times each,
+    // and each file's path once per frame that holds its backtraces.
+    let times = |needle: &str| {
+        bytes
+            .windows(needle.len())
+            .filter(|w| *w == needle.as_bytes())
+            .count()
+    };
+    assert_eq!(times("wait_for_request"), 3);
+    assert_eq!(times("fdatasync"), 3);
+    assert_eq!(times("/tmp/r/server"), 3);
+}
+
+/// A file name shared by many frames is copied into each: a hostile frame with one long name
+/// and many frames naming it runs out of budget instead of memory.
+#[test]
+fn a_long_file_name_shared_by_many_frames_is_charged_for_each_copy() {
+    let module = "/x".repeat(5000);
+    let frames = (0..1000)
+        .map(|offset| crate::ustacks::UserFrame {
+            name: String::new(),
+            module: module.clone(),
+            build_id: String::new(),
+            offset,
+            named: false,
+        })
+        .collect();
+    let body = Body {
+        user_stacks: vec![(1, frames)],
+        ..Body::default()
+    };
+    let mut e = Enc::default();
+    body.encode(&mut e, VERSION);
+    // About 15 KB on disk for 10 MB once decoded.
+    assert!(e.buf.len() < 20_000, "{}", e.buf.len());
+    assert_eq!(
+        Body::decode(&mut Dec::with_budget(&e.buf, 4 << 20), VERSION),
+        Err(FormatError::TooBig)
+    );
+    assert_eq!(Body::decode(&mut Dec::new(&e.buf), VERSION), Ok(body));
+}
+
 /// `snap` as a recording before format 5 keeps it: no cgroups.
 fn without_cgroups(snap: &mut Snapshot) {
     without_wakers(snap);
@@ -482,8 +680,15 @@ fn without_cgroups(snap: &mut Snapshot) {
 /// `snap` as a recording before format 6 keeps it: no wakers, nor the backtraces only they
 /// named.
 fn without_wakers(snap: &mut Snapshot) {
+    without_user_stacks(snap);
     snap.wakers.clear();
     snap.stacks.remove(&3);
+}
+
+/// `snap` as a recording before format 7 keeps it: no user backtraces.
+fn without_user_stacks(snap: &mut Snapshot) {
+    snap.user_parts.clear();
+    snap.user_stacks.clear();
 }
 
 /// A whole snapshot as a frame body (a key frame's).
@@ -515,6 +720,12 @@ fn writer_body(snap: &Snapshot) -> Body {
             .collect(),
         wakers_gone: Vec::new(),
         wakers: snap.wakers.clone(),
+        user_parts: snap.user_parts.iter().map(|(k, v)| (*k, *v)).collect(),
+        user_stacks: snap
+            .user_stacks
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect(),
     }
 }
 
@@ -619,7 +830,8 @@ fn max_size_stops_before_the_limit() {
     let path = dir.join("run.lpr");
     let syms = Kallsyms::parse(KALLSYMS).unwrap();
     let options = Options {
-        max_size: Some(3000),
+        // The first frames hold the user backtraces too (format 7).
+        max_size: Some(4000),
         ..Options::default()
     };
     let mut w = Writer::create(&path, info(), options).unwrap();
@@ -632,7 +844,7 @@ fn max_size_stops_before_the_limit() {
     }
     w.finish("size limit").unwrap();
     assert!(written > 10 && written < 300, "{written}");
-    assert!(std::fs::metadata(&path).unwrap().len() <= 3000);
+    assert!(std::fs::metadata(&path).unwrap().len() <= 4000);
     let r = Recording::open(&path).unwrap();
     assert_eq!(r.len(), written);
     assert_eq!(r.end.as_deref(), Some("size limit"));

@@ -4,7 +4,9 @@
 //! A recording is meant to be shared, so it holds no kernel address: frames and symbols are
 //! written as [`Kallsyms::public_addr`] (symbol rank and offset), and backtrace ids, which the
 //! eBPF side hashes from raw addresses (a hash of a few hundred possible KASLR offsets can be
-//! inverted), through a hash keyed at random per recorder.
+//! inverted), through a hash keyed at random per recorder; user backtrace ids (hashes of user
+//! addresses) go through it too. User frames are written as named at record time, with their
+//! file, build id and file offset: no address.
 use std::{
     collections::{HashMap, HashSet},
     fs::File,
@@ -14,7 +16,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use latprof_common::{CgroupCause, GlobalRecord, Histogram, RESERVED_STACKS, WakerKey};
+use latprof_common::{CgroupCause, GlobalRecord, Histogram, NO_USER, RESERVED_STACKS, WakerKey};
 
 use super::{
     Body, FILE_HEADER_LEN, FLAG_ZSTD, FRAME_HEADER_LEN, KEY_EVERY, KIND_DELTA, KIND_END, KIND_KEY,
@@ -83,6 +85,9 @@ pub struct Writer {
     wakers: HashMap<WakerKey, Waker>,
     stacks_written: HashSet<u64>,
     syms_written: HashSet<u64>,
+    /// Record ids whose user backtrace id was written, and the user backtraces written.
+    user_parts_written: HashSet<u64>,
+    user_stacks_written: HashSet<u64>,
     /// The key of the backtrace ids written.
     ids: RandomState,
     pub stats: Stats,
@@ -191,6 +196,8 @@ impl Writer {
             wakers: HashMap::new(),
             stacks_written: HashSet::new(),
             syms_written: HashSet::new(),
+            user_parts_written: HashSet::new(),
+            user_stacks_written: HashSet::new(),
             ids: RandomState::new(),
             stats: Stats {
                 bytes: FILE_HEADER_LEN as u64,
@@ -214,6 +221,18 @@ impl Writer {
         if h >= RESERVED_STACKS { h - 4 } else { h }
     }
 
+    /// A user backtrace id as the recording writes it; `NO_USER` stays what it is.
+    fn public_user(&self, id: u64) -> u64 {
+        if id == NO_USER {
+            return id;
+        }
+        // Tagged, so that a user id equal to a kernel one does not hash to the same value.
+        match self.ids.hash_one(("user", id)) {
+            NO_USER => 1,
+            h => h,
+        }
+    }
+
     fn public_task(&self, t: &TaskSnapshot) -> TaskSnapshot {
         let mut t = t.clone();
         for r in &mut t.records {
@@ -232,6 +251,8 @@ impl Writer {
             self.wakers.clear();
             self.stacks_written.clear();
             self.syms_written.clear();
+            self.user_parts_written.clear();
+            self.user_stacks_written.clear();
         }
         let mut body = Body {
             taken_ns: snap.taken_ns,
@@ -257,6 +278,19 @@ impl Writer {
                     self.public_id(*id),
                     frames.iter().map(|ip| syms.public_addr(*ip)).collect(),
                 ));
+            }
+        }
+        for (id, user) in &snap.user_parts {
+            if self.user_parts_written.insert(*id) {
+                body.user_parts
+                    .push((self.public_id(*id), self.public_user(*user)));
+            }
+        }
+        // A backtrace not named yet is written once it is (a later snapshot has it).
+        for (user, frames) in &snap.user_stacks {
+            if self.user_stacks_written.insert(*user) {
+                body.user_stacks
+                    .push((self.public_user(*user), frames.clone()));
             }
         }
         let mut seen = HashSet::with_capacity(snap.tasks.len());
