@@ -642,8 +642,6 @@ pub enum Counter {
     /// Entries of tasks first seen while exiting that were still there when the task was
     /// freed (made by a sleep after `sched_process_exit`), removed then.
     ExitingFreed,
-    /// User backtraces walked at switch-out (`--user-stacks`).
-    UserStackWalks,
     /// Walks that returned no user frame (a task without a user context, or a fault at once).
     UserStackEmpty,
     /// User backtraces not stored: the user stack table was full (raise --max-user-stacks).
@@ -702,7 +700,6 @@ impl Counter {
         Self::WakerUnseen,
         Self::WakerTableFull,
         Self::ExitingFreed,
-        Self::UserStackWalks,
         Self::UserStackEmpty,
         Self::UserStackTableFull,
         Self::UserSeenLost,
@@ -751,7 +748,6 @@ impl Counter {
             Self::WakerUnseen => "waker_unseen",
             Self::WakerTableFull => "waker_table_full",
             Self::ExitingFreed => "exiting_freed",
-            Self::UserStackWalks => "user_stack_walks",
             Self::UserStackEmpty => "user_stack_empty",
             Self::UserStackTableFull => "user_stack_table_full",
             Self::UserSeenLost => "user_seen_lost",

@@ -12,8 +12,8 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use latprof_common::{
-    CauseParts, Counter, TaskState, NO_USER, USER_FRAMES, USER_WINDOW, UserSeen, combine, layout_key,
-    user_stack_hash,
+    CauseParts, Counter, NO_USER, TaskState, USER_FRAMES, USER_WINDOW, UserSeen, combine,
+    layout_key, user_stack_hash,
 };
 
 use crate::{
@@ -75,7 +75,6 @@ pub(crate) fn take(
             u64::from(BPF_F_USER_STACK),
         )
     };
-    count(Counter::UserStackWalks);
     if len <= 0 {
         count(Counter::UserStackEmpty);
         return NO_USER;

@@ -423,11 +423,6 @@ fn check_ustacks(out: &str, variant: &str) {
     );
     let json: Value = serde_json::from_str(&section(out, "ustacks").join("\n"))
         .unwrap_or_else(|e| panic!("ustacks JSON: {e}\n{out}"));
-    assert!(
-        json["counters"]["user_stack_walks"].as_u64() > Some(0),
-        "no user walk: {}",
-        json["counters"]
-    );
     let user = |c: &Value| -> Vec<String> {
         c["user_frames"]
             .as_array()

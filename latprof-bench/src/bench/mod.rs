@@ -37,6 +37,10 @@ pub struct BenchArgs {
     /// spikes-adaptive, spikes-always).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
+    /// Only these workloads (pingpong, forkstorm, idle, hackbench-process, hackbench-thread,
+    /// contention-N, spikes-N): a series measured again without the rest.
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<String>,
     /// Only the `serve` series (latprof serve scraped under load; scrapes of 500 series),
     /// written to serve.md.
     #[arg(long)]
@@ -101,7 +105,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         bail!("the benchmark needs the 'none' configuration as its baseline");
     }
     let rounds = if args.quick { 1 } else { args.rounds.max(1) };
-    let works = workloads(args.quick, &workload_s);
+    let works: Vec<_> = workloads(args.quick, &workload_s)
+        .into_iter()
+        .filter(|w| args.workloads.is_empty() || args.workloads.contains(&w.name))
+        .collect();
+    if works.is_empty() {
+        bail!("no workload named {}", args.workloads.join(", "));
+    }
     let mut samples: BTreeMap<(usize, Config), Vec<Sample>> = BTreeMap::new();
     for round in 1..=rounds {
         for (w, work) in works.iter().enumerate() {

@@ -6,15 +6,18 @@
 //! used or not. Their size follows the kernel's own accounting (`htab_map_mem_usage`, what
 //! `/proc/PID/fdinfo` shows as `memlock`): a bucket per power of two of entries, and an element
 //! of 48 bytes of links and hash, the key and the value (for a per-CPU map a pointer, and the
-//! value once per possible CPU). Measured on Linux 6.18 with 2 CPUs, the defaults pin
-//! 36,498,064 bytes, 39,514,640 with `--wakers` (the task table 15,602,320 since each task
-//! notes its waker, the waker table and its overflow's 1,508,288 each);
+//! value once per possible CPU). Measured on Linux 6.18 with 2 CPUs, the defaults pin about
+//! 36.8 MB, 39.8 with `--wakers` (the task table 15,864,528, the waker table and its
+//! overflow's 1,508,288 each), 14.8 MB more with `--user-stacks` (its table 13,308,000, the
+//! causes' parts 1,442,912);
 //! `--max-tasks 262144` pinned 414 MiB in all before the cgroups (the task table 396 MiB) and
 //! the estimate was within 0.1%.
 use std::path::Path;
 
 use anyhow::{Result, bail};
-use latprof_common::{GlobalRecord, Histogram, RawStack, TaskState, WakerKey, WakerValue};
+use latprof_common::{
+    CauseParts, GlobalRecord, Histogram, RawStack, TaskState, UserStack, WakerKey, WakerValue,
+};
 
 use super::ProbeConfig;
 
@@ -59,6 +62,9 @@ pub struct Estimate {
     pub stacks: u64,
     /// `--max-wakers`: the waker table and its overflow's (per CPU; none without `--wakers`).
     pub wakers: u64,
+    /// `--max-user-stacks`: the user backtraces, and the kernel + user causes' parts (one
+    /// entry each without `--user-stacks`).
+    pub user_stacks: u64,
     pub total: u64,
 }
 
@@ -90,12 +96,20 @@ pub fn estimate(config: &ProbeConfig, cpus: u64) -> Estimate {
         true,
         cpus,
     );
+    let (user, parts) = if config.user_stacks {
+        (config.max_user_stacks, config.max_records)
+    } else {
+        (1, 1)
+    };
+    let user_stacks = hash_map(user, 8, size_of::<UserStack>(), false, cpus)
+        + hash_map(parts, 8, size_of::<CauseParts>(), false, cpus);
     Estimate {
         tasks,
         records,
         stacks,
         wakers,
-        total: tasks + records + stacks + wakers + FIXED + FIXED_PER_CPU * cpus,
+        user_stacks,
+        total: tasks + records + stacks + wakers + user_stacks + FIXED + FIXED_PER_CPU * cpus,
     }
 }
 
@@ -199,7 +213,7 @@ mod tests {
             (
                 "TASKS",
                 hash_map(8192, 4, size_of::<TaskState>(), false, 2),
-                15_602_320,
+                15_864_528,
             ),
             (
                 "WAKERS",
@@ -231,19 +245,42 @@ mod tests {
                 hash_map(8192, 8, size_of::<RawStack>(), false, 2),
                 8_916_016,
             ),
+            (
+                "USER_STACKS",
+                hash_map(8192, 8, size_of::<UserStack>(), false, 2),
+                13_308_000,
+            ),
+            (
+                "CAUSE_PARTS",
+                hash_map(records, 8, size_of::<CauseParts>(), false, 2),
+                1_442_912,
+            ),
         ] {
             assert!(
                 bytes.abs_diff(measured) < 1024,
                 "{what}: {bytes} vs {measured}"
             );
         }
-        // 39,514,640 for all maps with --wakers; without, the two waker tables hold one entry.
+        // About 39.8 MB for all maps with --wakers; without, the two waker tables hold one
+        // entry.
         let wakers = ProbeConfig {
             wakers: true,
             ..ProbeConfig::default()
         };
         let e = estimate(&wakers, 2);
-        assert!(e.total.abs_diff(39_514_640) < 39_514_640 / 100, "{e:?}");
+        assert!(e.total.abs_diff(39_776_848) < 39_776_848 / 100, "{e:?}");
+        assert!(e.user_stacks < 8192, "{e:?}");
+        let user = estimate(
+            &ProbeConfig {
+                user_stacks: true,
+                ..ProbeConfig::default()
+            },
+            2,
+        );
+        assert!(
+            user.user_stacks.abs_diff(13_308_000 + 1_442_912) < 4096,
+            "{user:?}"
+        );
         let without = estimate(&ProbeConfig::default(), 2);
         assert!(without.wakers < 8192, "{without:?}");
         let big = ProbeConfig {
