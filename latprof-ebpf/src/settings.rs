@@ -79,6 +79,11 @@ pub(crate) static USER_WALK_FRAMES: Global<u32> = Global::new(USER_FRAMES as u32
 /// Offset of `sp` in `struct pt_regs`, from vmlinux BTF.
 #[unsafe(no_mangle)]
 pub(crate) static PT_REGS_SP_OFF: Global<u32> = Global::new(0);
+/// Offsets of `ip` and `bp` in `struct pt_regs` (the user frame-pointer walk's start).
+#[unsafe(no_mangle)]
+pub(crate) static PT_REGS_IP_OFF: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub(crate) static PT_REGS_BP_OFF: Global<u32> = Global::new(0);
 /// Offsets of `start_code`, `end_code` and `start_stack` in `struct mm_struct` (`layout_key`).
 #[unsafe(no_mangle)]
 pub(crate) static MM_START_CODE_OFF: Global<u32> = Global::new(0);

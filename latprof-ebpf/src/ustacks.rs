@@ -1,16 +1,14 @@
 //! User-space backtraces (`--user-stacks`): walked at switch-out, where the sleeper is the
-//! current task (the kernel refuses a user stack of any other task: `bpf_get_task_stack` with
-//! `BPF_F_USER_STACK` answers -EOPNOTSUPP for a task that is not current), with the frame
-//! pointers the program was built with. Stored once per (process, frames) in `USER_STACKS`
+//! current task and its user memory the one mapped (the kernel refuses a user stack of any
+//! other task: `bpf_get_task_stack` with `BPF_F_USER_STACK` answers -EOPNOTSUPP for a task
+//! that is not current), with the frame pointers the program was built with. latprof follows
+//! them itself (`walk`) rather than with `bpf_get_stack`: the kernel's walk read each frame in
+//! two accesses and ended every whole chain with a fault on its null frame pointer, 100-150 ns
+//! a frame here; this one reads each frame once and stops before a null or backward pointer. Stored once per (process, frames) in `USER_STACKS`
 //! with the stack words at the user stack pointer, and announced on `USER_SEEN` so user space
 //! reads the process's memory map while it lives.
 
-use aya_ebpf::{
-    EbpfContext,
-    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{bpf_get_stack, bpf_probe_read_user_buf},
-    programs::RawTracePointContext,
-};
+use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_probe_read_user_buf};
 use latprof_common::{
     CauseParts, Counter, NO_USER, TaskState, USER_FRAMES, USER_WINDOW, UserSeen, combine,
     layout_key, user_stack_hash,
@@ -19,8 +17,8 @@ use latprof_common::{
 use crate::{
     maps::{CAUSE_PARTS, USER_BUF, USER_SEEN, USER_STACKS, count},
     settings::{
-        MM_END_CODE_OFF, MM_START_CODE_OFF, MM_START_STACK_OFF, PT_REGS_IN_STACK, PT_REGS_SP_OFF,
-        TASK_MM_OFF, TASK_STACK_OFF, USER_WALK_FRAMES, read_field,
+        MM_END_CODE_OFF, MM_START_CODE_OFF, MM_START_STACK_OFF, PT_REGS_BP_OFF, PT_REGS_IN_STACK,
+        PT_REGS_IP_OFF, PT_REGS_SP_OFF, TASK_MM_OFF, TASK_STACK_OFF, USER_WALK_FRAMES, read_field,
     },
 };
 
@@ -43,13 +41,7 @@ fn layout(mm: *const u8) -> u64 {
 // Not inlined: one return, verified once for both sched_switch variants' callers (verifier
 // rule 4 in `stack_cache`), and its buffers are per-CPU (rule 6).
 #[inline(never)]
-pub(crate) fn take(
-    ctx: &RawTracePointContext,
-    tid: u32,
-    tgid: u32,
-    task: *const u8,
-    entry: &mut TaskState,
-) -> u64 {
+pub(crate) fn take(tid: u32, tgid: u32, task: *const u8, entry: &mut TaskState) -> u64 {
     let mm = match read_field::<u64>(task, TASK_MM_OFF.load()) {
         Ok(mm) if mm != 0 => mm,
         _ => return NO_USER,
@@ -65,21 +57,28 @@ pub(crate) fn take(
     // SAFETY: this CPU's buffer; programs on one CPU do not run concurrently here (IRQs off in
     // sched_switch).
     let buf = unsafe { &mut *buf };
-    let size = USER_WALK_FRAMES.load().min(USER_FRAMES as u32) * 8;
-    // SAFETY: the helper writes at most `size` bytes into the frames array.
-    let len = unsafe {
-        bpf_get_stack(
-            ctx.as_ptr(),
-            buf.frames.as_mut_ptr().cast(),
-            size,
-            u64::from(BPF_F_USER_STACK),
-        )
+    // The user registers sit at the top of the task's kernel stack (x86-64's task_pt_regs).
+    let Ok(stack) = read_field::<u64>(task, TASK_STACK_OFF.load()) else {
+        count(Counter::UserStackEmpty);
+        return NO_USER;
     };
-    if len <= 0 {
+    let regs = (stack + u64::from(PT_REGS_IN_STACK.load())) as *const u8;
+    let (Ok(ip), Ok(sp), Ok(bp)) = (
+        read_field::<u64>(regs, PT_REGS_IP_OFF.load()),
+        read_field::<u64>(regs, PT_REGS_SP_OFF.load()),
+        read_field::<u64>(regs, PT_REGS_BP_OFF.load()),
+    ) else {
+        count(Counter::UserStackEmpty);
+        return NO_USER;
+    };
+    // Not a user context (a kernel-side worker with a memory map): no user frame.
+    if ip == 0 || ip >= USER_TOP {
         count(Counter::UserStackEmpty);
         return NO_USER;
     }
-    let nr = (len as usize / 8).min(USER_FRAMES);
+    buf.frames[0] = ip;
+    let len = walk(&mut buf.frames, bp, sp) * 8;
+    let nr = (len / 8).min(USER_FRAMES);
     if layout == 0 {
         count(Counter::UserStackEmpty);
         return NO_USER;
@@ -92,15 +91,7 @@ pub(crate) fn take(
     buf.tgid = tgid;
     buf.layout = layout;
     buf.nr = nr as u32;
-    // The user registers sit at the top of the task's kernel stack (x86-64's task_pt_regs).
-    buf.sp = read_field::<u64>(task, TASK_STACK_OFF.load())
-        .and_then(|stack| {
-            read_field::<u64>(
-                (stack + u64::from(PT_REGS_IN_STACK.load())) as *const u8,
-                PT_REGS_SP_OFF.load(),
-            )
-        })
-        .unwrap_or(0);
+    buf.sp = sp;
     let window: &mut [u8; USER_WINDOW * 8] =
         // SAFETY: the window's words as bytes, the same size.
         unsafe { &mut *buf.window.as_mut_ptr().cast() };
@@ -128,6 +119,48 @@ pub(crate) fn take(
             NO_USER
         }
     }
+}
+
+/// The end of user addresses on x86-64 (4-level paging; 5-level's are above, and rare).
+const USER_TOP: u64 = 1 << 47;
+
+/// Follows the frame pointers from `fp` (the user `rbp` at the syscall), the user stack
+/// pointer being `sp`: each frame holds the caller's frame pointer and a return address.
+/// Stores the return addresses after `frames[0]`; returns the frames stored, `frames[0]`
+/// included. It stops at a null or misaligned frame pointer, one below the stack pointer or not
+/// above the last (the chain runs outward, to higher addresses), and at a read that fails: a
+/// program without frame pointers ends it at once most of the time, and a whole chain ends on
+/// its null frame pointer without a read (the kernel's own walk faults on it).
+#[inline(always)]
+fn walk(frames: &mut [u64; USER_FRAMES], mut fp: u64, sp: u64) -> usize {
+    let max = (USER_WALK_FRAMES.load() as usize).min(USER_FRAMES);
+    let mut nr = 1;
+    for i in 1..USER_FRAMES {
+        if i >= max || fp == 0 || fp & 7 != 0 || fp < sp || fp >= USER_TOP {
+            break;
+        }
+        let mut pair = [0u8; 16];
+        // SAFETY: a probe read of user memory fails safely (no fault taken).
+        if unsafe { bpf_probe_read_user_buf(fp as *const u8, &mut pair) }.is_err() {
+            break;
+        }
+        let next = u64::from_le_bytes([
+            pair[0], pair[1], pair[2], pair[3], pair[4], pair[5], pair[6], pair[7],
+        ]);
+        let ret = u64::from_le_bytes([
+            pair[8], pair[9], pair[10], pair[11], pair[12], pair[13], pair[14], pair[15],
+        ]);
+        if ret == 0 {
+            break;
+        }
+        frames[i] = ret;
+        nr = i + 1;
+        if next <= fp {
+            break;
+        }
+        fp = next;
+    }
+    nr
 }
 
 /// The record id of a sleep of the task of `entry` at kernel backtrace `kernel` and user

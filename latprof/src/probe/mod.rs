@@ -70,6 +70,8 @@ struct Globals {
     pt_regs_sp_off: u32,
     /// `start_code`, `end_code`, `start_stack` in `struct mm_struct` (`layout_key`).
     mm_layout_offs: [u32; 3],
+    /// `ip` and `bp` in `struct pt_regs` (the user walk's start).
+    pt_regs_ip_bp: [u32; 2],
     /// `se.sum_exec_runtime` and `sched_info.run_delay` in task_struct; 0: no recovery of
     /// sleeps whose wakeup was hidden.
     exec_runtime_off: u32,
@@ -253,6 +255,8 @@ fn load_variant(
         .override_global(names::GLOBAL_USER_STACKS_ON, &g.user_stacks, true)
         .override_global(names::GLOBAL_USER_WALK_FRAMES, &g.user_walk_frames, true)
         .override_global(names::GLOBAL_PT_REGS_SP_OFF, &g.pt_regs_sp_off, true)
+        .override_global(names::GLOBAL_PT_REGS_IP_OFF, &g.pt_regs_ip_bp[0], true)
+        .override_global(names::GLOBAL_PT_REGS_BP_OFF, &g.pt_regs_ip_bp[1], true)
         .override_global(names::GLOBAL_MM_START_CODE_OFF, &g.mm_layout_offs[0], true)
         .override_global(names::GLOBAL_MM_END_CODE_OFF, &g.mm_layout_offs[1], true)
         .override_global(names::GLOBAL_MM_START_STACK_OFF, &g.mm_layout_offs[2], true)
@@ -572,9 +576,13 @@ impl Probe {
         let flags_off = btf.member_offset("task_struct", "flags")?;
         let mm_off = btf.member_offset("task_struct", "mm")?;
         let comm_off = btf.member_offset("task_struct", "comm")?;
-        let (pt_regs_sp_off, mm_layout_offs) = if config.user_stacks {
+        let (pt_regs_sp_off, pt_regs_ip_bp, mm_layout_offs) = if config.user_stacks {
             (
                 btf.member_offset("pt_regs", "sp")?,
+                [
+                    btf.member_offset("pt_regs", "ip")?,
+                    btf.member_offset("pt_regs", "bp")?,
+                ],
                 [
                     btf.member_offset("mm_struct", "start_code")?,
                     btf.member_offset("mm_struct", "end_code")?,
@@ -582,7 +590,7 @@ impl Probe {
                 ],
             )
         } else {
-            (0, [0; 3])
+            (0, [0; 2], [0; 3])
         };
         let mut fallbacks = Vec::new();
         let (exec_runtime_off, run_delay_off) = recovery_offsets(&btf);
@@ -656,6 +664,7 @@ impl Probe {
             user_stacks: u32::from(config.user_stacks),
             user_walk_frames: u32::try_from(latprof_common::USER_FRAMES).unwrap_or(u32::MAX),
             pt_regs_sp_off,
+            pt_regs_ip_bp,
             mm_layout_offs,
             exec_runtime_off,
             run_delay_off,
