@@ -131,6 +131,8 @@ const USER_TOP: u64 = 1 << 47;
 /// above the last (the chain runs outward, to higher addresses), and at a read that fails: a
 /// program without frame pointers ends it at once most of the time, and a whole chain ends on
 /// its null frame pointer without a read (the kernel's own walk faults on it).
+// An index the verifier sees bounded by the loop (an iterator over the array hides it).
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn walk(frames: &mut [u64; USER_FRAMES], mut fp: u64, sp: u64) -> usize {
     let max = (USER_WALK_FRAMES.load() as usize).min(USER_FRAMES);
