@@ -152,7 +152,7 @@ echo "=== counters stderr"; cat /tmp/e.c
 
 step ustacks
 # 5a. User backtraces (issue 17): the programs load with the user walk on this kernel, and a
-#     ping-pong's pipe waits carry the workload's own functions, named (Rust, demangled).
+#     ping-pong's pipe waits carry the workload's frames, named (Rust, demangled).
 mkfifo /tmp/go.us
 latprof-workload --wait --hold pingpong --count 200 --processes < /tmp/go.us > /tmp/w.us &
 W=$!
