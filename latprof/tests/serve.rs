@@ -664,6 +664,43 @@ fn go_pprof_reads_the_profiles() {
     });
 }
 
+/// `serve --user-stacks`: the profile's nanosleep samples go on from the kernel's frames to
+/// the workload's own (named, demangled), the count unchanged.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn profile_carries_user_frames() {
+    let _guard = serial();
+    twice("pprof with user frames", || {
+        let dir = temp_dir("pprof-user");
+        let mut work = Workload::spawn(&["sleep", "--count", "200", "--interval", "2ms"]);
+        let pid = work.pid().to_string();
+        let serve = Serve::start(&["--pid", &pid, "--all-sleeps", "--user-stacks"]);
+        work.go();
+        let slept = work.wait_fact("slept");
+        let metrics = serve.wait_for(30, "the workload's sleeps", |m| {
+            nanosleeps(m) + missing_so_far(m) >= slept
+        });
+        let expected = slept - missing(&metrics);
+        let r = serve.get("/debug/pprof/offcpu?seconds=60");
+        assert_eq!(r.status, 200, "{}", r.text());
+        let file = dir.join("offcpu.pb.gz");
+        std::fs::write(&file, &r.body).expect("write profile");
+        let (count, frames) = go_pprof_nanosleep(&file, &dir);
+        assert_eq!(count, expected, "go tool pprof's count of {frames:?}");
+        let kernel = frames.iter().position(|f| f == "do_syscall_64");
+        let user = frames
+            .iter()
+            .position(|f| f.starts_with("latprof_bench::workload::nanosleep"));
+        assert!(
+            kernel.is_some() && user > kernel,
+            "the workload's own frame after the kernel's: {frames:?}"
+        );
+        drop(serve);
+        work.release();
+        std::fs::remove_dir_all(&dir).expect("remove temp dir");
+    });
+}
+
 /// The nanosleep samples `go tool pprof -traces` shows in `file`: their count (summed) and
 /// the frames of the first.
 fn go_pprof_nanosleep(file: &Path, home: &Path) -> (u64, Vec<String>) {
