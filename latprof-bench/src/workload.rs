@@ -116,6 +116,9 @@ pub enum Workload {
         count: u32,
         #[arg(long, value_parser = time::parse_duration, default_value = "1ms")]
         interval: Duration,
+        /// Pin both threads to this CPU (each wakeup then stays on it).
+        #[arg(long)]
+        cpu: Option<usize>,
     },
     /// `threads` threads taking one std Mutex `count` times each: each holds it asleep for
     /// `hold`, then sleeps half as long without it, so the others find it taken and wait on its
@@ -127,6 +130,9 @@ pub enum Workload {
         count: u32,
         #[arg(long, value_parser = time::parse_duration, default_value = "2ms")]
         hold: Duration,
+        /// Pin every thread to this CPU.
+        #[arg(long)]
+        cpu: Option<usize>,
     },
     /// `count` ppoll and `count` select calls on no descriptor, each waiting for its `timeout`.
     Poll {
@@ -361,12 +367,26 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             Ok(())
         }
         Workload::Measure { report, command } => measure(report, command),
-        Workload::Futex { count, interval } => futex(*count, *interval, finish_with),
+        Workload::Futex {
+            count,
+            interval,
+            cpu,
+        } => {
+            if let Some(cpu) = cpu {
+                // Before the threads start: they inherit the mask.
+                pin(*cpu)?;
+            }
+            futex(*count, *interval, finish_with)
+        }
         Workload::Mutex {
             threads,
             count,
             hold,
+            cpu,
         } => {
+            if let Some(cpu) = cpu {
+                pin(*cpu)?;
+            }
             let lock = std::sync::Mutex::new(());
             on_threads(
                 *threads,
