@@ -116,6 +116,9 @@ pub enum Workload {
         count: u32,
         #[arg(long, value_parser = time::parse_duration, default_value = "1ms")]
         interval: Duration,
+        /// Pin both threads to this CPU (each wakeup then stays on it).
+        #[arg(long)]
+        cpu: Option<usize>,
     },
     /// `threads` threads taking one std Mutex `count` times each: each holds it asleep for
     /// `hold`, then sleeps half as long without it, so the others find it taken and wait on its
@@ -127,6 +130,9 @@ pub enum Workload {
         count: u32,
         #[arg(long, value_parser = time::parse_duration, default_value = "2ms")]
         hold: Duration,
+        /// Pin every thread to this CPU.
+        #[arg(long)]
+        cpu: Option<usize>,
     },
     /// `count` ppoll and `count` select calls on no descriptor, each waiting for its `timeout`.
     Poll {
@@ -361,12 +367,26 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             Ok(())
         }
         Workload::Measure { report, command } => measure(report, command),
-        Workload::Futex { count, interval } => futex(*count, *interval, finish_with),
+        Workload::Futex {
+            count,
+            interval,
+            cpu,
+        } => {
+            if let Some(cpu) = cpu {
+                // Before the threads start: they inherit the mask.
+                pin(*cpu)?;
+            }
+            futex(*count, *interval, finish_with)
+        }
         Workload::Mutex {
             threads,
             count,
             hold,
+            cpu,
         } => {
+            if let Some(cpu) = cpu {
+                pin(*cpu)?;
+            }
             let lock = std::sync::Mutex::new(());
             on_threads(
                 *threads,
@@ -528,7 +548,7 @@ fn on_threads(
     work: impl Fn(u32) -> Result<()> + Sync,
     finish: impl FnOnce(&str),
 ) -> Result<()> {
-    let release = std::sync::Barrier::new(usize::try_from(n).unwrap_or(usize::MAX) + 1);
+    let release = Gate::default();
     std::thread::scope(|s| {
         let (done, results) = std::sync::mpsc::channel();
         for i in 0..n {
@@ -545,9 +565,47 @@ fn on_threads(
             .take(usize::try_from(n).unwrap_or(usize::MAX))
             .collect::<Result<Vec<()>>>();
         finish("");
-        release.wait();
+        release.open();
         result.map(drop)
     })
+}
+
+/// Holds threads until it opens: one futex wait each, which ends only at the release. Not std's
+/// Barrier: its threads take a mutex on the way in, and the one that finds it held sleeps
+/// (briefly) there, a sleep that may end after `finish` has told a test that every sleep of the
+/// work has ended and been accounted.
+#[derive(Default)]
+struct Gate(AtomicU32);
+
+impl Gate {
+    fn wait(&self) {
+        while self.0.load(Ordering::Acquire) == 0 {
+            // SAFETY: a live, aligned u32; the kernel sleeps only while it still holds 0, and
+            // any early return is looped over.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.0.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    0,
+                    std::ptr::null::<libc::timespec>(),
+                );
+            }
+        }
+    }
+
+    fn open(&self) {
+        self.0.store(1, Ordering::Release);
+        // SAFETY: wakes every waiter on a live, aligned u32.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.0.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                i32::MAX,
+            );
+        }
+    }
 }
 
 /// Names the calling thread (its comm, at most 15 bytes).

@@ -100,9 +100,22 @@ impl Skew {
 /// configurations each: at most 3 sleeps in one cause (of 613 nanosleeps) and 3 in one
 /// configuration (of 1450 interruptible sleeps); with sleeps of 1 ms instead of 0.5 ms, over 8
 /// boots, 4 (of 576) and 6 (of 1325). Nearly all were counted by the kernel and not by latprof,
-/// whose times are a little longer. So a cause may differ by 2 sleeps and 1% of its count, a
-/// configuration by 4 and 0.5% of its interruptible sleeps. Every other cause (disk, journal and
-/// vfork waits, uninterruptible: no cutoff) must count the same.
+/// whose times are a little longer. So in the global tables a cause may differ by 2 sleeps and
+/// 1% of its count, a configuration by 4 and 0.5% of its interruptible sleeps. Every other cause
+/// (disk, journal and vfork waits, uninterruptible: no cutoff) must count the same.
+///
+/// Two threads that wake each other on two vCPUs differ far more: the emulator runs both vCPUs
+/// on one host thread, and now and then stops one for milliseconds between the kernel's
+/// measuring point and latprof's. The kernel's own measure of each sleep of the futex workload
+/// (sched_stat_sleep) beside latprof's (`spikes --all-sleeps`) and ftrace's switch and wakeup
+/// times: 0.6 ms nanosleeps that latprof measured 3 to 11 ms long (the vCPU stopped between
+/// latencytop's enqueue, where it takes its time and does its own accounting, and the
+/// sched_wakeup event: 7.8 ms once), and futex waits the kernel measured 4 ms longer (its
+/// clock at the dequeue 4 ms older than the switch). Up to 2 sleeps of a thread's 50 fell on
+/// one side of the cutoff for one tool and on the other for the other (3 of 42 in one CI run,
+/// 4 of 196 in the global table). truth.sh runs such work on one CPU for the global tables;
+/// for a process, where it runs on two, each side says how many it left out at the cutoff,
+/// and every sleep is accounted for exactly (`Phase::unaccounted`).
 const INTERRUPTIBLE: &[&str] = &[
     "hrtimer_nanosleep",
     "pipe_read",
@@ -177,6 +190,38 @@ struct Phase {
     stderr: String,
     /// Records the kernel keeps: 128 global ones (it stops adding at 127), 32 per task.
     capacity: usize,
+    /// A process's interruptible sleeps each side left out at the cutoff (see `OverCutoff`);
+    /// `None` for the global tables.
+    over_cutoff: Option<OverCutoff>,
+}
+
+/// The interruptible sleeps each side measured over the cutoff and so left out of its table: the
+/// kernel's from truth.sh's trace of sched_stat_sleep (latencytop keeps no record of them),
+/// latprof's from its own count. With them every interruptible sleep of a process is accounted
+/// for, on both sides: counted, or left out at the cutoff.
+#[derive(Clone, Copy, Debug)]
+struct OverCutoff {
+    kernel: u64,
+    latprof: u64,
+}
+
+impl OverCutoff {
+    fn read(output: &str, kernel_section: &str, latprof_stderr: &str) -> Self {
+        let kernel = section(output, kernel_section)
+            .first()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{kernel_section}: no count:\n{output}"));
+        // "latprof: N sleeps counted (M interruptible over the cutoff and ..."
+        let latprof = latprof_stderr
+            .lines()
+            .find_map(|l| l.split_once(" sleeps counted ("))
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| {
+                panic!("{kernel_section}: latprof did not say what it left out:\n{output}")
+            });
+        Self { kernel, latprof }
+    }
 }
 
 impl Phase {
@@ -185,12 +230,21 @@ impl Phase {
         let get = |what: &str| section(output, &format!("{prefix}{what} {name}"));
         let kernel = parse_table(&get("kernel"), &format!("{prefix}kernel {name}"), output);
         let latprof = parse_table(&get("latprof"), &format!("{prefix}latprof {name}"), output);
+        let stderr = get("latprof stderr").join("\n");
+        let process = !prefix.is_empty();
         Self {
             name: format!("{prefix}{name}"),
             kernel,
             latprof,
-            stderr: get("latprof stderr").join("\n"),
-            capacity: if prefix.is_empty() { 127 } else { 32 },
+            over_cutoff: process.then(|| {
+                OverCutoff::read(
+                    output,
+                    &format!("{prefix}kernel over the cutoff {name}"),
+                    &stderr,
+                )
+            }),
+            stderr,
+            capacity: if process { 32 } else { 127 },
         }
     }
 
@@ -239,6 +293,13 @@ impl Phase {
             "{}: kernel count, latprof count, mean kernel sleep us, total skew per sleep us, max skew us, frames\n",
             self.name
         );
+        if let Some(over) = self.over_cutoff {
+            let _ = writeln!(
+                out,
+                "  interruptible sleeps over the cutoff: kernel {} latprof {}",
+                over.kernel, over.latprof
+            );
+        }
         for (frames, k, l) in self.compared() {
             let n = k.count.max(1) as f64;
             let _ = writeln!(
@@ -281,9 +342,11 @@ impl Phase {
                     ));
                 }
             }
-            if diff > 0
-                && (!interruptible(frames) || diff > cutoff_diffs_allowed(k.count.max(l.count)))
-            {
+            // With what each side left out at the cutoff, `unaccounted` checks the
+            // interruptible sleeps exactly; without, the cutoff's usual share is allowed.
+            let cutoff_explains =
+                self.over_cutoff.is_some() || diff <= cutoff_diffs_allowed(k.count.max(l.count));
+            if diff > 0 && (!interruptible(frames) || !cutoff_explains) {
                 failures.push(format!(
                     "count: kernel {} latprof {}: {frames}",
                     k.count, l.count
@@ -316,7 +379,9 @@ impl Phase {
                 ));
             }
         }
-        if cutoff_diffs > cutoff_diffs_allowed_in_all(interruptible_sleeps) {
+        if let Some(over) = self.over_cutoff {
+            failures.extend(self.unaccounted(over));
+        } else if cutoff_diffs > cutoff_diffs_allowed_in_all(interruptible_sleeps) {
             failures.push(format!(
                 "{cutoff_diffs} interruptible sleeps counted by one side only, more than the cutoff explains"
             ));
@@ -330,6 +395,43 @@ impl Phase {
             failures.join("\n  "),
             self.report()
         );
+    }
+
+    /// Every interruptible sleep accounted for on both sides, all causes together: counted, or
+    /// left out at the cutoff (`over`). One sleep lost or counted twice fails, wherever the
+    /// cutoff put it. Cause by cause, the sleeps one side counted and the other did not are
+    /// among those the other left out.
+    fn unaccounted(&self, over: OverCutoff) -> Vec<String> {
+        let frames: BTreeSet<&str> = self
+            .kernel
+            .keys()
+            .chain(self.latprof.keys())
+            .map(String::as_str)
+            .filter(|f| interruptible(f))
+            .collect();
+        let (mut kernel, mut latprof, mut kernel_only, mut latprof_only) = (0, 0, 0, 0);
+        for f in frames {
+            let count = |t: &Table| t.get(f).map_or(0, |n| n.count);
+            let (k, l) = (count(&self.kernel), count(&self.latprof));
+            kernel += k;
+            latprof += l;
+            kernel_only += k.saturating_sub(l);
+            latprof_only += l.saturating_sub(k);
+        }
+        let mut failures = Vec::new();
+        if kernel + over.kernel != latprof + over.latprof {
+            failures.push(format!(
+                "interruptible sleeps: kernel {kernel} counted and {} over the cutoff, latprof {latprof} and {}",
+                over.kernel, over.latprof
+            ));
+        }
+        if kernel_only > over.latprof || latprof_only > over.kernel {
+            failures.push(format!(
+                "interruptible sleeps counted by the kernel only: {kernel_only}, by latprof only: {latprof_only}; more than the other left out at the cutoff ({} and {})",
+                over.latprof, over.kernel
+            ));
+        }
+        failures
     }
 
     /// The check must be able to see a factor 1.024: on the long uninterruptible sleeps
@@ -587,4 +689,57 @@ fn nohz_full_cpu_counters_in_the_vm() {
     // Every tick tracepoint attached (a VM without cgroup2 also says cgroup views are not
     // available: not this).
     assert!(!counters.contains("not available on this kernel"), "{out}");
+}
+
+/// `Phase::unaccounted` on the CI run that needed a retry (the kernel counted 42 futex waits,
+/// latprof 39: three that latprof measured over the cutoff), and on the same numbers with a
+/// sleep lost, one counted twice, or three in another cause: no VM needed.
+#[test]
+fn every_interruptible_sleep_is_accounted_for() {
+    const FUTEX: &str = "futex_wait_queue __futex_wait futex_wait do_futex";
+    const NANOSLEEP: &str = "hrtimer_nanosleep common_nsleep";
+    const DISK: &str = "folio_wait_bit_common folio_wait_writeback";
+    let table = |futex: u64, nanosleep: u64| -> Table {
+        [(FUTEX, futex), (NANOSLEEP, nanosleep), (DISK, 7)]
+            .into_iter()
+            .map(|(f, count)| {
+                let n = Numbers {
+                    count,
+                    total: count * 1000,
+                    max: 1000,
+                };
+                (f.to_owned(), n)
+            })
+            .collect()
+    };
+    // latprof's futex and nanosleep counts, and what each side left out at the cutoff.
+    let failures = |futex: u64, nanosleep: u64, kernel_over: u64, latprof_over: u64| {
+        let over = OverCutoff {
+            kernel: kernel_over,
+            latprof: latprof_over,
+        };
+        Phase {
+            name: "process default futex".to_owned(),
+            kernel: table(42, 50),
+            latprof: table(futex, nanosleep),
+            stderr: String::new(),
+            capacity: 32,
+            over_cutoff: Some(over),
+        }
+        .unaccounted(over)
+    };
+    assert_eq!(failures(39, 50, 5, 8), Vec::<String>::new());
+    assert_eq!(
+        failures(38, 50, 5, 8),
+        ["interruptible sleeps: kernel 92 counted and 5 over the cutoff, latprof 88 and 8"]
+    );
+    assert_eq!(failures(40, 50, 5, 8).len(), 1, "one counted twice");
+    // The totals agree, but the three futex waits latprof did not count are not among what it
+    // left out: it counted them elsewhere.
+    assert_eq!(
+        failures(39, 53, 1, 1),
+        [
+            "interruptible sleeps counted by the kernel only: 3, by latprof only: 3; more than the other left out at the cutoff (1 and 1)"
+        ]
+    );
 }

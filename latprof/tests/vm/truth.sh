@@ -9,7 +9,8 @@
 #            the kernel's clear and its read the shell forks only the workloads, so both tools
 #            see the same sleeps.
 #   process: /proc/PID/task/*/latency of a live workload against `latprof stats --pid PID`,
-#            read while the workload still runs (lazy mode's unmerged per-task records).
+#            read while the workload still runs (lazy mode's unmerged per-task records), and
+#            the interruptible sleeps the kernel measured over the cutoff (see `process`).
 MODE=$1
 DELAY=$2
 shift 2
@@ -75,8 +76,13 @@ workloads() {
     work sleep --count 100 --interval 500us
     work fsync --count 20 --dir /mnt
     work pingpong --count 200
-    work futex --count 100 --interval 500us
-    work mutex --threads 2 --count 50 --hold 1ms
+    # Two threads waking each other, on one CPU: on two, each vCPU now and then stops for
+    # milliseconds while the emulator runs the other (one host thread runs both), between the
+    # kernel's measuring point and latprof's; a sleep so measured milliseconds apart by the two
+    # can fall on either side of the cutoff. (The process check below runs them on two CPUs and
+    # accounts for every sleep the cutoff left out.)
+    work futex --count 100 --interval 500us --cpu 0
+    work mutex --threads 2 --count 50 --hold 1ms --cpu 0
     work forks --count 30
     work poll --count 50 --timeout 500us
     work socket --count 50 --interval 500us
@@ -111,6 +117,44 @@ global() {
     echo "$t0 $t1"
 }
 
+# The kernel keeps no record of the interruptible sleeps it leaves out at the cutoff, and the
+# two tools now and then measure one sleep milliseconds apart (tests/vm_truth.rs, `Skew`): one
+# side counts it, the other leaves it out. To account for every sleep all the same, the kernel's
+# own measure of each one it leaves out is taken from sched_stat_sleep, which schedstats (on
+# with latencytop) emit beside latencytop's accounting of each interruptible sleep, with the
+# same delay: latencytop leaves out `delay >> 10 > 5000`. latprof counts its own.
+T=/sys/kernel/tracing
+over_cutoff_start() {
+    echo 0 > $T/tracing_on
+    echo > $T/trace
+    echo 'delay >= 5121024' > $T/events/sched/sched_stat_sleep/filter || exit 1
+    echo 1 > $T/events/sched/sched_stat_sleep/enable || exit 1
+    echo 1 > $T/tracing_on
+    echo latprof-truth-start > $T/trace_marker
+}
+
+# over_cutoff_stop OUT TIDS: how many of those sleeps of TIDS began after over_cutoff_start
+# (the trace's own clock, the one the delays are measured in: a sleep latprof saw begin) into
+# OUT.
+over_cutoff_stop() {
+    echo 0 > $T/tracing_on
+    echo 0 > $T/events/sched/sched_stat_sleep/enable
+    echo 0 > $T/events/sched/sched_stat_sleep/filter
+    grep -v '^#' $T/trace | awk -v tids="$2" '
+        BEGIN { n = split(tids, t, " "); for (i = 1; i <= n; i++) want[t[i]] = 1 }
+        {
+            ts = ""; pid = ""; delay = ""
+            for (i = 1; i <= NF; i++) {
+                if (ts == "" && $i ~ /^[0-9]+\.[0-9]+:$/) ts = substr($i, 1, length($i) - 1)
+                else if ($i ~ /^pid=/) pid = substr($i, 5)
+                else if ($i ~ /^delay=/) delay = substr($i, 7)
+            }
+            if ($0 ~ /tracing_mark_write: latprof-truth-start/) start = ts
+            else if ($0 ~ /sched_stat_sleep:/ && start != "" && (pid in want) && ts - delay / 1e9 > start) n_over++
+        }
+        END { print n_over + 0 }' > "$1"
+}
+
 # process WORKLOAD ARGS...: the workload waits for a line on its stdin (a fifo the shell holds
 # open on fd 3), works, prints "done" to its stdout (a fifo on fd 4) and stays alive, threads and
 # all, until its stdin closes. The shell waits for "done" in a read, idle: a shell polling
@@ -121,7 +165,15 @@ process() {
     latprof-workload --wait --hold "$@" < /tmp/go > /tmp/done &
     W=$!
     exec 3> /tmp/go 4< /tmp/done
+    # Asleep in its wait for "go" before latprof starts: latprof never sees that sleep begin.
+    i=0
+    until read -r _ comm state _ < /proc/$W/stat && [ "$comm $state" = "(latprof-workloa) S" ]; do
+        i=$((i + 1))
+        if [ $i -gt 600 ]; then echo "the workload did not wait for go"; exit 1; fi
+        sleep 0.1
+    done
     start_latprof /tmp/lpp.txt /tmp/lpp.err stats --pid $W --duration 900s
+    over_cutoff_start
     for f in /proc/$W/task/*/latency; do echo clear > "$f"; done
     # The workload's wait for "go" started before latprof attached, so latprof never counts
     # it; 20 ms keeps it over the 5 ms cutoff for the kernel too.
@@ -136,6 +188,7 @@ process() {
     for f in /proc/$W/task/*/latency; do
         while read -r line; do echo "$line"; done < "$f" | sed 1d >> /tmp/pkernel.txt
     done
+    over_cutoff_stop /tmp/pover.txt "$(ls /proc/$W/task | tr '\n' ' ')"
     stop_latprof /tmp/lpp.err
     exec 3>&- 4<&-
     wait $W || { echo "the workload failed"; exit 1; }
@@ -145,6 +198,8 @@ process() {
     cat /tmp/lpp.txt
     echo "=== process latprof stderr $NAME $1"
     cat /tmp/lpp.err
+    echo "=== process kernel over the cutoff $NAME $1"
+    cat /tmp/pover.txt
     echo "=== timing process $NAME $1"
     echo "$t0 $t1"
 }
