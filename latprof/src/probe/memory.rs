@@ -1,6 +1,6 @@
 //! The kernel memory latprof's maps pin, estimated before anything loads, so that table sizes
 //! the machine cannot hold are refused with one line rather than taken from everything else
-//! (`--max-tasks 4194304` alone pins 7.4 GiB).
+//! (`--max-tasks 4194304` alone pins 7.6 GiB).
 //!
 //! The hash maps are preallocated: the kernel allocates every entry when the map is created,
 //! used or not. Their size follows the kernel's own accounting (`htab_map_mem_usage`, what
@@ -287,7 +287,7 @@ mod tests {
             max_tasks: 4_194_304,
             ..ProbeConfig::default()
         };
-        assert_eq!(format_bytes(estimate(&big, 2).tasks), "7.4 GiB");
+        assert_eq!(format_bytes(estimate(&big, 2).tasks), "7.6 GiB");
     }
 
     #[test]

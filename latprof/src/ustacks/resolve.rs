@@ -589,7 +589,7 @@ mod tests {
         let frames = resolver.frames(pid, layout, &[addr], 0, &[]);
         assert!(frames[0].named, "{frames:?}");
         assert!(
-            frames[0].name.ends_with("own_function_is_named"),
+            function(&frames[0].name).ends_with("own_function_is_named"),
             "{frames:?}"
         );
         assert_eq!(frames[0].build_id.len(), 40, "{frames:?}");
