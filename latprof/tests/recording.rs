@@ -1005,7 +1005,11 @@ fn user_frames_outlive_the_process_and_its_binary() {
     assert!(folded.status.success());
     let folded = String::from_utf8(folded.stdout).expect("utf-8");
     // Outermost first, each frame with its source line (the server is built with -g).
-    let chain: Vec<&str> = common::ustacks::SERVER_FRAMES.iter().rev().copied().collect();
+    let chain: Vec<&str> = common::ustacks::SERVER_FRAMES
+        .iter()
+        .rev()
+        .copied()
+        .collect();
     let lines: Vec<&str> = folded
         .lines()
         .filter(|l| {

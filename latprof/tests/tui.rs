@@ -617,7 +617,10 @@ fn backtraces(pane: &[String]) -> Vec<Vec<String>> {
 fn server_backtrace(backtraces: &[Vec<String>]) -> Result<&Vec<String>, String> {
     backtraces
         .iter()
-        .find(|bt| bt.iter().any(|l| l == common::ustacks::SERVER_FRAMES[0]))
+        .find(|bt| {
+            bt.iter()
+                .any(|l| common::ustacks::function(l) == common::ustacks::SERVER_FRAMES[0])
+        })
         .ok_or_else(|| "no backtrace with the server's frames".to_owned())
 }
 
@@ -711,7 +714,7 @@ fn top_shows_user_frames_under_the_kernel_frames() {
         }
         match pane
             .iter()
-            .find(|l| *l == "user:" || SERVER_FRAMES.contains(&l.as_str()))
+            .find(|l| *l == "user:" || SERVER_FRAMES.contains(&common::ustacks::function(l)))
         {
             Some(l) => Err(format!("{l} in the kernel frames' view")),
             None => Ok(()),

@@ -147,6 +147,13 @@ fn check_server_run(json: &Value, missing: u64, served: &Served, rest: &str) {
             "main's caller is not libc's start: {frames:?}"
         );
         assert!(!frames.iter().any(|f| f == "[truncated]"), "{frames:?}");
+        // Built with -g: each of the server's frames with its source line.
+        assert!(
+            frames[1..=SERVER_FRAMES.len()]
+                .iter()
+                .all(|f| f.contains(" (server.c:")),
+            "no source lines: {frames:?}"
+        );
     }
 }
 

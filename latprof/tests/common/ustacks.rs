@@ -64,13 +64,12 @@ pub fn function(frame: &str) -> &str {
     frame.split_once(" (").map_or(frame, |(f, _)| f)
 }
 
-/// Whether `frames` hold the server's functions in order, right after one libc frame, each
-/// with its source line (the server is built with -g).
+/// Whether `frames` hold the server's functions in order, right after one libc frame.
 #[must_use]
 pub fn has_server_chain(frames: &[String]) -> bool {
     frames.len() > SERVER_FRAMES.len()
         && frames[1..=SERVER_FRAMES.len()]
             .iter()
             .zip(SERVER_FRAMES)
-            .all(|(f, want)| function(f) == want && f.contains("(server.c:"))
+            .all(|(f, want)| function(f) == want)
 }
