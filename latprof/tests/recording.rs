@@ -1019,6 +1019,6 @@ fn user_frames_outlive_the_process_and_its_binary() {
         .collect();
     assert!(
         !lines.is_empty() && lines.iter().all(|l| l.contains("pipe_read")),
-        "no folded line with {chain}:\n{folded}"
+        "no folded line with {chain:?}:\n{folded}"
     );
 }
