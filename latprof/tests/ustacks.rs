@@ -59,11 +59,11 @@ fn served(out: &std::process::Output) -> Served {
     }
 }
 
-/// Runs `server` (started with `wait`: it waits for a line on stdin) under
-/// `latprof stats --user-stacks --all-sleeps --format json --pid PID ARGS`, to its end: it
-/// has exited before latprof prints. Returns the JSON, latprof's stderr, the sleeps latprof
-/// reported missing (hidden by the kernel: see `reported_missing`) and what the server said.
-fn stats_on(server: &mut Command, args: &[&str]) -> (Value, String, u64, Served) {
+/// Runs `server` (started with `wait`: it waits for a line on stdin) to its end under
+/// `latprof ARGS --pid PID`: it has exited before latprof prints. Returns latprof's stdout,
+/// its stderr, the sleeps it reported missing (hidden by the kernel: see `reported_missing`)
+/// and what the server said.
+fn run_on(server: &mut Command, args: &[&str]) -> (Vec<u8>, String, u64, Served) {
     let mut child = server
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -72,13 +72,7 @@ fn stats_on(server: &mut Command, args: &[&str]) -> (Value, String, u64, Served)
         .expect("start the server");
     let pid = child.id().to_string();
     let mut cmd = Command::new(LATPROF);
-    // Every sleep (--all-sleeps): on a loaded machine a 2 ms wait can outlast the cutoff for
-    // interruptible sleeps that are not counted. Its own process only: other tests may run
-    // servers of the same name.
-    cmd.args(["stats", "--user-stacks", "--all-sleeps", "--format", "json"])
-        .args(["--duration", "120s", "--pid", &pid])
-        .args(args)
-        .stdout(Stdio::piped());
+    cmd.args(args).args(["--pid", &pid]).stdout(Stdio::piped());
     let (latprof, stderr) = common::start(&mut cmd, "attached");
     child
         .stdin
@@ -89,7 +83,19 @@ fn stats_on(server: &mut Command, args: &[&str]) -> (Value, String, u64, Served)
     let served = served(&child.wait_with_output().expect("wait for the server"));
     let (out, rest) = common::interrupt(latprof, stderr);
     let missing = common::reported_missing(&rest);
-    let json = serde_json::from_slice(&out.stdout).expect("stats JSON");
+    (out.stdout, rest, missing, served)
+}
+
+/// `run_on` under `latprof stats --user-stacks --all-sleeps --format json ARGS`; the JSON.
+fn stats_on(server: &mut Command, args: &[&str]) -> (Value, String, u64, Served) {
+    // Every sleep (--all-sleeps): on a loaded machine a 2 ms wait can outlast the cutoff for
+    // interruptible sleeps that are not counted. Its own process only (--pid): other tests
+    // may run servers of the same name.
+    let mut all = vec!["stats", "--user-stacks", "--all-sleeps", "--format", "json"];
+    all.extend(["--duration", "120s"]);
+    all.extend(args);
+    let (out, rest, missing, served) = run_on(server, &all);
+    let json = serde_json::from_slice(&out).expect("stats JSON");
     (json, rest, missing, served)
 }
 
@@ -383,35 +389,17 @@ fn spikes_say_where_in_the_program() {
     let dir = TempDir::new("ustacks-spikes");
     let server = build_server(&dir.0, "server", true);
     twice("spikes with user stacks", || {
-        let mut child = Command::new(&server)
-            .args(["50", "3000", "wait"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the server");
-        let pid = child.id().to_string();
-        let mut cmd = Command::new(LATPROF);
-        cmd.args([
-            "--user-stacks",
-            "--all-sleeps",
-            "--spike",
-            "200us",
-            "spikes",
-            "--pid",
-            &pid,
-        ])
-        .stdout(Stdio::piped());
-        let (latprof, stderr) = common::start(&mut cmd, "attached");
-        child
-            .stdin
-            .take()
-            .expect("server stdin")
-            .write_all(b"go\n")
-            .expect("start the server");
-        let served = served(&child.wait_with_output().expect("wait for the server"));
-        let (out, rest) = common::interrupt(latprof, stderr);
-        let missing = common::reported_missing(&rest);
-        let text = String::from_utf8_lossy(&out.stdout);
+        let (out, rest, missing, served) = run_on(
+            Command::new(&server).args(["50", "3000", "wait"]),
+            &[
+                "--user-stacks",
+                "--all-sleeps",
+                "--spike",
+                "200us",
+                "spikes",
+            ],
+        );
+        let text = String::from_utf8_lossy(&out);
         let reads = text
             .lines()
             .filter(|l| l.contains(" in wait_for_request (server.c:"))

@@ -423,21 +423,11 @@ fn check_ustacks(out: &str, variant: &str) {
     );
     let json: Value = serde_json::from_str(&section(out, "ustacks").join("\n"))
         .unwrap_or_else(|e| panic!("ustacks JSON: {e}\n{out}"));
-    let user = |c: &Value| -> Vec<String> {
-        c["user_frames"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|f| f.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     let causes = json["causes"].as_array().expect("causes");
     let pipe: Vec<Vec<String>> = causes
         .iter()
         .filter(|c| c["frames"].to_string().contains("pipe_read"))
-        .map(user)
+        .map(common::ustacks::user_frames)
         .collect();
     // The workload is Rust built without frame pointers: its frames come from unwinding
     // (its std's read path at least), named and demangled.

@@ -721,15 +721,7 @@ impl Collector {
         let Ok(raw) = map.get(&user, 0) else {
             return Ok(None);
         };
-        let nr = (raw.nr as usize).min(raw.frames.len());
-        let unnamed = crate::ustacks::watch::Unnamed {
-            id: user,
-            tgid: raw.tgid,
-            layout: raw.layout,
-            frames: raw.frames[..nr].to_vec(),
-            sp: raw.sp,
-            window: raw.window.to_vec(),
-        };
+        let unnamed = crate::ustacks::watch::Unnamed::of(user, &raw);
         let within = self.naming_patience.unwrap_or(NAMING_WITHIN);
         for (user, frames) in watcher.name(vec![unnamed], within) {
             self.user_frames.insert(user, frames);
@@ -785,15 +777,7 @@ impl Collector {
                 continue;
             }
             if let Ok(raw) = map.get(&user, 0) {
-                let nr = (raw.nr as usize).min(raw.frames.len());
-                unnamed.push(crate::ustacks::watch::Unnamed {
-                    id: user,
-                    tgid: raw.tgid,
-                    layout: raw.layout,
-                    frames: raw.frames[..nr].to_vec(),
-                    sp: raw.sp,
-                    window: raw.window.to_vec(),
-                });
+                unnamed.push(crate::ustacks::watch::Unnamed::of(user, &raw));
             }
         }
         for (user, frames) in watcher.name(unnamed, self.naming_patience.unwrap_or(NAMING_WITHIN)) {

@@ -33,6 +33,22 @@ pub struct Unnamed {
     pub window: Vec<u64>,
 }
 
+impl Unnamed {
+    /// User backtrace `id` as the kernel's table keeps it.
+    #[must_use]
+    pub fn of(id: u64, raw: &latprof_common::UserStack) -> Self {
+        let nr = (raw.nr as usize).min(raw.frames.len());
+        Self {
+            id,
+            tgid: raw.tgid,
+            layout: raw.layout,
+            frames: raw.frames[..nr].to_vec(),
+            sp: raw.sp,
+            window: raw.window.to_vec(),
+        }
+    }
+}
+
 enum Request {
     /// Name these, answering by the deadline with those named by then.
     Name(Vec<Unnamed>, Instant, Sender<Vec<(u64, Vec<UserFrame>)>>),
