@@ -155,7 +155,10 @@ impl CgroupNames {
             };
             for entry in entries.flatten() {
                 if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    let name = entry.file_name().to_string_lossy().into_owned();
+                    // Anyone with a delegated subtree names its cgroups: made printable
+                    // here, where the name enters.
+                    let name =
+                        crate::text::printable(&entry.file_name().to_string_lossy()).into_owned();
                     let child = if rel == "/" {
                         format!("/{name}")
                     } else {

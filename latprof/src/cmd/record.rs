@@ -134,7 +134,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     session::preflight(cli, &needs)?;
     // The file is created before the programs load (a second or more): no one can put a link
     // in its place meanwhile. It is removed again if they do not load.
-    let file = NewFile::create(&args.output, args.force)?;
+    let file = NewFile::create(&args.output, args.force, cli.user_stacks)?;
     let session = match Session::start(cli, needs) {
         Ok(session) => session,
         Err(e) => {

@@ -5,13 +5,12 @@ use std::{
 };
 
 use anyhow::{Result, anyhow};
-use ratatui::crossterm::event::{self, Event};
 
 use crate::{
     cli::{Cli, ReplayArgs},
     reasons::Reasons,
     store::reader::Recording,
-    tui::{TerminalGuard, app::Settings, replay::Replay, ui},
+    tui::{Input, TerminalGuard, app::Settings, replay::Replay, ui},
 };
 
 pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
@@ -41,12 +40,12 @@ pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
     let mut replay = Replay::new(rec, settings, at, mark)?;
     let mut guard = TerminalGuard::new()?;
     let mut last_tick = Instant::now();
-    while !replay.app.quit && !stop.load(Ordering::Relaxed) && !crate::tui::terminal_gone() {
+    while !replay.app.quit && !stop.load(Ordering::Relaxed) {
         guard.terminal.draw(|f| ui::render(f, &replay.app))?;
-        if event::poll(Duration::from_millis(50))?
-            && let Event::Key(key) = event::read()?
-        {
-            replay.handle_key(key);
+        match crate::tui::next_input(Duration::from_millis(50))? {
+            Input::Keys(keys) => keys.into_iter().for_each(|key| replay.handle_key(key)),
+            Input::Nothing => {}
+            Input::Gone => break,
         }
         if last_tick.elapsed() >= interval {
             last_tick = Instant::now();

@@ -10,14 +10,13 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use ratatui::crossterm::event::{self, Event};
 
 use super::session::{Needs, Session};
 use crate::{
     cli::{Cli, TopArgs},
     collect::Collector,
     reasons::Reasons,
-    tui::{TerminalGuard, app, ui},
+    tui::{Input, TerminalGuard, app, ui},
 };
 
 /// The processes pane's filter at the start: `--pid`, else `--comm`. A view filter: the
@@ -131,12 +130,12 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
     }
     let result = (|| -> Result<()> {
         let mut guard = TerminalGuard::new()?;
-        while !app.quit && !stop.load(Ordering::Relaxed) && !crate::tui::terminal_gone() {
+        while !app.quit && !stop.load(Ordering::Relaxed) {
             guard.terminal.draw(|f| ui::render(f, &app))?;
-            if event::poll(Duration::from_millis(100))?
-                && let Event::Key(key) = event::read()?
-            {
-                app.handle_key(key);
+            match crate::tui::next_input(Duration::from_millis(100))? {
+                Input::Keys(keys) => keys.into_iter().for_each(|key| app.handle_key(key)),
+                Input::Nothing => {}
+                Input::Gone => break,
             }
             while let Ok(snapshot) = inbox.try_recv() {
                 app.on_snapshot(snapshot?);

@@ -366,8 +366,10 @@ pub struct Collector {
 
 /// How long a snapshot waits for user backtraces to be named, unless told to be patient.
 const NAMING_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
-/// How long the last snapshot waits: what it misses is never shown.
-const NAMING_PATIENT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long the last snapshot waits: what it misses is never shown, but a stop must not wait
+/// on files a user's process hands root (a huge perf map, a binary that takes long to read)
+/// for long, with the programs attached.
+const NAMING_PATIENT: std::time::Duration = std::time::Duration::from_secs(10);
 
 const MAX_RETRIES: u32 = 5;
 
@@ -386,7 +388,7 @@ impl Collector {
         }
     }
 
-    /// From now on, snapshots wait for every user backtrace to be named (up to a minute): for
+    /// From now on, snapshots wait for every user backtrace to be named (up to 10 s): for
     /// the last snapshot of a command, after which nothing is named any more.
     pub fn patient(&mut self) {
         self.naming_patience = Some(NAMING_PATIENT);

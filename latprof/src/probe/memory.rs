@@ -181,12 +181,13 @@ pub fn check(config: &ProbeConfig, available: Option<u64>) -> Result<()> {
         (e.records, "--max-records"),
         (e.stacks, "--max-stacks"),
         (e.wakers, "--max-wakers"),
+        (e.user_stacks, "--max-user-stacks"),
     ]
     .into_iter()
     .max()
     .map_or("--max-tasks", |(_, flag)| flag);
     bail!(
-        "the kernel tables would pin about {} of memory (--max-tasks {}: {}, --max-records {}: {}, --max-stacks {}: {}, --max-wakers {}: {}; {cpus} possible CPUs), over half of the {} available; lower {largest}",
+        "the kernel tables would pin about {} of memory (--max-tasks {}: {}, --max-records {}: {}, --max-stacks {}: {}, --max-wakers {}: {}, --max-user-stacks {}: {}; {cpus} possible CPUs), over half of the {} available; lower {largest}",
         format_bytes(e.total),
         config.max_tasks,
         format_bytes(e.tasks),
@@ -196,6 +197,8 @@ pub fn check(config: &ProbeConfig, available: Option<u64>) -> Result<()> {
         format_bytes(e.stacks),
         config.max_wakers,
         format_bytes(e.wakers),
+        config.max_user_stacks,
+        format_bytes(e.user_stacks),
         format_bytes(available),
     )
 }
@@ -309,5 +312,13 @@ mod tests {
         assert!(err.contains("lower --max-tasks"), "{err}");
         assert!(err.contains("of the 2.0 GiB available"), "{err}");
         check(&ProbeConfig::default(), Some(2 << 30)).expect("the defaults fit in 2 GiB");
+        // The user backtraces' table is named when it is the one too large.
+        let config = ProbeConfig {
+            user_stacks: true,
+            max_user_stacks: 1 << 20,
+            ..ProbeConfig::default()
+        };
+        let err = check(&config, Some(2 << 30)).unwrap_err().to_string();
+        assert!(err.contains("lower --max-user-stacks"), "{err}");
     }
 }

@@ -100,13 +100,14 @@ const ZSTD_LEVEL: i32 = 9;
 /// Room kept for the end frame under `--max-size`.
 const END_ROOM: u64 = 64;
 
-/// Creates a recording's file and writes its header: never through a link, never over an
-/// existing entry; `replace` (`--force`) removes what is there first (a link, not its target).
-fn create_file(path: &Path, replace: bool) -> Result<File> {
+/// Creates a recording's file (permissions `mode`, less the umask) and writes its header:
+/// never through a link, never over an existing entry; `replace` (`--force`) removes what is
+/// there first (a link, not its target).
+fn create_file(path: &Path, replace: bool, mode: u32) -> Result<File> {
     let mut file = crate::files::create(
         path,
         replace,
-        0o666,
+        mode,
         "choose another name or pass --force to replace it",
     )?;
     let mut header = Vec::with_capacity(FILE_HEADER_LEN);
@@ -129,10 +130,12 @@ pub struct NewFile {
 
 impl NewFile {
     /// Creates `path`, which must not exist; `replace` (`--force`) replaces what is there.
-    pub fn create(path: &Path, replace: bool) -> Result<Self> {
+    /// `private`: readable by its owner only (a recording with user frames names other users'
+    /// functions, files and binaries, which their /proc/PID/maps hides from others).
+    pub fn create(path: &Path, replace: bool, private: bool) -> Result<Self> {
         Ok(Self {
             path: path.to_owned(),
-            file: create_file(path, replace)?,
+            file: create_file(path, replace, if private { 0o600 } else { 0o666 })?,
         })
     }
 
@@ -175,7 +178,11 @@ pub fn frame(kind: u8, raw: &[u8], compress: bool) -> Vec<u8> {
 impl Writer {
     /// A new recording at `path`, which must not exist.
     pub fn create(path: &Path, info: RecordingInfo, options: Options) -> Result<Self> {
-        Ok(Self::start(NewFile::create(path, false)?, info, options))
+        Ok(Self::start(
+            NewFile::create(path, false, info.user_stacks)?,
+            info,
+            options,
+        ))
     }
 
     /// A recording in a file created beforehand.
@@ -499,7 +506,8 @@ impl Writer {
         }
         // The path was just renamed or removed: whatever is there now was put there by someone
         // else, and is refused rather than written through.
-        self.file = create_file(&self.path, false)?;
+        let mode = if self.info.user_stacks { 0o600 } else { 0o666 };
+        self.file = create_file(&self.path, false, mode)?;
         self.size = FILE_HEADER_LEN as u64;
         self.stats.bytes += FILE_HEADER_LEN as u64;
         self.stats.rotations += 1;

@@ -11,7 +11,9 @@ use ratatui::{
     Terminal,
     backend::CrosstermBackend,
     crossterm::{
-        cursor, execute,
+        cursor,
+        event::KeyEvent,
+        execute,
         terminal::{self, EnterAlternateScreen, LeaveAlternateScreen},
     },
 };
@@ -47,17 +49,71 @@ impl Drop for TerminalGuard {
     }
 }
 
-/// Whether the terminal went away (its window closed, `tmux kill-session`): standard input
-/// then reports a hangup, and reading it returns end of file at once, for ever. Checked
-/// before each wait for a key, as no signal may come.
-#[must_use]
-pub fn terminal_gone() -> bool {
-    let mut fd = libc::pollfd {
-        fd: 0,
-        events: 0,
+/// What the terminal gave while `next_input` waited.
+#[derive(Debug)]
+pub enum Input {
+    /// Keys typed (several when they came together).
+    Keys(Vec<KeyEvent>),
+    /// Nothing (the wait ended, a signal came, or the input was no key: a resize).
+    Nothing,
+    /// The terminal went away (its window closed, `tmux kill-session`, an SSH drop): the
+    /// input reports a hangup or an end of file, for ever.
+    Gone,
+}
+
+/// The descriptor keys come from: standard input when it is a terminal, else the controlling
+/// terminal, which is what crossterm reads too.
+fn input_fd() -> libc::c_int {
+    static FD: std::sync::OnceLock<libc::c_int> = std::sync::OnceLock::new();
+    *FD.get_or_init(|| {
+        // SAFETY: isatty and open with a NUL-terminated path have no other preconditions.
+        unsafe {
+            if libc::isatty(0) == 1 {
+                0
+            } else {
+                libc::open(c"/dev/tty".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC)
+            }
+        }
+    })
+}
+
+/// Waits up to `timeout` for keys. latprof waits on the terminal itself and asks crossterm
+/// only for bytes that are there: crossterm's own wait loops for ever, at full CPU and deaf to
+/// signals, on a terminal that hung up (its reads return end of file at once).
+pub fn next_input(timeout: std::time::Duration) -> Result<Input> {
+    use ratatui::crossterm::event::{self, Event};
+    let fd = input_fd();
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
         revents: 0,
     };
-    // SAFETY: one valid pollfd, no wait.
-    let ready = unsafe { libc::poll(&raw mut fd, 1, 0) };
-    ready == 1 && fd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd.
+    let ready = unsafe { libc::poll(&raw mut poll, 1, ms) };
+    if ready <= 0 {
+        // The wait ended, or a signal came (its flag is the caller's to check).
+        return Ok(Input::Nothing);
+    }
+    if poll.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+        return Ok(Input::Gone);
+    }
+    let mut waiting: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let asked = unsafe { libc::ioctl(fd, libc::FIONREAD, &raw mut waiting) };
+    if asked == 0 && waiting == 0 {
+        // Readable with nothing to read: the end of the input.
+        return Ok(Input::Gone);
+    }
+    let mut keys = Vec::new();
+    while event::poll(std::time::Duration::ZERO)? {
+        if let Event::Key(key) = event::read()? {
+            keys.push(key);
+        }
+    }
+    Ok(if keys.is_empty() {
+        Input::Nothing
+    } else {
+        Input::Keys(keys)
+    })
 }

@@ -22,12 +22,18 @@ pub struct Cfi {
 }
 
 impl Cfi {
-    /// Reads the `.eh_frame` of an ELF binary; `None` without one.
+    /// Reads the `.eh_frame` of an ELF binary; `None` without one, or where its header claims
+    /// more than `untrusted::MAX_SECTION` bytes (the binary is any user's: the claim is checked
+    /// before anything is allocated).
     #[must_use]
     pub fn read(file: &std::fs::File) -> Option<Self> {
         let cache = object::ReadCache::new(file);
         let elf = object::File::parse(&cache).ok()?;
         let section = elf.section_by_name(".eh_frame")?;
+        let (_, size) = section.file_range()?;
+        if size > super::untrusted::MAX_SECTION {
+            return None;
+        }
         let text_addr = elf.section_by_name(".text").map_or(0, |s| s.address());
         let segments = elf
             .segments()
@@ -37,7 +43,13 @@ impl Cfi {
             })
             .collect();
         Some(Self {
-            eh_frame: section.data().ok()?.to_vec(),
+            eh_frame: {
+                let data = section.data().ok()?;
+                let mut copy = Vec::new();
+                copy.try_reserve_exact(data.len()).ok()?;
+                copy.extend_from_slice(data);
+                copy
+            },
             eh_frame_addr: section.address(),
             text_addr,
             segments,

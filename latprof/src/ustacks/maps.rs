@@ -13,7 +13,8 @@ pub struct Mapping {
     /// The file's inode (0: anonymous).
     pub inode: u64,
     /// The path as the process sees it (in its mount namespace), or a pseudo name such as
-    /// `[vdso]`; empty for an anonymous mapping. A deleted file ends in " (deleted)".
+    /// `[vdso]`; empty for an anonymous mapping. A deleted file ends in " (deleted)". Hidden
+    /// characters are escaped (`text::printable`).
     pub path: String,
 }
 
@@ -59,7 +60,8 @@ fn parse_line(line: &str) -> Option<Mapping> {
     let offset = field();
     let _dev = field();
     let inode = field();
-    let path = rest.trim_start().to_owned();
+    // Any user names its files: the name is made printable here, where it enters.
+    let path = crate::text::printable(rest.trim_start()).into_owned();
     let (start, end) = range.split_once('-')?;
     Some(Mapping {
         start: u64::from_str_radix(start, 16).ok()?,

@@ -7,6 +7,7 @@ pub mod leaf;
 pub mod maps;
 pub mod perfmap;
 pub mod resolve;
+pub mod untrusted;
 pub mod watch;
 
 pub use resolve::{Resolver, TRUNCATED, UserFrame};

@@ -14,7 +14,7 @@ use std::{
     fs::File,
     os::{
         fd::AsRawFd as _,
-        unix::fs::{FileExt as _, MetadataExt as _},
+        unix::fs::{FileExt as _, MetadataExt as _, OpenOptionsExt as _},
     },
     path::{Path, PathBuf},
     rc::Rc,
@@ -29,8 +29,10 @@ use blazesym::symbolize::{
 use super::{
     leaf::Step,
     maps::{self, Mapping},
-    perfmap,
+    perfmap::PerfMap,
+    untrusted,
 };
+use crate::text::printable;
 
 /// The name of the frame that ends a backtrace cut short (see `Resolver::frames`).
 pub const TRUNCATED: &str = "[truncated]";
@@ -77,6 +79,8 @@ struct Module {
     dev: u64,
     ino: u64,
     build_id: String,
+    /// Whether its DWARF may be read (`untrusted::dwarf_safe`).
+    dwarf: bool,
 }
 
 impl Module {
@@ -86,20 +90,33 @@ impl Module {
     }
 }
 
-/// A process as first seen: its memory map, its executable files, its JIT symbols.
+/// A process as seen: its memory map, its executable files, its JIT symbols.
 #[derive(Debug)]
 struct Process {
     maps: Vec<Mapping>,
     /// By mapping start: the file mapped there.
     files: HashMap<u64, Rc<Module>>,
-    /// `perf-PID.map`, re-read when it grew (a JIT keeps appending).
-    perf_map: Option<(PathBuf, u64, Vec<perfmap::Symbol>)>,
+    /// Its real user: the owner its perf map must have.
+    uid: u32,
+    /// `perf-PID.map` as read so far (a JIT keeps appending); `None`: the process has no
+    /// anonymous executable memory.
+    perf_map: Option<PerfMap>,
+    /// When its memory map was last read: a frame in a mapping made since (dlopen, a JIT's
+    /// new code) reads it again, at most once per `REREAD`.
+    maps_read: Instant,
     used: Instant,
 }
 
 /// Processes kept before dead ones not used for `KEEP_DEAD` are dropped.
 const MAX_PROCESSES: usize = 1024;
 const KEEP_DEAD: Duration = Duration::from_secs(300);
+/// How often a process's memory map may be read again for a frame it did not cover.
+const REREAD: Duration = Duration::from_secs(1);
+/// Executable files opened for one process: a process that maps thousands (to exhaust
+/// root's descriptors) has the rest named `file+0xoffset`.
+const MAX_FILES_PER_PROCESS: usize = 256;
+/// Perf-map bytes read for all processes together (`perfmap::MAX_BYTES` for one).
+const MAX_PERF_BYTES: u64 = 64 << 20;
 
 /// Processes seen and the names found, owned by one thread (blazesym's symbolizer is not
 /// `Send`).
@@ -118,6 +135,26 @@ pub struct Resolver {
     cfi: HashMap<(u64, u64), Option<super::leaf::Cfi>>,
     /// Backtraces named that were cut short (`[truncated]`).
     truncated: u64,
+    /// Executable files kept open at most, from the descriptor limit (`open_files_limit`).
+    max_open: usize,
+    /// Perf-map bytes read so far, against `MAX_PERF_BYTES`.
+    perf_bytes: u64,
+}
+
+/// Half of the process's descriptor limit, for the files kept open to name frames: the rest
+/// is the listener's, the eBPF maps' and the clients'.
+fn open_files_limit() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid rlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0 {
+        return 256;
+    }
+    usize::try_from(limit.rlim_cur / 2)
+        .unwrap_or(usize::MAX)
+        .clamp(64, 8192)
 }
 
 impl Default for Resolver {
@@ -159,6 +196,8 @@ impl Resolver {
             calls: HashMap::new(),
             cfi: HashMap::new(),
             truncated: 0,
+            max_open: open_files_limit(),
+            perf_bytes: 0,
         }
     }
 
@@ -179,66 +218,124 @@ impl Resolver {
         if process_layout(tgid) != Some(layout) {
             return false;
         }
+        let Some(uid) = untrusted::process_uid(tgid) else {
+            return false;
+        };
+        self.prune();
+        let mut process = Process {
+            maps: Vec::new(),
+            files: HashMap::new(),
+            uid,
+            perf_map: None,
+            maps_read: Instant::now(),
+            used: Instant::now(),
+        };
+        if !self.read_maps(tgid, layout, &mut process) {
+            return false;
+        }
+        self.processes.insert((tgid, layout), process);
+        true
+    }
+
+    /// (Re)reads the memory map of `process` (`tgid`, `layout`), opens the executable files
+    /// not open yet and reads what its perf map gained, while the process lives; false once it
+    /// is gone or another program.
+    fn read_maps(&mut self, tgid: u32, layout: u64, process: &mut Process) -> bool {
         let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/maps")) else {
             return false;
         };
         let mut list = maps::parse(&text);
-        let mut files = HashMap::new();
+        list.sort_by_key(|m| m.start);
         for m in list.iter().filter(|m| m.exec && m.is_file()) {
-            let Ok(file) = File::open(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.start, m.end))
-            else {
+            if process.files.contains_key(&m.start) {
                 continue;
-            };
-            let Ok(meta) = file.metadata() else { continue };
-            let module = self
-                .modules
-                .entry((meta.dev(), meta.ino()))
-                .or_insert_with(|| {
-                    let build_id = blazesym::helper::read_elf_build_id(&format!(
-                        "/proc/self/fd/{}",
-                        file.as_raw_fd()
-                    ))
-                    .ok()
-                    .flatten()
-                    .map(|id| {
-                        id.iter().fold(String::new(), |mut hex, b| {
-                            let _ = write!(hex, "{b:02x}");
-                            hex
-                        })
-                    })
-                    .unwrap_or_default();
-                    Rc::new(Module {
-                        file,
-                        dev: meta.dev(),
-                        ino: meta.ino(),
-                        build_id,
-                    })
-                })
-                .clone();
-            files.insert(m.start, module);
+            }
+            if process.files.len() >= MAX_FILES_PER_PROCESS {
+                break;
+            }
+            if let Some(module) = self.open_module(tgid, m) {
+                process.files.insert(m.start, module);
+            }
         }
         // Read before the map changed hands: a process that exec'd meanwhile is not this one.
         if process_layout(tgid) != Some(layout) {
             return false;
         }
-        list.sort_by_key(|m| m.start);
-        let perf_map = list
-            .iter()
-            .any(|m| m.exec && !m.is_file())
-            .then(|| perfmap::path(tgid))
-            .filter(|p| p.exists())
-            .map(|p| (p, 0, Vec::new()));
-        self.prune();
-        self.processes.insert(
-            (tgid, layout),
-            Process {
-                maps: list,
-                files,
-                perf_map,
-                used: Instant::now(),
-            },
-        );
+        process.maps = list;
+        process.maps_read = Instant::now();
+        if process.maps.iter().any(|m| m.exec && !m.is_file()) {
+            let map = process.perf_map.get_or_insert_with(PerfMap::default);
+            let budget = MAX_PERF_BYTES.saturating_sub(self.perf_bytes);
+            if let Ok(read) = map.refresh(tgid, process.uid, budget) {
+                self.perf_bytes += read;
+            }
+        }
         true
+    }
+
+    /// The executable file mapped at `m` by process `tgid`, opened through its
+    /// `map_files` link (what the process maps, in whatever mount namespace), or shared with
+    /// the processes that opened it before; `None` where it is no regular file, or the
+    /// descriptors for such files are spent.
+    fn open_module(&mut self, tgid: u32, m: &Mapping) -> Option<Rc<Module>> {
+        let link = format!("/proc/{tgid}/map_files/{:x}-{:x}", m.start, m.end);
+        // A device mapped executable is no binary, and opening one may do something.
+        let meta = std::fs::metadata(&link).ok()?;
+        if !meta.file_type().is_file() {
+            return None;
+        }
+        if let Some(module) = self.modules.get(&(meta.dev(), meta.ino())) {
+            return Some(Rc::clone(module));
+        }
+        if self.modules.len() >= self.max_open {
+            // Files only processes gone held.
+            self.modules.retain(|_, m| Rc::strong_count(m) > 1);
+            if self.modules.len() >= self.max_open {
+                return None;
+            }
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&link)
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.file_type().is_file() {
+            return None;
+        }
+        let build_id =
+            blazesym::helper::read_elf_build_id(&format!("/proc/self/fd/{}", file.as_raw_fd()))
+                .ok()
+                .flatten()
+                .map(|id| {
+                    id.iter().fold(String::new(), |mut hex, b| {
+                        let _ = write!(hex, "{b:02x}");
+                        hex
+                    })
+                })
+                .unwrap_or_default();
+        let module = Rc::new(Module {
+            dwarf: untrusted::dwarf_safe(&file),
+            file,
+            dev: meta.dev(),
+            ino: meta.ino(),
+            build_id,
+        });
+        self.modules
+            .insert((meta.dev(), meta.ino()), Rc::clone(&module));
+        Some(module)
+    }
+
+    /// Reads the memory map of process `key` again when a frame falls outside what was read
+    /// (a library loaded, code generated since), at most once per `REREAD`, while it lives.
+    fn reread(&mut self, key: (u32, u64)) {
+        let Some(mut process) = self.processes.remove(&key) else {
+            return;
+        };
+        if process.maps_read.elapsed() >= REREAD {
+            self.read_maps(key.0, key.1, &mut process);
+        }
+        self.processes.insert(key, process);
     }
 
     /// Drops processes that are gone and were not used for a while once many are kept, and
@@ -259,6 +356,12 @@ impl Resolver {
             }
         }
         self.modules.retain(|_, m| Rc::strong_count(m) > 1);
+        self.perf_bytes = self
+            .processes
+            .values()
+            .filter_map(|p| p.perf_map.as_ref())
+            .map(PerfMap::bytes)
+            .sum();
         let modules = &self.modules;
         self.names
             .retain(|(dev, ino, _), _| modules.contains_key(&(*dev, *ino)));
@@ -379,6 +482,19 @@ impl Resolver {
         } else {
             addr
         };
+        let covered = self.processes.get(&key).is_some_and(|p| {
+            maps::find(&p.maps, look).is_some_and(|m| {
+                // A file mapped but not opened, or JIT code the perf map did not name yet.
+                if m.is_file() {
+                    p.files.contains_key(&m.start) || p.files.len() >= MAX_FILES_PER_PROCESS
+                } else {
+                    p.perf_map.as_ref().is_none_or(|pm| pm.find(look).is_some())
+                }
+            })
+        });
+        if !covered {
+            self.reread(key);
+        }
         let process = self.processes.get_mut(&key)?;
         let m = maps::find(&process.maps, look)?;
         if !m.exec {
@@ -392,7 +508,11 @@ impl Resolver {
                 m.path.clone()
             };
             let offset = look - m.start;
-            let jit = jit_symbol(&mut process.perf_map, look);
+            let jit = process
+                .perf_map
+                .as_ref()
+                .and_then(|pm| pm.find(look))
+                .map(str::to_owned);
             return Some(UserFrame {
                 named: jit.is_some(),
                 name: jit.unwrap_or_else(|| format!("{module}+0x{offset:x}")),
@@ -421,7 +541,9 @@ impl Resolver {
             .names
             .entry((module.dev, module.ino, offset))
             .or_insert_with(|| {
-                let src = Source::Elf(Elf::new(module.fd_path()));
+                let mut elf = Elf::new(module.fd_path());
+                elf.debug_syms = module.dwarf;
+                let src = Source::Elf(elf);
                 match symbolizer.symbolize_single(&src, Input::FileOffset(offset)) {
                     Ok(Symbolized::Sym(sym)) => Some(with_line(&sym)),
                     _ => None,
@@ -458,11 +580,11 @@ fn with_line(sym: &blazesym::symbolize::Sym<'_>) -> String {
     match sym.code_info.as_deref() {
         Some(code) if code.line.is_some() => format!(
             "{} ({}:{})",
-            sym.name,
-            Path::new(&code.file).display(),
+            printable(&sym.name),
+            printable(&Path::new(&code.file).to_string_lossy()),
             code.line.unwrap_or(0)
         ),
-        _ => sym.name.clone().into_owned(),
+        _ => printable(&sym.name).into_owned(),
     }
 }
 
@@ -470,23 +592,6 @@ fn with_line(sym: &blazesym::symbolize::Sym<'_>) -> String {
 #[must_use]
 pub fn function(name: &str) -> &str {
     name.split_once(" (").map_or(name, |(f, _)| f)
-}
-
-/// The JIT symbol at `addr` from a perf map, re-read when the file grew.
-fn jit_symbol(
-    perf_map: &mut Option<(PathBuf, u64, Vec<perfmap::Symbol>)>,
-    addr: u64,
-) -> Option<String> {
-    let (path, size, symbols) = perf_map.as_mut()?;
-    if perfmap::find(symbols, addr).is_none()
-        && let Ok(meta) = std::fs::metadata(&*path)
-        && meta.len() != *size
-        && let Ok(text) = std::fs::read_to_string(&*path)
-    {
-        *size = meta.len();
-        *symbols = perfmap::parse(&text);
-    }
-    perfmap::find(symbols, addr).map(|s| s.name.clone())
 }
 
 /// Whether `bytes` (those before a return address) end in an x86-64 call: `call rel32` or an

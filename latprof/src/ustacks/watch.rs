@@ -60,26 +60,37 @@ enum Request {
 pub struct Watcher {
     requests: Sender<Request>,
     thread: Option<JoinHandle<()>>,
+    /// Disconnected when the thread ends.
+    ended: Receiver<()>,
     /// Backtraces named that were cut short (`[truncated]`).
     truncated: Arc<AtomicU64>,
 }
 
 /// How often the thread looks at its requests while no process is announced.
 const TICK: Duration = Duration::from_millis(50);
+/// How long a stop waits for the thread to end: naming reads files any user controls, and
+/// whatever one of them does to a read (a blocking open, a huge file) must not keep latprof
+/// from stopping. A thread that does not end by then is left behind, and ends with latprof.
+const STOP_WITHIN: Duration = Duration::from_secs(1);
 
 impl Watcher {
     /// Starts the thread on the `USER_SEEN` ring buffer.
     pub fn start(ring: RingBuf<MapData>) -> Result<Self> {
         let (requests, rx) = mpsc::channel();
+        let (alive, ended) = mpsc::channel::<()>();
         let truncated = Arc::new(AtomicU64::new(0));
         let count = Arc::clone(&truncated);
         let thread = thread::Builder::new()
             .name("latprof-ustacks".to_owned())
-            .spawn(move || run(ring, &rx, &count))
+            .spawn(move || {
+                let _alive = alive;
+                run(ring, &rx, &count);
+            })
             .context("starting the user stack thread")?;
         Ok(Self {
             requests,
             thread: Some(thread),
+            ended,
             truncated,
         })
     }
@@ -116,7 +127,10 @@ impl Watcher {
 impl Drop for Watcher {
     fn drop(&mut self) {
         let _ = self.requests.send(Request::Stop);
-        if let Some(thread) = self.thread.take() {
+        // Joined only once it ended (within `STOP_WITHIN`); otherwise left behind.
+        if let Err(RecvTimeoutError::Disconnected) = self.ended.recv_timeout(STOP_WITHIN)
+            && let Some(thread) = self.thread.take()
+        {
             let _ = thread.join();
         }
     }

@@ -1,0 +1,239 @@
+//! The rules for files a user's process hands root (`--user-stacks`): its binaries, what they
+//! link to and its `perf-PID.map`. Any user controls these, and latprof reads them as root, so
+//! none is trusted: a path may be a link to root's files or a FIFO that blocks the open for
+//! ever, a section header may claim gigabytes, a debug link may name any file.
+//!
+//! - Files are opened `O_NOFOLLOW | O_NONBLOCK`, below the process's root with no link
+//!   followed (`openat2`), or through `/proc/PID/map_files` (what the process really maps).
+//! - Only regular files, with one name (no hard link to someone else's file), owned by the
+//!   process's user or by root.
+//! - Sizes are capped before anything is allocated and files are read in bounded pieces.
+//! - A binary's DWARF is read only where nothing in it sends the reader to another file that
+//!   its owner chose (debug links, supplementary files), and no compressed section claims more
+//!   than the cap: ELF symbols name it otherwise.
+
+use std::{
+    ffi::CString,
+    fs::File,
+    io,
+    os::{
+        fd::{AsRawFd as _, FromRawFd as _},
+        unix::fs::MetadataExt as _,
+    },
+};
+
+use object::{Object as _, ObjectSection as _, read::elf::ElfFile64};
+
+/// The most a section latprof copies out of a user's binary (`.eh_frame`) may claim: the
+/// largest seen on a distribution (a browser's) is under 20 MiB.
+pub const MAX_SECTION: u64 = 64 << 20;
+
+/// The most a compressed DWARF section of a user's binary may claim once uncompressed.
+pub const MAX_DWARF_SECTION: u64 = 256 << 20;
+
+/// `struct open_how` of openat2(2).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// The real user id of process `tgid` (`/proc/PID/status`).
+#[must_use]
+pub fn process_uid(tgid: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{tgid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Opens `rel` (no leading `/`) below process `tgid`'s root directory, as that process would
+/// see it, following no link at all (a link anywhere in the path is refused), never blocking
+/// (a FIFO opens and is then refused as not a regular file).
+pub fn open_below_root(tgid: u32, rel: &str) -> io::Result<File> {
+    let root = CString::new(format!("/proc/{tgid}/root")).map_err(io::Error::other)?;
+    let rel = CString::new(rel).map_err(io::Error::other)?;
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated path; the descriptor is checked and owned below.
+    let dir = unsafe {
+        libc::open(
+            root.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if dir < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `dir` is a descriptor this function just opened and owns.
+    let dir = unsafe { File::from_raw_fd(dir) };
+    let how = OpenHow {
+        flags: u64::try_from(flags).unwrap_or(0),
+        mode: 0,
+        resolve: libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: openat2 with a valid directory descriptor, path and `open_how` of the size given.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            rel.as_ptr(),
+            &raw const how,
+            size_of::<OpenHow>(),
+        )
+    };
+    let fd = if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        // Before Linux 5.6: the last component is not followed, the directories before it
+        // (`tmp`) are, as the process itself would.
+        // SAFETY: as above, with openat.
+        i64::from(unsafe { libc::openat(dir.as_raw_fd(), rel.as_ptr(), flags) })
+    } else {
+        fd
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = i32::try_from(fd).map_err(io::Error::other)?;
+    // SAFETY: a descriptor just opened, owned by the File from here on.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Checks that `file` is what a process's own file must be: a regular file with one name,
+/// owned by `uid` or root, at most `max` bytes. Returns its metadata.
+pub fn check_own_regular(file: &File, uid: u32, max: u64) -> io::Result<std::fs::Metadata> {
+    let meta = file.metadata()?;
+    let refuse = |why: &str| Err(io::Error::new(io::ErrorKind::InvalidData, why.to_owned()));
+    if !meta.file_type().is_file() {
+        return refuse("not a regular file");
+    }
+    if meta.nlink() != 1 {
+        return refuse("a file with other names (a hard link)");
+    }
+    if meta.uid() != uid && meta.uid() != 0 {
+        return refuse("owned by another user");
+    }
+    if meta.len() > max {
+        return refuse("larger than latprof reads");
+    }
+    Ok(meta)
+}
+
+/// Whether a binary's DWARF may be read (`Elf::debug_syms`): nothing in it names another file
+/// for the reader to open unless root owns the binary and the name stays in root's debug
+/// directories, and no compressed section claims more than `MAX_DWARF_SECTION` bytes once
+/// uncompressed.
+#[must_use]
+pub fn dwarf_safe(file: &File) -> bool {
+    let Ok(meta) = file.metadata() else {
+        return false;
+    };
+    let cache = object::ReadCache::new(file);
+    let Ok(elf) = ElfFile64::<object::Endianness, _>::parse(&cache) else {
+        // Not a 64-bit ELF blazesym could follow links from: its symbols, if any, are read
+        // without DWARF.
+        return false;
+    };
+    let by_root = meta.uid() == 0 && meta.mode() & 0o022 == 0;
+    for section in elf.sections() {
+        let Ok(name) = section.name() else {
+            return false;
+        };
+        let (_, size) = section.file_range().unwrap_or((0, 0));
+        if size > meta.len() {
+            return false;
+        }
+        let link = matches!(name, ".gnu_debuglink" | ".gnu_debugaltlink" | ".debug_sup");
+        if link {
+            if !by_root || size > 4096 {
+                return false;
+            }
+            let Ok(data) = section.data() else {
+                return false;
+            };
+            // `.debug_sup` starts with a version and a flag; the others with the name.
+            let data = if name == ".debug_sup" {
+                data.get(3..).unwrap_or_default()
+            } else {
+                data
+            };
+            let target = data.split(|&b| b == 0).next().unwrap_or_default();
+            if !root_debug_name(target) {
+                return false;
+            }
+        }
+        if name.starts_with(".zdebug") {
+            return false;
+        }
+        // blazesym allocates what a compressed section claims it holds, all at once.
+        match section.compressed_file_range() {
+            Ok(r) if r.format == object::CompressionFormat::None => {}
+            Ok(r) if r.uncompressed_size <= MAX_DWARF_SECTION => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// A debug link's target that blazesym resolves only within root's places: a plain file name
+/// (looked up in the debug directories and beside the root-owned binary), or a path under
+/// `/usr/lib/debug` without `..`.
+fn root_debug_name(target: &[u8]) -> bool {
+    let Ok(target) = std::str::from_utf8(target) else {
+        return false;
+    };
+    if target.is_empty() || target == "." || target == ".." {
+        return false;
+    }
+    if !target.contains('/') {
+        return true;
+    }
+    target.starts_with("/usr/lib/debug/") && !target.split('/').any(|p| p == "..")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_link_targets() {
+        assert!(root_debug_name(b"libc.so.6.debug"));
+        assert!(root_debug_name(
+            b"/usr/lib/debug/.dwz/x86_64-linux-gnu/libc6.debug"
+        ));
+        assert!(!root_debug_name(b"/tmp/t3/pub/dbg.fifo"));
+        assert!(!root_debug_name(b"/usr/lib/debug/../../../tmp/x"));
+        assert!(!root_debug_name(b"sub/dir.debug"));
+        assert!(!root_debug_name(b".."));
+        assert!(!root_debug_name(b""));
+    }
+
+    #[test]
+    fn own_binary_may_be_read_and_a_link_below_root_is_refused() {
+        let exe = File::open("/proc/self/exe").unwrap();
+        // The test binary has no debug link: its DWARF may be read.
+        assert!(dwarf_safe(&exe));
+        let pid = std::process::id();
+        // /proc/self/exe-like links are not followed below a root.
+        let dir = std::env::temp_dir().join(format!("latprof-untrusted-{pid}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("target");
+        std::fs::write(&target, b"x").unwrap();
+        std::os::unix::fs::symlink(&target, dir.join("link")).unwrap();
+        let rel = dir.strip_prefix("/").unwrap();
+        assert!(open_below_root(pid, &format!("{}/target", rel.display())).is_ok());
+        assert!(open_below_root(pid, &format!("{}/link", rel.display())).is_err());
+        let file = open_below_root(pid, &format!("{}/target", rel.display())).unwrap();
+        // SAFETY: getuid has no preconditions.
+        let me = unsafe { libc::getuid() };
+        assert!(check_own_regular(&file, me, 10).is_ok());
+        assert!(check_own_regular(&file, me, 0).is_err());
+        std::fs::hard_link(&target, dir.join("hard")).unwrap();
+        assert!(check_own_regular(&file, me, 10).is_err(), "two names");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
