@@ -541,11 +541,19 @@ impl Resolver {
             .names
             .entry((module.dev, module.ino, offset))
             .or_insert_with(|| {
-                let mut elf = Elf::new(module.fd_path());
-                elf.debug_syms = module.dwarf;
-                let src = Source::Elf(elf);
-                match symbolizer.symbolize_single(&src, Input::FileOffset(offset)) {
+                // DWARF where it may be read; where it cannot (damaged, or refused by
+                // blazesym), the ELF symbols alone.
+                let named = |dwarf: bool| {
+                    let mut elf = Elf::new(module.fd_path());
+                    elf.debug_syms = dwarf;
+                    symbolizer.symbolize_single(&Source::Elf(elf), Input::FileOffset(offset))
+                };
+                match named(module.dwarf) {
                     Ok(Symbolized::Sym(sym)) => Some(with_line(&sym)),
+                    Err(_) if module.dwarf => match named(false) {
+                        Ok(Symbolized::Sym(sym)) => Some(with_line(&sym)),
+                        _ => None,
+                    },
                     _ => None,
                 }
             })

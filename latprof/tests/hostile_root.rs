@@ -1,0 +1,529 @@
+//! What an unprivileged user's process can point a root latprof at (`--user-stacks`): its
+//! binaries, their debug links and section tables, its perf map, its names, its terminal.
+//! Each test runs the user's side as `nobody`, from `../shared/hostile` or equivalents built
+//! here, against latprof run as root, with bounded waits: a hang is a failure, not a stuck
+//! suite.
+//!
+//! Needs root, gcc, objcopy and tmux; `cargo xtask test` runs it (`#[ignore]`d for a plain
+//! `cargo test`).
+use std::{
+    os::unix::fs::PermissionsExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+mod common;
+
+use common::{LATPROF, TempDir};
+
+/// `../shared/hostile`, where the hardening issue's programs are.
+fn hostile() -> PathBuf {
+    std::env::var_os("LATPROF_SHARED")
+        .map_or_else(
+            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
+            PathBuf::from,
+        )
+        .join("hostile")
+}
+
+/// A directory for this test binary's programs, readable and enterable by `nobody`.
+fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<TempDir> = OnceLock::new();
+    &DIR.get_or_init(|| TempDir::new("hostile-root")).0
+}
+
+/// Builds `hostile/SRC` (C) as `name` in `bin_dir()`, with frame pointers.
+fn build(src: &str, name: &str) -> PathBuf {
+    let out = bin_dir().join(name);
+    if !out.exists() {
+        let status = Command::new("gcc")
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+            .arg(&out)
+            .arg(hostile().join(src))
+            .status()
+            .expect("gcc (cargo xtask test installs it)");
+        assert!(status.success(), "gcc {src}");
+    }
+    out
+}
+
+/// The hostile sleeper (`evil MODE N MS`), its file name being the marker the issue's
+/// patches look for.
+fn evil() -> PathBuf {
+    let src = std::fs::read_dir(hostile())
+        .expect("../shared/hostile")
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("MARKFILE_"))
+        .expect("MARKFILE_*.c in ../shared/hostile");
+    build(&src.file_name().to_string_lossy(), "evil")
+}
+
+/// A command run as `nobody` (setpriv execs it: the pid is the program's).
+fn as_nobody(program: &Path) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+        "--inh-caps=-all",
+    ])
+    .arg(program);
+    cmd
+}
+
+/// Waits for `child` at most `limit`; kills it (and fails) past that.
+fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "{what} did not end within {limit:?} (killed): {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `latprof --user-stacks stats --all-sleeps --duration D --pid PID --format FORMAT` as root
+/// while `user` (started as nobody, PID) runs; latprof must end within `limit`, and exit 0.
+/// Returns latprof's output and the workload's.
+fn stats_around(
+    mut user: Command,
+    duration: &str,
+    format: &str,
+    limit: Duration,
+) -> (Output, Output) {
+    let workload = user
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the workload as nobody");
+    let pid = workload.id().to_string();
+    let latprof = Command::new(LATPROF)
+        .args(["--user-stacks", "stats", "--all-sleeps", "--pid", &pid])
+        .args(["--duration", duration, "--format", format])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn latprof");
+    let out = wait_bounded(latprof, limit, "latprof stats");
+    let work = wait_bounded(workload, Duration::from_secs(60), "the workload");
+    assert!(
+        out.status.success(),
+        "latprof: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, work)
+}
+
+/// N1: a binary whose `.gnu_debuglink` names a FIFO (absolute: it replaces the debug
+/// directory) hung the naming thread in its open for good, and with it latprof's stop.
+#[test]
+#[ignore = "needs root"]
+fn a_debug_link_to_a_fifo_does_not_hang_latprof() {
+    let dir = TempDir::new("dlink");
+    let evil = evil();
+    let fifo = dir.file("dbg.fifo");
+    // The user's FIFO, in a directory the user may write.
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let status = as_nobody(Path::new("mkfifo"))
+        .args(["-m", "644"])
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
+    let mut name = fifo.to_string_lossy().into_owned().into_bytes();
+    name.push(0);
+    while name.len() % 4 != 0 {
+        name.push(0);
+    }
+    name.extend_from_slice(&0x1234_5678_u32.to_le_bytes());
+    let blob = dir.file("dl.blob");
+    std::fs::write(&blob, &name).unwrap();
+    let linked = dir.file("dlinkfifo");
+    let status = Command::new("objcopy")
+        .arg(format!("--add-section=.gnu_debuglink={}", blob.display()))
+        .arg(&evil)
+        .arg(&linked)
+        .status()
+        .expect("objcopy (binutils)");
+    assert!(status.success());
+    // The user's own binary.
+    let status = Command::new("chown")
+        .args(["nobody"])
+        .arg(&linked)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut user = as_nobody(&linked);
+    user.args(["raw", "1500", "3"]);
+    let (out, _) = stats_around(user, "3s", "text", Duration::from_secs(25));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Named from its symbols (no DWARF through the link): the function is there.
+    assert!(text.contains("MARKFUNC_"), "{text}");
+}
+
+/// N2: a perf map that is a link to a file only root may read was followed, and its lines
+/// became frame names in root's output.
+#[test]
+#[ignore = "needs root"]
+fn a_perf_map_linked_to_roots_file_is_not_read() {
+    let dir = TempDir::new("perfmap-link");
+    let secret = dir.file("secret.txt");
+    // A line that would name any address.
+    std::fs::write(&secret, "0 ffffffffffffffff ROOT_ONLY_SECRET\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let jitter = build("jitter.c", "jitter");
+    let mut user = as_nobody(&jitter);
+    user.env("PERFMAP", format!("link:{}", secret.display()))
+        .args(["1500", "3"]);
+    let (out, _) = stats_around(user, "3s", "text", Duration::from_secs(25));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("ROOT_ONLY_SECRET"), "{text}");
+    // A FIFO as the map blocks nothing either.
+    let mut user = as_nobody(&jitter);
+    user.env("PERFMAP", "fifo").args(["1500", "3"]);
+    stats_around(user, "3s", "text", Duration::from_secs(25));
+}
+
+/// N2 (memory): a 3 GB sparse perf map and one of 5 million lines are read only up to the
+/// bound, not whole (`latprof-workload measure` reports latprof's own peak memory).
+#[test]
+#[ignore = "needs root"]
+fn huge_perf_maps_are_read_within_bounds() {
+    let jitter = build("jitter.c", "jitter");
+    for map in ["big:3000000000", "lines:5000000"] {
+        let dir = TempDir::new("perfmap-big");
+        let report = dir.file("rusage");
+        let workload = as_nobody(&jitter)
+            .env("PERFMAP", map)
+            .args(["1500", "3"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let latprof = Command::new(common::workload_bin())
+            .args(["measure", "--report", report.to_str().unwrap(), LATPROF])
+            .args(["--user-stacks", "stats", "--all-sleeps", "--duration", "4s"])
+            .args(["--pid", &workload.id().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = wait_bounded(latprof, Duration::from_secs(40), "latprof stats");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _ = wait_bounded(workload, Duration::from_secs(60), "jitter");
+        let report = std::fs::read_to_string(&report).unwrap();
+        let rss: u64 = report
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("maxrss_kib="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{report}"));
+        // latprof alone peaks at about 60 MiB here (a test build); a map read whole took
+        // +450 MB, or all there was.
+        assert!(rss < 160 * 1024, "{map}: peak RSS {rss} KiB ({report})");
+    }
+}
+
+/// N3: a section header claiming 2 GiB of `.eh_frame` (a sparse file that long) was allocated
+/// whole: under a 1 GiB address-space limit root's latprof died.
+#[test]
+#[ignore = "needs root"]
+fn a_section_claiming_gigabytes_is_not_allocated() {
+    let dir = TempDir::new("ehbomb");
+    let bomb = dir.file("ehbomb");
+    let status = Command::new("python3")
+        .arg(hostile().join("elfpatch.py"))
+        .arg(evil())
+        .arg(&bomb)
+        .args([".eh_frame", &(2u64 << 30).to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let workload = as_nobody(&bomb)
+        .args(["libc", "1500", "3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let latprof = Command::new("prlimit")
+        .arg(format!("--as={}", 1u64 << 30))
+        .arg(LATPROF)
+        .args(["--user-stacks", "stats", "--all-sleeps", "--duration", "3s"])
+        .args(["--pid", &workload.id().to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_bounded(latprof, Duration::from_secs(30), "latprof stats");
+    let _ = wait_bounded(workload, Duration::from_secs(30), "ehbomb");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Its frames are there: named, or (the 2 GiB file cannot be mapped under the limit)
+    // by file and offset.
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("MARKFUNC_") || text.contains("ehbomb+0x"),
+        "{text}"
+    );
+}
+
+/// N6: a process mapping 1,100 small files executable had root's latprof open every one of
+/// them, to its descriptor limit.
+#[test]
+#[ignore = "needs root"]
+fn a_process_mapping_many_files_does_not_spend_the_descriptors() {
+    let dir = TempDir::new("manymaps");
+    let files = dir.file("files");
+    std::fs::create_dir(&files).unwrap();
+    for i in 0..1100 {
+        std::fs::write(files.join(format!("f{i}")), vec![0u8; 4096]).unwrap();
+    }
+    let manymaps = build("manymaps.c", "manymaps");
+    let workload = as_nobody(&manymaps)
+        .arg("1100")
+        .arg(&files)
+        .arg("1500")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let latprof = Command::new("prlimit")
+        .arg("--nofile=1024:1024")
+        .arg(LATPROF)
+        .args(["--user-stacks", "stats", "--all-sleeps", "--duration", "4s"])
+        .args(["--pid", &workload.id().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // prlimit execs latprof: the same pid.
+    let pid = latprof.id();
+    let mut most = 0;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+            most = most.max(fds.count());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = wait_bounded(latprof, Duration::from_secs(30), "latprof stats");
+    let _ = wait_bounded(workload, Duration::from_secs(30), "manymaps");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Half of the limit at most for the binaries, and about 40 for the rest.
+    assert!(most > 0 && most < 600, "{most} descriptors open");
+}
+
+/// N7: escapes and forged lines in function, source file and binary names reached root's
+/// terminal raw.
+#[test]
+#[ignore = "needs root"]
+fn names_from_a_users_binary_are_printable() {
+    let dir = TempDir::new("escapes");
+    let patched = dir.file("patched");
+    let status = Command::new("python3")
+        .arg(hostile().join("patch.py"))
+        .arg(evil())
+        .arg(&patched)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::set_permissions(&patched, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for format in ["text", "folded"] {
+        let mut user = as_nobody(&patched);
+        user.args(["raw", "1500", "3"]);
+        let (out, _) = stats_around(user, "3s", format, Duration::from_secs(25));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("PWNED"),
+            "{format}: the patched name is shown\n{text}"
+        );
+        assert!(
+            !text.contains('\x1b') && !text.contains('\x07'),
+            "{format}: an escape reached the output\n{text:?}"
+        );
+        // Every line is a line latprof wrote: the forged "1 1 1 fake;line" stays inside one.
+        for line in text.lines().filter(|l| l.contains("fake")) {
+            assert!(line.contains("PWNED"), "{format}: a forged line\n{text}");
+        }
+    }
+}
+
+/// N15: a valid perf map written before the first sleep (and removed when the process
+/// exits) named nothing: it was read only when naming, after the process was gone.
+#[test]
+#[ignore = "needs root"]
+fn a_jit_frame_is_named_from_the_processs_perf_map() {
+    let jitter = build("jitter.c", "jitter");
+    let mut user = as_nobody(&jitter);
+    user.env("PERFMAP", "name:MYJITFN").args(["1500", "3"]);
+    let (out, _) = stats_around(user, "3s", "text", Duration::from_secs(25));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("MYJITFN"), "{text}");
+}
+
+/// N10: naming must not hold a stop for long: 40 processes with 200 MB perf maps made
+/// `stats --duration 3s` take 13 s, with the programs attached.
+#[test]
+#[ignore = "needs root"]
+fn naming_does_not_hold_the_stop() {
+    let jitter = build("jitter.c", "jitter");
+    let workloads: Vec<Child> = (0..40)
+        .map(|_| {
+            as_nobody(&jitter)
+                .env("PERFMAP", "big:200000000")
+                .args(["1200", "3"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let started = Instant::now();
+    let latprof = Command::new(LATPROF)
+        .args(["--user-stacks", "stats", "--all-sleeps", "--duration", "3s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // 3 s counting, the last naming's bound (10 s) and room to load and unload.
+    let out = wait_bounded(latprof, Duration::from_secs(20), "latprof stats");
+    let took = started.elapsed();
+    for w in workloads {
+        let _ = wait_bounded(w, Duration::from_secs(60), "jitter");
+    }
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+}
+
+/// N11: a recording with user frames names other users' functions and binaries: only its
+/// owner reads it.
+#[test]
+#[ignore = "needs root"]
+fn recordings_with_user_frames_are_private() {
+    let dir = TempDir::new("private-rec");
+    let rec = dir.file("run.lpr");
+    let out = Command::new(LATPROF)
+        .args(["--user-stacks", "record", "--duration", "1s", "-o"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mode = std::fs::metadata(&rec).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{mode:o}");
+}
+
+/// N5: `top` and `replay` spun at full CPU for ever, deaf to signals, programs attached, when
+/// their terminal went away; they must leave within 2 s.
+#[test]
+#[ignore = "needs root and tmux"]
+fn top_and_replay_leave_when_their_terminal_goes() {
+    let dir = TempDir::new("hangup");
+    let rec = dir.file("run.lpr");
+    let out = Command::new(LATPROF)
+        .args(["record", "--duration", "1s", "-o"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (what, command) in [
+        ("top", format!("{LATPROF} top")),
+        ("replay", format!("{LATPROF} replay {}", rec.display())),
+    ] {
+        let session = format!("latprof-hangup-{}-{what}", std::process::id());
+        let status = Command::new("tmux")
+            .args(["new-session", "-d", "-s", &session, "-x", "100", "-y", "30"])
+            .arg(&command)
+            .status()
+            .expect("tmux");
+        assert!(status.success());
+        // latprof's pid once its screen is up: the pane's command, or its child where a
+        // shell runs it.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let pid = loop {
+            let out = Command::new("tmux")
+                .args(["list-panes", "-t", &session, "-F", "#{pane_pid}"])
+                .output()
+                .unwrap();
+            let screen = Command::new("tmux")
+                .args(["capture-pane", "-p", "-t", &session])
+                .output()
+                .unwrap();
+            let screen = String::from_utf8_lossy(&screen.stdout);
+            let pane: Option<u32> = String::from_utf8_lossy(&out.stdout).trim().parse().ok();
+            if let Some(pid) = pane.and_then(latprof_at)
+                && screen.contains("Global causes")
+            {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "{what} did not start:\n{screen}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let status = Command::new("tmux")
+            .args(["kill-session", "-t", &session])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let gone = Instant::now() + Duration::from_secs(2);
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if state.contains(") Z") {
+                break;
+            }
+            if Instant::now() >= gone {
+                // SAFETY: ending the process this test started.
+                unsafe { libc::kill(i32::try_from(pid).unwrap(), libc::SIGKILL) };
+                panic!("{what} still runs 2 s after its terminal went away: {state}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// `pid` if it is latprof, else its child that is.
+fn latprof_at(pid: u32) -> Option<u32> {
+    let comm = |p: u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+    if comm(pid).trim() == "latprof" {
+        return Some(pid);
+    }
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    children
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .find(|&c| comm(c).trim() == "latprof")
+}
