@@ -143,7 +143,7 @@ fn a_debug_link_to_a_fifo_does_not_hang_latprof() {
     assert!(status.success());
     let mut name = fifo.to_string_lossy().into_owned().into_bytes();
     name.push(0);
-    while name.len() % 4 != 0 {
+    while !name.len().is_multiple_of(4) {
         name.push(0);
     }
     name.extend_from_slice(&0x1234_5678_u32.to_le_bytes());
@@ -385,42 +385,62 @@ fn a_jit_frame_is_named_from_the_processs_perf_map() {
     assert!(text.contains("MYJITFN"), "{text}");
 }
 
-/// N10: naming must not hold a stop for long: 40 processes with 200 MB perf maps made
-/// `stats --duration 3s` take 13 s, with the programs attached.
+/// N10: naming must not hold a stop: 40 processes with 200 MB perf maps made
+/// `stats --duration 3s` take 13 s, with the programs attached (they outlive it: their maps
+/// are there when the last snapshot names their frames). Timed from SIGINT to exit. The processes are in a cgroup
+/// of their own that latprof is limited to, so only their frames are named.
 #[test]
 #[ignore = "needs root"]
 fn naming_does_not_hold_the_stop() {
     let jitter = build("jitter.c", "jitter");
+    let cgroups = common::cgroups::Cgroups::make(&["latprof-test-bigmaps"]);
+    let cgroup = cgroups.path(0).to_owned();
     let workloads: Vec<Child> = (0..40)
         .map(|_| {
-            as_nobody(&jitter)
+            // Into the cgroup before the program starts, then nobody's jitter.
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "echo $$ > {}/cgroup.procs && exec setpriv --reuid=nobody --regid=nogroup \
+                     --clear-groups {} 3000 3",
+                    cgroup.display(),
+                    jitter.display()
+                ))
                 .env("PERFMAP", "big:200000000")
-                .args(["1200", "3"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap()
         })
         .collect();
-    let started = Instant::now();
-    let latprof = Command::new(LATPROF)
-        .args(["--user-stacks", "stats", "--all-sleeps", "--duration", "3s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // 3 s counting, the last naming's bound (10 s) and room to load and unload.
-    let out = wait_bounded(latprof, Duration::from_secs(20), "latprof stats");
-    let took = started.elapsed();
-    for w in workloads {
-        let _ = wait_bounded(w, Duration::from_secs(60), "jitter");
+    let mut cmd = Command::new(LATPROF);
+    cmd.args(["--user-stacks", "stats", "--all-sleeps", "--cgroup"])
+        .arg(&cgroup)
+        .stdout(Stdio::piped());
+    let (latprof, mut stderr) = common::start(&mut cmd, "attached");
+    // Counting while the jitters sleep every 3 ms.
+    std::thread::sleep(Duration::from_secs(2));
+    let stopped = Instant::now();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(i32::try_from(latprof.id()).unwrap(), libc::SIGINT) };
+    let out = wait_bounded(latprof, Duration::from_secs(60), "latprof stats");
+    let took = stopped.elapsed();
+    // Still running (and their maps still there) when latprof stopped: no longer needed.
+    for mut w in workloads {
+        let _ = w.kill();
+        let _ = w.wait();
     }
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+    assert!(out.status.success(), "{rest}");
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        text.contains("[anon]+0x7"),
+        "the jitters' sleeps are counted:\n{text}"
     );
-    assert!(took < Duration::from_secs(20), "took {took:?}");
+    // Reading the maps whole took 8 s more here.
+    eprintln!("stats took {took:?} from SIGINT to exit");
+    assert!(took < Duration::from_secs(4), "took {took:?} to stop");
 }
 
 /// N11: a recording with user frames names other users' functions and binaries: only its
