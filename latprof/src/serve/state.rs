@@ -316,9 +316,16 @@ impl Accumulator {
     /// Backtrace `stack` named (cached). One whose user backtrace has no name yet ends in
     /// [`UNNAMED`] and is named again by each read until the name comes; it keeps its series.
     fn named(&mut self, stack: u64, snap: &Snapshot, syms: &Kallsyms) -> Arc<Named> {
+        // With --user-stacks the user frames go on outward from the kernel's (pprof's order:
+        // innermost first).
+        let unnamed = snap
+            .user_parts
+            .get(&stack)
+            .is_some_and(|u| !snap.user_stacks.contains_key(u));
         let old = self.named.get(&stack);
+        // Named once and for all, or not named yet again: as it was.
         if let Some(n) = old
-            && !self.unnamed.contains(&stack)
+            && (unnamed || !self.unnamed.contains(&stack))
         {
             return Arc::clone(n);
         }
@@ -345,12 +352,6 @@ impl Accumulator {
             Some(slot) => slot,
             None => self.slot(&reason, state),
         };
-        // With --user-stacks the user frames go on outward from the kernel's (pprof's order:
-        // innermost first).
-        let unnamed = snap
-            .user_parts
-            .get(&stack)
-            .is_some_and(|u| !snap.user_stacks.contains_key(u));
         let user = if unnamed {
             vec![UNNAMED.to_owned()]
         } else {
