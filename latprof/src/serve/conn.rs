@@ -2,8 +2,8 @@
 //! clients who connect and send nothing, or send a request one byte at a time (slowloris),
 //! cannot take the descriptors a scrape needs (issue 29, N9).
 //!
-//! - At most [`Limits::cap`] connections (64, fewer where the descriptor limit leaves less
-//!   room, always [`RESERVE_FDS`] descriptors kept for latprof itself). One more is accepted
+//! - At most [`Limits::cap`] connections (64, fewer where the descriptor limit would leave
+//!   less than [`RESERVE_FDS`] descriptors for latprof itself). One more is accepted
 //!   and, at once, the connection quiet the longest that has no request in flight is closed:
 //!   an idle one, or one still sending its headers (a slowloris never reaches the service),
 //!   quiet for at least [`Limits::quiet`] (by the kernel's count, which includes the time a
