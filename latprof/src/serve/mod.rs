@@ -1,6 +1,7 @@
 //! `latprof serve`'s HTTP side: the routes and their answers. Handlers render the latest
 //! value the collection published ([`state::Published`]); none of them waits for the
 //! collection or holds anything it needs, so a slow, stuck or numerous client cannot stall it.
+pub mod conn;
 pub mod state;
 
 use std::{sync::Arc, time::Duration};
@@ -89,17 +90,20 @@ impl Server {
             tokio::net::TcpListener::from_std(listener).context("listen")?
         };
         let app = router(shared);
-        let task = runtime.spawn(async move { axum::serve(listener, app).await });
+        // The cap is taken from the descriptors left now, with the programs loaded.
+        let limits = conn::Limits::for_this_process();
+        let task = runtime.spawn(conn::serve(listener, app, limits));
         Ok(Self { runtime, task })
     }
 
-    /// Whether the server ended (it only does on an error).
+    /// Whether the server ended (it only does on an error of the listener).
     #[must_use]
     pub fn is_finished(&self) -> bool {
         self.task.is_finished()
     }
 
-    /// Stops serving: connections still open are cut, so no client keeps latprof up.
+    /// Stops serving: connections still open are cut (their tasks go with the accept loop's),
+    /// so no client keeps latprof up.
     pub fn stop(self) {
         self.task.abort();
         self.runtime.shutdown_timeout(Duration::from_secs(1));

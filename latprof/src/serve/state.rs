@@ -40,6 +40,10 @@ pub const MAX_SECONDS: u32 = 300;
 /// The series label for everything past `--max-series`.
 pub const OTHER: &str = "other";
 
+/// The frame that stands for a user backtrace not named by the naming deadline (a large JIT
+/// map, a busy CPU): named by a later read once its name comes.
+pub const UNNAMED: &str = "[unnamed]";
+
 /// One backtrace as it is exposed: function names only, its reason, its state.
 #[derive(Debug)]
 pub struct Named {
@@ -108,6 +112,9 @@ pub struct Accumulator {
     depth: usize,
     max_series: usize,
     named: HashMap<u64, Arc<Named>>,
+    /// Stack ids whose user backtrace had no name yet when last named (shown as
+    /// [`UNNAMED`]): each read names them again until the name comes.
+    unnamed: HashSet<u64>,
     /// Cumulative numbers per stack id, never decreasing: a read that raced with an exit merge
     /// (and counted a task twice or not at all) neither lowers a counter nor counts twice.
     totals: HashMap<u64, (u64, u64)>,
@@ -150,6 +157,7 @@ impl Accumulator {
             depth,
             max_series: max_series.max(2),
             named: HashMap::new(),
+            unnamed: HashSet::new(),
             totals: HashMap::new(),
             hist: HashMap::new(),
             slots: Vec::new(),
@@ -265,7 +273,11 @@ impl Accumulator {
         }
         let mut sums: HashMap<&str, (u64, u64)> = HashMap::new();
         for (id, (count, ns)) in &self.cgroup_totals {
-            let label = self.cgroup_label[id].as_deref().unwrap_or(OTHER);
+            let label = self
+                .cgroup_label
+                .get(id)
+                .and_then(Option::as_deref)
+                .unwrap_or(OTHER);
             let s = sums.entry(label).or_default();
             s.0 += count;
             s.1 += ns;
@@ -301,10 +313,23 @@ impl Accumulator {
         i
     }
 
+    /// Backtrace `stack` named (cached). One whose user backtrace has no name yet ends in
+    /// [`UNNAMED`] and is named again by each read until the name comes; it keeps its series.
     fn named(&mut self, stack: u64, snap: &Snapshot, syms: &Kallsyms) -> Arc<Named> {
-        if let Some(n) = self.named.get(&stack) {
+        // With --user-stacks the user frames go on outward from the kernel's (pprof's order:
+        // innermost first).
+        let unnamed = snap
+            .user_parts
+            .get(&stack)
+            .is_some_and(|u| !snap.user_stacks.contains_key(u));
+        let old = self.named.get(&stack);
+        // Named once and for all, or not named yet again: as it was.
+        if let Some(n) = old
+            && (unnamed || !self.unnamed.contains(&stack))
+        {
             return Arc::clone(n);
         }
+        let old_slot = old.map(|n| n.slot);
         let backtrace = Backtrace::of(
             stack,
             snap.stacks.get(&stack).map(Vec::as_slice),
@@ -322,15 +347,16 @@ impl Accumulator {
         } else {
             "S"
         };
-        let slot = self.slot(&reason, state);
-        // With --user-stacks the user frames go on outward from the kernel's (pprof's order:
-        // innermost first).
-        let user = crate::model::user_frames(snap, stack, self.depth);
-        let unnamed = snap.user_parts.contains_key(&stack)
-            && !snap
-                .user_parts
-                .get(&stack)
-                .is_some_and(|u| snap.user_stacks.contains_key(u));
+        // A series keeps its stacks for the whole run (a counter never moves).
+        let slot = match old_slot {
+            Some(slot) => slot,
+            None => self.slot(&reason, state),
+        };
+        let user = if unnamed {
+            vec![UNNAMED.to_owned()]
+        } else {
+            crate::model::user_frames(snap, stack, self.depth)
+        };
         let named = Arc::new(Named {
             frames: backtrace
                 .lines()
@@ -342,10 +368,12 @@ impl Accumulator {
             state,
             slot,
         });
-        // A user backtrace not named yet is named by a later read.
-        if !unnamed {
-            self.named.insert(stack, Arc::clone(&named));
+        if unnamed {
+            self.unnamed.insert(stack);
+        } else {
+            self.unnamed.remove(&stack);
         }
+        self.named.insert(stack, Arc::clone(&named));
         named
     }
 
@@ -397,15 +425,19 @@ impl Accumulator {
                 buckets: [0; HIST_BUCKETS],
             })
             .collect();
+        // Every stack in `totals` and `hist` was named above; a lookup still never panics.
+        let series_of = |stack: &u64| self.named.get(stack).map(|n| n.slot);
         for (stack, (count, ns)) in &self.totals {
-            let s = &mut series[self.named[stack].slot];
-            s.count += count;
-            s.total_ns += ns;
+            if let Some(s) = series_of(stack).and_then(|i| series.get_mut(i)) {
+                s.count += count;
+                s.total_ns += ns;
+            }
         }
         for (stack, h) in &self.hist {
-            let s = &mut series[self.named[stack].slot];
-            for (a, n) in s.buckets.iter_mut().zip(h) {
-                *a += n;
+            if let Some(s) = series_of(stack).and_then(|i| series.get_mut(i)) {
+                for (a, n) in s.buckets.iter_mut().zip(h) {
+                    *a += n;
+                }
             }
         }
         while self.window.len() >= self.window_len {
@@ -806,5 +838,90 @@ ffffffff81402000 T __lock_text_end
         for t in &profile.string_table {
             assert!(!t.contains("0x") && !t.contains("ffffffff"), "{t}");
         }
+    }
+
+    /// `--user-stacks`: a user backtrace the naming deadline left unnamed (a 200 MB perf map,
+    /// a busy CPU) is shown as `[unnamed]`, never a panic, and named by the read its name
+    /// comes with; its counts stay in their series.
+    #[test]
+    fn a_user_backtrace_named_late_is_unnamed_until_then() {
+        use crate::ustacks::UserFrame;
+        let frame = |name: &str| UserFrame {
+            name: name.to_owned(),
+            module: "/usr/bin/app".to_owned(),
+            build_id: String::new(),
+            offset: 0x1000,
+            named: true,
+        };
+        let decode = |gz: Vec<u8>| {
+            let mut raw = Vec::new();
+            flate2::read::GzDecoder::new(gz.as_slice())
+                .read_to_end(&mut raw)
+                .unwrap();
+            pprof::Profile::decode(raw.as_slice()).unwrap()
+        };
+        // The frames of each sample, innermost first.
+        let traces = |p: &pprof::Profile| -> Vec<(Vec<String>, i64)> {
+            let name = |id: u64| {
+                let f = p.function.iter().find(|f| f.id == id).unwrap();
+                p.string_table[usize::try_from(f.name).unwrap()].clone()
+            };
+            let frames = |loc: u64| -> Vec<String> {
+                let l = p.location.iter().find(|l| l.id == loc).unwrap();
+                l.line.iter().map(|line| name(line.function_id)).collect()
+            };
+            p.sample
+                .iter()
+                .map(|s| {
+                    (
+                        s.location_id.iter().flat_map(|&l| frames(l)).collect(),
+                        s.value[0],
+                    )
+                })
+                .collect()
+        };
+        let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal");
+        let mut s = snap(&[(1, 5)], 1);
+        s.user_parts = [(1, 100)].into();
+        let p = update(&mut acc, &s);
+        let text = render_live(&p.live, Flavor::Prometheus);
+        assert!(
+            text.contains(
+                "latprof_sleeps_total{reason=\"Application requested delay\",state=\"S\"} 5\n"
+            ),
+            "{text}"
+        );
+        let first = traces(&decode(p.profile(300, 1_500_000_000)));
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(
+            first[0].0.last().map(String::as_str),
+            Some(UNNAMED),
+            "{first:?}"
+        );
+        assert_eq!(first[0].1, 5);
+        // Still unnamed at the next read: no panic, the counts go on.
+        let p = update(&mut acc, &{
+            let mut s = snap(&[(1, 7)], 2);
+            s.user_parts = [(1, 100)].into();
+            s
+        });
+        assert_eq!(p.live.series[0].count, 7);
+        // The name comes: the sleeps since are shown with it, in the same series.
+        let mut s = snap(&[(1, 10)], 3);
+        s.user_parts = [(1, 100)].into();
+        s.user_stacks = [(100, vec![frame("wait_for_request"), frame("main")])].into();
+        let p = update(&mut acc, &s);
+        assert_eq!(p.live.series.len(), 1, "{:?}", p.live.series);
+        assert_eq!(p.live.series[0].count, 10);
+        let last = traces(&decode(p.profile(1, 3_500_000_000)));
+        assert_eq!(last.len(), 1, "{last:?}");
+        assert!(
+            last[0]
+                .0
+                .ends_with(&["wait_for_request".to_owned(), "main".to_owned()]),
+            "{last:?}"
+        );
+        assert_eq!(last[0].1, 3);
+        assert!(!last[0].0.iter().any(|f| f == UNNAMED), "{last:?}");
     }
 }
