@@ -18,16 +18,6 @@ mod common;
 
 use common::{LATPROF, TempDir};
 
-/// `../shared/hostile`, where the hardening issue's programs are.
-fn hostile() -> PathBuf {
-    std::env::var_os("LATPROF_SHARED")
-        .map_or_else(
-            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
-            PathBuf::from,
-        )
-        .join("hostile")
-}
-
 /// A directory for this test binary's programs, readable and enterable by `nobody`.
 fn bin_dir() -> &'static Path {
     static DIR: OnceLock<TempDir> = OnceLock::new();
@@ -41,7 +31,7 @@ fn build(src: &str, name: &str) -> PathBuf {
         let status = Command::new("gcc")
             .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
             .arg(&out)
-            .arg(hostile().join(src))
+            .arg(common::hostile(src))
             .status()
             .expect("gcc (cargo xtask test installs it)");
         assert!(status.success(), "gcc {src}");
@@ -52,7 +42,7 @@ fn build(src: &str, name: &str) -> PathBuf {
 /// The hostile sleeper (`evil MODE N MS`), its file name being the marker the issue's
 /// patches look for.
 fn evil() -> PathBuf {
-    let src = std::fs::read_dir(hostile())
+    let src = std::fs::read_dir(common::hostile(""))
         .expect("../shared/hostile")
         .flatten()
         .find(|e| e.file_name().to_string_lossy().starts_with("MARKFILE_"))
@@ -246,7 +236,7 @@ fn a_section_claiming_gigabytes_is_not_allocated() {
     let dir = TempDir::new("ehbomb");
     let bomb = dir.file("ehbomb");
     let status = Command::new("python3")
-        .arg(hostile().join("elfpatch.py"))
+        .arg(common::hostile("elfpatch.py"))
         .arg(evil())
         .arg(&bomb)
         .args([".eh_frame", &(2u64 << 30).to_string()])
@@ -344,7 +334,7 @@ fn names_from_a_users_binary_are_printable() {
     let dir = TempDir::new("escapes");
     let patched = dir.file("patched");
     let status = Command::new("python3")
-        .arg(hostile().join("patch.py"))
+        .arg(common::hostile("patch.py"))
         .arg(evil())
         .arg(&patched)
         .stdout(Stdio::null())

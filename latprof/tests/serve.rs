@@ -1281,24 +1281,11 @@ fn churn_keeps_memory_bounded() {
     assert!(status.success(), "exit {status}: {rest}");
 }
 
-/// The hostile inputs' directory (issue 29): `LATPROF_HOSTILE`, else the shared one.
-fn hostile(file: &str) -> PathBuf {
-    let dir = std::env::var_os("LATPROF_HOSTILE")
-        .map_or_else(|| PathBuf::from("/work/shared/hostile"), PathBuf::from);
-    let path = dir.join(file);
-    assert!(
-        path.is_file(),
-        "{} is missing (set LATPROF_HOSTILE to the hostile inputs' directory)",
-        path.display()
-    );
-    path
-}
-
 /// `hprobe.py PORT ARGS...` (the hostile HTTP prober) run as `nobody`, its output piped.
 fn hprobe_as_nobody(addr: SocketAddr, args: &[&str]) -> Child {
     Command::new("runuser")
         .args(["-u", "nobody", "--", "/usr/bin/python3"])
-        .arg(hostile("hprobe.py"))
+        .arg(common::hostile("hprobe.py"))
         .arg(addr.port().to_string())
         .args(args)
         .stdout(Stdio::piped())

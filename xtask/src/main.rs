@@ -21,8 +21,9 @@ const BPF_LINKER: &str = "0.13.0";
 /// promtool) that the serve tests run against `latprof serve`, and Go, whose `go tool pprof`
 /// reads its profiles. The package may start a system Prometheus on :9090; the tests start
 /// their own on a free port and never use that one. gcc and util-linux's unshare: the user
-/// stack tests build a C workload and run it in a mount namespace of its own.
-const DEBIAN_PACKAGES: [&str; 10] = [
+/// stack tests build a C workload and run it in a mount namespace of its own. binutils'
+/// objcopy, python3 and zstd make the hardening tests' hostile binaries and recordings.
+const DEBIAN_PACKAGES: [&str; 13] = [
     "llvm-22-dev",
     "libpolly-22-dev",
     "libzstd-dev",
@@ -33,6 +34,9 @@ const DEBIAN_PACKAGES: [&str; 10] = [
     "golang-go",
     "gcc",
     "util-linux",
+    "binutils",
+    "python3",
+    "zstd",
 ];
 
 fn main() -> ExitCode {

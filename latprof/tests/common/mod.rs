@@ -266,3 +266,22 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A file of `../shared/hostile` (or `$LATPROF_SHARED/hostile`): the hardening issue's
+/// programs and generators. Missing, the test fails and says where it looked.
+pub fn hostile(file: &str) -> PathBuf {
+    let dir = std::env::var_os("LATPROF_SHARED")
+        .map_or_else(
+            || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared")),
+            PathBuf::from,
+        )
+        .join("hostile");
+    let path = dir.join(file);
+    assert!(
+        path.exists(),
+        "{} is missing: the hostile inputs live in ../shared/hostile (LATPROF_SHARED names \
+         another shared directory)",
+        path.display()
+    );
+    path
+}
