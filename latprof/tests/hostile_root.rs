@@ -362,6 +362,143 @@ fn names_from_a_users_binary_are_printable() {
     }
 }
 
+/// N7: a cgroup's name is any delegated user's choice (systemd user slices, containers), and
+/// a user's binary names the frames `spikes` prints: escapes in either reached root's
+/// terminal raw.
+#[test]
+#[ignore = "needs root"]
+fn cgroup_names_and_spike_lines_are_printable() {
+    let dir = TempDir::new("escapes-cg");
+    let patched = dir.file("patched");
+    let status = Command::new("python3")
+        .arg(common::hostile("patch.py"))
+        .arg(evil())
+        .arg(&patched)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::set_permissions(&patched, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cgroups = common::cgroups::Cgroups::make(&["latprof-evil-\x1b[31mRED\x07"]);
+    let cgroup = cgroups.path(0).to_owned();
+    for command in [
+        &["stats", "--by", "cgroup"][..],
+        &["--spike", "1ms", "spikes"][..],
+    ] {
+        let workload = Command::new("sh")
+            .arg("-c")
+            .arg(r#"echo $$ > "$1/cgroup.procs" && shift && exec setpriv --reuid=nobody --regid=nogroup --clear-groups "$@""#)
+            .arg("sh")
+            .arg(&cgroup)
+            .arg(&patched)
+            .args(["raw", "1000", "3"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = workload.id().to_string();
+        // A spike a line: more than a pipe holds, so into a file.
+        let printed = dir.file("out");
+        let latprof = Command::new(LATPROF)
+            .arg("--user-stacks")
+            .args(command)
+            .args(["--pid", &pid, "--duration", "2s"])
+            .stdout(std::fs::File::create(&printed).unwrap())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = wait_bounded(latprof, Duration::from_secs(25), "latprof");
+        let _ = wait_bounded(workload, Duration::from_secs(30), "the workload");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&printed).unwrap();
+        assert!(
+            text.contains("PWNED"),
+            "{command:?}: the patched name\n{text}"
+        );
+        if command[0] == "stats" {
+            assert!(
+                text.contains("latprof-evil-\\x1b[31mRED\\x07"),
+                "{command:?}: the cgroup, escaped\n{text}"
+            );
+        }
+        assert!(
+            !text.contains('\x1b') && !text.contains('\x07'),
+            "{command:?}: an escape reached the output\n{text:?}"
+        );
+    }
+}
+
+/// N15: a library loaded after the process's first sleep (dlopen) was never named: the
+/// process's memory map was read once. The workload sleeps in its own code until latprof has
+/// seen it, then loads the library and sleeps in it.
+#[test]
+#[ignore = "needs root"]
+fn a_library_loaded_after_the_first_sleep_is_named() {
+    let dir = TempDir::new("dlopen");
+    std::fs::write(
+        dir.file("lib.c"),
+        "#include <time.h>\n\
+         __attribute__((noinline)) void SLEEPS_IN_A_LIBRARY(long ns) {\n\
+             struct timespec t = {0, ns}; nanosleep(&t, 0);\n\
+         }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.file("main.c"),
+        "#include <dlfcn.h>\n#include <time.h>\n#include <unistd.h>\n\
+         int main(int argc, char **argv) {\n\
+             struct timespec t = {0, 3000000};\n\
+             while (access(argv[2], F_OK) != 0) nanosleep(&t, 0);\n\
+             void *lib = dlopen(argv[1], RTLD_NOW); if (!lib) return 1;\n\
+             void (*f)(long) = (void (*)(long))dlsym(lib, \"SLEEPS_IN_A_LIBRARY\");\n\
+             for (int i = 0; i < 300; i++) f(3000000);\n\
+             return 0;\n\
+         }\n",
+    )
+    .unwrap();
+    for (args, out) in [
+        (&["-shared", "-fPIC", "lib.c"][..], "lib.so"),
+        (&["main.c", "-ldl"][..], "main"),
+    ] {
+        let status = Command::new("gcc")
+            .current_dir(&dir.0)
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o", out])
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(status.success(), "gcc {out}");
+    }
+    let go = dir.file("go");
+    let workload = as_nobody(&dir.file("main"))
+        .arg(dir.file("lib.so"))
+        .arg(&go)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = workload.id().to_string();
+    let mut cmd = Command::new(LATPROF);
+    cmd.args(["--user-stacks", "stats", "--all-sleeps", "--pid", &pid])
+        .stdout(Stdio::piped());
+    let (latprof, stderr) = common::start(&mut cmd, "attached");
+    // The workload sleeps every 3 ms: its map is read at its first backtrace after attach.
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(&go, "").unwrap();
+    let work = wait_bounded(workload, Duration::from_secs(30), "the workload");
+    assert!(
+        work.status.success(),
+        "the workload failed: {}",
+        work.status
+    );
+    let (out, _) = common::interrupt(latprof, stderr);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("SLEEPS_IN_A_LIBRARY"), "{text}");
+}
+
 /// N15: a valid perf map written before the first sleep (and removed when the process
 /// exits) named nothing: it was read only when naming, after the process was gone.
 #[test]

@@ -215,6 +215,25 @@ impl Resolver {
             process.used = Instant::now();
             return true;
         }
+        self.read_new(tgid, layout)
+    }
+
+    /// A new backtrace of process `tgid` was announced: its memory map is read (again, if
+    /// the process is known: it may have loaded a library or generated code since), while it
+    /// lives. Returns whether the process is known.
+    pub fn announced(&mut self, tgid: u32, layout: u64) -> bool {
+        let key = (tgid, layout);
+        let Some(mut process) = self.processes.remove(&key) else {
+            return self.read_new(tgid, layout);
+        };
+        process.used = Instant::now();
+        self.read_maps(tgid, layout, &mut process);
+        self.processes.insert(key, process);
+        true
+    }
+
+    /// Reads the memory map of a process not seen before.
+    fn read_new(&mut self, tgid: u32, layout: u64) -> bool {
         if process_layout(tgid) != Some(layout) {
             return false;
         }

@@ -145,7 +145,7 @@ fn run(mut ring: RingBuf<MapData>, requests: &Receiver<Request>, truncated: &Ato
             if item.len() >= size_of::<UserSeen>() {
                 // SAFETY: the kernel wrote a UserSeen (repr(C), plain integers) here.
                 let e: UserSeen = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-                resolver.capture(e.tgid, e.layout);
+                resolver.announced(e.tgid, e.layout);
             }
         }
     };
