@@ -7,6 +7,7 @@ use aya_build::{Package, Toolchain};
 const EBPF_TOOLCHAIN: &str = include_str!("../latprof-ebpf/NIGHTLY").trim_ascii();
 
 fn main() -> anyhow::Result<()> {
+    revision();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .ok_or_else(|| anyhow!("no workspace root"))?
@@ -21,4 +22,31 @@ fn main() -> anyhow::Result<()> {
         Toolchain::Custom(EBPF_TOOLCHAIN),
     )
     .context("building the eBPF programs (run `cargo xtask setup` if a toolchain is missing)")
+}
+
+/// `LATPROF_REVISION` for `--version`: the git commit latprof is built from (12 hex digits),
+/// or `LATPROF_REVISION` from the environment (a build from a source archive), else `unknown`.
+fn revision() {
+    println!("cargo:rerun-if-env-changed=LATPROF_REVISION");
+    let from_env = std::env::var("LATPROF_REVISION").ok();
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let revision = from_env
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .unwrap_or_else(|| "unknown".to_owned());
+    // A new commit or another branch: the revision again.
+    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        println!("cargo:rerun-if-changed={dir}/HEAD");
+        if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={dir}/{head}");
+        }
+    }
+    println!("cargo:rustc-env=LATPROF_REVISION={revision}");
 }

@@ -105,6 +105,10 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
 
+/// The object's license, as the kernel reads it: "Dual MIT/GPL" is GPL-compatible, which the
+/// GPL-only helpers latprof calls need (`bpf_probe_read_kernel`, `_str`, `bpf_probe_read_user`,
+/// `bpf_get_current_task`, `bpf_task_pt_regs`, `bpf_get_stack`); the crate is `MIT OR
+/// GPL-2.0-only` to match (LICENSE-MIT, LICENSE-GPL-2.0 beside it).
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
 static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

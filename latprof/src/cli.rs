@@ -13,7 +13,7 @@ use crate::{
 #[derive(Debug, Parser)]
 #[command(
     name = "latprof",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("LATPROF_REVISION"), ")"),
     about = "Where do tasks sleep? latencytop's accounting in eBPF"
 )]
 pub struct Cli {

@@ -173,3 +173,22 @@ fn table_sizes_beyond_memory_are_refused_before_anything_loads() {
     refused(&latprof(&record), says);
     assert!(!file.exists(), "nothing is created");
 }
+
+/// `--version` names the version and the commit latprof was built from.
+#[test]
+fn version_names_the_commit() {
+    let out = latprof(&["--version"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git");
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    assert_eq!(head.len(), 12, "a git checkout");
+    assert_eq!(
+        text.trim(),
+        format!("latprof {} ({head})", env!("CARGO_PKG_VERSION"))
+    );
+}

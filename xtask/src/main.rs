@@ -16,6 +16,8 @@ const NIGHTLY: &str = include_str!("../../latprof-ebpf/NIGHTLY").trim_ascii();
 /// Stable for latprof itself (aya 0.16 needs >= 1.98).
 const STABLE: &str = "1.99.1";
 const BPF_LINKER: &str = "0.13.0";
+/// cargo-deny: the license check of the test command and the third-party notices.
+const CARGO_DENY: &str = "0.20.2";
 /// Debian packages: LLVM 22 for bpf-linker, tmux for the terminal tests, Prometheus' Python
 /// client whose OpenMetrics parser checks `--format openmetrics`, Prometheus itself (and its
 /// promtool) that the serve tests run against `latprof serve`, and Go, whose `go tool pprof`
@@ -46,9 +48,10 @@ fn main() -> ExitCode {
         Some("run") => run(&args[1..]),
         Some("test") => test(&args[1..]),
         Some("bench") => bench(&args[1..]),
+        Some("notices") => setup_for_tests().and_then(|()| notices(true)),
         _ => {
             eprintln!(
-                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS]"
+                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS] | notices"
             );
             return ExitCode::from(2);
         }
@@ -127,8 +130,13 @@ fn has_bpf_linker() -> bool {
     output(Command::new("bpf-linker").arg("--version")).contains(BPF_LINKER)
 }
 
-/// What is missing, as the commands that install it.
-fn missing_steps() -> Vec<(String, Command)> {
+fn has_cargo_deny() -> bool {
+    output(Command::new("cargo-deny").arg("--version")).contains(CARGO_DENY)
+}
+
+/// What is missing, as the commands that install it; `for_tests`: what the test command
+/// needs on top (cargo-deny).
+fn missing_steps(for_tests: bool) -> Vec<(String, Command)> {
     let mut steps = Vec::new();
     let packages = missing_packages(&DEBIAN_PACKAGES);
     if !packages.is_empty() {
@@ -203,13 +211,36 @@ fn missing_steps() -> Vec<(String, Command)> {
             cmd,
         ));
     }
+    if for_tests && !has_cargo_deny() {
+        let mut cmd = Command::new("cargo");
+        cmd.args([
+            &format!("+{STABLE}"),
+            "install",
+            "cargo-deny",
+            "--version",
+            CARGO_DENY,
+            "--locked",
+        ]);
+        steps.push((
+            format!("cargo +{STABLE} install cargo-deny --version {CARGO_DENY} --locked"),
+            cmd,
+        ));
+    }
     steps
 }
 
 /// Installs whatever is missing; idempotent. Without root (for apt) or off Debian it prints the
 /// exact commands instead and fails.
 fn setup() -> Result<()> {
-    let steps = missing_steps();
+    install(missing_steps(false))
+}
+
+/// `setup`, and what the tests need on top.
+fn setup_for_tests() -> Result<()> {
+    install(missing_steps(true))
+}
+
+fn install(steps: Vec<(String, Command)>) -> Result<()> {
     if steps.is_empty() {
         eprintln!("xtask: setup: everything is installed");
         return Ok(());
@@ -313,7 +344,7 @@ fn bench(args: &[String]) -> Result<()> {
 /// `cargo xtask test`: formatting, then every test, the privileged ones included (as root, with
 /// sudo when not root), then the latencytop truth check in ../shared/vm.
 fn test(args: &[String]) -> Result<()> {
-    setup()?;
+    setup_for_tests()?;
     let extra = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
     run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
     // Lints with warnings denied: the user-space crates, then the eBPF crate (for its target,
@@ -339,6 +370,14 @@ fn test(args: &[String]) -> Result<()> {
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .current_dir(root_dir());
     run_cmd(&mut ebpf)?;
+    // Every dependency's license on the allowed list (deny.toml), and the notices shipped
+    // with latprof current.
+    run_cmd(
+        Command::new("cargo-deny")
+            .args(["--all-features", "check", "licenses"])
+            .current_dir(root_dir()),
+    )?;
+    notices(false)?;
     let vm =
         env::var_os("LATPROF_SHARED").map_or_else(|| root_dir().join("../shared"), PathBuf::from);
     let vm_missing = !vm.join("vm/run.sh").exists();
@@ -433,6 +472,66 @@ fn test(args: &[String]) -> Result<()> {
     );
     eprintln!("xtask: ################################################################");
     Ok(())
+}
+
+/// The third-party notices: every crate latprof builds with (the eBPF object's included),
+/// by license, as `cargo deny list` reads them from Cargo's metadata. `write`: (re)writes
+/// THIRD-PARTY-NOTICES (`cargo xtask notices`); otherwise fails when the file is not current.
+fn notices(write: bool) -> Result<()> {
+    let path = root_dir().join("THIRD-PARTY-NOTICES");
+    let listed = Command::new("cargo-deny")
+        .args(["--all-features", "list", "--layout", "license", "--format", "human"])
+        .current_dir(root_dir())
+        .output()
+        .context("running cargo-deny (cargo xtask setup installs it)")?;
+    if !listed.status.success() {
+        bail!(
+            "cargo deny list failed: {}",
+            String::from_utf8_lossy(&listed.stderr)
+        );
+    }
+    let text = format!(
+        "Third-party software in latprof\n\
+         \n\
+         latprof (the binary, and the eBPF object embedded in it) is built from these crates, \n\
+         listed by license as their Cargo metadata declares it (made by `cargo xtask notices` \n\
+         with cargo-deny {CARGO_DENY}; `cargo xtask test` checks that it is current and that every \n\
+         license is on the list allowed in deny.toml). Each crate's license text ships in its \n\
+         source on crates.io.\n\
+         \n{}",
+        strip_ansi(&String::from_utf8_lossy(&listed.stdout))
+    );
+    if write {
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("xtask: wrote {}", path.display());
+        return Ok(());
+    }
+    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    if current != text {
+        bail!(
+            "{} is not current (a dependency or its license changed): run `cargo xtask notices` and commit it",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// `text` without terminal color sequences.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Test executables named in cargo's JSON messages.
