@@ -640,8 +640,9 @@ fn user_frames_come_back_as_named_at_record_time() {
 /// and many frames naming it runs out of budget instead of memory.
 #[test]
 fn a_long_file_name_shared_by_many_frames_is_charged_for_each_copy() {
-    let module = "/x".repeat(5000);
-    let frames = (0..1000)
+    let module = "/x".repeat(20_000);
+    // As many frames as latprof takes (more are damage: see below).
+    let frames = (0..super::MAX_USER_FRAMES as u64)
         .map(|offset| crate::ustacks::UserFrame {
             name: String::new(),
             module: module.clone(),
@@ -656,13 +657,26 @@ fn a_long_file_name_shared_by_many_frames_is_charged_for_each_copy() {
     };
     let mut e = Enc::default();
     body.encode(&mut e, VERSION);
-    // About 15 KB on disk for 10 MB once decoded.
-    assert!(e.buf.len() < 20_000, "{}", e.buf.len());
+    // About 41 KB on disk for 7.7 MB once decoded.
+    assert!(e.buf.len() < 45_000, "{}", e.buf.len());
     assert_eq!(
         Body::decode(&mut Dec::with_budget(&e.buf, 4 << 20), VERSION),
         Err(FormatError::TooBig)
     );
-    assert_eq!(Body::decode(&mut Dec::new(&e.buf), VERSION), Ok(body));
+    assert_eq!(
+        Body::decode(&mut Dec::new(&e.buf), VERSION),
+        Ok(body.clone())
+    );
+    // One frame more than latprof takes is damage, however much budget is left.
+    let mut longer = body;
+    let extra = longer.user_stacks[0].1[0].clone();
+    longer.user_stacks[0].1.push(extra);
+    let mut e = Enc::default();
+    longer.encode(&mut e, VERSION);
+    assert!(matches!(
+        Body::decode(&mut Dec::new(&e.buf), VERSION),
+        Err(FormatError::Malformed(_))
+    ));
 }
 
 /// `snap` as a recording before format 5 keeps it: no cgroups.
