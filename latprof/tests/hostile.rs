@@ -88,6 +88,15 @@ fn recording(frames: &[Vec<u8>]) -> Vec<u8> {
 /// The start of a key frame's payload: the recording's facts (the current version's layout), then a
 /// body's times and an empty backtrace list; what follows is up to the bomb.
 fn key_frame_head() -> Enc {
+    let mut e = key_frame_info();
+    e.u64(1); // taken
+    e.u64(1); // wall
+    e.usize(0); // backtraces
+    e
+}
+
+/// The recording's facts of a key frame (the current version's layout).
+fn key_frame_info() -> Enc {
     let mut e = Enc::default();
     for s in ["0.1.0", "host", "6.18.0", "#1"] {
         e.str(s);
@@ -114,9 +123,6 @@ fn key_frame_head() -> Enc {
     e.bool(false); // wakers (format 6)
     e.bool(false); // waker stacks
     e.bool(false); // user stacks (format 7)
-    e.u64(1); // taken
-    e.u64(1); // wall
-    e.usize(0); // backtraces
     e
 }
 
@@ -503,5 +509,67 @@ fn what_views_build_from_a_recording_is_bounded() {
             assert!(!r.stderr.contains("not a tty"), "{what}: {}", r.stderr);
         }
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `n` global causes of one reason, each a distinct backtrace of 12 frames: 11 naming one
+/// `len`-byte symbol, the last its own. Replay's rows compared each backtrace with every one
+/// of its row before it (quadratic: 50 million comparisons of 11 long names here).
+fn distinct_backtraces(len: usize, n: u64) -> Vec<u8> {
+    const SHARED: u64 = 1 << 24;
+    let mut e = key_frame_info();
+    e.u64(1); // taken
+    e.u64(1); // wall
+    e.u64(n); // backtraces
+    for id in 1..=n {
+        e.u64(id);
+        e.usize(12);
+        for _ in 0..11 {
+            e.u64(SHARED + 1);
+        }
+        e.u64(SHARED * (id + 1));
+    }
+    e.u64(n + 1); // symbols
+    e.u64(SHARED);
+    e.str(&"z".repeat(len));
+    for id in 1..=n {
+        e.u64(SHARED * (id + 1));
+        e.str(&format!("f{id}"));
+    }
+    for _ in 0..7 {
+        e.usize(0); // mode, skip kthreads, retries, counters, programs, tasks gone, tasks
+    }
+    e.usize(0); // global gone
+    e.u64(n);
+    for id in 1..=n {
+        e.u64(id);
+        e.u64(1);
+        e.u64(1000);
+        e.u64(1000);
+    }
+    for _ in 0..12 {
+        // histograms gone, histograms, ticks, cgroups gone, cgroups, paths gone, paths,
+        // wakers gone, wakers, user files, user parts, user backtraces
+        e.usize(0);
+    }
+    recording(&[frame(KIND_KEY, &e.buf, true)])
+}
+
+/// Views within the budget cost bounded time too: thousands of distinct backtraces of one
+/// reason, in every format and in replay's rows.
+#[test]
+fn many_backtraces_of_one_reason_cost_bounded_time() {
+    let dir = tempdir("distinct");
+    let path = dir.join("distinct.lpr");
+    std::fs::write(&path, distinct_backtraces(70, 10_000)).unwrap();
+    let file = path.to_str().unwrap();
+    for format in ["text", "json", "folded", "openmetrics", "pprof"] {
+        let r = run(&["dump", file, "--format", format], &dir);
+        assert_bounded(&r, format);
+        assert_eq!(r.code, Some(0), "{format}: {}", r.stderr);
+    }
+    let r = run(&["replay", file], &dir);
+    assert_bounded(&r, "replay");
+    assert!(r.stderr.contains("not a tty"), "{}", r.stderr);
     std::fs::remove_dir_all(&dir).unwrap();
 }
