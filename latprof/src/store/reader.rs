@@ -537,10 +537,15 @@ impl Recording {
                     ));
                     break;
                 }
-                Ok(_) | Err(_) => {
+                other => {
+                    // Why, where the decoder says (a backtrace deeper than latprof takes).
+                    let why = match other {
+                        Err(FormatError::Malformed(why)) => format!(" ({why})"),
+                        _ => String::new(),
+                    };
                     rec.problem(
                         &mut unlisted,
-                        format!("frame at byte {at}: contents do not decode; skipped"),
+                        format!("frame at byte {at}: contents do not decode{why}; skipped"),
                     );
                     chain = None;
                     continue;
