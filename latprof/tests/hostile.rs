@@ -38,11 +38,11 @@ fn run(args: &[&str], dir: &Path) -> Run {
 /// [`run`] as the user any user is: `nobody` where the tests run as root (`dir` is then made
 /// writable for its report).
 fn run_as_nobody(args: &[&str], dir: &Path) -> Run {
+    use std::os::unix::fs::PermissionsExt as _;
     // SAFETY: no memory effects.
     if unsafe { libc::geteuid() } != 0 {
         return run(args, dir);
     }
-    use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let mut command = Command::new("runuser");
     command
