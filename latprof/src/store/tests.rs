@@ -1149,3 +1149,67 @@ fn a_recording_holds_no_kernel_address() {
         "{ids:?}"
     );
 }
+
+/// N8: the views of a snapshot are charged what they will name, at the depth they show (the
+/// longest frames counted: which ones a cause keeps is the view's to choose), once per record
+/// that names it, against the reader's memory budget; over it, the snapshot is refused.
+#[test]
+fn views_are_charged_what_they_name() {
+    let long = "x".repeat(1 << 20);
+    let kallsyms =
+        format!("ffffffff81000000 T _stext\nffffffff81200000 T {long}\nffffffff81300000 T short\n");
+    let syms = Kallsyms::parse(&kallsyms).unwrap();
+    let write = |snap: &Snapshot| -> Recording {
+        let dir = std::env::temp_dir().join(format!(
+            "latprof-store-views-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.lpr");
+        let mut w = Writer::create(&path, info(), Options::default()).unwrap();
+        w.append(snap, &syms).unwrap();
+        w.finish("test").unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        Recording::from_bytes(bytes).unwrap()
+    };
+    // One backtrace: the long symbol, then eleven short frames.
+    let mut snap = Snapshot::default();
+    let mut frames = vec![0xffff_ffff_8120_0010];
+    frames.extend([0xffff_ffff_8130_0010; 11]);
+    snap.stacks.insert(7, frames);
+    let one = GlobalRecord {
+        count: 1,
+        total_ns: 1000,
+        max_ns: 1000,
+    };
+    snap.global = vec![(7, one)];
+    let mut r = write(&snap);
+    let shown = r.snapshot(0).unwrap();
+    let at_12 = r.view_bytes(&shown, &[]);
+    r.set_depth(Some(1));
+    let at_1 = r.view_bytes(&shown, &[]);
+    let frame = |name: usize| (name + size_of::<String>()) as u64;
+    assert_eq!(at_12 - at_1, 11 * frame("short".len()));
+    assert!(at_1 >= frame(long.len()), "{at_1}");
+    // A hundred processes' records naming it: 100 MiB of names, shown six times over.
+    for tid in 1..=100 {
+        snap.tasks.push(TaskSnapshot {
+            tid,
+            tgid: tid,
+            comm: "p".into(),
+            kthread: false,
+            task_only: 0,
+            records: vec![rec(7, 1)],
+        });
+    }
+    let r = write(&snap);
+    assert!(r.view_budget() < 100 << 20, "{}", r.view_budget());
+    let err = format!("{:#}", r.snapshot(0).unwrap_err());
+    assert!(
+        err.starts_with("snapshot #0: showing it would take about "),
+        "{err}"
+    );
+}
