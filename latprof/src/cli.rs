@@ -2,7 +2,7 @@
 //! `latprof --mode=lazy stats` and `latprof stats --mode=lazy` both work.
 use std::{path::PathBuf, time::Duration};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 use crate::{
     export::{By, Format},
@@ -343,6 +343,74 @@ pub struct TopArgs {
     pub reasons: Option<PathBuf>,
 }
 
+/// The global flags each command that reads a recording uses. Every other global flag sets up
+/// the kernel probes (what is counted, table sizes, the cgroup and wakeup filters, the log of
+/// their checks), which `dump` and `replay` do not load: they show what the recording holds,
+/// with its own settings, and refuse those flags rather than ignore them. A global flag added
+/// later is refused there until this table says it applies.
+const RECORDING_FLAGS: &[(&str, &[&str])] = &[
+    // The frames shown per backtrace; folded waker chains (dump --format folded).
+    ("dump", &["stack_depth", "wakers"]),
+    ("replay", &["stack_depth"]),
+];
+
+/// Parses the command line ([`parse_from`] of the process's arguments).
+pub fn parse() -> Result<Cli, clap::Error> {
+    parse_from(std::env::args_os())
+}
+
+/// Parses `args` and refuses flags that would be ignored: a global flag the command does not
+/// use ([`RECORDING_FLAGS`]), `--log` without `--debug-checks` (nothing else is logged). An
+/// error is clap's, so it ends as every bad command line does: one line, exit status 2.
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut command = Cli::command();
+    let matches = command.try_get_matches_from_mut(args)?;
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
+    let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    let refuse = |why: String| clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, why);
+    if given("log") && !cli.debug_checks {
+        return Err(refuse(
+            "--log FILE takes the log of --debug-checks, and only that: give --debug-checks too"
+                .to_owned(),
+        ));
+    }
+    let name = matches.subcommand_name().unwrap_or("");
+    if let Some((_, uses)) = RECORDING_FLAGS.iter().find(|(cmd, _)| *cmd == name) {
+        let ignored: Vec<String> = command
+            .get_arguments()
+            .filter(|a| a.is_global_set() && given(a.get_id().as_str()))
+            .filter(|a| !uses.contains(&a.get_id().as_str()))
+            .filter_map(|a| Some(format!("--{}", a.get_long()?)))
+            .collect();
+        if !ignored.is_empty() {
+            let (them, are) = if ignored.len() == 1 {
+                ("it", "is")
+            } else {
+                ("them", "are")
+            };
+            let takes: Vec<String> = uses
+                .iter()
+                .filter_map(|id| {
+                    let arg = command
+                        .get_arguments()
+                        .find(|a| a.get_id().as_str() == *id)?;
+                    Some(format!("--{}", arg.get_long()?))
+                })
+                .collect();
+            return Err(refuse(format!(
+                "{} {are} for the commands that probe the kernel: {name} shows what the recording holds, with its settings, and would ignore {them} (of the global flags it takes {})",
+                ignored.join(", "),
+                takes.join(" and ")
+            )));
+        }
+    }
+    Ok(cli)
+}
+
 impl Cli {
     /// Frames per backtrace when no recording says otherwise.
     #[must_use]
@@ -458,6 +526,72 @@ mod tests {
                 .probe_config(None, true, true)
                 .user_stacks
         );
+    }
+
+    /// `dump` and `replay` took the probe's flags and ignored them (`--cgroup` among them: the
+    /// output was unfiltered); each is refused, on either side of the command, in one error.
+    #[test]
+    fn recording_commands_refuse_the_probes_flags() {
+        let refused = |args: &[&str]| -> String {
+            let args = std::iter::once("latprof").chain(args.iter().copied());
+            parse_from(args).expect_err("refused").to_string()
+        };
+        for args in [
+            &["dump", "f", "--mode", "normal"][..],
+            &["--mode", "lazy", "dump", "f"],
+            &["dump", "f", "--cgroup", "/sys/fs/cgroup/x"],
+            &["dump", "f", "--user-stacks"],
+            &["dump", "f", "--waker-stacks"],
+            &["dump", "f", "--max-tasks", "5"],
+            &["dump", "f", "--all-sleeps"],
+            &["dump", "f", "--spike", "1ms"],
+            &["replay", "f", "--wakers"],
+            &["replay", "f", "--max-stacks", "10"],
+            &["replay", "f", "--inter-cutoff", "1ms"],
+        ] {
+            let flag = args.iter().find(|a| a.starts_with("--")).unwrap();
+            let err = refused(args);
+            assert!(
+                err.contains(&format!("{flag} is for the commands that probe")),
+                "{args:?}: {err}"
+            );
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        }
+        let err = refused(&["dump", "f", "--mode", "normal", "--include-self"]);
+        assert!(err.contains("--mode, --include-self are for"), "{err}");
+        assert!(err.contains("--stack-depth and --wakers"), "{err}");
+        let ok = |args: &[&str]| {
+            parse_from(std::iter::once("latprof").chain(args.iter().copied())).unwrap()
+        };
+        assert_eq!(
+            ok(&["dump", "f", "--stack-depth", "3"]).stack_depth,
+            Some(3)
+        );
+        assert!(ok(&["--wakers", "dump", "f", "--format", "folded"]).wakers);
+        ok(&["replay", "f", "--stack-depth", "3"]);
+        // The live commands take them all.
+        ok(&[
+            "stats",
+            "--mode",
+            "normal",
+            "--cgroup",
+            "/x",
+            "--user-stacks",
+        ]);
+    }
+
+    /// `--log FILE` holds the eBPF checks' lines: without `--debug-checks` nothing was written
+    /// and nothing said.
+    #[test]
+    fn log_without_debug_checks_is_refused() {
+        let err = parse_from(["latprof", "stats", "--log", "/tmp/x.log"])
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            err.contains("--log FILE takes the log of --debug-checks"),
+            "{err}"
+        );
+        parse_from(["latprof", "--debug-checks", "stats", "--log", "/dev/null"]).unwrap();
     }
 
     #[test]

@@ -3,7 +3,6 @@ use std::{
     process::ExitCode,
 };
 
-use clap::Parser as _;
 use latprof::cli::Cli;
 
 /// The system allocator, except that running out of memory (a small `ulimit -v`, a cgroup
@@ -84,7 +83,7 @@ static ALLOC: OneLineOnFailure = OneLineOnFailure;
 /// them.
 fn parse() -> Result<Cli, ExitCode> {
     use clap::error::ErrorKind;
-    Cli::try_parse().map_err(|err| {
+    latprof::cli::parse().map_err(|err| {
         if matches!(
             err.kind(),
             ErrorKind::DisplayHelp

@@ -1,5 +1,5 @@
 //! Snapshot -> what a view shows: causes named by their frames, merged and sorted.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use latprof_common::{
     GlobalRecord, RUNQ_STACK, WAKER_HARDIRQ, WAKER_NMI, WAKER_OTHER, WAKER_SOFTIRQ, WAKER_TASK,
@@ -272,7 +272,7 @@ impl SortKey {
 
 /// One distinct backtrace of a row: the kernel's frames and the sleeper's user frames under
 /// them (`--user-stacks`), both innermost first.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Trace {
     pub kernel: Backtrace,
     /// Empty without user frames; a last `[truncated]` marks a backtrace cut short.
@@ -361,7 +361,9 @@ fn task_since(cur: &Snapshot, base: Option<&Snapshot>, tid: u32) -> Vec<(u64, Gl
 /// Rows from records: named, grouped, sorted.
 #[must_use]
 pub fn rows(records: &[(u64, GlobalRecord)], snap: &Snapshot, ctx: &ViewContext<'_>) -> Vec<Row> {
-    let mut by_label: HashMap<String, Row> = HashMap::new();
+    // Each row's distinct backtraces, also as a set: a row of thousands of backtraces (a
+    // recording may hold them, all of one reason) compared each new one with every one before.
+    let mut by_label: HashMap<String, (Row, HashSet<Trace>)> = HashMap::new();
     for (stack, rec) in records {
         let cause = causes([(*stack, *rec)], snap, ctx.syms, ctx.depth);
         let Some(cause) = cause.into_iter().next() else {
@@ -381,16 +383,19 @@ pub fn rows(records: &[(u64, GlobalRecord)], snap: &Snapshot, ctx: &ViewContext<
                 format!("{} | {}", cause.backtrace.join(" "), cause.user.join(" "))
             }
         };
-        let row = by_label.entry(label.clone()).or_insert_with(|| Row {
-            label,
-            reason,
-            ..Row::default()
+        let (row, traces) = by_label.entry(label.clone()).or_insert_with(|| {
+            let row = Row {
+                label,
+                reason,
+                ..Row::default()
+            };
+            (row, HashSet::new())
         });
         let trace = Trace {
             kernel: cause.backtrace,
             user: cause.user,
         };
-        if !row.backtraces.contains(&trace) {
+        if traces.insert(trace.clone()) {
             row.backtraces.push(trace);
         }
         row.stacks.push(*stack);
@@ -398,7 +403,7 @@ pub fn rows(records: &[(u64, GlobalRecord)], snap: &Snapshot, ctx: &ViewContext<
         row.total_ns += rec.total_ns;
         row.max_ns = row.max_ns.max(rec.max_ns);
     }
-    let mut out: Vec<Row> = by_label.into_values().collect();
+    let mut out: Vec<Row> = by_label.into_values().map(|(row, _)| row).collect();
     out.sort_by(|a, b| {
         ctx.sort
             .key(b.count, b.total_ns, b.max_ns)

@@ -174,6 +174,167 @@ fn table_sizes_beyond_memory_are_refused_before_anything_loads() {
     assert!(!file.exists(), "nothing is created");
 }
 
+/// Exit 2 (bad input) with exactly one stderr line, `latprof: error: ` and `says`.
+fn bad_input(args: &[&str], says: &str) {
+    let out = latprof(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    assert!(stderr.starts_with("latprof: error: "), "{args:?}: {stderr}");
+    assert!(stderr.contains(says), "{args:?}: {stderr}");
+}
+
+/// N14: `dump` and `replay` took the flags that set up the kernel probes and ignored them
+/// (`dump --cgroup X` printed every cgroup's numbers, exit 0). They are refused, before the
+/// file is read (it need not exist), on either side of the command; the flags these commands
+/// use still work.
+#[test]
+fn recording_commands_refuse_the_probes_flags() {
+    let dir = TempDir::new("offline");
+    let file = dir.0.join("none.lpr");
+    let file = file.to_str().expect("utf-8 path");
+    for (flags, says) in [
+        (
+            &["--cgroup", "/sys/fs/cgroup"][..],
+            "--cgroup is for the commands that probe the kernel",
+        ),
+        (&["--mode", "normal"], "--mode is for"),
+        (&["--user-stacks"], "--user-stacks is for"),
+        (&["--waker-stacks"], "--waker-stacks is for"),
+        (&["--max-tasks", "100"], "--max-tasks is for"),
+        (&["--max-records", "100"], "--max-records is for"),
+        (&["--max-stacks", "100"], "--max-stacks is for"),
+        (&["--max-wakers", "100"], "--max-wakers is for"),
+        (&["--max-user-stacks", "100"], "--max-user-stacks is for"),
+        (&["--all-sleeps"], "--all-sleeps is for"),
+        (&["--inter-cutoff", "1ms"], "--inter-cutoff is for"),
+        (&["--include-self"], "--include-self is for"),
+        (&["--spike", "1ms"], "--spike is for"),
+        (&["--wakeup", "always"], "--wakeup is for"),
+        (&["--no-stack-cache"], "--no-stack-cache is for"),
+        (&["--debug-checks"], "--debug-checks is for"),
+        (
+            &["--debug-checks", "--log", "/dev/null"],
+            "--debug-checks, --log are for",
+        ),
+        (
+            &["--mode", "lazy", "--cgroup", "/x"],
+            "--mode, --cgroup are for",
+        ),
+    ] {
+        for command in [&["dump", file][..], &["replay", file]] {
+            let after: Vec<&str> = command.iter().chain(flags).copied().collect();
+            bad_input(&after, says);
+            let before: Vec<&str> = flags.iter().chain(command).copied().collect();
+            bad_input(&before, says);
+        }
+    }
+    // replay draws no waker chains: --wakers is refused there, and taken by dump.
+    bad_input(&["replay", file, "--wakers"], "--wakers is for");
+    // Flags the command uses get as far as reading the file.
+    for args in [
+        &["dump", file, "--stack-depth", "3"][..],
+        &["dump", file, "--wakers", "--format", "folded"],
+        &["replay", file, "--stack-depth", "3"],
+    ] {
+        refused(&latprof(args), "cannot read");
+    }
+}
+
+/// `--log FILE` holds the lines of `--debug-checks`, and nothing else: without it the file
+/// was neither created nor mentioned.
+#[test]
+fn log_without_debug_checks_is_refused() {
+    let dir = TempDir::new("log");
+    let log = dir.0.join("latprof.log");
+    let log = log.to_str().expect("utf-8 path");
+    for args in [
+        &["stats", "--duration", "1s", "--log", log][..],
+        &["--log", log, "spikes"],
+        &["top", "--log", log],
+    ] {
+        bad_input(args, "--log FILE takes the log of --debug-checks");
+    }
+    assert!(!dir.0.join("latprof.log").exists());
+}
+
+/// `record --duration 1ns` extrapolated its two snapshots, taken within milliseconds, to
+/// "507.2 MB per hour"; under two whole intervals it says it cannot tell.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_recording_too_short_for_a_rate_says_so() {
+    latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
+    let dir = TempDir::new("short");
+    let file = dir.0.join("run.lpr");
+    let out = latprof(&[
+        "record",
+        "--duration",
+        "1ns",
+        "-o",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let last = stderr
+        .lines()
+        .find(|l| l.contains("--duration reached"))
+        .unwrap_or_else(|| panic!("no summary: {stderr}"));
+    assert!(
+        last.contains("too short to estimate a rate per hour") && !last.contains("MB per hour"),
+        "{last}"
+    );
+}
+
+/// A full disk while recording: the error said only the errno, and the file ended inside a
+/// frame, which `dump` then blamed on "the recorder was killed?". The error says the disk is
+/// full, and the file ends at its last whole frame, marked as ended by the full disk.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_full_disk_while_recording_is_said_so() {
+    struct Unmount<'a>(&'a str);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
+    let dir = TempDir::new("enospc");
+    let mnt = dir.0.join("small");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    let mnt_s = mnt.to_str().expect("utf-8 path");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "latprof-test", mnt_s])
+        .status()
+        .expect("mount");
+    assert!(mounted.success(), "mount -t tmpfs on {mnt_s}");
+    // Unmounted however the test ends.
+    let _unmount = Unmount(mnt_s);
+    let file = mnt.join("run.lpr");
+    // Snapshots every 10 ms fill 64 KB within seconds (every frame holds the tick counters
+    // of each CPU); the duration only bounds the test if they do not.
+    let out = latprof(&[
+        "record",
+        "--interval",
+        "10ms",
+        "--duration",
+        "60s",
+        "-o",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("latprof: error: writing ") && last.contains("the disk is full"),
+        "{stderr}"
+    );
+    let dump = latprof(&["dump", "--info", file.to_str().expect("utf-8 path")]);
+    let info = String::from_utf8_lossy(&dump.stderr);
+    assert!(dump.status.success(), "{info}");
+    assert!(info.contains("finished: the disk was full"), "{info}");
+    assert!(!info.contains("killed"), "{info}");
+}
+
 /// `--version` names the version and the commit latprof was built from.
 #[test]
 fn version_names_the_commit() {

@@ -32,10 +32,31 @@ struct Run {
 /// Runs latprof with `args` under `latprof-workload measure` (its peak memory is its own, not
 /// this test process's), its output in files (a pipe could fill).
 fn run(args: &[&str], dir: &Path) -> Run {
+    run_with(Command::new(common::workload_bin()), args, dir)
+}
+
+/// [`run`] as the user any user is: `nobody` where the tests run as root (`dir` is then made
+/// writable for its report).
+fn run_as_nobody(args: &[&str], dir: &Path) -> Run {
+    use std::os::unix::fs::PermissionsExt as _;
+    // SAFETY: no memory effects.
+    if unsafe { libc::geteuid() } != 0 {
+        return run(args, dir);
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut command = Command::new("runuser");
+    command
+        .args(["-u", "nobody", "--"])
+        .arg(common::workload_bin());
+    run_with(command, args, dir)
+}
+
+fn run_with(mut command: Command, args: &[&str], dir: &Path) -> Run {
     let out = dir.join("stdout");
     let err = dir.join("stderr");
     let report = dir.join("rusage");
-    let status = Command::new(common::workload_bin())
+    let _ = std::fs::remove_file(&report);
+    let status = command
         .args(["measure", "--report", report.to_str().unwrap(), LATPROF])
         .args(args)
         .stdin(Stdio::null())
@@ -58,7 +79,8 @@ fn run(args: &[&str], dir: &Path) -> Run {
     Run {
         code: Some(i32::try_from(int("code")).unwrap()).filter(|c| *c >= 0),
         signal: Some(i32::try_from(int("signal")).unwrap()).filter(|s| *s != 0),
-        stdout: std::fs::read_to_string(out).unwrap(),
+        // pprof is binary.
+        stdout: String::from_utf8_lossy(&std::fs::read(out).unwrap()).into_owned(),
         stderr,
         max_rss_kib: int("maxrss_kib"),
         cpu_s: field("cpu_s"),
@@ -87,6 +109,15 @@ fn recording(frames: &[Vec<u8>]) -> Vec<u8> {
 /// The start of a key frame's payload: the recording's facts (the current version's layout), then a
 /// body's times and an empty backtrace list; what follows is up to the bomb.
 fn key_frame_head() -> Enc {
+    let mut e = key_frame_info();
+    e.u64(1); // taken
+    e.u64(1); // wall
+    e.usize(0); // backtraces
+    e
+}
+
+/// The recording's facts of a key frame (the current version's layout).
+fn key_frame_info() -> Enc {
     let mut e = Enc::default();
     for s in ["0.1.0", "host", "6.18.0", "#1"] {
         e.str(s);
@@ -113,9 +144,6 @@ fn key_frame_head() -> Enc {
     e.bool(false); // wakers (format 6)
     e.bool(false); // waker stacks
     e.bool(false); // user stacks (format 7)
-    e.u64(1); // taken
-    e.u64(1); // wall
-    e.usize(0); // backtraces
     e
 }
 
@@ -399,5 +427,177 @@ fn headers_that_claim_the_rest_of_the_file_cost_bounded_time() {
     assert_bounded(&r, "headers claiming the rest");
     assert_eq!(r.code, Some(1), "{}", r.stderr);
     assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A crafted recording from /work/shared/hostile/mklpr7.py (kept beside this file's tests as
+/// `tests/fixtures/mklpr7.py`): `variant` with `args`, written to `path`.
+fn mklpr7(path: &Path, variant: &str, args: &[&str]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mklpr7.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(path)
+        .arg(variant)
+        .args(args)
+        .output()
+        .expect("python3 (and the zstd command) to craft recordings");
+    assert!(
+        out.status.success(),
+        "mklpr7.py {variant} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// N8: what the views build from a recording is charged to the budget that bounds decoding. A
+/// 192-byte file naming a 1 MB symbol in each of 65535 frames made `dump` and `replay` want
+/// 64 GB; a few KB naming one long symbol (or one long user backtrace, or one cause with a
+/// thousand wakers) in every cause cost a minute of CPU. Each ends in bounded memory and time
+/// with one error line, in every format and in replay's model (built before it asks for a
+/// terminal, which it has none of here); files whose views fit are shown.
+#[test]
+fn what_views_build_from_a_recording_is_bounded() {
+    let dir = tempdir("views");
+    // (variant, its arguments, shown: whether its views fit).
+    let variants: &[(&str, &[&str], bool)] = &[
+        // 65535 frames: no recording of latprof's (the kernel takes 127).
+        ("deep", &["1000000", "65535"], false),
+        // 127 frames of a 1 MB name: 127 MB to show.
+        ("deep", &["1000000", "127"], false),
+        ("deep", &["300", "127"], true),
+        // 20,000 backtraces of 12 frames of one 100 KB name: 24 GB.
+        ("wide", &["100000", "20000"], false),
+        ("wide", &["100", "200"], true),
+        // 10,000 causes sharing one user backtrace of 127 frames of 1 KB names: 1.3 GB.
+        ("ushare", &["1000", "127", "10000"], false),
+        // A user backtrace of 65535 frames: more than latprof takes.
+        ("ushare", &["10", "65535", "10"], false),
+        ("ushare", &["30", "40", "50"], true),
+        // 1,000 wakers of one cause of 127 frames of a 100 KB name: 12.7 GB.
+        ("wshare", &["100000", "127", "1000"], false),
+        ("wshare", &["50", "20", "100"], true),
+        ("ok", &[], true),
+    ];
+    let formats: &[&[&str]] = &[
+        &["--format", "text"],
+        &["--format", "json"],
+        &["--format", "folded"],
+        &["--format", "openmetrics"],
+        &["--format", "pprof"],
+        &["--by", "cgroup", "--format", "json"],
+        &["--by", "cgroup", "--format", "text"],
+        &["--wakers", "--format", "folded"],
+    ];
+    for (i, (variant, args, shown)) in variants.iter().enumerate() {
+        let path = dir.join(format!("{i}-{variant}.lpr"));
+        mklpr7(&path, variant, args);
+        let file = path.to_str().unwrap();
+        let what = format!("{variant} {args:?}");
+        for format in formats {
+            let mut argv = vec!["dump", file];
+            argv.extend_from_slice(format);
+            let r = run_as_nobody(&argv, &dir);
+            let what = format!("dump {what} {format:?}");
+            assert_bounded(&r, &what);
+            if *shown {
+                assert_eq!(r.code, Some(0), "{what}: {}", r.stderr);
+                // Waker chains only where the file has wakers.
+                let wakers = matches!(*variant, "wshare" | "ok");
+                assert!(
+                    !r.stdout.is_empty() || (format.contains(&"--wakers") && !wakers),
+                    "{what}: nothing shown"
+                );
+            } else {
+                assert_eq!(r.code, Some(1), "{what}: {}", r.stderr);
+                assert_eq!(r.stderr.lines().count(), 1, "{what}: {}", r.stderr);
+                assert!(
+                    r.stderr.starts_with("latprof: error: "),
+                    "{what}: {}",
+                    r.stderr
+                );
+                assert!(!r.stderr.contains("out of memory"), "{what}: {}", r.stderr);
+                // Why: more to show than the budget, or deeper than latprof takes.
+                assert!(
+                    r.stderr.contains("showing it would take about")
+                        || r.stderr.contains("contents do not decode ("),
+                    "{what}: {}",
+                    r.stderr
+                );
+            }
+        }
+        let r = run_as_nobody(&["replay", file], &dir);
+        let what = format!("replay {what}");
+        assert_bounded(&r, &what);
+        assert_eq!(r.code, Some(1), "{what}: {}", r.stderr);
+        assert!(!r.stderr.contains("out of memory"), "{what}: {}", r.stderr);
+        if *shown {
+            // The model was built; only then did it ask for the terminal.
+            assert!(r.stderr.contains("not a tty"), "{what}: {}", r.stderr);
+        } else {
+            assert_eq!(r.stderr.lines().count(), 1, "{what}: {}", r.stderr);
+            assert!(!r.stderr.contains("not a tty"), "{what}: {}", r.stderr);
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `n` global causes of one reason, each a distinct backtrace of 12 frames: 11 naming one
+/// `len`-byte symbol, the last its own. Replay's rows compared each backtrace with every one
+/// of its row before it (quadratic: 50 million comparisons of 11 long names here).
+fn distinct_backtraces(len: usize, n: u64) -> Vec<u8> {
+    const SHARED: u64 = 1 << 24;
+    let mut e = key_frame_info();
+    e.u64(1); // taken
+    e.u64(1); // wall
+    e.u64(n); // backtraces
+    for id in 1..=n {
+        e.u64(id);
+        e.usize(12);
+        for _ in 0..11 {
+            e.u64(SHARED + 1);
+        }
+        e.u64(SHARED * (id + 1));
+    }
+    e.u64(n + 1); // symbols
+    e.u64(SHARED);
+    e.str(&"z".repeat(len));
+    for id in 1..=n {
+        e.u64(SHARED * (id + 1));
+        e.str(&format!("f{id}"));
+    }
+    for _ in 0..7 {
+        e.usize(0); // mode, skip kthreads, retries, counters, programs, tasks gone, tasks
+    }
+    e.usize(0); // global gone
+    e.u64(n);
+    for id in 1..=n {
+        e.u64(id);
+        e.u64(1);
+        e.u64(1000);
+        e.u64(1000);
+    }
+    for _ in 0..12 {
+        // histograms gone, histograms, ticks, cgroups gone, cgroups, paths gone, paths,
+        // wakers gone, wakers, user files, user parts, user backtraces
+        e.usize(0);
+    }
+    recording(&[frame(KIND_KEY, &e.buf, true)])
+}
+
+/// Views within the budget cost bounded time too: thousands of distinct backtraces of one
+/// reason, in every format and in replay's rows.
+#[test]
+fn many_backtraces_of_one_reason_cost_bounded_time() {
+    let dir = tempdir("distinct");
+    let path = dir.join("distinct.lpr");
+    std::fs::write(&path, distinct_backtraces(70, 10_000)).unwrap();
+    let file = path.to_str().unwrap();
+    for format in ["text", "json", "folded", "openmetrics", "pprof"] {
+        let r = run_as_nobody(&["dump", file, "--format", format], &dir);
+        assert_bounded(&r, format);
+        assert_eq!(r.code, Some(0), "{format}: {}", r.stderr);
+    }
+    let r = run_as_nobody(&["replay", file], &dir);
+    assert_bounded(&r, "replay");
+    assert!(r.stderr.contains("not a tty"), "{}", r.stderr);
     std::fs::remove_dir_all(&dir).unwrap();
 }

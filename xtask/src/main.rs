@@ -480,7 +480,14 @@ fn test(args: &[String]) -> Result<()> {
 fn notices(write: bool) -> Result<()> {
     let path = root_dir().join("THIRD-PARTY-NOTICES");
     let listed = Command::new("cargo-deny")
-        .args(["--all-features", "list", "--layout", "license", "--format", "human"])
+        .args([
+            "--all-features",
+            "list",
+            "--layout",
+            "license",
+            "--format",
+            "human",
+        ])
         .current_dir(root_dir())
         .output()
         .context("running cargo-deny (cargo xtask setup installs it)")?;

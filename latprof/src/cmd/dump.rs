@@ -14,7 +14,8 @@ use crate::{
 
 pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
     export::check_wakers_flag(cli.wakers_on(), args.format, args.by)?;
-    let rec = Recording::open(&args.file)?;
+    let mut rec = Recording::open(&args.file)?;
+    rec.set_depth(cli.stack_depth);
     for p in &rec.problems {
         eprintln!("latprof: warning: {}: {p}", args.file.display());
     }
@@ -60,8 +61,12 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
             rec.spikes_not_recorded
         );
     }
-    let cur = rec.snapshot(at)?;
-    let base = base.map(|b| rec.snapshot(b)).transpose()?;
+    let file = || args.file.display().to_string();
+    let cur = rec.snapshot(at).with_context(file)?;
+    let base = base
+        .map(|b| rec.snapshot(b))
+        .transpose()
+        .with_context(file)?;
     let after = base.as_ref().map_or(0, |b| b.taken_ns);
     let spikes: Vec<Spike> = rec
         .spikes
@@ -70,7 +75,9 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
         .filter(|s| s.end_ns > after && s.end_ns <= cur.taken_ns)
         .cloned()
         .collect();
-    let depth = usize::from(cli.stack_depth.unwrap_or(rec.info.stack_depth));
+    // The spikes of the interval are named from the same backtraces: charged with them.
+    rec.check_views(&cur, &spikes).with_context(file)?;
+    let depth = rec.depth();
     let scope = export::Scope {
         cur: &cur,
         base: base.as_ref(),

@@ -13,7 +13,7 @@ use crate::{
     collect::{Collector, Spike},
     probe::KernelFacts,
     store::{
-        RecordingInfo,
+        KEY_EVERY, RecordingInfo,
         writer::{Appended, NewFile, Options, Writer},
     },
     symbols::Kallsyms,
@@ -207,11 +207,14 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             losses = snap.losses();
             writer.append(&snap, &syms)
         };
+    // Bytes of the file after its first snapshot (header and first key frame).
+    let mut first_bytes = None;
     loop {
         if save(&mut writer, &mut spikes, reader.sleeps)? == Appended::Full {
             reason = "--max-size reached";
             break;
         }
+        first_bytes.get_or_insert(writer.stats.bytes);
         next = next_tick(next, args.interval, Instant::now());
         let end = args.duration.map(|d| started + d);
         // Sleep until the next snapshot, a signal, or the end of --duration.
@@ -246,14 +249,20 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     drop(probe);
     drop(run_time_stats);
     let stats = writer.finish(reason)?;
-    let secs = started.elapsed().as_secs_f64().max(1e-9);
-    #[expect(clippy::cast_precision_loss, reason = "byte rates for people")]
-    let (per_snapshot, per_hour) = (
-        stats.bytes as f64 / stats.snapshots.max(1) as f64,
-        stats.bytes as f64 / secs * 3600.0 / 1e6,
+    let secs = started.elapsed().as_secs_f64();
+    let per_snapshot = stats.bytes as f64 / stats.snapshots.max(1) as f64;
+    let rate = per_hour(
+        stats.bytes,
+        first_bytes.unwrap_or(stats.bytes),
+        stats.snapshots,
+        args.interval,
+    )
+    .map_or_else(
+        || "too short to estimate a rate per hour".to_owned(),
+        |mb| format!("{mb:.1} MB per hour at this rate"),
     );
     eprintln!(
-        "latprof: {reason}: {} snapshots in {:.1}s, {} bytes ({per_snapshot:.0} per snapshot, {per_hour:.1} MB per hour at this rate{})",
+        "latprof: {reason}: {} snapshots in {:.1}s, {} bytes ({per_snapshot:.0} per snapshot, {rate}{})",
         stats.snapshots,
         secs,
         stats.bytes,
@@ -269,9 +278,38 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     Ok(())
 }
 
+/// MB per hour at the rate of a recording of `snapshots` snapshots every `interval`, `bytes`
+/// in all of which `first` are the file's header and first key frame: what the snapshots after
+/// the first took per interval, plus the share of a key frame that a longer recording repeats
+/// every [`KEY_EVERY`] snapshots. `None` under two intervals recorded: that says nothing of a
+/// rate (`--duration 1ns`, 3 KB in 20 ms, was extrapolated to 507 MB per hour).
+fn per_hour(bytes: u64, first: u64, snapshots: u64, interval: Duration) -> Option<f64> {
+    if snapshots < 3 || interval.is_zero() {
+        return None;
+    }
+    let later = bytes.saturating_sub(first) as f64 / (snapshots - 1) as f64;
+    let keys = if snapshots > KEY_EVERY {
+        // Already among the later frames.
+        0.0
+    } else {
+        first as f64 / KEY_EVERY as f64
+    };
+    Some((later + keys) * 3600.0 / interval.as_secs_f64() / 1e6)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_per_hour_need_whole_intervals() {
+        // --duration 1ns: the first snapshot and the last, taken at once.
+        assert_eq!(per_hour(3_000, 2_900, 2, Duration::from_secs(1)), None);
+        // A key frame of 3 KB, then 100 bytes a second: 0.36 MB of deltas and 0.18 of key
+        // frames per hour.
+        let mb = per_hour(3_000 + 9 * 100, 3_000, 10, Duration::from_secs(1)).unwrap();
+        assert!((mb - 0.54).abs() < 0.01, "{mb}");
+    }
 
     #[test]
     fn missed_ticks_are_skipped_not_caught_up() {

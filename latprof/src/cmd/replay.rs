@@ -4,7 +4,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context as _, Result, anyhow};
 
 use crate::{
     cli::{Cli, ReplayArgs},
@@ -14,7 +14,8 @@ use crate::{
 };
 
 pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
-    let rec = Recording::open(&args.file)?;
+    let mut rec = Recording::open(&args.file)?;
+    rec.set_depth(cli.stack_depth);
     let reasons = Reasons::load(args.reasons.as_deref())?;
     let find = |spec: &str| rec.find(spec).map_err(|e| anyhow!("{e}"));
     let at = match &args.at {
@@ -28,7 +29,7 @@ pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
     let settings = Settings {
         mode: rec.info.mode,
         interval_ms: rec.info.interval_ns / 1_000_000,
-        depth: usize::from(cli.stack_depth.unwrap_or(rec.info.stack_depth)),
+        depth: rec.depth(),
         syms: rec.syms.clone(),
         reasons,
         kernel: rec.info.kernel.clone(),
@@ -37,7 +38,8 @@ pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
     };
     let interval = Duration::from_nanos(rec.info.interval_ns.max(10_000_000));
     let stop = super::stop_flag()?;
-    let mut replay = Replay::new(rec, settings, at, mark)?;
+    let file = args.file.display().to_string();
+    let mut replay = Replay::new(rec, settings, at, mark).context(file)?;
     let mut guard = TerminalGuard::new()?;
     let mut last_tick = Instant::now();
     while !replay.app.quit && !stop.load(Ordering::Relaxed) {

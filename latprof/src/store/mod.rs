@@ -17,8 +17,8 @@ use std::{
 };
 
 use latprof_common::{
-    COUNTER_COUNT, CgroupCause, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord,
-    TICK_COUNTER_COUNT, WakerKey,
+    COUNTER_COUNT, CgroupCause, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, STACK_FRAMES,
+    TICK_COUNTER_COUNT, USER_FRAMES, USER_WINDOW, WakerKey,
 };
 
 use crate::{
@@ -42,6 +42,10 @@ pub const SYNC: [u8; 4] = *b"LPF\x1e";
 pub const FRAME_HEADER_LEN: usize = 4 + 4 + 1 + 1 + 4 + 4;
 /// No frame decodes to more than this; larger lengths are damage, not data.
 pub const MAX_FRAME: usize = 256 << 20;
+/// Frames of a user backtrace as latprof names them: the walk's, the callers of a frameless
+/// leaf found in the stack words kept, and `[truncated]`. A longer one is damage (or made by
+/// hand), and every view would name each of its frames for every cause that shares it.
+pub const MAX_USER_FRAMES: usize = USER_FRAMES + USER_WINDOW + 1;
 /// A key frame every this many snapshots.
 pub const KEY_EVERY: u64 = 60;
 
@@ -234,8 +238,12 @@ impl RecordingInfo {
             cpus: d.u32()?,
             mode: decode_mode(d)?,
             interval_ns: d.u64()?,
+            // latprof takes at most the kernel's 127 frames: a deeper one is no recording of
+            // latprof's, and each view would name that many frames of every cause.
             stack_depth: u16::try_from(d.u32()?)
-                .map_err(|_| FormatError::Malformed("stack depth"))?,
+                .ok()
+                .filter(|&depth| usize::from(depth) <= STACK_FRAMES)
+                .ok_or(FormatError::Malformed("stack depth over 127 frames"))?,
             details: d.bool()?,
             sched_text: d.u64()?..d.u64()?,
             lock_text: d.u64()?..d.u64()?,
@@ -517,6 +525,11 @@ impl Body {
         for _ in 0..d.len(2, size_of::<(u64, Vec<UserFrame>)>())? {
             let id = d.u64()?;
             let n = d.len(4, size_of::<UserFrame>())?;
+            if n > MAX_USER_FRAMES {
+                return Err(FormatError::Malformed(
+                    "a user backtrace longer than latprof takes",
+                ));
+            }
             let mut frames = Vec::with_capacity(n);
             for _ in 0..n {
                 let name = d.str()?;
@@ -550,6 +563,11 @@ impl Body {
         for _ in 0..d.len(2, size_of::<(u64, Vec<u64>)>())? {
             let id = d.u64()?;
             let n = d.len(1, size_of::<u64>())?;
+            if n > STACK_FRAMES {
+                return Err(FormatError::Malformed(
+                    "a backtrace longer than the kernel's 127 frames",
+                ));
+            }
             let mut frames = Vec::with_capacity(n);
             for _ in 0..n {
                 frames.push(d.u64()?);
@@ -770,9 +788,12 @@ impl State {
             .keys()
             .filter_map(|id| Some((*id, *self.user_parts.get(id)?)))
             .collect();
-        let user_stacks = user_parts
-            .values()
-            .filter_map(|user| Some((*user, self.user_stacks.get(user)?.clone())))
+        // Each once: many records share one user backtrace (a copy per record took 1.3 GB
+        // for a 5 KB file whose 10,000 causes share one long backtrace).
+        let users: std::collections::BTreeSet<u64> = user_parts.values().copied().collect();
+        let user_stacks = users
+            .into_iter()
+            .filter_map(|user| Some((user, self.user_stacks.get(&user)?.clone())))
             .collect();
         self.snap = Snapshot {
             mode: body.mode,

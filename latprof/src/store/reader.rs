@@ -7,6 +7,9 @@
 //! largest snapshot it will rebuild) stays under [`MEMORY_PER_BYTE`] times the file's size. Both
 //! have a floor, so small files are never refused for their size. latprof's own recordings use a
 //! small part of either: measured, frames decode to 1.8 times their stored size (2.6 at most).
+//! What the views (dump's exports, replay's model) name from a snapshot is charged to the same
+//! memory budget before they build anything ([`Recording::check_views`]): a few bytes can name
+//! one long symbol in every frame of thousands of causes.
 use std::{
     cell::RefCell,
     collections::{HashMap, HashSet},
@@ -40,6 +43,10 @@ pub const MEMORY_PER_BYTE: u64 = 32;
 /// of them read and checksummed (quadratic in its size).
 pub const SCAN_FLOOR: u64 = 256 << 20;
 pub const SCAN_PER_BYTE: u64 = 16;
+/// The views of a snapshot hold the names of its causes about this many times over while it
+/// is shown: the causes, then the text made of them (OpenMetrics writes each cause's frames in
+/// three families, and holds the labels and the whole text: measured, 5.5 times the names).
+pub const VIEW_COPIES: u64 = 6;
 /// Problems listed one by one; the rest are counted.
 const PROBLEMS_LISTED: usize = 10;
 
@@ -129,6 +136,10 @@ pub struct Recording {
     source: Source,
     entries: Vec<Entry>,
     cache: RefCell<Option<(usize, State)>>,
+    /// Frames per backtrace the views show (see [`Self::set_depth`]).
+    depth: usize,
+    /// Bytes the views of one snapshot may take: the reader's memory budget for this file.
+    view_budget: u64,
 }
 
 fn le_u32(b: &[u8]) -> u32 {
@@ -364,6 +375,8 @@ impl Recording {
             source,
             entries: Vec::new(),
             cache: RefCell::new(None),
+            depth: 0,
+            view_budget: limits.memory,
         };
         let mut unlisted = 0u64;
         let mut syms = Vec::new();
@@ -382,7 +395,7 @@ impl Recording {
             let h = rec.source.read(pos, FRAME_HEADER_LEN)?;
             if h.len() < FRAME_HEADER_LEN {
                 rec.problem(&mut unlisted, format!(
-                    "the recording ends inside a frame header at byte {pos} (the recorder was killed?): replayed up to the last whole frame"
+                    "the recording ends inside a frame header at byte {pos} (the recorder was killed, or its disk was full?): replayed up to the last whole frame"
                 ));
                 break;
             }
@@ -420,7 +433,7 @@ impl Recording {
                     continue;
                 }
                 rec.problem(&mut unlisted, format!(
-                    "the recording ends inside the frame at byte {pos} (the recorder was killed?): replayed up to the last whole frame"
+                    "the recording ends inside the frame at byte {pos} (the recorder was killed, or its disk was full?): replayed up to the last whole frame"
                 ));
                 break;
             }
@@ -524,10 +537,15 @@ impl Recording {
                     ));
                     break;
                 }
-                Ok(_) | Err(_) => {
+                other => {
+                    // Why, where the decoder says (a backtrace deeper than latprof takes).
+                    let why = match other {
+                        Err(FormatError::Malformed(why)) => format!(" ({why})"),
+                        _ => String::new(),
+                    };
                     rec.problem(
                         &mut unlisted,
-                        format!("frame at byte {at}: contents do not decode; skipped"),
+                        format!("frame at byte {at}: contents do not decode{why}; skipped"),
                     );
                     chain = None;
                     continue;
@@ -591,6 +609,7 @@ impl Recording {
         };
         rec.spikes.sort_by_key(|(s, _)| s.end_ns);
         rec.syms = Kallsyms::from_parts(syms, info.sched_text.clone(), info.lock_text.clone());
+        rec.depth = usize::from(info.stack_depth);
         rec.info = info;
         Ok(rec)
     }
@@ -677,7 +696,133 @@ impl Recording {
         }
         let snap = state.snap.clone();
         *cache = Some((at, state));
+        drop(cache);
+        self.check_views(&snap, &[])
+            .map_err(|e| anyhow::anyhow!("snapshot #{i}: {e}"))?;
         Ok(snap)
+    }
+
+    /// Frames per backtrace the views show: `--stack-depth` where given, else the recording's.
+    pub fn set_depth(&mut self, depth: Option<u16>) {
+        if let Some(depth) = depth {
+            self.depth = usize::from(depth);
+        }
+    }
+
+    #[must_use]
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// What the views of `snap` (and of `spikes`, whose backtraces it holds) take to show: every
+    /// cause named frame by frame, once per record that names it (the processes, the cgroups,
+    /// the wakers each name their own), and a few bytes per record. A few bytes of a recording
+    /// can name one long symbol in every frame of thousands of backtraces, or one long user
+    /// backtrace under every cause: decoding stays small, naming does not.
+    #[must_use]
+    pub fn view_bytes(&self, snap: &Snapshot, spikes: &[Spike]) -> u64 {
+        let mut causes: HashMap<u64, u64> = HashMap::new();
+        let mut cause = |id: u64| -> u64 {
+            *causes
+                .entry(id)
+                .or_insert_with(|| self.cause_bytes(snap, id))
+        };
+        let mut total = 0u64;
+        let mut add = |bytes: u64| total = total.saturating_add(bytes);
+        for (id, _) in &snap.global {
+            add(cause(*id));
+        }
+        for t in &snap.tasks {
+            add(t.comm.len() as u64);
+            for r in &t.records {
+                add(cause(r.stack_id));
+            }
+        }
+        for (k, _) in &snap.cgroups {
+            add(cause(k.stack_id));
+        }
+        for p in snap.cgroup_paths.values() {
+            add(p.path.as_ref().map_or(0, String::len) as u64);
+        }
+        for s in spikes {
+            add(cause(s.stack_id) + (s.comm.len() + s.waker_comm.len()) as u64);
+        }
+        let mut wakers: HashMap<u64, u64> = HashMap::new();
+        for w in &snap.wakers {
+            add(cause(w.key.cause) + w.comm.len() as u64);
+            if w.key.waker_stack != 0 {
+                // A waker's backtrace is named whole before its tracing frames are dropped.
+                add(*wakers.entry(w.key.waker_stack).or_insert_with(|| {
+                    self.kernel_bytes(
+                        snap.stacks.get(&w.key.waker_stack).map(Vec::as_slice),
+                        usize::MAX,
+                    )
+                }));
+            }
+        }
+        total
+    }
+
+    /// Memory the views may take for a snapshot: the budget that bounds what the reader keeps.
+    #[must_use]
+    pub fn view_budget(&self) -> u64 {
+        self.view_budget
+    }
+
+    /// Refuses a snapshot whose views would take more than [`Self::view_budget`]: one line,
+    /// before anything is named.
+    pub fn check_views(&self, snap: &Snapshot, spikes: &[Spike]) -> Result<()> {
+        let bytes = self.view_bytes(snap, spikes).saturating_mul(VIEW_COPIES);
+        if bytes > self.view_budget {
+            anyhow::bail!(
+                "showing it would take about {} MiB of frame names, more than latprof allows for a file of {} bytes ({} MiB): its backtraces name long symbols many times over (not a recording latprof wrote?)",
+                bytes >> 20,
+                self.source.len(),
+                self.view_budget >> 20
+            );
+        }
+        Ok(())
+    }
+
+    /// Bytes of the names a cause of backtrace `id` shows: its kernel frames and its user
+    /// frames (each at most [`Self::depth`]), and the cause itself.
+    fn cause_bytes(&self, snap: &Snapshot, id: u64) -> u64 {
+        let user = snap
+            .user_parts
+            .get(&id)
+            .and_then(|u| snap.user_stacks.get(u))
+            .map_or(0, |frames| {
+                frames
+                    .iter()
+                    .take(self.depth)
+                    .map(|f| (f.name.len() + size_of::<String>()) as u64)
+                    .sum()
+            });
+        (size_of::<crate::model::Cause>() as u64)
+            .saturating_add(self.kernel_bytes(snap.stacks.get(&id).map(Vec::as_slice), self.depth))
+            .saturating_add(user)
+    }
+
+    /// Bytes of the names of at most `depth` frames of `frames`: the largest `depth`, since
+    /// which frames a cause keeps (after the scheduler's) is the view's to choose.
+    fn kernel_bytes(&self, frames: Option<&[u64]>, depth: usize) -> u64 {
+        let Some(frames) = frames else {
+            return 0;
+        };
+        // An address no symbol holds is shown as 0x and 16 hex digits.
+        let mut each: Vec<u64> = frames
+            .iter()
+            .filter(|&&a| a != 0)
+            .map(|&a| (self.syms.name(a).map_or(18, str::len) + size_of::<String>()) as u64)
+            .collect();
+        if depth == 0 {
+            return 0;
+        }
+        if each.len() > depth {
+            each.select_nth_unstable_by(depth - 1, |a, b| b.cmp(a));
+            each.truncate(depth);
+        }
+        each.iter().sum()
     }
 }
 

@@ -640,8 +640,9 @@ fn user_frames_come_back_as_named_at_record_time() {
 /// and many frames naming it runs out of budget instead of memory.
 #[test]
 fn a_long_file_name_shared_by_many_frames_is_charged_for_each_copy() {
-    let module = "/x".repeat(5000);
-    let frames = (0..1000)
+    let module = "/x".repeat(20_000);
+    // As many frames as latprof takes (more are damage: see below).
+    let frames = (0..super::MAX_USER_FRAMES as u64)
         .map(|offset| crate::ustacks::UserFrame {
             name: String::new(),
             module: module.clone(),
@@ -656,13 +657,26 @@ fn a_long_file_name_shared_by_many_frames_is_charged_for_each_copy() {
     };
     let mut e = Enc::default();
     body.encode(&mut e, VERSION);
-    // About 15 KB on disk for 10 MB once decoded.
-    assert!(e.buf.len() < 20_000, "{}", e.buf.len());
+    // About 41 KB on disk for 7.7 MB once decoded.
+    assert!(e.buf.len() < 45_000, "{}", e.buf.len());
     assert_eq!(
         Body::decode(&mut Dec::with_budget(&e.buf, 4 << 20), VERSION),
         Err(FormatError::TooBig)
     );
-    assert_eq!(Body::decode(&mut Dec::new(&e.buf), VERSION), Ok(body));
+    assert_eq!(
+        Body::decode(&mut Dec::new(&e.buf), VERSION),
+        Ok(body.clone())
+    );
+    // One frame more than latprof takes is damage, however much budget is left.
+    let mut longer = body;
+    let extra = longer.user_stacks[0].1[0].clone();
+    longer.user_stacks[0].1.push(extra);
+    let mut e = Enc::default();
+    longer.encode(&mut e, VERSION);
+    assert!(matches!(
+        Body::decode(&mut Dec::new(&e.buf), VERSION),
+        Err(FormatError::Malformed(_))
+    ));
 }
 
 /// `snap` as a recording before format 5 keeps it: no cgroups.
@@ -1133,5 +1147,69 @@ fn a_recording_holds_no_kernel_address() {
     assert!(
         !ids.contains(&1) && !ids.contains(&2) && !ids.contains(&3),
         "{ids:?}"
+    );
+}
+
+/// N8: the views of a snapshot are charged what they will name, at the depth they show (the
+/// longest frames counted: which ones a cause keeps is the view's to choose), once per record
+/// that names it, against the reader's memory budget; over it, the snapshot is refused.
+#[test]
+fn views_are_charged_what_they_name() {
+    let long = "x".repeat(1 << 20);
+    let kallsyms =
+        format!("ffffffff81000000 T _stext\nffffffff81200000 T {long}\nffffffff81300000 T short\n");
+    let syms = Kallsyms::parse(&kallsyms).unwrap();
+    let write = |snap: &Snapshot| -> Recording {
+        let dir = std::env::temp_dir().join(format!(
+            "latprof-store-views-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("run.lpr");
+        let mut w = Writer::create(&path, info(), Options::default()).unwrap();
+        w.append(snap, &syms).unwrap();
+        w.finish("test").unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        Recording::from_bytes(bytes).unwrap()
+    };
+    // One backtrace: the long symbol, then eleven short frames.
+    let mut snap = Snapshot::default();
+    let mut frames = vec![0xffff_ffff_8120_0010];
+    frames.extend([0xffff_ffff_8130_0010; 11]);
+    snap.stacks.insert(7, frames);
+    let one = GlobalRecord {
+        count: 1,
+        total_ns: 1000,
+        max_ns: 1000,
+    };
+    snap.global = vec![(7, one)];
+    let mut r = write(&snap);
+    let shown = r.snapshot(0).unwrap();
+    let at_12 = r.view_bytes(&shown, &[]);
+    r.set_depth(Some(1));
+    let at_1 = r.view_bytes(&shown, &[]);
+    let frame = |name: usize| (name + size_of::<String>()) as u64;
+    assert_eq!(at_12 - at_1, 11 * frame("short".len()));
+    assert!(at_1 >= frame(long.len()), "{at_1}");
+    // A hundred processes' records naming it: 100 MiB of names, shown six times over.
+    for tid in 1..=100 {
+        snap.tasks.push(TaskSnapshot {
+            tid,
+            tgid: tid,
+            comm: "p".into(),
+            kthread: false,
+            task_only: 0,
+            records: vec![rec(7, 1)],
+        });
+    }
+    let r = write(&snap);
+    assert!(r.view_budget() < 100 << 20, "{}", r.view_budget());
+    let err = format!("{:#}", r.snapshot(0).unwrap_err());
+    assert!(
+        err.starts_with("snapshot #0: showing it would take about "),
+        "{err}"
     );
 }

@@ -97,6 +97,9 @@ pub struct Writer {
 /// about 27 MB per hour where level 3 wrote 35; see README).
 const ZSTD_LEVEL: i32 = 9;
 
+/// Why a recording ended when its disk filled up (its end frame).
+pub const DISK_FULL: &str = "the disk was full";
+
 /// Room kept for the end frame under `--max-size`.
 const END_ROOM: u64 = 64;
 
@@ -393,10 +396,13 @@ impl Writer {
     }
 
     fn write_frame(&mut self, bytes: &[u8]) -> Result<()> {
-        self.file
+        if let Err(e) = self
+            .file
             .write_all(bytes)
             .and_then(|()| self.file.sync_data())
-            .with_context(|| format!("writing {}", self.path.display()))?;
+        {
+            return Err(self.failed(&e));
+        }
         self.size += bytes.len() as u64;
         self.stats.bytes += bytes.len() as u64;
         Ok(())
@@ -515,6 +521,45 @@ impl Writer {
         Ok(())
     }
 
+    /// A frame that could not be written: the file is cut back to its last whole frame, so that
+    /// it ends where the recording does, not inside a frame (which readers take for a recorder
+    /// killed mid-write). Out of space, the room the cut frees takes an end frame that says so
+    /// where it can, and the error says the disk is full: not a bare errno.
+    fn failed(&mut self, e: &std::io::Error) -> anyhow::Error {
+        use std::io::{Seek as _, SeekFrom};
+        let path = self.path.display().to_string();
+        // The write may have put part of the frame there: cut, and write from the cut on.
+        let cut = |file: &mut File, size: u64| {
+            let _ = file.set_len(size);
+            let _ = file.seek(SeekFrom::Start(size));
+        };
+        cut(&mut self.file, self.size);
+        if !matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
+            return anyhow::anyhow!("writing {path}: {e}");
+        }
+        let end = self.end_frame(DISK_FULL);
+        let ended = self
+            .file
+            .write_all(&end)
+            .and_then(|()| self.file.sync_data())
+            .is_ok();
+        if ended {
+            self.size += end.len() as u64;
+            self.stats.bytes += end.len() as u64;
+        } else {
+            cut(&mut self.file, self.size);
+        }
+        anyhow::anyhow!(
+            "writing {path}: the disk is full ({e}): the recording stops after {} snapshots{}",
+            self.stats.snapshots,
+            if ended {
+                ", marked as ended by the full disk"
+            } else {
+                ", at its last whole frame"
+            }
+        )
+    }
+
     /// Marks the recording as cleanly finished.
     pub fn finish(mut self, reason: &str) -> Result<Stats> {
         let end = self.end_frame(reason);
@@ -548,4 +593,33 @@ fn diff<K: Copy + Eq + Ord + std::hash::Hash, V: Clone + PartialEq>(
     gone.sort_unstable();
     changed.sort_unstable_by_key(|(k, _)| *k);
     (gone, changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full disk ended the recording with the bare errno, and left a frame cut short that
+    /// readers took for a killed recorder; now the error says the disk is full.
+    #[test]
+    fn a_full_disk_is_said_so() {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("open /dev/full");
+        let new = NewFile {
+            path: PathBuf::from("/dev/full"),
+            file,
+        };
+        let mut w = Writer::start(new, RecordingInfo::default(), Options::default());
+        let err = w
+            .append(&Snapshot::default(), &Kallsyms::default())
+            .expect_err("no room");
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("writing /dev/full: the disk is full (No space left on device"),
+            "{err}"
+        );
+        assert!(err.contains("stops after 0 snapshots"), "{err}");
+    }
 }

@@ -87,12 +87,20 @@ impl Replay {
         let Some(cur) = self.snapshot(pos) else {
             return;
         };
+        // The spikes the live view had received by then, named from this snapshot's
+        // backtraces: charged with it.
+        let (spikes, sleeps) = self
+            .rec
+            .spikes_until(cur.taken_ns, crate::tui::app::MAX_SPIKES);
+        if let Err(e) = self.rec.check_views(&cur, &spikes) {
+            self.failed
+                .get_or_insert(e.context(format!("snapshot #{pos}")));
+            self.app.quit = true;
+            return;
+        }
         self.pos = pos;
-        let now = cur.taken_ns;
         self.app
             .show(self.first.clone(), prev, cur, self.mark_snap.clone());
-        // The spikes the live view had received by then.
-        let (spikes, sleeps) = self.rec.spikes_until(now, crate::tui::app::MAX_SPIKES);
         self.app.spikes.clear();
         self.app.on_spikes(spikes, sleeps);
         self.app.status = Some(self.status());
