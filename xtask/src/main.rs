@@ -377,6 +377,7 @@ fn test(args: &[String]) -> Result<()> {
             .args(["--all-features", "check", "licenses"])
             .current_dir(root_dir()),
     )?;
+    licenses_check_bites()?;
     notices(false)?;
     let vm =
         env::var_os("LATPROF_SHARED").map_or_else(|| root_dir().join("../shared"), PathBuf::from);
@@ -474,6 +475,36 @@ fn test(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The license check can fail: with the Apache and BSD licenses taken off the allowed list,
+/// cargo-deny must refuse the dependencies that have only those.
+fn licenses_check_bites() -> Result<()> {
+    let allowed = std::fs::read_to_string(root_dir().join("deny.toml")).context("deny.toml")?;
+    let narrowed: String = allowed
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("\"Apache") && !l.trim_start().starts_with("\"BSD"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let path = root_dir().join("target/deny-narrowed.toml");
+    std::fs::create_dir_all(root_dir().join("target"))?;
+    std::fs::write(&path, narrowed)?;
+    let refused = !Command::new("cargo-deny")
+        .args(["--all-features", "--config"])
+        .arg(&path)
+        .args(["check", "licenses"])
+        .current_dir(root_dir())
+        .output()
+        .context("running cargo-deny")?
+        .status
+        .success();
+    if !refused {
+        bail!(
+            "the license check passed with Apache-2.0 and BSD licenses not allowed: it checks nothing"
+        );
+    }
+    eprintln!("xtask: the license check refuses what deny.toml does not allow");
+    Ok(())
+}
+
 /// The third-party notices: every crate latprof builds with (the eBPF object's included),
 /// by license, as `cargo deny list` reads them from Cargo's metadata. `write`: (re)writes
 /// THIRD-PARTY-NOTICES (`cargo xtask notices`); otherwise fails when the file is not current.
@@ -500,10 +531,10 @@ fn notices(write: bool) -> Result<()> {
     let text = format!(
         "Third-party software in latprof\n\
          \n\
-         latprof (the binary, and the eBPF object embedded in it) is built from these crates, \n\
-         listed by license as their Cargo metadata declares it (made by `cargo xtask notices` \n\
-         with cargo-deny {CARGO_DENY}; `cargo xtask test` checks that it is current and that every \n\
-         license is on the list allowed in deny.toml). Each crate's license text ships in its \n\
+         latprof (the binary, and the eBPF object embedded in it) is built from these crates,\n\
+         listed by license as their Cargo metadata declares it (made by `cargo xtask notices`\n\
+         with cargo-deny {CARGO_DENY}; `cargo xtask test` checks that it is current and that every\n\
+         license is on the list allowed in deny.toml). Each crate's license text ships in its\n\
          source on crates.io.\n\
          \n{}",
         strip_ansi(&String::from_utf8_lossy(&listed.stdout))
