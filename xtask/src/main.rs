@@ -479,11 +479,14 @@ fn test(args: &[String]) -> Result<()> {
 /// cargo-deny must refuse the dependencies that have only those.
 fn licenses_check_bites() -> Result<()> {
     let allowed = std::fs::read_to_string(root_dir().join("deny.toml")).context("deny.toml")?;
-    let narrowed: String = allowed
+    let narrowed = allowed
         .lines()
-        .filter(|l| !l.trim_start().starts_with("\"Apache") && !l.trim_start().starts_with("\"BSD"))
-        .map(|l| format!("{l}\n"))
-        .collect();
+        .filter(|l| {
+            let l = l.trim_start();
+            !l.starts_with("\"Apache") && !l.starts_with("\"BSD")
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
     let path = root_dir().join("target/deny-narrowed.toml");
     std::fs::create_dir_all(root_dir().join("target"))?;
     std::fs::write(&path, narrowed)?;
