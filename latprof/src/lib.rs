@@ -12,6 +12,7 @@ pub mod collect;
 pub mod export;
 pub mod files;
 pub mod model;
+pub mod notify;
 pub mod probe;
 pub mod reasons;
 pub mod serve;

@@ -1437,3 +1437,71 @@ fn slow_headers_are_cut_and_do_not_lock_out_a_scrape() {
     let (status, rest) = serve.stop(libc::SIGTERM);
     assert!(status.success(), "latprof serve exit {status}: {rest}");
 }
+
+/// `Type=notify`: READY=1 only once /metrics answers with data, WATCHDOG=1 from the read loop
+/// while the unit's watchdog is set, STOPPING=1 on SIGTERM before latprof exits.
+#[test]
+#[ignore = "needs root"]
+fn tells_systemd_when_ready_alive_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let _serial = serial();
+    let dir = temp_dir("notify");
+    let socket_path = dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let mut child = Command::new(LATPROF)
+        .args([
+            "serve",
+            "--listen",
+            &addr.to_string(),
+            "--interval",
+            "200ms",
+        ])
+        .env("NOTIFY_SOCKET", &socket_path)
+        // A ping every half second.
+        .env("WATCHDOG_USEC", "1000000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn latprof serve");
+    let recv = || {
+        let mut buf = [0u8; 512];
+        let n = socket
+            .recv(&mut buf)
+            .expect("a message from latprof within 60 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let first = recv();
+    assert!(first.starts_with("READY=1\n"), "{first}");
+    assert!(
+        first.contains(&format!("MAINPID={}", child.id())),
+        "{first}"
+    );
+    // Ready means serving real data: the first read is published.
+    let reply = http_get(addr, "/metrics", None);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(
+        reply.text().contains("latprof_table_capacity"),
+        "{}",
+        reply.text()
+    );
+    for _ in 0..3 {
+        assert_eq!(recv(), "WATCHDOG=1");
+    }
+    // SAFETY: signalling our own child.
+    assert_eq!(
+        unsafe { libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGTERM) },
+        0
+    );
+    let mut last = recv();
+    while last == "WATCHDOG=1" {
+        last = recv();
+    }
+    assert!(last.starts_with("STOPPING=1"), "{last}");
+    let status = child.wait().expect("wait for latprof serve");
+    assert!(status.success(), "{status}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -12,6 +12,7 @@ use super::session::{self, Needs, Session};
 use crate::{
     cli::{Cli, ServeArgs},
     collect::Collector,
+    notify::Notifier,
     reasons::Reasons,
     serve::{self, Publisher, Server, state::Accumulator},
 };
@@ -56,6 +57,10 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         args.listen
     );
     session.announce();
+    // Ready for systemd (Type=notify) only now: the programs are attached, the first read is
+    // published and the listener answers with it.
+    let mut notifier = Notifier::from_env();
+    notifier.ready(&format!("serving http://{}/", args.listen));
     let result = collect(
         args,
         &mut session,
@@ -63,7 +68,9 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         &mut acc,
         &publisher,
         &server,
+        &mut notifier,
     );
+    notifier.stopping();
     server.stop();
     session.log.flush();
     drop(session);
@@ -81,12 +88,15 @@ fn collect(
     acc: &mut Accumulator,
     publisher: &Publisher,
     server: &Server,
+    notifier: &mut Notifier,
 ) -> Result<()> {
     let mut next = Instant::now() + args.interval;
     while !session.stop.load(Ordering::Relaxed) {
         if server.is_finished() {
             bail!("the HTTP server stopped");
         }
+        // The watchdog hears from the loop that reads: a stalled read goes quiet.
+        notifier.alive();
         session.log.flush();
         let left = next.saturating_duration_since(Instant::now());
         if !left.is_zero() {
