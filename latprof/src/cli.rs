@@ -14,87 +14,102 @@ use crate::{
 #[command(
     name = "latprof",
     version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("LATPROF_REVISION"), ")"),
-    about = "Where do tasks sleep? latencytop's accounting in eBPF"
+    about = "Where do tasks sleep? latencytop's accounting in eBPF",
+    after_help = EXAMPLES,
+    after_long_help = concat!(
+        "Examples:\n",
+        "  sudo latprof top\n",
+        "  sudo latprof stats --duration 10s --pid 1234\n",
+        "  sudo latprof --mode=lazy record -o run.lpr --duration 1h\n",
+        "  latprof replay run.lpr\n",
+        "\n",
+        "Exit status:\n",
+        "  0  success\n",
+        "  1  latprof failed while it ran (a kernel table could not be read, a file could not be\n",
+        "     written, memory ran out); one line on stderr says why\n",
+        "  2  bad input, said in one line before anything is loaded: an unknown or bad flag, a\n",
+        "     missing privilege (root, or CAP_BPF and CAP_PERFMON), a file latprof refuses"
+    )
 )]
 pub struct Cli {
     /// lazy: per-task records, merged into the global table at exit (cheap); normal: every
     /// event also updates the global table (latencytop's mode 1).
-    #[arg(long, global = true, value_enum, default_value_t = Mode::Lazy)]
+    #[arg(long, global = true, help_heading = "Probe", value_enum, default_value_t = Mode::Lazy)]
     pub mode: Mode,
     /// Frames shown per backtrace [default: 12; replay and dump: the recording's].
-    #[arg(long, global = true, value_parser = clap::value_parser!(u16).range(1..=127))]
+    #[arg(long, global = true, help_heading = "Probe", value_parser = clap::value_parser!(u16).range(1..=127))]
     pub stack_depth: Option<u16>,
     /// Interruptible sleeps longer than this are not counted (usually requested waits: poll,
     /// select, nanosleep of seconds).
-    #[arg(long, global = true, value_parser = time::parse_duration, default_value = "5ms")]
+    #[arg(long, global = true, help_heading = "Probe", value_parser = time::parse_duration, default_value = "5ms")]
     pub inter_cutoff: Duration,
     /// Count every sleep, however long (removes --inter-cutoff).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Probe")]
     pub all_sleeps: bool,
     /// Also count latprof's own threads.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Probe")]
     pub include_self: bool,
     /// Only tasks in this cgroup v2 directory or below it (repeatable, at most 8), filtered
     /// in the kernel: e.g. /sys/fs/cgroup/system.slice/nginx.service.
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = "Probe", value_name = "PATH")]
     pub cgroup: Vec<PathBuf>,
     /// Attribute each counted sleep to its waker (task, timer or interrupt): JSON and `top`
     /// show who woke each cause; `--format folded` prints `waker;--;sleeper frames` chains.
     /// Opt-in: it adds 15-35% to latprof's kernel time per event (README, Wakers).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Probe")]
     pub wakers: bool,
     /// With wakers (implies --wakers), also each waker's kernel backtrace, per (sleeper
     /// cause, waker backtrace), for offwaketime-style chains; walks a stack per wakeup.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Probe")]
     pub waker_stacks: bool,
     /// Wakers kept per CPU (kernel table size; one entry per cause, sleeping process and
     /// waker): the rest are counted under their cause's "other".
-    #[arg(long, global = true, default_value_t = 8192,
+    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_wakers: u32,
     /// Also each sleeper's user-space backtrace (walked with its frame pointers at switch-out):
     /// causes are then kernel + user backtrace, symbolized from the process's binaries.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Probe")]
     pub user_stacks: bool,
     /// User backtraces kept (kernel table size, about 1.6 KiB each: 13 MB at the default).
-    #[arg(long, global = true, default_value_t = 8192,
+    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_user_stacks: u32,
     /// Do not attribute sleeps to cgroups (measures what that costs).
     #[arg(long, global = true, hide = true)]
     pub debug_no_cgroups: bool,
     /// Tasks tracked at once (kernel table size).
-    #[arg(long, global = true, default_value_t = 8192,
+    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub max_tasks: u32,
     /// Global causes kept (kernel table size).
-    #[arg(long, global = true, default_value_t = 16384,
+    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 16384,
           value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub max_records: u32,
     /// Sleeps and run-queue waits at least this long are spikes: sent one by one to `top`'s
     /// recent spikes, `record` and `latprof spikes`.
-    #[arg(long, global = true, value_parser = time::parse_duration, default_value = "10ms")]
+    #[arg(long, global = true, help_heading = "Probe", value_parser = time::parse_duration, default_value = "10ms")]
     pub spike: Duration,
     /// When the kernel wakes the spike reader: adaptive (only when it waits, or the buffer
     /// fills) or always (every event).
-    #[arg(long, global = true, value_enum, default_value_t = Wakeup::Adaptive)]
+    #[arg(long, global = true, help_heading = "Probe", value_enum, default_value_t = Wakeup::Adaptive)]
     pub wakeup: Wakeup,
     /// Count consistency anomalies in the kernel programs and log them (through aya-log, at
     /// most 10 lines per CPU per second) to stderr, or to --log FILE; without it the checks
     /// are removed at load time.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Debug")]
     pub debug_checks: bool,
     /// Walk every counted sleep's kernel stack instead of answering a task's repeated sleeps
     /// from its stack cache (for comparison: the numbers are the same, the cost is not).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Probe")]
     pub no_stack_cache: bool,
     /// Where latprof's log goes (the eBPF side's --debug-checks lines): a new file (an existing
     /// one is refused, /dev/null excepted); default stderr, and for top a new
     /// latprof-RANDOM.log in the temporary directory, readable by root only, named at exit.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Debug")]
     pub log: Option<PathBuf>,
     /// Distinct kernel backtraces kept (kernel table size).
-    #[arg(long, global = true, default_value_t = 8192,
+    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_stacks: u32,
     /// Take backtraces at switch-out from the raw tracepoints, as on kernels without BTF
@@ -128,23 +143,54 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The short help's examples (`latprof -h`); `--help` adds the exit status.
+const EXAMPLES: &str =
+    "Examples:\n  sudo latprof top\n  sudo latprof stats --duration 10s\n  latprof replay run.lpr";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Collect, then print /proc/latency_stats-compatible text (or /proc/PID/latency with --pid).
+    #[command(after_help = "Examples:
+  sudo latprof stats --duration 5s                  every process, as /proc/latency_stats
+  sudo latprof stats --pid 1234 --duration 10s      one process, as /proc/1234/latency
+  sudo latprof stats --format folded > off.folded   for flamegraph.pl or inferno
+  sudo latprof --user-stacks stats --format json    with each sleeper's own frames")]
     Stats(StatsArgs),
     /// Live view: global causes, processes, and the selected process's causes.
+    #[command(after_help = "Examples:
+  sudo latprof top
+  sudo latprof top --comm nginx --interval 2s
+  sudo latprof --wakers --user-stacks top           who woke each cause, and where in the program")]
     Top(TopArgs),
     /// Record snapshots to a file until Ctrl-C (or --duration); `replay` and `dump` read it.
+    #[command(after_help = "Examples:
+  sudo latprof record -o run.lpr --duration 10m
+  sudo latprof record -o run.lpr --rotate 100M --keep 5   for days: FILE.1 ... FILE.5")]
     Record(RecordArgs),
     /// Browse a recording in the same screens as `top`, with time navigation; no root needed.
+    #[command(after_help = "Examples:
+  latprof replay run.lpr
+  latprof replay run.lpr --at +5m                   open five minutes in")]
     Replay(ReplayArgs),
     /// Print every sleep or run-queue wait over --spike as it happens, one line each.
+    #[command(after_help = "Examples:
+  sudo latprof --spike 50ms spikes
+  sudo latprof --spike 5ms spikes --pid 1234 --duration 1m")]
     Spikes(SpikesArgs),
     /// Print a recording's numbers at a moment, or between two, as text, JSON, folded or
     /// OpenMetrics or pprof; no root needed.
+    #[command(after_help = "Examples:
+  latprof dump run.lpr                              the end of the recording, as stats prints it
+  latprof dump run.lpr --from +1m --to +2m --format json
+  latprof dump run.lpr --format pprof > off.pb.gz   for go tool pprof
+  latprof dump run.lpr --info                       what was recorded, where, how")]
     Dump(DumpArgs),
     /// Keep the probes attached and answer HTTP: Prometheus metrics at /metrics, off-CPU
     /// profiles (pprof) at /debug/pprof/offcpu.
+    #[command(after_help = "Examples:
+  sudo latprof serve                                127.0.0.1:9934
+  sudo latprof serve --listen 0.0.0.0:9934 --max-series 500
+  curl -s localhost:9934/metrics; go tool pprof -raw 'http://localhost:9934/debug/pprof/offcpu?seconds=30'")]
     Serve(ServeArgs),
 }
 
@@ -460,6 +506,36 @@ impl Cli {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every example the help shows parses as it is written (comments after two spaces, a
+    /// shell's `sudo` and redirection left out).
+    #[test]
+    fn the_helps_examples_parse() {
+        use clap::CommandFactory as _;
+        let mut root = Cli::command();
+        let mut helps = vec![root.render_long_help().to_string()];
+        for sub in root.get_subcommands_mut() {
+            helps.push(sub.render_long_help().to_string());
+        }
+        let mut seen = 0;
+        for help in &helps {
+            let examples = help.split("Examples:").nth(1).unwrap_or_default();
+            for line in examples.lines().skip(1).take_while(|l| l.starts_with("  ")) {
+                let line = line.trim().trim_start_matches("sudo ");
+                let Some(args) = line.strip_prefix("latprof ") else {
+                    continue;
+                };
+                let args = args.split("  ").next().unwrap_or_default();
+                let args = args.split(['>', ';']).next().unwrap_or_default();
+                let words: Vec<&str> = args.split_whitespace().collect();
+                parse_from(std::iter::once("latprof").chain(words.iter().copied()))
+                    .unwrap_or_else(|e| panic!("example `{line}` does not parse: {e}"));
+                seen += 1;
+            }
+        }
+        assert!(seen >= 20, "{seen} examples");
+        assert!(helps[0].contains("Exit status:"));
+    }
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("latprof").chain(args.iter().copied()))
