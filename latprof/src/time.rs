@@ -149,7 +149,8 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 /// Seconds since local midnight of a wall-clock time, and the local midnight itself (ns).
 #[must_use]
 pub fn local_day(wall_ns: u64) -> (u64, u64) {
-    let secs = libc::time_t::try_from(wall_ns / 1_000_000_000).unwrap_or(0);
+    // time_t is i64 on x86-64 (glibc and musl alike).
+    let secs = i64::try_from(wall_ns / 1_000_000_000).unwrap_or(0);
     // SAFETY: zeroed tm is a valid out value; localtime_r only writes it.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointers for the duration of the call.

@@ -49,9 +49,10 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("notices") => setup_for_tests().and_then(|()| notices(true)),
+        Some("dist") => dist(),
         _ => {
             eprintln!(
-                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS] | notices"
+                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS] | notices | dist"
             );
             return ExitCode::from(2);
         }
@@ -211,6 +212,9 @@ fn missing_steps(for_tests: bool) -> Vec<(String, Command)> {
             cmd,
         ));
     }
+    if for_tests {
+        steps.extend(musl_steps());
+    }
     if for_tests && !has_cargo_deny() {
         let mut cmd = Command::new("cargo");
         cmd.args([
@@ -227,6 +231,93 @@ fn missing_steps(for_tests: bool) -> Vec<(String, Command)> {
         ));
     }
     steps
+}
+
+/// The static binary's target: x86-64 Linux with musl, no dynamic libc.
+const MUSL: &str = "x86_64-unknown-linux-musl";
+
+/// What building the static binary needs: Debian's musl-tools (musl-gcc, for the C in zstd)
+/// and the Rust target.
+fn musl_steps() -> Vec<(String, Command)> {
+    let mut steps = Vec::new();
+    if !missing_packages(&["musl-tools"]).is_empty() {
+        let mut install = Command::new("apt-get");
+        install
+            .args([
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "musl-tools",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        steps.push(("apt-get install -y musl-tools".to_owned(), install));
+    }
+    let installed = output(Command::new("rustup").args([
+        "target",
+        "list",
+        "--installed",
+        "--toolchain",
+        STABLE,
+    ]));
+    if !installed.lines().any(|l| l.trim() == MUSL) {
+        let mut cmd = Command::new("rustup");
+        cmd.args(["target", "add", "--toolchain", STABLE, MUSL]);
+        steps.push((
+            format!("rustup target add --toolchain {STABLE} {MUSL}"),
+            cmd,
+        ));
+    }
+    steps
+}
+
+/// `cargo xtask dist`: one static x86-64 binary (musl, the eBPF object embedded) in
+/// target/dist/latprof, and the tests' workload beside it in target/dist/test/ (the VM checks
+/// run both, with no library copied into the guest). Fails if either links anything
+/// dynamically.
+fn dist() -> Result<()> {
+    setup()?;
+    install(musl_steps())?;
+    run_cmd(
+        cargo()
+            .args([
+                "build",
+                "--release",
+                "--target",
+                MUSL,
+                "--package",
+                "latprof",
+            ])
+            .args(["--package", "latprof-bench", "--bin", "latprof-workload"])
+            .env("CC_x86_64_unknown_linux_musl", "musl-gcc"),
+    )?;
+    let built = root_dir().join("target").join(MUSL).join("release");
+    let dist = root_dir().join("target/dist");
+    std::fs::create_dir_all(dist.join("test"))?;
+    for (name, to) in [
+        ("latprof", dist.join("latprof")),
+        ("latprof-workload", dist.join("test/latprof-workload")),
+    ] {
+        let from = built.join(name);
+        // A new inode: a running copy (a test's) keeps its own.
+        let _ = std::fs::remove_file(&to);
+        std::fs::copy(&from, &to)
+            .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+        let ldd = Command::new("ldd")
+            .arg(&to)
+            .output()
+            .context("running ldd")?;
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&ldd.stdout),
+            String::from_utf8_lossy(&ldd.stderr)
+        );
+        if !said.contains("statically linked") && !said.contains("not a dynamic executable") {
+            bail!("{} links dynamically: {said}", to.display());
+        }
+        eprintln!("xtask: {} ({})", to.display(), said.trim());
+    }
+    Ok(())
 }
 
 /// Installs whatever is missing; idempotent. Without root (for apt) or off Debian it prints the
@@ -379,6 +470,8 @@ fn test(args: &[String]) -> Result<()> {
     )?;
     licenses_check_bites()?;
     notices(false)?;
+    // The static binary the VM checks run on every kernel.
+    dist()?;
     let vm =
         env::var_os("LATPROF_SHARED").map_or_else(|| root_dir().join("../shared"), PathBuf::from);
     let vm_missing = !vm.join("vm/run.sh").exists();
@@ -423,7 +516,7 @@ fn test(args: &[String]) -> Result<()> {
                 cmd.arg("LATPROF_SKIP_VM=1");
             }
             // sudo resets the environment: pass on what the tests read.
-            for var in ["LATPROF_SHARED", "LATPROF_FSYNC_DIR"] {
+            for var in ["LATPROF_SHARED", "LATPROF_FSYNC_DIR", "LATPROF_DIST"] {
                 if let Some(value) = env::var_os(var) {
                     let mut arg = std::ffi::OsString::from(format!("{var}="));
                     arg.push(value);

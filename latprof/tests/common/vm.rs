@@ -6,8 +6,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::LATPROF;
-
 pub fn shared_vm() -> Option<PathBuf> {
     let dir = std::env::var_os("LATPROF_SHARED").map_or_else(
         || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared")),
@@ -32,6 +30,7 @@ pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
     let run = shared_vm().expect(
         "../shared/vm/run.sh not found (set LATPROF_SHARED, or LATPROF_SKIP_VM=1 to skip loudly)",
     );
+    let (latprof, workload) = dist_bins();
     let dir = tempdir();
     let script = dir.join("script.sh");
     std::fs::write(&script, format!("#!/bin/sh\n{command}\n")).expect("write VM script");
@@ -53,8 +52,10 @@ pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
                 .arg(&text)
                 .arg(&run)
                 .args(vm_args)
-                .args(["--bin", LATPROF, "--bin"])
-                .arg(super::workload_bin())
+                .arg("--bin")
+                .arg(&latprof)
+                .arg("--bin")
+                .arg(&workload)
                 .args(["--file", file])
                 .arg(&script),
         );
@@ -82,6 +83,33 @@ pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
         return Some(stdout);
     }
     unreachable!()
+}
+
+/// The static binaries the guests run (`cargo xtask dist`: latprof as shipped, and the tests'
+/// workload), so that run.sh copies no library into a guest and each kernel's check is true
+/// for the userspace a user installs too. `LATPROF_DIST` names another folder.
+pub fn dist_bins() -> (PathBuf, PathBuf) {
+    let dir = std::env::var_os("LATPROF_DIST").map_or_else(
+        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/dist")),
+        PathBuf::from,
+    );
+    let bins = (dir.join("latprof"), dir.join("test/latprof-workload"));
+    for bin in [&bins.0, &bins.1] {
+        assert!(
+            bin.is_file(),
+            "{} is missing: `cargo xtask dist` builds the static binaries the VM checks run (`cargo xtask test` does it first)",
+            bin.display()
+        );
+        let ldd = Command::new("ldd").arg(bin).output().expect("ldd");
+        let said = String::from_utf8_lossy(&ldd.stdout).into_owned()
+            + &String::from_utf8_lossy(&ldd.stderr);
+        assert!(
+            said.contains("statically linked") || said.contains("not a dynamic executable"),
+            "{} links dynamically ({said}): run.sh would copy libraries into the guest",
+            bin.display()
+        );
+    }
+    bins
 }
 
 /// How long a guest may take: its scripts run in about 30 s here. LATPROF_VM_LIMIT_S changes
