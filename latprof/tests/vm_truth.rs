@@ -743,3 +743,104 @@ fn every_interruptible_sleep_is_accounted_for() {
         ]
     );
 }
+
+/// truth.sh's count of the kernel's interruptible sleeps over the cutoff (`over_cutoff_count`)
+/// run on a trace, with `awk` (a command line: "awk", "busybox awk").
+fn over_cutoff_count(awk: &str, tids: &str, trace: &str) -> u64 {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("sh")
+        .args([SCRIPT, "--over-cutoff-count", tids])
+        .env("AWK", awk)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run truth.sh --over-cutoff-count");
+    child
+        .stdin
+        .take()
+        .expect("its stdin")
+        .write_all(trace.as_bytes())
+        .expect("write the trace");
+    let out = child.wait_with_output().expect("wait for truth.sh");
+    assert!(
+        out.status.success(),
+        "truth.sh --over-cutoff-count with {awk}: {}",
+        out.status
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{awk}: not a count: {text:?}"))
+}
+
+/// A sleep counts as the kernel's over the cutoff only if it began after the start marker, by
+/// the trace's clock, compared as numbers. Compared as strings (awk's rule for a number against
+/// a field's substring), the workload's wait for "go", begun before latprof attached, counted
+/// whenever the uptime passed 10 s or 100 s between its start and the marker (in the VM: begun
+/// at 98.6 s, the marker at 105.35 s, "98.6422" > "105.350595"): "kernel 0 counted and 1 over
+/// the cutoff, latprof 0 and 0" in the vfork phase, one more over the cutoff in the futex
+/// phase. Each case below was counted wrong that way. Run with the system's awk and with
+/// busybox's (the VM's: run.sh copies /bin/busybox).
+#[test]
+fn over_cutoff_count_compares_times_as_numbers() {
+    let marker = |ts: &str| {
+        format!(
+            "              sh-207     [000] .....   {ts}: tracing_mark_write: latprof-truth-start\n"
+        )
+    };
+    let sleep = |ts: &str, pid: u32, delay_ns: u64| {
+        format!(
+            "          <idle>-0       [001] d.h2.   {ts}: sched_stat_sleep: comm=latprof-workloa pid={pid} delay={delay_ns} [ns]\n"
+        )
+    };
+    let cases: [(&str, String, u64); 6] = [
+        (
+            "the wait for go, begun at 97.55 s, before a marker at 101.26 s",
+            marker("101.258465") + &sleep("101.332521", 211, 3_780_900_863),
+            0,
+        ),
+        (
+            "a sleep begun at 100.1 s, after a marker at 99.96 s",
+            marker("99.958465") + &sleep("100.332521", 211, 232_521_000),
+            1,
+        ),
+        (
+            "a sleep begun 1 us before the marker (6 digits make them equal)",
+            marker("99.958465") + &sleep("100.332521", 211, 374_057_000),
+            0,
+        ),
+        (
+            "a sleep begun at 1000.2 s, after a marker at 999.9 s",
+            marker("999.900000") + &sleep("1000.332521", 211, 132_521_000),
+            1,
+        ),
+        (
+            "a sleep of another task (a vfork child), and one ended before the marker",
+            sleep("99.900000", 211, 6_000_000)
+                + &marker("99.958465")
+                + &sleep("100.332521", 999, 6_000_000),
+            0,
+        ),
+        (
+            "two threads' sleeps begun 1 us after the marker, among the header's lines",
+            "# tracer: nop\n#\n".to_owned()
+                + &marker("99.958465")
+                + &sleep("100.332521", 211, 374_055_000)
+                + &sleep("100.332521", 212, 374_055_000),
+            2,
+        ),
+    ];
+    let mut awks = vec!["awk"];
+    if std::path::Path::new("/bin/busybox").exists() {
+        awks.push("/bin/busybox awk");
+    }
+    for awk in awks {
+        for (what, trace, expected) in &cases {
+            assert_eq!(
+                over_cutoff_count(awk, "211 212", trace),
+                *expected,
+                "{awk}: {what}:\n{trace}"
+            );
+        }
+    }
+}

@@ -11,6 +11,38 @@
 #   process: /proc/PID/task/*/latency of a live workload against `latprof stats --pid PID`,
 #            read while the workload still runs (lazy mode's unmerged per-task records), and
 #            the interruptible sleeps the kernel measured over the cutoff (see `process`).
+
+# over_cutoff_count TIDS < TRACE: the sched_stat_sleep events of TIDS in TRACE (ftrace's text)
+# whose sleep began after the latprof-truth-start marker, by the trace's clock: the event's time
+# less its delay. The times are compared as numbers. awk compares a number with a string taken
+# from a line (a substr) as two strings, the number printed in 6 digits: a sleep begun at 98.6 s
+# then began after a marker at 105.3 s ("98.6422" > "105.350595"), one begun at 100.1 s not after
+# a marker at 99.9 s. So the workload's wait for "go" (begun before latprof attached, ended just
+# after the marker) was counted as over the cutoff whenever the uptime passed 10 s or 100 s
+# between the two: seen in the VM, pid=W delay=6734671958 at 105.376839, marker at 105.350595,
+# "kernel 0 counted and 1 over the cutoff, latprof 0 and 0" (see tests/vm_truth.rs,
+# `over_cutoff_count_compares_times_as_numbers`).
+# `truth.sh --over-cutoff-count TIDS` runs only this (AWK picks the awk).
+over_cutoff_count() {
+    ${AWK:-awk} -v tids="$1" '
+        BEGIN { n = split(tids, t, " "); for (i = 1; i <= n; i++) want[t[i]] = 1; started = 0 }
+        {
+            ts = ""; pid = ""; delay = ""
+            for (i = 1; i <= NF; i++) {
+                if (ts == "" && $i ~ /^[0-9]+\.[0-9]+:$/) ts = substr($i, 1, length($i) - 1)
+                else if ($i ~ /^pid=/) pid = substr($i, 5)
+                else if ($i ~ /^delay=/) delay = substr($i, 7)
+            }
+            if ($0 ~ /tracing_mark_write: latprof-truth-start/) { start = ts + 0; started = 1 }
+            else if ($0 ~ /sched_stat_sleep:/ && started && (pid in want) && (ts + 0) - delay / 1e9 > start) n_over++
+        }
+        END { print n_over + 0 }'
+}
+if [ "$1" = --over-cutoff-count ]; then
+    over_cutoff_count "$2"
+    exit
+fi
+
 MODE=$1
 DELAY=$2
 shift 2
@@ -135,24 +167,12 @@ over_cutoff_start() {
 
 # over_cutoff_stop OUT TIDS: how many of those sleeps of TIDS began after over_cutoff_start
 # (the trace's own clock, the one the delays are measured in: a sleep latprof saw begin) into
-# OUT.
+# OUT (see over_cutoff_count).
 over_cutoff_stop() {
     echo 0 > $T/tracing_on
     echo 0 > $T/events/sched/sched_stat_sleep/enable
     echo 0 > $T/events/sched/sched_stat_sleep/filter
-    grep -v '^#' $T/trace | awk -v tids="$2" '
-        BEGIN { n = split(tids, t, " "); for (i = 1; i <= n; i++) want[t[i]] = 1 }
-        {
-            ts = ""; pid = ""; delay = ""
-            for (i = 1; i <= NF; i++) {
-                if (ts == "" && $i ~ /^[0-9]+\.[0-9]+:$/) ts = substr($i, 1, length($i) - 1)
-                else if ($i ~ /^pid=/) pid = substr($i, 5)
-                else if ($i ~ /^delay=/) delay = substr($i, 7)
-            }
-            if ($0 ~ /tracing_mark_write: latprof-truth-start/) start = ts
-            else if ($0 ~ /sched_stat_sleep:/ && start != "" && (pid in want) && ts - delay / 1e9 > start) n_over++
-        }
-        END { print n_over + 0 }' > "$1"
+    grep -v '^#' $T/trace | over_cutoff_count "$2" > "$1"
 }
 
 # process WORKLOAD ARGS...: the workload waits for a line on its stdin (a fifo the shell holds
