@@ -429,14 +429,18 @@ fn check_ustacks(out: &str, variant: &str) {
         .filter(|c| c["frames"].to_string().contains("pipe_read"))
         .map(common::ustacks::user_frames)
         .collect();
-    // The workload is Rust built without frame pointers: its frames come from unwinding
-    // (its std's read path at least), named and demangled.
+    // The workload is Rust built without frame pointers, linked statically with musl: its
+    // frames come from unwinding (libc's syscall wrapper, musl's `__syscall_cp_c`, then its
+    // std's read path at least, `alloc::io::read::...` or `std::io::...`), named and
+    // demangled.
     assert!(
         pipe.iter().any(|frames| {
-            frames.first().is_some_and(|f| f.contains("read"))
+            frames
+                .first()
+                .is_some_and(|f| f.contains("read") || f.contains("syscall"))
                 && frames
                     .iter()
-                    .any(|f| f.contains("::read") && f.contains("std::"))
+                    .any(|f| f.contains("::read") && (f.contains("std::") || f.contains("alloc::")))
         }),
         "the pipe waits' user frames do not name the workload's read: {pipe:#?}"
     );
