@@ -969,6 +969,18 @@ fn user_frames_outlive_the_process_and_its_binary() {
         "{counted} sleeps under the server's frames for the {slept} it slept in its {READS} reads ({missing} missing); {unnamed} sleeps under user backtraces not named; the reads' user backtraces: {frames:#?}\nthe recorder said: {rec_summary}"
     );
 
+    // The recording names other users' functions and binaries: it is its owner's only,
+    // until the owner shares it.
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(path)
+            .expect("the recording")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "a --user-stacks recording is private");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+            .expect("share the recording");
+    }
     // dump as nobody names them, from the recording alone.
     let json = as_nobody(&["dump", path, "--format", "json"]);
     assert!(
