@@ -841,7 +841,8 @@ fn pin(cpu: usize) -> Result<()> {
 
 fn timespec(d: Duration) -> libc::timespec {
     libc::timespec {
-        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
+        // time_t is i64 on x86-64, glibc and musl alike (musl's alias is deprecated).
+        tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         tv_nsec: libc::c_long::from(d.subsec_nanos()),
     }
 }

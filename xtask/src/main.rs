@@ -24,8 +24,9 @@ const CARGO_DENY: &str = "0.20.2";
 /// reads its profiles. The package may start a system Prometheus on :9090; the tests start
 /// their own on a free port and never use that one. gcc and util-linux's unshare: the user
 /// stack tests build a C workload and run it in a mount namespace of its own. binutils'
-/// objcopy, python3 and zstd make the hardening tests' hostile binaries and recordings.
-const DEBIAN_PACKAGES: [&str; 13] = [
+/// objcopy, python3 and zstd make the hardening tests' hostile binaries and recordings;
+/// debootstrap the Debian 11 and 12 roots the package tests install latprof's package in.
+const DEBIAN_PACKAGES: [&str; 14] = [
     "llvm-22-dev",
     "libpolly-22-dev",
     "libzstd-dev",
@@ -39,6 +40,7 @@ const DEBIAN_PACKAGES: [&str; 13] = [
     "binutils",
     "python3",
     "zstd",
+    "debootstrap",
 ];
 
 fn main() -> ExitCode {
@@ -50,9 +52,10 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("notices") => setup_for_tests().and_then(|()| notices(true)),
         Some("dist") => dist(),
+        Some("deb") => deb().map(|_| ()),
         _ => {
             eprintln!(
-                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS] | notices | dist"
+                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS] | notices | dist | deb"
             );
             return ExitCode::from(2);
         }
@@ -320,6 +323,152 @@ fn dist() -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask deb`: the Debian package of the static binary, target/dist/latprof_VERSION_amd64.deb:
+/// /usr/bin/latprof, man pages and bash/zsh/fish completions made from the command line
+/// (latprof-docs), the systemd unit (installed, not enabled), README, licenses and notices;
+/// then lintian, which must find no error. Returns the package's path.
+fn deb() -> Result<PathBuf> {
+    dist()?;
+    let missing = missing_packages(&["lintian", "dpkg-dev"]);
+    if !missing.is_empty() {
+        let mut cmd = Command::new("apt-get");
+        cmd.args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        install(vec![(
+            format!("apt-get install -y {}", missing.join(" ")),
+            cmd,
+        )])?;
+    }
+    run_cmd(cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "latprof-bench",
+        "--bin",
+        "latprof-docs",
+    ]))?;
+    let work = root_dir().join("target/deb");
+    let _ = std::fs::remove_dir_all(&work);
+    let generated = work.join("generated");
+    run_cmd(Command::new(root_dir().join("target/release/latprof-docs")).arg(&generated))?;
+    let root = work.join("root");
+    let version = env!("CARGO_PKG_VERSION");
+    let revision = output(
+        Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .current_dir(root_dir()),
+    );
+    let put = |to: &str, bytes: &[u8], mode: u32| -> Result<()> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = root.join(to);
+        std::fs::create_dir_all(path.parent().context("a parent")?)?;
+        std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+        Ok(())
+    };
+    let gz = |bytes: &[u8]| -> Result<Vec<u8>> {
+        let mut child = Command::new("gzip")
+            .args(["-9", "-n", "-c"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .context("gzip")?;
+        std::io::Write::write_all(&mut child.stdin.take().context("stdin")?, bytes)?;
+        let out = child.wait_with_output()?;
+        Ok(out.stdout)
+    };
+    let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+    put(
+        "usr/bin/latprof",
+        &read(&root_dir().join("target/dist/latprof"))?,
+        0o755,
+    )?;
+    for entry in std::fs::read_dir(generated.join("man"))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        put(
+            &format!("usr/share/man/man1/{name}.gz"),
+            &gz(&read(&entry.path())?)?,
+            0o644,
+        )?;
+    }
+    let completions = generated.join("completions");
+    for (from, to) in [
+        (
+            "latprof.bash",
+            "usr/share/bash-completion/completions/latprof",
+        ),
+        ("_latprof", "usr/share/zsh/vendor-completions/_latprof"),
+        (
+            "latprof.fish",
+            "usr/share/fish/vendor_completions.d/latprof.fish",
+        ),
+    ] {
+        put(to, &read(&completions.join(from))?, 0o644)?;
+    }
+    let unit = std::fs::read_to_string(root_dir().join("contrib/latprof.service"))?
+        .replace("/usr/local/bin/latprof", "/usr/bin/latprof");
+    put("lib/systemd/system/latprof.service", unit.as_bytes(), 0o644)?;
+    let debian = root_dir().join("contrib/debian");
+    let doc = "usr/share/doc/latprof";
+    put(
+        &format!("{doc}/copyright"),
+        &read(&debian.join("copyright"))?,
+        0o644,
+    )?;
+    let date = output(Command::new("date").args(["-R", "-u"]));
+    let changelog = std::fs::read_to_string(debian.join("changelog"))?
+        .replace("@VERSION@", version)
+        .replace("@REVISION@", revision.trim())
+        .replace("@DATE@", date.trim());
+    put(
+        &format!("{doc}/changelog.gz"),
+        &gz(changelog.as_bytes())?,
+        0o644,
+    )?;
+    for file in ["README.md", "THIRD-PARTY-NOTICES"] {
+        put(
+            &format!("{doc}/{file}.gz"),
+            &gz(&read(&root_dir().join(file))?)?,
+            0o644,
+        )?;
+    }
+    put(
+        "usr/share/lintian/overrides/latprof",
+        &read(&debian.join("lintian-overrides"))?,
+        0o644,
+    )?;
+    // The control file, with the installed size in KiB, and the files' sums.
+    let size_kib = output(Command::new("du").args(["-sk"]).arg(&root));
+    let size_kib = size_kib.split_whitespace().next().unwrap_or("0");
+    let control = std::fs::read_to_string(debian.join("control"))?
+        .replace("@VERSION@", version)
+        .replace("@SIZE@", size_kib);
+    put("DEBIAN/control", control.as_bytes(), 0o644)?;
+    let sums = output(
+        Command::new("sh")
+            .arg("-c")
+            .arg("find usr lib -type f | LC_ALL=C sort | xargs md5sum")
+            .current_dir(&root),
+    );
+    put("DEBIAN/md5sums", sums.as_bytes(), 0o644)?;
+    let deb = root_dir().join(format!("target/dist/latprof_{version}_amd64.deb"));
+    run_cmd(
+        Command::new("dpkg-deb")
+            .args(["--root-owner-group", "-Zxz", "--build"])
+            .arg(&root)
+            .arg(&deb),
+    )?;
+    run_cmd(
+        Command::new("lintian")
+            .args(["--fail-on", "error"])
+            .arg(&deb),
+    )?;
+    eprintln!("xtask: {} (lintian: no errors)", deb.display());
+    Ok(deb)
+}
+
 /// Installs whatever is missing; idempotent. Without root (for apt) or off Debian it prints the
 /// exact commands instead and fails.
 fn setup() -> Result<()> {
@@ -470,8 +619,9 @@ fn test(args: &[String]) -> Result<()> {
     )?;
     licenses_check_bites()?;
     notices(false)?;
-    // The static binary the VM checks run on every kernel.
-    dist()?;
+    // The static binary the VM checks run on every kernel, and its Debian package, which
+    // lintian checks here and the package tests install in Debian 11 and 12 roots.
+    deb()?;
     let vm =
         env::var_os("LATPROF_SHARED").map_or_else(|| root_dir().join("../shared"), PathBuf::from);
     let vm_missing = !vm.join("vm/run.sh").exists();
@@ -516,7 +666,12 @@ fn test(args: &[String]) -> Result<()> {
                 cmd.arg("LATPROF_SKIP_VM=1");
             }
             // sudo resets the environment: pass on what the tests read.
-            for var in ["LATPROF_SHARED", "LATPROF_FSYNC_DIR", "LATPROF_DIST"] {
+            for var in [
+                "LATPROF_SHARED",
+                "LATPROF_FSYNC_DIR",
+                "LATPROF_DIST",
+                "LATPROF_DEB",
+            ] {
                 if let Some(value) = env::var_os(var) {
                     let mut arg = std::ffi::OsString::from(format!("{var}="));
                     arg.push(value);

@@ -1,0 +1,187 @@
+//! The Debian package where users are: minimal Debian 11 (bullseye) and Debian 12 (bookworm)
+//! roots, bootstrapped from Debian's archive with debootstrap (kept in
+//! /var/cache/latprof-tests/roots between runs), each install it with `dpkg -i`, run
+//! `latprof --version`, find its man page with `man -w`, count a workload's sleeps exactly
+//! with the installed latprof, and purge it, leaving none of its files.
+//!
+//! Needs root, debootstrap and the package (`cargo xtask deb`; `cargo xtask test` builds both
+//! and runs this).
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+mod common;
+
+use common::Workload;
+
+/// Where bootstrapped roots are kept: a run on the same machine reuses them.
+const CACHE: &str = "/var/cache/latprof-tests/roots";
+
+/// The package `cargo xtask deb` made (`LATPROF_DEB` names another).
+fn package() -> PathBuf {
+    let deb = std::env::var_os("LATPROF_DEB").map_or_else(
+        || {
+            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/dist"))
+                .join(format!("latprof_{}_amd64.deb", env!("CARGO_PKG_VERSION")))
+        },
+        PathBuf::from,
+    );
+    assert!(
+        deb.is_file(),
+        "{} is missing: `cargo xtask deb` builds it (`cargo xtask test` does)",
+        deb.display()
+    );
+    deb
+}
+
+/// A minimal root of Debian `suite` with man-db, bootstrapped once and kept.
+fn bootstrapped(suite: &str) -> PathBuf {
+    let root = Path::new(CACHE).join(suite);
+    if root.join("usr/bin/dpkg").is_file() {
+        return root;
+    }
+    std::fs::create_dir_all(CACHE).expect("create the roots' cache");
+    let tmp = Path::new(CACHE).join(format!("{suite}.tmp"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let out = Command::new("debootstrap")
+        .args(["--variant=minbase", "--include=man-db", suite])
+        .arg(&tmp)
+        .output()
+        .expect("debootstrap (cargo xtask test installs it)");
+    assert!(
+        out.status.success(),
+        "debootstrap {suite}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::rename(&tmp, &root).expect("keep the root");
+    root
+}
+
+/// A copy of `suite`'s root for one run (the kept one stays as bootstrapped).
+fn fresh_root(suite: &str, dir: &Path) -> PathBuf {
+    let root = dir.join(suite);
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(bootstrapped(suite))
+        .arg(&root)
+        .status()
+        .expect("cp");
+    assert!(status.success(), "copying the {suite} root");
+    root
+}
+
+/// `command` run in `root`, with the host's /proc, /sys (BTF, tracefs) and /dev bound in, in
+/// a mount namespace of its own (nothing stays mounted). The returned Command execs into the
+/// chroot: its pid is the command's.
+fn in_root(root: &Path, command: &[&str]) -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(
+            r#"set -e; r=$1; shift
+for d in proc sys dev; do mount --rbind /$d "$r/$d"; done
+exec chroot "$r" "$@""#,
+        )
+        .arg("sh")
+        .arg(root)
+        .args(command);
+    cmd
+}
+
+/// Runs `command` in `root`; it must succeed. Returns its stdout.
+fn run_in(root: &Path, command: &[&str]) -> String {
+    let out = in_root(root, command).output().expect("run in the root");
+    assert!(
+        out.status.success(),
+        "{command:?} in {}: {}\n{}",
+        root.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Nanosleeps of a `stats --format json` document.
+fn nanosleeps(json: &str) -> u64 {
+    let doc: serde_json::Value = serde_json::from_str(json).expect("latprof's JSON");
+    doc["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .filter(|c| {
+            c["frames"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f == "hrtimer_nanosleep"))
+        })
+        .map(|c| c["count"].as_u64().expect("count"))
+        .sum()
+}
+
+fn installs_runs_and_purges(suite: &str) {
+    latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
+    let dir = common::TempDir::new(&format!("package-{suite}"));
+    let root = fresh_root(suite, &dir.0);
+    std::fs::copy(package(), root.join("tmp/latprof.deb")).expect("copy the package in");
+    run_in(&root, &["dpkg", "-i", "/tmp/latprof.deb"]);
+    let files = run_in(&root, &["dpkg", "-L", "latprof"]);
+
+    let version = run_in(&root, &["latprof", "--version"]);
+    assert!(
+        version.starts_with(&format!("latprof {} (", env!("CARGO_PKG_VERSION"))),
+        "{version}"
+    );
+    let page = run_in(&root, &["man", "-w", "latprof"]);
+    assert_eq!(page.trim(), "/usr/share/man/man1/latprof.1.gz");
+    let page = run_in(&root, &["man", "-w", "latprof-stats"]);
+    assert_eq!(page.trim(), "/usr/share/man/man1/latprof-stats.1.gz");
+
+    // The installed latprof counts a workload on the host (one pid namespace) exactly.
+    let mut work = Workload::spawn(&["sleep", "--count", "100", "--interval", "2ms"]);
+    let pid = work.pid().to_string();
+    let mut cmd = in_root(
+        &root,
+        &["latprof", "stats", "--pid", &pid, "--format", "json"],
+    );
+    cmd.stdout(Stdio::piped());
+    let (stats, stderr) = common::start(&mut cmd, "attached");
+    work.go();
+    let slept = work.wait_fact("slept");
+    let (out, rest) = common::interrupt(stats, stderr);
+    work.release();
+    let counted = nanosleeps(&String::from_utf8_lossy(&out.stdout));
+    let missing = common::reported_missing(&rest);
+    assert!(
+        counted <= slept && counted + missing >= slept,
+        "{suite}: counted {counted} of the workload's {slept} sleeps ({missing} reported missing)\n{rest}"
+    );
+
+    run_in(&root, &["dpkg", "--purge", "latprof"]);
+    let left: Vec<&str> = files
+        .lines()
+        .filter(|f| {
+            let path = root.join(f.trim_start_matches('/'));
+            // Directories the system had before stay; the package's files must all go.
+            path.symlink_metadata().is_ok_and(|m| !m.is_dir())
+        })
+        .collect();
+    assert!(left.is_empty(), "{suite}: left after purge: {left:?}");
+    let status = in_root(&root, &["dpkg", "-s", "latprof"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!status.success(), "{suite}: dpkg still knows latprof");
+}
+
+#[test]
+#[ignore = "needs root and debootstrap: run `cargo xtask test`"]
+fn debian_11_installs_runs_and_purges() {
+    installs_runs_and_purges("bullseye");
+}
+
+#[test]
+#[ignore = "needs root and debootstrap: run `cargo xtask test`"]
+fn debian_12_installs_runs_and_purges() {
+    installs_runs_and_purges("bookworm");
+}
