@@ -384,6 +384,12 @@ fn deb() -> Result<PathBuf> {
         &read(&root_dir().join("target/dist/latprof"))?,
         0o755,
     )?;
+    // As Debian ships binaries: without symbols (the build id stays).
+    run_cmd(
+        Command::new("strip")
+            .args(["--strip-unneeded", "--remove-section=.comment"])
+            .arg(root.join("usr/bin/latprof")),
+    )?;
     for entry in std::fs::read_dir(generated.join("man"))? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
