@@ -82,37 +82,88 @@ fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> Output {
     }
 }
 
-/// `latprof --user-stacks stats --all-sleeps --duration D --pid PID --format FORMAT` as root
-/// while `user` (started as nobody, PID) runs; latprof must end within `limit`, and exit 0.
-/// Returns latprof's output and the workload's.
-fn stats_around(
-    mut user: Command,
-    duration: &str,
-    format: &str,
+/// A workload held at a gate until latprof has attached: `user` runs only once `open` is
+/// called (a shell reads a FIFO, then execs it: the pid is the workload's), so none of its
+/// sleeps falls before latprof counts, however slowly latprof loads.
+struct Gate {
+    fifo: PathBuf,
+    _dir: TempDir,
+}
+
+impl Gate {
+    /// Spawns `user` behind a new gate (into `cgroup` first, where given).
+    fn spawn(user: &Command, cgroup: Option<&Path>) -> (Child, Self) {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = TempDir::new(&format!("gate-{n}"));
+        let fifo = dir.file("go");
+        let status = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+        assert!(status.success());
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(
+            r#"fifo=$1; cg=$2; shift 2
+[ -z "$cg" ] || echo $$ > "$cg/cgroup.procs" || exit 1
+read _ < "$fifo" && exec "$@""#,
+        );
+        cmd.arg("sh")
+            .arg(&fifo)
+            .arg(cgroup.map_or_else(PathBuf::new, Path::to_path_buf))
+            .arg(user.get_program())
+            .args(user.get_args());
+        for (key, value) in user.get_envs() {
+            if let Some(value) = value {
+                cmd.env(key, value);
+            }
+        }
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the gated workload");
+        (child, Self { fifo, _dir: dir })
+    }
+
+    /// Lets the workload run.
+    fn open(&self) {
+        std::fs::write(&self.fifo, "go\n").expect("open the gate");
+    }
+}
+
+/// Sends SIGINT to latprof and waits for it at most `limit`; it must exit 0. Returns its
+/// output, stderr after its first line included.
+fn interrupt_bounded(
+    latprof: Child,
+    mut stderr: std::io::BufReader<std::process::ChildStderr>,
     limit: Duration,
-) -> (Output, Output) {
-    let workload = user
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the workload as nobody");
-    let pid = workload.id().to_string();
-    let latprof = Command::new(LATPROF)
-        .args(["--user-stacks", "stats", "--all-sleeps", "--pid", &pid])
-        .args(["--duration", duration, "--format", format])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn latprof");
-    let out = wait_bounded(latprof, limit, "latprof stats");
-    let work = wait_bounded(workload, Duration::from_secs(60), "the workload");
+) -> Output {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(i32::try_from(latprof.id()).unwrap(), libc::SIGINT) };
+    let mut out = wait_bounded(latprof, limit, "latprof after SIGINT");
+    let _ = std::io::Read::read_to_end(&mut stderr, &mut out.stderr);
     assert!(
         out.status.success(),
         "latprof: {}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    (out, work)
+    out
+}
+
+/// `latprof --user-stacks stats --all-sleeps --pid PID --format FORMAT` as root around `user`
+/// (as nobody, PID, held at a gate until latprof has attached, then run to its end); latprof
+/// must end within `limit` of SIGINT, and exit 0. Returns latprof's output.
+fn stats_around(user: &Command, format: &str, limit: Duration) -> Output {
+    let (workload, gate) = Gate::spawn(user, None);
+    let pid = workload.id().to_string();
+    let mut cmd = Command::new(LATPROF);
+    cmd.args(["--user-stacks", "stats", "--all-sleeps", "--pid", &pid])
+        .args(["--format", format])
+        .stdout(Stdio::piped());
+    let (latprof, stderr) = common::start(&mut cmd, "attached");
+    gate.open();
+    let work = wait_bounded(workload, Duration::from_secs(60), "the workload");
+    assert!(work.status.success(), "the workload: {}", work.status);
+    interrupt_bounded(latprof, stderr, limit)
 }
 
 /// N1: a binary whose `.gnu_debuglink` names a FIFO (absolute: it replaces the debug
@@ -156,7 +207,7 @@ fn a_debug_link_to_a_fifo_does_not_hang_latprof() {
     assert!(status.success());
     let mut user = as_nobody(&linked);
     user.args(["raw", "1500", "3"]);
-    let (out, _) = stats_around(user, "3s", "text", Duration::from_secs(25));
+    let out = stats_around(&user, "text", Duration::from_secs(25));
     let text = String::from_utf8_lossy(&out.stdout);
     // Named from its symbols (no DWARF through the link): the function is there.
     assert!(text.contains("MARKFUNC_"), "{text}");
@@ -176,13 +227,13 @@ fn a_perf_map_linked_to_roots_file_is_not_read() {
     let mut user = as_nobody(&jitter);
     user.env("PERFMAP", format!("link:{}", secret.display()))
         .args(["1500", "3"]);
-    let (out, _) = stats_around(user, "3s", "text", Duration::from_secs(25));
+    let out = stats_around(&user, "text", Duration::from_secs(25));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("ROOT_ONLY_SECRET"), "{text}");
     // A FIFO as the map blocks nothing either.
     let mut user = as_nobody(&jitter);
     user.env("PERFMAP", "fifo").args(["1500", "3"]);
-    stats_around(user, "3s", "text", Duration::from_secs(25));
+    stats_around(&user, "text", Duration::from_secs(25));
 }
 
 /// N2 (memory): a 3 GB sparse perf map and one of 5 million lines are read only up to the
@@ -194,22 +245,19 @@ fn huge_perf_maps_are_read_within_bounds() {
     for map in ["big:3000000000", "lines:5000000"] {
         let dir = TempDir::new("perfmap-big");
         let report = dir.file("rusage");
-        let workload = as_nobody(&jitter)
-            .env("PERFMAP", map)
-            .args(["1500", "3"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let latprof = Command::new(common::workload_bin())
-            .args(["measure", "--report", report.to_str().unwrap(), LATPROF])
-            .args(["--user-stacks", "stats", "--all-sleeps", "--duration", "4s"])
+        let mut user = as_nobody(&jitter);
+        user.env("PERFMAP", map).args(["1500", "3"]);
+        let (workload, gate) = Gate::spawn(&user, None);
+        let mut cmd = Command::new(common::workload_bin());
+        cmd.args(["measure", "--report", report.to_str().unwrap(), LATPROF])
+            .args(["--user-stacks", "stats", "--all-sleeps", "--duration", "6s"])
             .args(["--pid", &workload.id().to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = wait_bounded(latprof, Duration::from_secs(40), "latprof stats");
+            .stdout(Stdio::null());
+        let (latprof, mut stderr) = common::start(&mut cmd, "attached");
+        // Its map is read at its first backtrace, within the 6 s.
+        gate.open();
+        let mut out = wait_bounded(latprof, Duration::from_secs(40), "latprof stats");
+        let _ = std::io::Read::read_to_end(&mut stderr, &mut out.stderr);
         assert!(
             out.status.success(),
             "{}",
@@ -244,29 +292,19 @@ fn a_section_claiming_gigabytes_is_not_allocated() {
         .status()
         .unwrap();
     assert!(status.success());
-    let workload = as_nobody(&bomb)
-        .args(["libc", "1500", "3"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let latprof = Command::new("prlimit")
-        .arg(format!("--as={}", 1u64 << 30))
+    let mut user = as_nobody(&bomb);
+    user.args(["libc", "1500", "3"]);
+    let (workload, gate) = Gate::spawn(&user, None);
+    let mut cmd = Command::new("prlimit");
+    cmd.arg(format!("--as={}", 1u64 << 30))
         .arg(LATPROF)
-        .args(["--user-stacks", "stats", "--all-sleeps", "--duration", "3s"])
+        .args(["--user-stacks", "stats", "--all-sleeps"])
         .args(["--pid", &workload.id().to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = wait_bounded(latprof, Duration::from_secs(30), "latprof stats");
-    let _ = wait_bounded(workload, Duration::from_secs(30), "ehbomb");
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .stdout(Stdio::piped());
+    let (latprof, stderr) = common::start(&mut cmd, "attached");
+    gate.open();
+    let _ = wait_bounded(workload, Duration::from_secs(60), "ehbomb");
+    let out = interrupt_bounded(latprof, stderr, Duration::from_secs(25));
     // Its frames are there: named, or (the 2 GiB file cannot be mapped under the limit)
     // by file and offset.
     let text = String::from_utf8_lossy(&out.stdout);
@@ -288,23 +326,17 @@ fn a_process_mapping_many_files_does_not_spend_the_descriptors() {
         std::fs::write(files.join(format!("f{i}")), vec![0u8; 4096]).unwrap();
     }
     let manymaps = build("manymaps.c", "manymaps");
-    let workload = as_nobody(&manymaps)
-        .arg("1100")
-        .arg(&files)
-        .arg("1500")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let latprof = Command::new("prlimit")
-        .arg("--nofile=1024:1024")
+    let mut user = as_nobody(&manymaps);
+    user.arg("1100").arg(&files).arg("1500");
+    let (workload, gate) = Gate::spawn(&user, None);
+    let mut cmd = Command::new("prlimit");
+    cmd.arg("--nofile=1024:1024")
         .arg(LATPROF)
-        .args(["--user-stacks", "stats", "--all-sleeps", "--duration", "4s"])
+        .args(["--user-stacks", "stats", "--all-sleeps"])
         .args(["--pid", &workload.id().to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stdout(Stdio::null());
+    let (latprof, stderr) = common::start(&mut cmd, "attached");
+    gate.open();
     // prlimit execs latprof: the same pid.
     let pid = latprof.id();
     let mut most = 0;
@@ -315,13 +347,8 @@ fn a_process_mapping_many_files_does_not_spend_the_descriptors() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let out = wait_bounded(latprof, Duration::from_secs(30), "latprof stats");
-    let _ = wait_bounded(workload, Duration::from_secs(30), "manymaps");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let _ = wait_bounded(workload, Duration::from_secs(60), "manymaps");
+    interrupt_bounded(latprof, stderr, Duration::from_secs(25));
     // Half of the limit at most for the binaries, and about 40 for the rest.
     assert!(most > 0 && most < 600, "{most} descriptors open");
 }
@@ -345,7 +372,7 @@ fn names_from_a_users_binary_are_printable() {
     for format in ["text", "folded"] {
         let mut user = as_nobody(&patched);
         user.args(["raw", "1500", "3"]);
-        let (out, _) = stats_around(user, "3s", format, Duration::from_secs(25));
+        let out = stats_around(&user, format, Duration::from_secs(25));
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             text.contains("PWNED"),
@@ -385,35 +412,21 @@ fn cgroup_names_and_spike_lines_are_printable() {
         &["stats", "--by", "cgroup"][..],
         &["--spike", "1ms", "spikes"][..],
     ] {
-        let workload = Command::new("sh")
-            .arg("-c")
-            .arg(r#"echo $$ > "$1/cgroup.procs" && shift && exec setpriv --reuid=nobody --regid=nogroup --clear-groups "$@""#)
-            .arg("sh")
-            .arg(&cgroup)
-            .arg(&patched)
-            .args(["raw", "1000", "3"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut user = as_nobody(&patched);
+        user.args(["raw", "300", "3"]);
+        let (workload, gate) = Gate::spawn(&user, Some(&cgroup));
         let pid = workload.id().to_string();
         // A spike a line: more than a pipe holds, so into a file.
         let printed = dir.file("out");
-        let latprof = Command::new(LATPROF)
-            .arg("--user-stacks")
+        let mut cmd = Command::new(LATPROF);
+        cmd.arg("--user-stacks")
             .args(command)
-            .args(["--pid", &pid, "--duration", "2s"])
-            .stdout(std::fs::File::create(&printed).unwrap())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = wait_bounded(latprof, Duration::from_secs(25), "latprof");
-        let _ = wait_bounded(workload, Duration::from_secs(30), "the workload");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .args(["--pid", &pid])
+            .stdout(std::fs::File::create(&printed).unwrap());
+        let (latprof, stderr) = common::start(&mut cmd, "attached");
+        gate.open();
+        let _ = wait_bounded(workload, Duration::from_secs(60), "the workload");
+        interrupt_bounded(latprof, stderr, Duration::from_secs(25));
         let text = std::fs::read_to_string(&printed).unwrap();
         assert!(
             text.contains("PWNED"),
@@ -507,7 +520,7 @@ fn a_jit_frame_is_named_from_the_processs_perf_map() {
     let jitter = build("jitter.c", "jitter");
     let mut user = as_nobody(&jitter);
     user.env("PERFMAP", "name:MYJITFN").args(["1500", "3"]);
-    let (out, _) = stats_around(user, "3s", "text", Duration::from_secs(25));
+    let out = stats_around(&user, "text", Duration::from_secs(25));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("MYJITFN"), "{text}");
 }

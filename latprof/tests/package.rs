@@ -141,7 +141,16 @@ fn installs_runs_and_purges(suite: &str) {
     let pid = work.pid().to_string();
     let mut cmd = in_root(
         &root,
-        &["latprof", "stats", "--pid", &pid, "--format", "json"],
+        // Every sleep, however long a loaded machine makes it: the count is then exact.
+        &[
+            "latprof",
+            "stats",
+            "--all-sleeps",
+            "--pid",
+            &pid,
+            "--format",
+            "json",
+        ],
     );
     cmd.stdout(Stdio::piped());
     let (stats, stderr) = common::start(&mut cmd, "attached");
