@@ -413,7 +413,8 @@ fn cgroup_names_and_spike_lines_are_printable() {
         &["--spike", "1ms", "spikes"][..],
     ] {
         let mut user = as_nobody(&patched);
-        user.args(["raw", "300", "3"]);
+        // About 3 s of sleeps: its map is read at its first backtrace, while it lives.
+        user.args(["raw", "1000", "3"]);
         let (workload, gate) = Gate::spawn(&user, Some(&cgroup));
         let pid = workload.id().to_string();
         // A spike a line: more than a pipe holds, so into a file.
