@@ -353,12 +353,9 @@ fn a_process_mapping_many_files_does_not_spend_the_descriptors() {
     assert!(most > 0 && most < 600, "{most} descriptors open");
 }
 
-/// N7: escapes and forged lines in function, source file and binary names reached root's
-/// terminal raw.
-#[test]
-#[ignore = "needs root"]
-fn names_from_a_users_binary_are_printable() {
-    let dir = TempDir::new("escapes");
+/// The hostile sleeper with its names rewritten by `patch.py` (escape sequences, forged
+/// lines), in `dir`.
+fn patched(dir: &TempDir) -> PathBuf {
     let patched = dir.file("patched");
     let status = Command::new("python3")
         .arg(common::hostile("patch.py"))
@@ -369,6 +366,16 @@ fn names_from_a_users_binary_are_printable() {
         .unwrap();
     assert!(status.success());
     std::fs::set_permissions(&patched, std::fs::Permissions::from_mode(0o755)).unwrap();
+    patched
+}
+
+/// N7: escapes and forged lines in function, source file and binary names reached root's
+/// terminal raw.
+#[test]
+#[ignore = "needs root"]
+fn names_from_a_users_binary_are_printable() {
+    let dir = TempDir::new("escapes");
+    let patched = patched(&dir);
     for format in ["text", "folded"] {
         let mut user = as_nobody(&patched);
         user.args(["raw", "1500", "3"]);
@@ -396,16 +403,7 @@ fn names_from_a_users_binary_are_printable() {
 #[ignore = "needs root"]
 fn cgroup_names_and_spike_lines_are_printable() {
     let dir = TempDir::new("escapes-cg");
-    let patched = dir.file("patched");
-    let status = Command::new("python3")
-        .arg(common::hostile("patch.py"))
-        .arg(evil())
-        .arg(&patched)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    std::fs::set_permissions(&patched, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let patched = patched(&dir);
     let cgroups = common::cgroups::Cgroups::make(&["latprof-evil-\x1b[31mRED\x07"]);
     let cgroup = cgroups.path(0).to_owned();
     for command in [
