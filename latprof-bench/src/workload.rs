@@ -407,10 +407,10 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
         Workload::Poll { count, timeout } => {
             let ts = timespec(*timeout);
             for _ in 0..*count {
-                let mut tv = libc::timeval {
-                    tv_sec: ts.tv_sec,
-                    tv_usec: libc::suseconds_t::from(timeout.subsec_micros()),
-                };
+                // SAFETY: timeval is plain data; all zeros is a valid value.
+                let mut tv: libc::timeval = unsafe { std::mem::zeroed() };
+                tv.tv_sec = ts.tv_sec;
+                tv.tv_usec = timeout.subsec_micros().into();
                 // SAFETY: no descriptors to watch: both only wait for their timeout.
                 unsafe {
                     libc::ppoll(std::ptr::null_mut(), 0, &raw const ts, std::ptr::null());

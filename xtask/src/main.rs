@@ -290,8 +290,11 @@ fn dist() -> Result<()> {
                 MUSL,
                 "--package",
                 "latprof",
+                "--package",
+                "latprof-bench",
             ])
-            .args(["--package", "latprof-bench", "--bin", "latprof-workload"])
+            // Target filters apply to every package named: each binary is named.
+            .args(["--bin", "latprof", "--bin", "latprof-workload"])
             .env("CC_x86_64_unknown_linux_musl", "musl-gcc"),
     )?;
     let built = root_dir().join("target").join(MUSL).join("release");
