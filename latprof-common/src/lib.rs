@@ -370,9 +370,12 @@ pub struct TaskState {
     /// The task's user backtrace when its open sleep began (`--user-stacks`; `NO_USER`: none).
     pub sleep_ustack: u64,
     /// `--user-stacks`' memo of this task, each exact: the memory map whose layout
-    /// (`layout_key`) was read last (a new one at exec) and that layout, and the last kernel +
-    /// user cause known to be in `CAUSE_PARTS` (entries are never removed).
+    /// (`layout_key`) was read last and the task's exec count then (`self_exec_id`: an exec's
+    /// new map may take the freed map's address, a shell's own after two execs), that layout,
+    /// and the last kernel + user cause known to be in `CAUSE_PARTS` (entries are never
+    /// removed).
     pub user_mm: u64,
+    pub user_exec: u64,
     pub user_layout: u64,
     pub user_cause: u64,
     pub sleep_kind: u32,
@@ -406,7 +409,7 @@ pub struct TaskState {
 }
 const _: () = assert!(
     size_of::<TaskState>()
-        == 160 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
+        == 168 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
 );
 // One bit of `task_only` per record.
 const _: () = assert!(TASK_RECORDS <= 32);

@@ -70,6 +70,9 @@ pub(crate) static TASK_TGID_OFF: Global<u32> = Global::new(0);
 pub(crate) static TASK_FLAGS_OFF: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub(crate) static TASK_MM_OFF: Global<u32> = Global::new(0);
+/// Offset of `self_exec_id` in `struct task_struct` (`--user-stacks`: one more each exec).
+#[unsafe(no_mangle)]
+pub(crate) static TASK_EXEC_ID_OFF: Global<u32> = Global::new(0);
 /// 1: the sleeper's user backtrace is walked at switch-out (`--user-stacks`).
 #[unsafe(no_mangle)]
 pub(crate) static USER_STACKS_ON: Global<u32> = Global::new(0);

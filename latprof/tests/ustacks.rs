@@ -301,6 +301,26 @@ fn server_in_another_mount_namespace_is_named() {
     });
 }
 
+/// The server reached by two execs from a shell that slept first (`sh -> env -> server`, in
+/// one pid, as the hardening tests' gated workloads run): the server's map may take the
+/// address of the shell's, freed at the first exec, and its frames are still its own, named
+/// and counted (they were `[address space gone]`: the layout memo kept the shell's). Ten
+/// runs: where a new map lands is the allocator's choice.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn server_after_two_execs_is_named() {
+    root();
+    let _serial = serial();
+    let dir = TempDir::new("ustacks-execs");
+    let server = build_server(&dir.0, "server", true);
+    let script = format!("read go; exec env {} 50 2000", server.display());
+    for _ in 0..10 {
+        let (json, rest, missing, served) =
+            stats_on(Command::new("sh").args(["-c", &script]), &[]);
+        check_server_run(&json, missing, &served, &rest);
+    }
+}
+
 /// Without frame pointers (and a frame larger than the stack words latprof keeps): the
 /// frames found are shown, then `[truncated]`, counted; nothing outside the server's own
 /// chain is invented.

@@ -68,6 +68,8 @@ struct Globals {
     user_stacks: u32,
     user_walk_frames: u32,
     pt_regs_sp_off: u32,
+    /// `self_exec_id` in task_struct (the memo of a task's map layout).
+    exec_id_off: u32,
     /// `start_code`, `end_code`, `start_stack` in `struct mm_struct` (`layout_key`).
     mm_layout_offs: [u32; 3],
     /// `ip` and `bp` in `struct pt_regs` (the user walk's start).
@@ -255,6 +257,7 @@ fn load_variant(
         .override_global(names::GLOBAL_USER_STACKS_ON, &g.user_stacks, true)
         .override_global(names::GLOBAL_USER_WALK_FRAMES, &g.user_walk_frames, true)
         .override_global(names::GLOBAL_PT_REGS_SP_OFF, &g.pt_regs_sp_off, true)
+        .override_global(names::GLOBAL_TASK_EXEC_ID_OFF, &g.exec_id_off, true)
         .override_global(names::GLOBAL_PT_REGS_IP_OFF, &g.pt_regs_ip_bp[0], true)
         .override_global(names::GLOBAL_PT_REGS_BP_OFF, &g.pt_regs_ip_bp[1], true)
         .override_global(names::GLOBAL_MM_START_CODE_OFF, &g.mm_layout_offs[0], true)
@@ -576,9 +579,10 @@ impl Probe {
         let flags_off = btf.member_offset("task_struct", "flags")?;
         let mm_off = btf.member_offset("task_struct", "mm")?;
         let comm_off = btf.member_offset("task_struct", "comm")?;
-        let (pt_regs_sp_off, pt_regs_ip_bp, mm_layout_offs) = if config.user_stacks {
+        let (pt_regs_sp_off, exec_id_off, pt_regs_ip_bp, mm_layout_offs) = if config.user_stacks {
             (
                 btf.member_offset("pt_regs", "sp")?,
+                btf.member_offset("task_struct", "self_exec_id")?,
                 [
                     btf.member_offset("pt_regs", "ip")?,
                     btf.member_offset("pt_regs", "bp")?,
@@ -590,7 +594,7 @@ impl Probe {
                 ],
             )
         } else {
-            (0, [0; 2], [0; 3])
+            (0, 0, [0; 2], [0; 3])
         };
         let mut fallbacks = Vec::new();
         let (exec_runtime_off, run_delay_off) = recovery_offsets(&btf);
@@ -664,6 +668,7 @@ impl Probe {
             user_stacks: u32::from(config.user_stacks),
             user_walk_frames: u32::try_from(latprof_common::USER_FRAMES).unwrap_or(u32::MAX),
             pt_regs_sp_off,
+            exec_id_off,
             pt_regs_ip_bp,
             mm_layout_offs,
             exec_runtime_off,

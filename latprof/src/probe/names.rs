@@ -181,6 +181,7 @@ pub const GLOBAL_TASK_PID_OFF: &str = "TASK_PID_OFF";
 pub const GLOBAL_TASK_TGID_OFF: &str = "TASK_TGID_OFF";
 pub const GLOBAL_TASK_FLAGS_OFF: &str = "TASK_FLAGS_OFF";
 pub const GLOBAL_TASK_MM_OFF: &str = "TASK_MM_OFF";
+pub const GLOBAL_TASK_EXEC_ID_OFF: &str = "TASK_EXEC_ID_OFF";
 pub const GLOBAL_TASK_COMM_OFF: &str = "TASK_COMM_OFF";
 pub const GLOBAL_USER_STACKS_ON: &str = "USER_STACKS_ON";
 pub const GLOBAL_USER_WALK_FRAMES: &str = "USER_WALK_FRAMES";
