@@ -102,22 +102,6 @@ fn run_in(root: &Path, command: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Nanosleeps of a `stats --format json` document.
-fn nanosleeps(json: &str) -> u64 {
-    let doc: serde_json::Value = serde_json::from_str(json).expect("latprof's JSON");
-    doc["causes"]
-        .as_array()
-        .expect("causes")
-        .iter()
-        .filter(|c| {
-            c["frames"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|f| f == "hrtimer_nanosleep"))
-        })
-        .map(|c| c["count"].as_u64().expect("count"))
-        .sum()
-}
-
 fn installs_runs_and_purges(suite: &str) {
     latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
     let dir = common::TempDir::new(&format!("package-{suite}"));
@@ -158,7 +142,7 @@ fn installs_runs_and_purges(suite: &str) {
     let slept = work.wait_fact("slept");
     let (out, rest) = common::interrupt(stats, stderr);
     work.release();
-    let counted = nanosleeps(&String::from_utf8_lossy(&out.stdout));
+    let counted = common::nanosleeps(&String::from_utf8_lossy(&out.stdout));
     let missing = common::reported_missing(&rest);
     assert!(
         counted <= slept && counted + missing >= slept,

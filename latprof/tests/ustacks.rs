@@ -315,8 +315,7 @@ fn server_after_two_execs_is_named() {
     let server = build_server(&dir.0, "server", true);
     let script = format!("read go; exec env {} 50 2000", server.display());
     for _ in 0..10 {
-        let (json, rest, missing, served) =
-            stats_on(Command::new("sh").args(["-c", &script]), &[]);
+        let (json, rest, missing, served) = stats_on(Command::new("sh").args(["-c", &script]), &[]);
         check_server_run(&json, missing, &served, &rest);
     }
 }

@@ -53,9 +53,10 @@ fn main() -> ExitCode {
         Some("notices") => setup_for_tests().and_then(|()| notices(true)),
         Some("dist") => dist(),
         Some("deb") => deb().map(|_| ()),
+        Some("image") => image(),
         _ => {
             eprintln!(
-                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS] | notices | dist | deb"
+                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS] | notices | dist | deb | image"
             );
             return ExitCode::from(2);
         }
@@ -142,7 +143,14 @@ fn has_cargo_deny() -> bool {
 /// needs on top (cargo-deny).
 fn missing_steps(for_tests: bool) -> Vec<(String, Command)> {
     let mut steps = Vec::new();
-    let packages = missing_packages(&DEBIAN_PACKAGES);
+    let mut wanted = DEBIAN_PACKAGES.to_vec();
+    if for_tests {
+        // What the test command's dist, deb and image steps need: installed here, after
+        // `apt-get update`, on a fresh machine.
+        wanted.extend(["musl-tools", "lintian", "dpkg-dev"]);
+        wanted.extend(CONTAINER_PACKAGES);
+    }
+    let packages = missing_packages(&wanted);
     if !packages.is_empty() {
         let mut update = Command::new("apt-get");
         update.args(["update", "-q"]);
@@ -325,6 +333,72 @@ fn dist() -> Result<()> {
     }
     Ok(())
 }
+
+/// `cargo xtask image`: the container image of the static binary
+/// (contrib/container/Containerfile, `FROM scratch`), built offline with podman as
+/// localhost/latprof:VERSION, and saved as target/dist/latprof-VERSION.oci.tar for
+/// `podman load` (or `docker load`).
+fn image() -> Result<()> {
+    dist()?;
+    let missing = missing_packages(&CONTAINER_PACKAGES);
+    if !missing.is_empty() {
+        let mut cmd = Command::new("apt-get");
+        cmd.args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        install(vec![(
+            format!("apt-get install -y {}", missing.join(" ")),
+            cmd,
+        )])?;
+    }
+    let context = root_dir().join("target/image");
+    let _ = std::fs::remove_dir_all(&context);
+    std::fs::create_dir_all(&context)?;
+    for (from, name) in [
+        ("target/dist/latprof", "latprof"),
+        ("LICENSE-MIT", "LICENSE-MIT"),
+        ("LICENSE-APACHE", "LICENSE-APACHE"),
+        ("latprof-ebpf/LICENSE-GPL-2.0", "LICENSE-GPL-2.0"),
+        ("THIRD-PARTY-NOTICES", "THIRD-PARTY-NOTICES"),
+    ] {
+        let from = root_dir().join(from);
+        std::fs::copy(&from, context.join(name))
+            .with_context(|| format!("copying {}", from.display()))?;
+    }
+    let version = env!("CARGO_PKG_VERSION");
+    let revision = output(
+        Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .current_dir(root_dir()),
+    )
+    .trim()
+    .to_owned();
+    let tag = format!("localhost/latprof:{version}");
+    // Offline: FROM scratch pulls nothing, and the build runs nothing.
+    run_cmd(
+        Command::new("podman")
+            .args(["build", "--network=none", "--pull=never", "--quiet"])
+            .arg(format!("--build-arg=VERSION={version}"))
+            .arg(format!("--build-arg=REVISION={revision}"))
+            .args(["--tag", &tag, "--file"])
+            .arg(root_dir().join("contrib/container/Containerfile"))
+            .arg(&context),
+    )?;
+    let archive = root_dir().join(format!("target/dist/latprof-{version}.oci.tar"));
+    let _ = std::fs::remove_file(&archive);
+    run_cmd(
+        Command::new("podman")
+            .args(["save", "--quiet", "--format", "oci-archive", "--output"])
+            .arg(&archive)
+            .arg(&tag),
+    )?;
+    eprintln!("xtask: image {tag}, saved as {}", archive.display());
+    Ok(())
+}
+
+/// What `cargo xtask image` builds and the container test runs the image with: podman, and
+/// runc (crun refuses a host whose cgroups are hybrid, v1 controllers beside cgroup2).
+const CONTAINER_PACKAGES: [&str; 2] = ["podman", "runc"];
 
 /// `cargo xtask deb`: the Debian package of the static binary, target/dist/latprof_VERSION_amd64.deb:
 /// /usr/bin/latprof, man pages and bash/zsh/fish completions made from the command line
@@ -575,6 +649,8 @@ fn bench(args: &[String]) -> Result<()> {
         }
     }
     let args = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
+    // The static binary its `builds` series compares with the glibc build.
+    dist()?;
     // The harness runs latprof and latprof-workload from beside itself.
     run_cmd(cargo().args([
         "build",
@@ -631,6 +707,8 @@ fn test(args: &[String]) -> Result<()> {
     // The static binary the VM checks run on every kernel, and its Debian package, which
     // lintian checks here and the package tests install in Debian 11 and 12 roots.
     deb()?;
+    // The image the container test runs (tests/container.rs).
+    image()?;
     let vm =
         env::var_os("LATPROF_SHARED").map_or_else(|| root_dir().join("../shared"), PathBuf::from);
     let vm_missing = !vm.join("vm/run.sh").exists();

@@ -145,6 +145,22 @@ pub fn fact(facts: &[(String, u64)], key: &str) -> u64 {
         .unwrap_or_else(|| panic!("the workload did not report {key}= (it said {facts:?})"))
 }
 
+/// The nanosleeps counted in a `stats --format json` document.
+pub fn nanosleeps(json: &str) -> u64 {
+    let doc: serde_json::Value = serde_json::from_str(json).expect("latprof's JSON");
+    doc["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .filter(|c| {
+            c["frames"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f == "hrtimer_nanosleep"))
+        })
+        .map(|c| c["count"].as_u64().expect("count"))
+        .sum()
+}
+
 /// Stops a latprof command with SIGINT; it must exit 0. Returns its output and the stderr
 /// after the first line.
 pub fn interrupt(child: Child, mut stderr: BufReader<ChildStderr>) -> (Output, String) {
