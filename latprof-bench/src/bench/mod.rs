@@ -2,6 +2,7 @@
 //! that are installed, interleaved round by round, with the kernel's own BPF run-time
 //! statistics for every tracer's programs. Prints ratios against the no-tracer runs of the same
 //! invocation; never asserts timings.
+mod builds;
 mod configs;
 mod measure;
 mod report;
@@ -45,6 +46,15 @@ pub struct BenchArgs {
     /// written to serve.md.
     #[arg(long)]
     pub serve: bool,
+    /// Only the `builds` series: the static binary against the glibc build, as `stats` and
+    /// `serve` under the ping-pong and the fork storm (user and system CPU, peak RSS),
+    /// written to builds.md. Full runs include it.
+    #[arg(long)]
+    pub builds: bool,
+    /// The static binary the `builds` series measures (default: target/dist/latprof beside
+    /// the target/release this harness runs from).
+    #[arg(long)]
+    pub static_bin: Option<PathBuf>,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -59,6 +69,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .with_context(|| format!("creating {}", args.out.display()))?;
         std::fs::write(args.out.join("serve.md"), &md)?;
         eprintln!("bench: wrote {}", args.out.join("serve.md").display());
+        return Ok(());
+    }
+    if args.builds {
+        let md = builds_series(args, &latprof, &workload_s)?;
+        print!("{md}");
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("creating {}", args.out.display()))?;
+        std::fs::write(args.out.join("builds.md"), &md)?;
+        eprintln!("bench: wrote {}", args.out.join("builds.md").display());
         return Ok(());
     }
     // The kernel measures every program's run time while this is held.
@@ -160,6 +179,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .0
             .push_str(&serve::run(&latprof, &workload_s, false)?);
     }
+    if !args.quick && (args.configs.is_empty() || args.configs.iter().any(|c| c == "builds")) {
+        eprintln!("bench: builds series");
+        report
+            .0
+            .push_str(&builds_series(args, &latprof, &workload_s)?);
+    }
     print!("{}", report.0);
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
@@ -171,4 +196,31 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         args.out.join("bench.json").display()
     );
     Ok(())
+}
+
+/// The `builds` series on the ping-pong and the fork storm (or the workloads asked for).
+fn builds_series(args: &BenchArgs, latprof: &std::path::Path, workload: &str) -> Result<String> {
+    let works: Vec<(String, Vec<String>)> = workloads(args.quick, workload)
+        .into_iter()
+        .filter(|w| {
+            if args.workloads.is_empty() {
+                w.name == "pingpong" || w.name == "forkstorm"
+            } else {
+                args.workloads.contains(&w.name)
+            }
+        })
+        .map(|w| (w.name, w.command))
+        .collect();
+    if works.is_empty() {
+        bail!("no workload named {}", args.workloads.join(", "));
+    }
+    let rounds = if args.quick { 1 } else { args.rounds.max(1) };
+    let musl = args.static_bin.clone().unwrap_or_else(|| {
+        latprof
+            .parent()
+            .and_then(std::path::Path::parent)
+            .unwrap_or(std::path::Path::new("target"))
+            .join("dist/latprof")
+    });
+    builds::run(latprof, &musl, &works, rounds)
 }
