@@ -411,8 +411,9 @@ fn cgroup_names_and_spike_lines_are_printable() {
         &["--spike", "1ms", "spikes"][..],
     ] {
         let mut user = as_nobody(&patched);
-        // About 3 s of sleeps: its map is read at its first backtrace, while it lives.
-        user.args(["raw", "1000", "3"]);
+        // About 1 s of sleeps: its map is read as soon as its first backtrace is announced
+        // (the capture thread does not wait for names being found).
+        user.args(["raw", "300", "3"]);
         let (workload, gate) = Gate::spawn(&user, Some(&cgroup));
         let pid = workload.id().to_string();
         // A spike a line: more than a pipe holds, so into a file.

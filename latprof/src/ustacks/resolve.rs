@@ -10,15 +10,9 @@
 
 use std::{
     collections::HashMap,
-    fmt::Write as _,
-    fs::File,
-    os::{
-        fd::AsRawFd as _,
-        unix::fs::{FileExt as _, MetadataExt as _, OpenOptionsExt as _},
-    },
-    path::{Path, PathBuf},
-    rc::Rc,
-    time::{Duration, Instant},
+    os::unix::fs::FileExt as _,
+    path::Path,
+    sync::{Arc, Mutex, MutexGuard},
 };
 
 use blazesym::symbolize::{
@@ -26,11 +20,11 @@ use blazesym::symbolize::{
     source::{Elf, Source},
 };
 
+pub use super::capture::process_layout;
 use super::{
+    capture::{Module, Processes, View},
     leaf::Step,
-    maps::{self, Mapping},
-    perfmap::PerfMap,
-    untrusted,
+    maps,
 };
 use crate::text::printable;
 
@@ -71,61 +65,14 @@ impl UserFrame {
     }
 }
 
-/// An executable file some process mapped, open (its inode, even once deleted or in another
-/// mount namespace).
-#[derive(Debug)]
-struct Module {
-    file: File,
-    dev: u64,
-    ino: u64,
-    build_id: String,
-    /// Whether its DWARF may be read (`untrusted::dwarf_safe`).
-    dwarf: bool,
-}
-
-impl Module {
-    /// `/proc/self/fd/N`: a path any reader of the open file can use.
-    fn fd_path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
-    }
-}
-
-/// A process as seen: its memory map, its executable files, its JIT symbols.
-#[derive(Debug)]
-struct Process {
-    maps: Vec<Mapping>,
-    /// By mapping start: the file mapped there.
-    files: HashMap<u64, Rc<Module>>,
-    /// Its real user: the owner its perf map must have.
-    uid: u32,
-    /// `perf-PID.map` as read so far (a JIT keeps appending); `None`: the process has no
-    /// anonymous executable memory.
-    perf_map: Option<PerfMap>,
-    /// When its memory map was last read: a frame in a mapping made since (dlopen, a JIT's
-    /// new code) reads it again, at most once per `REREAD`.
-    maps_read: Instant,
-    used: Instant,
-}
-
-/// Processes kept before dead ones not used for `KEEP_DEAD` are dropped.
-const MAX_PROCESSES: usize = 1024;
-const KEEP_DEAD: Duration = Duration::from_secs(300);
-/// How often a process's memory map may be read again for a frame it did not cover.
-const REREAD: Duration = Duration::from_secs(1);
-/// Executable files opened for one process: a process that maps thousands (to exhaust
-/// root's descriptors) has the rest named `file+0xoffset`.
-const MAX_FILES_PER_PROCESS: usize = 256;
-/// Perf-map bytes read for all processes together (`perfmap::MAX_BYTES` for one).
-const MAX_PERF_BYTES: u64 = 64 << 20;
-
-/// Processes seen and the names found, owned by one thread (blazesym's symbolizer is not
-/// `Send`).
+/// Names user frames, with what the capture side (`capture::Processes`) read of each
+/// process; owned by one thread (blazesym's symbolizer is not `Send`).
 pub struct Resolver {
     symbolizer: Symbolizer,
-    /// By (tgid, layout): a pid reused, or a process that exec'd, is another entry.
-    processes: HashMap<(u32, u64), Process>,
-    /// Open executables by (device, inode), shared by the processes that map them.
-    modules: HashMap<(u64, u64), Rc<Module>>,
+    /// Shared with the capture thread, which fills it as backtraces are announced.
+    processes: Arc<Mutex<Processes>>,
+    /// `Processes::generation` when the caches below were last trimmed to its open files.
+    generation: u64,
     /// (device, inode, file offset) -> name, so that a file shared by processes (libc) is
     /// read once per place.
     names: HashMap<(u64, u64, u64), Option<String>>,
@@ -135,26 +82,6 @@ pub struct Resolver {
     cfi: HashMap<(u64, u64), Option<super::leaf::Cfi>>,
     /// Backtraces named that were cut short (`[truncated]`).
     truncated: u64,
-    /// Executable files kept open at most, from the descriptor limit (`open_files_limit`).
-    max_open: usize,
-    /// Perf-map bytes read so far, against `MAX_PERF_BYTES`.
-    perf_bytes: u64,
-}
-
-/// Half of the process's descriptor limit, for the files kept open to name frames: the rest
-/// is the listener's, the eBPF maps' and the clients'.
-fn open_files_limit() -> usize {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: a valid rlimit to fill.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0 {
-        return 256;
-    }
-    usize::try_from(limit.rlim_cur / 2)
-        .unwrap_or(usize::MAX)
-        .clamp(64, 8192)
 }
 
 impl Default for Resolver {
@@ -163,41 +90,28 @@ impl Default for Resolver {
     }
 }
 
-/// The layout key (`layout_key`) of process `tgid` now, from `/proc/PID/stat`.
-#[must_use]
-pub fn process_layout(tgid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{tgid}/stat")).ok()?;
-    // After the name in parentheses (which may hold anything): field 3 on.
-    let fields: Vec<&str> = stat
-        .get(stat.rfind(')')? + 1..)?
-        .split_whitespace()
-        .collect();
-    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-    // startcode, endcode, startstack: fields 26 to 28 of proc(5).
-    Some(latprof_common::layout_key(
-        field(26)?,
-        field(27)?,
-        field(28)?,
-    ))
-}
-
 impl Resolver {
+    /// A resolver with a table of processes of its own.
     #[must_use]
     pub fn new() -> Self {
+        Self::sharing(Arc::new(Mutex::new(Processes::new())))
+    }
+
+    /// A resolver naming frames with the processes another thread captures into `processes`.
+    #[must_use]
+    pub fn sharing(processes: Arc<Mutex<Processes>>) -> Self {
         Self {
             symbolizer: Symbolizer::builder()
                 .enable_demangling(true)
                 .enable_code_info(true)
                 .enable_inlined_fns(false)
                 .build(),
-            processes: HashMap::new(),
-            modules: HashMap::new(),
+            processes,
+            generation: 0,
             names: HashMap::new(),
             calls: HashMap::new(),
             cfi: HashMap::new(),
             truncated: 0,
-            max_open: open_files_limit(),
-            perf_bytes: 0,
         }
     }
 
@@ -207,186 +121,35 @@ impl Resolver {
         self.truncated
     }
 
-    /// Reads the memory map of process `tgid` with address-space layout `layout` and opens its
-    /// executable files, unless that was done already. Returns whether the process is known:
-    /// false once it exited, or exec'd another program (its layout changed).
+    fn table(&self) -> MutexGuard<'_, Processes> {
+        self.processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reads process `tgid` (`Processes::capture`) unless it was; whether it is known.
     pub fn capture(&mut self, tgid: u32, layout: u64) -> bool {
-        if let Some(process) = self.processes.get_mut(&(tgid, layout)) {
-            process.used = Instant::now();
-            return true;
-        }
-        self.read_new(tgid, layout)
+        self.table().capture(tgid, layout)
     }
 
-    /// A new backtrace of process `tgid` was announced: its memory map is read (again, if
-    /// the process is known: it may have loaded a library or generated code since), while it
-    /// lives. Returns whether the process is known.
-    pub fn announced(&mut self, tgid: u32, layout: u64) -> bool {
-        let key = (tgid, layout);
-        let Some(mut process) = self.processes.remove(&key) else {
-            return self.read_new(tgid, layout);
-        };
-        process.used = Instant::now();
-        self.read_maps(tgid, layout, &mut process);
-        self.processes.insert(key, process);
-        true
-    }
-
-    /// Reads the memory map of a process not seen before.
-    fn read_new(&mut self, tgid: u32, layout: u64) -> bool {
-        if process_layout(tgid) != Some(layout) {
-            return false;
-        }
-        let Some(uid) = untrusted::process_uid(tgid) else {
-            return false;
-        };
-        self.prune();
-        let mut process = Process {
-            maps: Vec::new(),
-            files: HashMap::new(),
-            uid,
-            perf_map: None,
-            maps_read: Instant::now(),
-            used: Instant::now(),
-        };
-        if !self.read_maps(tgid, layout, &mut process) {
-            return false;
-        }
-        self.processes.insert((tgid, layout), process);
-        true
-    }
-
-    /// (Re)reads the memory map of `process` (`tgid`, `layout`), opens the executable files
-    /// not open yet and reads what its perf map gained, while the process lives; false once it
-    /// is gone or another program.
-    fn read_maps(&mut self, tgid: u32, layout: u64, process: &mut Process) -> bool {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/maps")) else {
-            return false;
-        };
-        let mut list = maps::parse(&text);
-        list.sort_by_key(|m| m.start);
-        for m in list.iter().filter(|m| m.exec && m.is_file()) {
-            if process.files.contains_key(&m.start) {
-                continue;
-            }
-            if process.files.len() >= MAX_FILES_PER_PROCESS {
-                break;
-            }
-            if let Some(module) = self.open_module(tgid, m) {
-                process.files.insert(m.start, module);
-            }
-        }
-        // Read before the map changed hands: a process that exec'd meanwhile is not this one.
-        if process_layout(tgid) != Some(layout) {
-            return false;
-        }
-        process.maps = list;
-        process.maps_read = Instant::now();
-        if process.maps.iter().any(|m| m.exec && !m.is_file()) {
-            let map = process.perf_map.get_or_insert_with(PerfMap::default);
-            let budget = MAX_PERF_BYTES.saturating_sub(self.perf_bytes);
-            if let Ok(read) = map.refresh(tgid, process.uid, budget) {
-                self.perf_bytes += read;
-            }
-        }
-        true
-    }
-
-    /// The executable file mapped at `m` by process `tgid`, opened through its
-    /// `map_files` link (what the process maps, in whatever mount namespace), or shared with
-    /// the processes that opened it before; `None` where it is no regular file, or the
-    /// descriptors for such files are spent.
-    fn open_module(&mut self, tgid: u32, m: &Mapping) -> Option<Rc<Module>> {
-        let link = format!("/proc/{tgid}/map_files/{:x}-{:x}", m.start, m.end);
-        // A device mapped executable is no binary, and opening one may do something.
-        let meta = std::fs::metadata(&link).ok()?;
-        if !meta.file_type().is_file() {
-            return None;
-        }
-        if let Some(module) = self.modules.get(&(meta.dev(), meta.ino())) {
-            return Some(Rc::clone(module));
-        }
-        if self.modules.len() >= self.max_open {
-            // Files only processes gone held.
-            self.modules.retain(|_, m| Rc::strong_count(m) > 1);
-            if self.modules.len() >= self.max_open {
-                return None;
-            }
-        }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&link)
-            .ok()?;
-        let meta = file.metadata().ok()?;
-        if !meta.file_type().is_file() {
-            return None;
-        }
-        let build_id =
-            blazesym::helper::read_elf_build_id(&format!("/proc/self/fd/{}", file.as_raw_fd()))
-                .ok()
-                .flatten()
-                .map(|id| {
-                    id.iter().fold(String::new(), |mut hex, b| {
-                        let _ = write!(hex, "{b:02x}");
-                        hex
-                    })
-                })
-                .unwrap_or_default();
-        let module = Rc::new(Module {
-            dwarf: untrusted::dwarf_safe(&file),
-            file,
-            dev: meta.dev(),
-            ino: meta.ino(),
-            build_id,
-        });
-        self.modules
-            .insert((meta.dev(), meta.ino()), Rc::clone(&module));
-        Some(module)
-    }
-
-    /// Reads the memory map of process `key` again when a frame falls outside what was read
-    /// (a library loaded, code generated since), at most once per `REREAD`, while it lives.
-    fn reread(&mut self, key: (u32, u64)) {
-        let Some(mut process) = self.processes.remove(&key) else {
-            return;
-        };
-        if process.maps_read.elapsed() >= REREAD {
-            self.read_maps(key.0, key.1, &mut process);
-        }
-        self.processes.insert(key, process);
-    }
-
-    /// Drops processes that are gone and were not used for a while once many are kept, and
-    /// the files only they held open.
-    fn prune(&mut self) {
-        if self.processes.len() < MAX_PROCESSES {
-            return;
-        }
-        let now = Instant::now();
-        self.processes.retain(|&(tgid, layout), p| {
-            now.duration_since(p.used) < KEEP_DEAD || process_layout(tgid) == Some(layout)
-        });
-        if self.processes.len() >= MAX_PROCESSES {
-            let mut used: Vec<_> = self.processes.iter().map(|(k, p)| (p.used, *k)).collect();
-            used.sort_unstable();
-            for (_, key) in used.iter().take(MAX_PROCESSES / 4) {
-                self.processes.remove(key);
-            }
-        }
-        self.modules.retain(|_, m| Rc::strong_count(m) > 1);
-        self.perf_bytes = self
+    /// What naming a backtrace of process `key` needs, and the caches trimmed to the files
+    /// still open.
+    fn view(&mut self, key: (u32, u64)) -> Option<View> {
+        let table = self
             .processes
-            .values()
-            .filter_map(|p| p.perf_map.as_ref())
-            .map(PerfMap::bytes)
-            .sum();
-        let modules = &self.modules;
-        self.names
-            .retain(|(dev, ino, _), _| modules.contains_key(&(*dev, *ino)));
-        self.calls
-            .retain(|(dev, ino, _), _| modules.contains_key(&(*dev, *ino)));
-        self.cfi.retain(|key, _| modules.contains_key(key));
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let view = table.view(key);
+        if table.generation() != self.generation {
+            let generation = table.generation();
+            let keeps = |dev: u64, ino: u64| table.keeps((dev, ino));
+            self.names.retain(|(dev, ino, _), _| keeps(*dev, *ino));
+            self.calls.retain(|(dev, ino, _), _| keeps(*dev, *ino));
+            self.cfi.retain(|(dev, ino), _| keeps(*dev, *ino));
+            drop(table);
+            self.generation = generation;
+        }
+        view
     }
 
     /// Names the frames of a user backtrace of process `tgid` (layout `layout`), innermost
@@ -408,11 +171,11 @@ impl Resolver {
         // The walk ends at a null frame pointer; a null return address is no frame.
         let end = raw.iter().position(|&a| a == 0).unwrap_or(raw.len());
         let raw = &raw[..end];
-        if !self.processes.contains_key(&key) {
+        let Some(mut view) = self.view(key) else {
             // Gone before its map was read (it exited or exec'd at once, or its announcement
             // was lost): the addresses only.
             return raw.iter().map(|&addr| gone(addr)).collect();
-        }
+        };
         let addrs = raw;
         // Frameless functions first (their callers are not in the frame-pointer walk), up to
         // the first with a frame, from which the walk is right (or the first without unwind
@@ -421,7 +184,7 @@ impl Resolver {
         let (callers, joined) = if sp == 0 {
             (Vec::new(), true)
         } else {
-            self.unwind_frameless(key, addrs.first().copied().unwrap_or(0), window)
+            self.unwind_frameless(&view, addrs.first().copied().unwrap_or(0), window)
         };
         let mut addrs: Vec<u64> = addrs.iter().take(1).copied().chain(callers).collect();
         if joined {
@@ -430,7 +193,7 @@ impl Resolver {
         let mut out = Vec::with_capacity(addrs.len() + 1);
         let mut whole = false;
         for (i, &addr) in addrs.iter().enumerate() {
-            let Some(frame) = self.frame(key, addr, i > 0) else {
+            let Some(frame) = self.frame(key, &mut view, addr, i > 0) else {
                 break;
             };
             // The program's or thread's entry: what the stack holds above it is not calls.
@@ -450,13 +213,13 @@ impl Resolver {
 
     /// The return addresses of the frameless functions from `ip` up (see `leaf`), and whether
     /// the frame-pointer walk goes on from there (false: the stack words kept ran out first).
-    fn unwind_frameless(&mut self, key: (u32, u64), ip: u64, window: &[u64]) -> (Vec<u64>, bool) {
+    fn unwind_frameless(&mut self, view: &View, ip: u64, window: &[u64]) -> (Vec<u64>, bool) {
         let mut callers = Vec::new();
         let (mut pc, mut at_word) = (ip, 0usize);
         while callers.len() < 32 {
             // A return address is looked up at its call instruction.
             let look = if callers.is_empty() { pc } else { pc - 1 };
-            let step = self.step(key, look);
+            let step = self.step(view, look);
             let k = match step {
                 Step::Frame | Step::Unknown => return (callers, true),
                 Step::Rsp(k) => k,
@@ -475,15 +238,13 @@ impl Resolver {
         (callers, false)
     }
 
-    /// How the function at `addr` of process `key` finds its caller (`leaf::Cfi::step`).
-    fn step(&mut self, key: (u32, u64), addr: u64) -> Step {
-        let Some(process) = self.processes.get(&key) else {
+    /// How the function at `addr` of the process `view` shows finds its caller
+    /// (`leaf::Cfi::step`).
+    fn step(&mut self, view: &View, addr: u64) -> Step {
+        let Some(m) = maps::find(&view.maps, addr) else {
             return Step::Unknown;
         };
-        let Some(m) = maps::find(&process.maps, addr) else {
-            return Step::Unknown;
-        };
-        let Some(module) = process.files.get(&m.start) else {
+        let Some(module) = view.files.get(&m.start) else {
             return Step::Unknown;
         };
         let offset = m.file_offset(addr);
@@ -494,28 +255,29 @@ impl Resolver {
             .map_or(Step::Unknown, |cfi| cfi.step(offset))
     }
 
-    /// One frame, or `None` where `addr` cannot be one (see `frames`).
-    fn frame(&mut self, key: (u32, u64), addr: u64, is_return: bool) -> Option<UserFrame> {
+    /// One frame of process `key`, or `None` where `addr` cannot be one (see `frames`);
+    /// `view` is what was read of the process, read again where it does not cover `addr`.
+    fn frame(
+        &mut self,
+        key: (u32, u64),
+        view: &mut View,
+        addr: u64,
+        is_return: bool,
+    ) -> Option<UserFrame> {
         let look = if is_return {
             addr.checked_sub(1)?
         } else {
             addr
         };
-        let covered = self.processes.get(&key).is_some_and(|p| {
-            maps::find(&p.maps, look).is_some_and(|m| {
-                // A file mapped but not opened, or JIT code the perf map did not name yet.
-                if m.is_file() {
-                    p.files.contains_key(&m.start) || p.files.len() >= MAX_FILES_PER_PROCESS
-                } else {
-                    p.perf_map.as_ref().is_none_or(|pm| pm.find(look).is_some())
-                }
-            })
-        });
-        if !covered {
-            self.reread(key);
+        // A file mapped but not opened, or JIT code the perf map did not name yet.
+        if !view.covers(look, |a| self.table().jit_name(key, a).is_some()) {
+            let mut table = self.table();
+            table.reread(key);
+            if let Some(fresh) = table.view(key) {
+                *view = fresh;
+            }
         }
-        let process = self.processes.get_mut(&key)?;
-        let m = maps::find(&process.maps, look)?;
+        let m = maps::find(&view.maps, look)?;
         if !m.exec {
             return None;
         }
@@ -527,11 +289,7 @@ impl Resolver {
                 m.path.clone()
             };
             let offset = look - m.start;
-            let jit = process
-                .perf_map
-                .as_ref()
-                .and_then(|pm| pm.find(look))
-                .map(str::to_owned);
+            let jit = self.table().jit_name(key, look);
             return Some(UserFrame {
                 named: jit.is_some(),
                 name: jit.unwrap_or_else(|| format!("{module}+0x{offset:x}")),
@@ -548,7 +306,7 @@ impl Resolver {
             offset,
             named: false,
         };
-        let Some(module) = process.files.get(&m.start).cloned() else {
+        let Some(module) = view.files.get(&m.start).cloned() else {
             return Some(fallback);
         };
         fallback.build_id.clone_from(&module.build_id);

@@ -1,13 +1,16 @@
-//! The thread that keeps what naming user frames needs: it reads each process's memory map
-//! when the kernel announces a user backtrace of it (`USER_SEEN`), while the process still
-//! lives, and names backtraces when the collector asks. It owns the symbolizer (not `Send`).
+//! The threads that name user frames. The capture thread reads each process's memory map
+//! and opens its files when the kernel announces a user backtrace of it (`USER_SEEN`), while
+//! the process still lives; the naming thread names backtraces when the collector asks, with
+//! what the capture thread read (`capture::Processes`, shared under a lock). It owns the
+//! symbolizer (not `Send`). Apart, a long naming (DWARF of a large binary) does not keep a
+//! short-lived process from being read before it exits.
 
 use std::{
     collections::HashMap,
     os::fd::AsRawFd as _,
     sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
         mpsc::{self, Receiver, RecvTimeoutError, Sender},
     },
     thread::{self, JoinHandle},
@@ -18,7 +21,7 @@ use anyhow::{Context as _, Result};
 use aya::maps::{MapData, RingBuf};
 use latprof_common::UserSeen;
 
-use super::{Resolver, UserFrame};
+use super::{Resolver, UserFrame, capture::Processes};
 
 /// A user backtrace to name, as the kernel kept it.
 #[derive(Clone, Debug)]
@@ -59,37 +62,60 @@ enum Request {
 #[derive(Debug)]
 pub struct Watcher {
     requests: Sender<Request>,
-    thread: Option<JoinHandle<()>>,
-    /// Disconnected when the thread ends.
+    /// The naming thread and the capture thread.
+    threads: Vec<JoinHandle<()>>,
+    /// Tells the capture thread to end.
+    stop: Arc<AtomicBool>,
+    /// Disconnected when both threads ended.
     ended: Receiver<()>,
     /// Backtraces named that were cut short (`[truncated]`).
     truncated: Arc<AtomicU64>,
 }
 
-/// How often the thread looks at its requests while no process is announced.
+/// How often the capture thread looks whether it is to stop while no process is announced.
 const TICK: Duration = Duration::from_millis(50);
-/// How long a stop waits for the thread to end: naming reads files any user controls, and
+/// How long a stop waits for the threads to end: they read files any user controls, and
 /// whatever one of them does to a read (a blocking open, a huge file) must not keep latprof
 /// from stopping. A thread that does not end by then is left behind, and ends with latprof.
 const STOP_WITHIN: Duration = Duration::from_secs(1);
 
 impl Watcher {
-    /// Starts the thread on the `USER_SEEN` ring buffer.
+    /// Starts the threads on the `USER_SEEN` ring buffer.
     pub fn start(ring: RingBuf<MapData>) -> Result<Self> {
         let (requests, rx) = mpsc::channel();
         let (alive, ended) = mpsc::channel::<()>();
         let truncated = Arc::new(AtomicU64::new(0));
+        let processes = Arc::new(Mutex::new(Processes::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let capture = {
+            let (alive, processes, stop) =
+                (alive.clone(), Arc::clone(&processes), Arc::clone(&stop));
+            thread::Builder::new()
+                .name("latprof-umaps".to_owned())
+                .spawn(move || {
+                    let _alive = alive;
+                    capture(ring, &processes, &stop);
+                })
+                .context("starting the user stack capture thread")?
+        };
         let count = Arc::clone(&truncated);
-        let thread = thread::Builder::new()
+        let naming = thread::Builder::new()
             .name("latprof-ustacks".to_owned())
             .spawn(move || {
                 let _alive = alive;
-                run(ring, &rx, &count);
-            })
-            .context("starting the user stack thread")?;
+                name(Resolver::sharing(processes), &rx, &count);
+            });
+        let naming = match naming {
+            Ok(thread) => thread,
+            Err(err) => {
+                stop.store(true, Ordering::Relaxed);
+                return Err(err).context("starting the user stack thread");
+            }
+        };
         Ok(Self {
             requests,
-            thread: Some(thread),
+            threads: vec![naming, capture],
+            stop,
             ended,
             truncated,
         })
@@ -127,64 +153,29 @@ impl Watcher {
 impl Drop for Watcher {
     fn drop(&mut self) {
         let _ = self.requests.send(Request::Stop);
-        // Joined only once it ended (within `STOP_WITHIN`); otherwise left behind.
-        if let Err(RecvTimeoutError::Disconnected) = self.ended.recv_timeout(STOP_WITHIN)
-            && let Some(thread) = self.thread.take()
-        {
-            let _ = thread.join();
+        self.stop.store(true, Ordering::Relaxed);
+        // Joined only once both ended (within `STOP_WITHIN`); otherwise left behind.
+        if let Err(RecvTimeoutError::Disconnected) = self.ended.recv_timeout(STOP_WITHIN) {
+            for thread in self.threads.drain(..) {
+                let _ = thread.join();
+            }
         }
     }
 }
 
-fn run(mut ring: RingBuf<MapData>, requests: &Receiver<Request>, truncated: &AtomicU64) {
-    let mut resolver = Resolver::new();
-    // Named after their request's deadline, kept for the next request.
-    let mut late: HashMap<u64, Vec<UserFrame>> = HashMap::new();
-    let capture = |resolver: &mut Resolver, ring: &mut RingBuf<MapData>| {
+/// The capture thread: reads each announced process (`Processes::announced`) until `stop`.
+fn capture(mut ring: RingBuf<MapData>, processes: &Mutex<Processes>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
         while let Some(item) = ring.next() {
             if item.len() >= size_of::<UserSeen>() {
                 // SAFETY: the kernel wrote a UserSeen (repr(C), plain integers) here.
                 let e: UserSeen = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-                resolver.announced(e.tgid, e.layout);
+                drop(item);
+                processes
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .announced(e.tgid, e.layout);
             }
-        }
-    };
-    loop {
-        capture(&mut resolver, &mut ring);
-        match requests.recv_timeout(Duration::ZERO) {
-            Ok(Request::Name(stacks, deadline, reply)) => {
-                let mut named = Vec::with_capacity(stacks.len());
-                let mut answer = Some(reply);
-                for u in stacks {
-                    if let Some(frames) = late.remove(&u.id) {
-                        named.push((u.id, frames));
-                        continue;
-                    }
-                    // Processes announced meanwhile first: they may exit any time.
-                    capture(&mut resolver, &mut ring);
-                    // One announced while the ring was full, or not yet read: its map now,
-                    // if it lives.
-                    resolver.capture(u.tgid, u.layout);
-                    let frames = resolver.frames(u.tgid, u.layout, &u.frames, u.sp, &u.window);
-                    truncated.store(resolver.truncated(), Ordering::Relaxed);
-                    if answer.is_some() {
-                        named.push((u.id, frames));
-                    } else {
-                        late.insert(u.id, frames);
-                    }
-                    if Instant::now() >= deadline
-                        && let Some(reply) = answer.take()
-                    {
-                        let _ = reply.send(std::mem::take(&mut named));
-                    }
-                }
-                if let Some(reply) = answer {
-                    let _ = reply.send(named);
-                }
-                continue;
-            }
-            Ok(Request::Stop) | Err(RecvTimeoutError::Disconnected) => return,
-            Err(RecvTimeoutError::Timeout) => {}
         }
         let mut fd = libc::pollfd {
             fd: ring.as_raw_fd(),
@@ -194,5 +185,39 @@ fn run(mut ring: RingBuf<MapData>, requests: &Receiver<Request>, truncated: &Ato
         let ms = libc::c_int::try_from(TICK.as_millis()).unwrap_or(50);
         // SAFETY: one valid pollfd.
         unsafe { libc::poll(&raw mut fd, 1, ms) };
+    }
+}
+
+/// The naming thread: answers the collector's requests until it stops.
+fn name(mut resolver: Resolver, requests: &Receiver<Request>, truncated: &AtomicU64) {
+    // Named after their request's deadline, kept for the next request.
+    let mut late: HashMap<u64, Vec<UserFrame>> = HashMap::new();
+    while let Ok(Request::Name(stacks, deadline, reply)) = requests.recv() {
+        let mut named = Vec::with_capacity(stacks.len());
+        let mut answer = Some(reply);
+        for u in stacks {
+            if let Some(frames) = late.remove(&u.id) {
+                named.push((u.id, frames));
+                continue;
+            }
+            // One announced while the ring was full, or not read yet: its map now, if it
+            // lives.
+            resolver.capture(u.tgid, u.layout);
+            let frames = resolver.frames(u.tgid, u.layout, &u.frames, u.sp, &u.window);
+            truncated.store(resolver.truncated(), Ordering::Relaxed);
+            if answer.is_some() {
+                named.push((u.id, frames));
+            } else {
+                late.insert(u.id, frames);
+            }
+            if Instant::now() >= deadline
+                && let Some(reply) = answer.take()
+            {
+                let _ = reply.send(std::mem::take(&mut named));
+            }
+        }
+        if let Some(reply) = answer {
+            let _ = reply.send(named);
+        }
     }
 }

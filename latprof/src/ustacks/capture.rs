@@ -1,0 +1,379 @@
+//! What naming a process's user frames needs from the process while it lives: its memory map,
+//! its executable files (opened through `/proc/PID/map_files`, so they stay readable after it
+//! exited, in another mount namespace, once deleted) and its perf map. The capture thread
+//! (`watch`) reads a process as soon as the kernel announces a backtrace of it; the naming
+//! thread reads the same table under a short lock, and names frames outside it: naming (DWARF
+//! of a large binary can take seconds) never keeps another process from being read before it
+//! exits.
+
+use std::{
+    collections::HashMap,
+    fmt::Write as _,
+    fs::File,
+    os::{
+        fd::AsRawFd as _,
+        unix::fs::{MetadataExt as _, OpenOptionsExt as _},
+    },
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use super::{
+    maps::{self, Mapping},
+    perfmap::PerfMap,
+    untrusted,
+};
+
+/// An executable file some process mapped, open (its inode, even once deleted or in another
+/// mount namespace).
+#[derive(Debug)]
+pub(super) struct Module {
+    pub(super) file: File,
+    pub(super) dev: u64,
+    pub(super) ino: u64,
+    pub(super) build_id: String,
+    /// Whether its DWARF may be read (`untrusted::dwarf_safe`).
+    pub(super) dwarf: bool,
+}
+
+impl Module {
+    /// `/proc/self/fd/N`: a path any reader of the open file can use.
+    pub(super) fn fd_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+}
+
+/// A process as seen: its memory map, its executable files, its JIT symbols.
+#[derive(Debug)]
+struct Process {
+    maps: Vec<Mapping>,
+    /// By mapping start: the file mapped there.
+    files: HashMap<u64, Arc<Module>>,
+    /// Its real user: the owner its perf map must have.
+    uid: u32,
+    /// `perf-PID.map` as read so far (a JIT keeps appending); `None`: the process has no
+    /// anonymous executable memory.
+    perf_map: Option<PerfMap>,
+    /// When its memory map was last read: a frame in a mapping made since (dlopen, a JIT's
+    /// new code) reads it again, at most once per `REREAD`.
+    maps_read: Instant,
+    used: Instant,
+}
+
+/// What the naming thread takes of a process for one backtrace (the perf map stays: a JIT
+/// frame asks for its name under the lock).
+#[derive(Clone, Debug)]
+pub(super) struct View {
+    pub(super) maps: Vec<Mapping>,
+    pub(super) files: HashMap<u64, Arc<Module>>,
+    pub(super) has_perf_map: bool,
+}
+
+impl View {
+    /// Whether `addr` falls where what was read names it: a file opened (or the process's
+    /// files are at their cap), or JIT code its perf map named (`jit`).
+    pub(super) fn covers(&self, addr: u64, jit: impl Fn(u64) -> bool) -> bool {
+        maps::find(&self.maps, addr).is_some_and(|m| {
+            if m.is_file() {
+                self.files.contains_key(&m.start) || self.files.len() >= MAX_FILES_PER_PROCESS
+            } else {
+                !self.has_perf_map || jit(addr)
+            }
+        })
+    }
+}
+
+/// Processes kept before dead ones not used for `KEEP_DEAD` are dropped.
+const MAX_PROCESSES: usize = 1024;
+const KEEP_DEAD: Duration = Duration::from_secs(300);
+/// How often a process's memory map may be read again for a frame it did not cover.
+const REREAD: Duration = Duration::from_secs(1);
+/// Executable files opened for one process: a process that maps thousands (to exhaust
+/// root's descriptors) has the rest named `file+0xoffset`.
+const MAX_FILES_PER_PROCESS: usize = 256;
+/// Perf-map bytes read for all processes together (`perfmap::MAX_BYTES` for one).
+const MAX_PERF_BYTES: u64 = 64 << 20;
+
+/// The processes seen and their open files.
+pub struct Processes {
+    /// By (tgid, layout): a pid reused, or a process that exec'd, is another entry.
+    seen: HashMap<(u32, u64), Process>,
+    /// Open executables by (device, inode), shared by the processes that map them.
+    modules: HashMap<(u64, u64), Arc<Module>>,
+    /// Executable files kept open at most, from the descriptor limit (`open_files_limit`).
+    max_open: usize,
+    /// Perf-map bytes read so far, against `MAX_PERF_BYTES`.
+    perf_bytes: u64,
+    /// One more each time files were closed: the naming thread then drops what it keeps
+    /// of them.
+    generation: u64,
+}
+
+impl Default for Processes {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Half of the process's descriptor limit, for the files kept open to name frames: the rest
+/// is the listener's, the eBPF maps' and the clients'.
+fn open_files_limit() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid rlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0 {
+        return 256;
+    }
+    usize::try_from(limit.rlim_cur / 2)
+        .unwrap_or(usize::MAX)
+        .clamp(64, 8192)
+}
+
+/// The layout key (`layout_key`) of process `tgid` now, from `/proc/PID/stat`.
+#[must_use]
+pub fn process_layout(tgid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{tgid}/stat")).ok()?;
+    // After the name in parentheses (which may hold anything): field 3 on.
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    // startcode, endcode, startstack: fields 26 to 28 of proc(5).
+    Some(latprof_common::layout_key(
+        field(26)?,
+        field(27)?,
+        field(28)?,
+    ))
+}
+
+impl Processes {
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            seen: HashMap::new(),
+            modules: HashMap::new(),
+            max_open: open_files_limit(),
+            perf_bytes: 0,
+            generation: 0,
+        }
+    }
+
+    /// Reads the memory map of process `tgid` with address-space layout `layout` and opens its
+    /// executable files, unless that was done already. Returns whether the process is known:
+    /// false once it exited, or exec'd another program (its layout changed).
+    pub fn capture(&mut self, tgid: u32, layout: u64) -> bool {
+        if let Some(process) = self.seen.get_mut(&(tgid, layout)) {
+            process.used = Instant::now();
+            return true;
+        }
+        self.read_new(tgid, layout)
+    }
+
+    /// A new backtrace of process `tgid` was announced: its memory map is read (again, if
+    /// the process is known: it may have loaded a library or generated code since), while it
+    /// lives. Returns whether the process is known.
+    pub fn announced(&mut self, tgid: u32, layout: u64) -> bool {
+        let key = (tgid, layout);
+        let Some(mut process) = self.seen.remove(&key) else {
+            return self.read_new(tgid, layout);
+        };
+        process.used = Instant::now();
+        self.read_maps(tgid, layout, &mut process);
+        self.seen.insert(key, process);
+        true
+    }
+
+    /// What naming a backtrace of process `key` needs; `None` where it was never read.
+    pub(super) fn view(&self, key: (u32, u64)) -> Option<View> {
+        self.seen.get(&key).map(|p| View {
+            maps: p.maps.clone(),
+            files: p.files.clone(),
+            has_perf_map: p.perf_map.is_some(),
+        })
+    }
+
+    /// The perf map's name of JIT code at `addr` in process `key`.
+    pub(super) fn jit_name(&self, key: (u32, u64), addr: u64) -> Option<String> {
+        self.seen
+            .get(&key)?
+            .perf_map
+            .as_ref()?
+            .find(addr)
+            .map(str::to_owned)
+    }
+
+    /// One more each time files were closed (`prune`).
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether the file (device, inode) is still open here.
+    pub(super) fn keeps(&self, file: (u64, u64)) -> bool {
+        self.modules.contains_key(&file)
+    }
+
+    /// Reads the memory map of a process not seen before.
+    fn read_new(&mut self, tgid: u32, layout: u64) -> bool {
+        if process_layout(tgid) != Some(layout) {
+            return false;
+        }
+        let Some(uid) = untrusted::process_uid(tgid) else {
+            return false;
+        };
+        self.prune();
+        let mut process = Process {
+            maps: Vec::new(),
+            files: HashMap::new(),
+            uid,
+            perf_map: None,
+            maps_read: Instant::now(),
+            used: Instant::now(),
+        };
+        if !self.read_maps(tgid, layout, &mut process) {
+            return false;
+        }
+        self.seen.insert((tgid, layout), process);
+        true
+    }
+
+    /// (Re)reads the memory map of `process` (`tgid`, `layout`), opens the executable files
+    /// not open yet and reads what its perf map gained, while the process lives; false once it
+    /// is gone or another program.
+    fn read_maps(&mut self, tgid: u32, layout: u64, process: &mut Process) -> bool {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/maps")) else {
+            return false;
+        };
+        let mut list = maps::parse(&text);
+        list.sort_by_key(|m| m.start);
+        for m in list.iter().filter(|m| m.exec && m.is_file()) {
+            if process.files.contains_key(&m.start) {
+                continue;
+            }
+            if process.files.len() >= MAX_FILES_PER_PROCESS {
+                break;
+            }
+            if let Some(module) = self.open_module(tgid, m) {
+                process.files.insert(m.start, module);
+            }
+        }
+        // Read before the map changed hands: a process that exec'd meanwhile is not this one.
+        if process_layout(tgid) != Some(layout) {
+            return false;
+        }
+        process.maps = list;
+        process.maps_read = Instant::now();
+        if process.maps.iter().any(|m| m.exec && !m.is_file()) {
+            let map = process.perf_map.get_or_insert_with(PerfMap::default);
+            let budget = MAX_PERF_BYTES.saturating_sub(self.perf_bytes);
+            if let Ok(read) = map.refresh(tgid, process.uid, budget) {
+                self.perf_bytes += read;
+            }
+        }
+        true
+    }
+
+    /// The executable file mapped at `m` by process `tgid`, opened through its
+    /// `map_files` link (what the process maps, in whatever mount namespace), or shared with
+    /// the processes that opened it before; `None` where it is no regular file, or the
+    /// descriptors for such files are spent.
+    fn open_module(&mut self, tgid: u32, m: &Mapping) -> Option<Arc<Module>> {
+        let link = format!("/proc/{tgid}/map_files/{:x}-{:x}", m.start, m.end);
+        // A device mapped executable is no binary, and opening one may do something.
+        let meta = std::fs::metadata(&link).ok()?;
+        if !meta.file_type().is_file() {
+            return None;
+        }
+        if let Some(module) = self.modules.get(&(meta.dev(), meta.ino())) {
+            return Some(Arc::clone(module));
+        }
+        if self.modules.len() >= self.max_open {
+            // Files only processes gone held.
+            self.close_unused();
+            if self.modules.len() >= self.max_open {
+                return None;
+            }
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&link)
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.file_type().is_file() {
+            return None;
+        }
+        let build_id =
+            blazesym::helper::read_elf_build_id(&format!("/proc/self/fd/{}", file.as_raw_fd()))
+                .ok()
+                .flatten()
+                .map(|id| {
+                    id.iter().fold(String::new(), |mut hex, b| {
+                        let _ = write!(hex, "{b:02x}");
+                        hex
+                    })
+                })
+                .unwrap_or_default();
+        let module = Arc::new(Module {
+            dwarf: untrusted::dwarf_safe(&file),
+            file,
+            dev: meta.dev(),
+            ino: meta.ino(),
+            build_id,
+        });
+        self.modules
+            .insert((meta.dev(), meta.ino()), Arc::clone(&module));
+        Some(module)
+    }
+
+    /// Closes the files only processes dropped held (a view the naming thread holds keeps
+    /// its own).
+    fn close_unused(&mut self) {
+        let before = self.modules.len();
+        self.modules.retain(|_, m| Arc::strong_count(m) > 1);
+        if self.modules.len() != before {
+            self.generation += 1;
+        }
+    }
+
+    /// Reads the memory map of process `key` again when a frame falls outside what was read
+    /// (a library loaded, code generated since), at most once per `REREAD`, while it lives.
+    pub(super) fn reread(&mut self, key: (u32, u64)) {
+        let Some(mut process) = self.seen.remove(&key) else {
+            return;
+        };
+        if process.maps_read.elapsed() >= REREAD {
+            self.read_maps(key.0, key.1, &mut process);
+        }
+        self.seen.insert(key, process);
+    }
+
+    /// Drops processes that are gone and were not used for a while once many are kept, and
+    /// the files only they held open.
+    fn prune(&mut self) {
+        if self.seen.len() < MAX_PROCESSES {
+            return;
+        }
+        let now = Instant::now();
+        self.seen.retain(|&(tgid, layout), p| {
+            now.duration_since(p.used) < KEEP_DEAD || process_layout(tgid) == Some(layout)
+        });
+        if self.seen.len() >= MAX_PROCESSES {
+            let mut used: Vec<_> = self.seen.iter().map(|(k, p)| (p.used, *k)).collect();
+            used.sort_unstable();
+            for (_, key) in used.iter().take(MAX_PROCESSES / 4) {
+                self.seen.remove(key);
+            }
+        }
+        self.close_unused();
+        self.perf_bytes = self
+            .seen
+            .values()
+            .filter_map(|p| p.perf_map.as_ref())
+            .map(PerfMap::bytes)
+            .sum();
+    }
+}
