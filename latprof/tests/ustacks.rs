@@ -16,7 +16,7 @@ use serde_json::Value;
 mod common;
 
 use common::{
-    LATPROF, TempDir, twice,
+    LATPROF, TempDir,
     ustacks::{SERVER_FRAMES, build_server, function, has_server_chain, user_frames},
 };
 
@@ -173,50 +173,46 @@ fn c_server_frames_named_in_order_with_the_exact_count() {
     let dir = TempDir::new("ustacks-c");
     let server = build_server(&dir.0, "server", true);
     for mode in ["lazy", "normal"] {
-        twice(&format!("C server frames ({mode})"), || {
-            let (json, rest, missing, served) = stats_on(
-                Command::new(&server).args(["300", "2000", "wait"]),
-                &["--mode", mode],
-            );
-            check_server_run(&json, missing, &served, &rest);
-        });
+        let (json, rest, missing, served) = stats_on(
+            Command::new(&server).args(["300", "2000", "wait"]),
+            &["--mode", mode],
+        );
+        check_server_run(&json, missing, &served, &rest);
     }
     // The folded lines put the user frames outermost, from libc's start of main in.
-    twice("C server folded", || {
-        let mut cmd = Command::new(LATPROF);
-        cmd.args([
-            "stats",
-            "--user-stacks",
-            "--format",
-            "folded",
-            "--duration",
-            "120s",
-        ])
-        .stdout(Stdio::piped());
-        let (child, stderr) = common::start(&mut cmd, "attached");
-        served(
-            &Command::new(&server)
-                .args(["100", "2000"])
-                .output()
-                .expect("server"),
-        );
-        let (out, _) = common::interrupt(child, stderr);
-        let text = String::from_utf8_lossy(&out.stdout);
-        // Outermost first: main, serve_requests, wait_for_request, then libc's read.
-        let outward: Vec<&str> = SERVER_FRAMES.iter().rev().copied().collect();
-        let line = text
-            .lines()
-            .find(|l| {
-                let frames: Vec<&str> = l.split(';').map(function).collect();
-                frames.windows(3).any(|w| w == outward.as_slice())
-            })
-            .unwrap_or_else(|| panic!("no folded line with the server's chain:\n{text}"));
-        assert!(line.starts_with("__libc_start"), "{line}");
-        assert!(
-            line.contains("pipe_read "),
-            "kernel frames innermost: {line}"
-        );
-    });
+    let mut cmd = Command::new(LATPROF);
+    cmd.args([
+        "stats",
+        "--user-stacks",
+        "--format",
+        "folded",
+        "--duration",
+        "120s",
+    ])
+    .stdout(Stdio::piped());
+    let (child, stderr) = common::start(&mut cmd, "attached");
+    served(
+        &Command::new(&server)
+            .args(["100", "2000"])
+            .output()
+            .expect("server"),
+    );
+    let (out, _) = common::interrupt(child, stderr);
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Outermost first: main, serve_requests, wait_for_request, then libc's read.
+    let outward: Vec<&str> = SERVER_FRAMES.iter().rev().copied().collect();
+    let line = text
+        .lines()
+        .find(|l| {
+            let frames: Vec<&str> = l.split(';').map(function).collect();
+            frames.windows(3).any(|w| w == outward.as_slice())
+        })
+        .unwrap_or_else(|| panic!("no folded line with the server's chain:\n{text}"));
+    assert!(line.starts_with("__libc_start"), "{line}");
+    assert!(
+        line.contains("pipe_read "),
+        "kernel frames innermost: {line}"
+    );
 }
 
 /// A Rust program built with frame pointers: its functions demangled (path::to::function).
@@ -235,37 +231,35 @@ fn rust_frames_are_demangled() {
         .status()
         .expect("rustc");
     assert!(status.success(), "rustc failed");
-    twice("Rust frames", || {
-        let (json, rest, missing, served) =
-            stats_on(Command::new(&bin).args(["300", "2000", "wait"]), &[]);
-        let chain = causes_where(&json, "pipe_read", |frames| {
-            frames
-                .iter()
-                .any(|f| function(f) == "rust_server::requests::wait_for_request")
-        });
-        let counted = count(&chain);
-        assert!(
-            counted <= served.waited && counted + missing >= served.waited,
-            "the Rust server slept {} times, latprof counted {counted}: {chain:#?}\n{rest}",
-            served.waited
-        );
-        let frames = user_frames(chain[0]);
-        let at = frames
+    let (json, rest, missing, served) =
+        stats_on(Command::new(&bin).args(["300", "2000", "wait"]), &[]);
+    let chain = causes_where(&json, "pipe_read", |frames| {
+        frames
             .iter()
-            .position(|f| function(f) == "rust_server::requests::wait_for_request")
-            .expect("found above");
-        assert_eq!(
-            frames.get(at + 1).map(|f| function(f)),
-            Some("rust_server::requests::serve_requests"),
-            "{frames:?}"
-        );
-        assert!(
-            !frames
-                .iter()
-                .any(|f| f.starts_with("_ZN") || f.starts_with("_R")),
-            "mangled names: {frames:?}"
-        );
+            .any(|f| function(f) == "rust_server::requests::wait_for_request")
     });
+    let counted = count(&chain);
+    assert!(
+        counted <= served.waited && counted + missing >= served.waited,
+        "the Rust server slept {} times, latprof counted {counted}: {chain:#?}\n{rest}",
+        served.waited
+    );
+    let frames = user_frames(chain[0]);
+    let at = frames
+        .iter()
+        .position(|f| function(f) == "rust_server::requests::wait_for_request")
+        .expect("found above");
+    assert_eq!(
+        frames.get(at + 1).map(|f| function(f)),
+        Some("rust_server::requests::serve_requests"),
+        "{frames:?}"
+    );
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f.starts_with("_ZN") || f.starts_with("_R")),
+        "mangled names: {frames:?}"
+    );
 }
 
 /// The server run from a private mount namespace, from a path that exists only there:
@@ -285,20 +279,18 @@ fn server_in_another_mount_namespace_is_named() {
         h = hidden.display(),
         s = server.display()
     );
-    twice("server in a mount namespace", || {
-        let (json, rest, missing, served) = stats_on(
-            Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &script]),
-            &[],
-        );
-        assert!(
-            std::fs::read_dir(&hidden)
-                .expect("read dir")
-                .next()
-                .is_none(),
-            "the namespace's mount showed on the host"
-        );
-        check_server_run(&json, missing, &served, &rest);
-    });
+    let (json, rest, missing, served) = stats_on(
+        Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &script]),
+        &[],
+    );
+    assert!(
+        std::fs::read_dir(&hidden)
+            .expect("read dir")
+            .next()
+            .is_none(),
+        "the namespace's mount showed on the host"
+    );
+    check_server_run(&json, missing, &served, &rest);
 }
 
 /// The server reached by two execs from a shell that slept first (`sh -> env -> server`, in
@@ -330,40 +322,38 @@ fn no_frame_pointers_shows_a_truncated_stack() {
     let _serial = serial();
     let dir = TempDir::new("ustacks-nofp");
     let server = build_server(&dir.0, "server-nofp", false);
-    twice("server without frame pointers", || {
-        let (json, rest, missing, served) =
-            stats_on(Command::new(&server).args(["300", "2000", "wait"]), &[]);
-        let cut = causes_where(&json, "pipe_read", |frames| {
-            frames.last().is_some_and(|f| f == "[truncated]")
-                && frames.iter().any(|f| f.contains("wait_for_request"))
-        });
-        let counted = count(&cut);
-        assert!(
-            counted <= served.waited && counted + missing >= served.waited,
-            "the server slept {} times, {counted} counted truncated: {cut:#?}\n{rest}",
-            served.waited
-        );
-        for c in &cut {
-            let frames = user_frames(c);
-            // Only what the server's chain really is: libc's read, the server's two
-            // functions (gcc may suffix a clone's name), and the mark.
-            for f in &frames {
-                assert!(
-                    f.contains("read")
-                        || f.starts_with("wait_for_request")
-                        || f.starts_with("serve_requests")
-                        || f == "[truncated]",
-                    "invented frame {f} in {frames:?}"
-                );
-            }
-            assert!(!frames.iter().any(|f| function(f) == "main"), "{frames:?}");
-        }
-        assert!(
-            json["counters"]["user_stack_truncated"].as_u64() >= Some(1),
-            "truncated backtraces not counted: {}",
-            json["counters"]
-        );
+    let (json, rest, missing, served) =
+        stats_on(Command::new(&server).args(["300", "2000", "wait"]), &[]);
+    let cut = causes_where(&json, "pipe_read", |frames| {
+        frames.last().is_some_and(|f| f == "[truncated]")
+            && frames.iter().any(|f| f.contains("wait_for_request"))
     });
+    let counted = count(&cut);
+    assert!(
+        counted <= served.waited && counted + missing >= served.waited,
+        "the server slept {} times, {counted} counted truncated: {cut:#?}\n{rest}",
+        served.waited
+    );
+    for c in &cut {
+        let frames = user_frames(c);
+        // Only what the server's chain really is: libc's read, the server's two
+        // functions (gcc may suffix a clone's name), and the mark.
+        for f in &frames {
+            assert!(
+                f.contains("read")
+                    || f.starts_with("wait_for_request")
+                    || f.starts_with("serve_requests")
+                    || f == "[truncated]",
+                "invented frame {f} in {frames:?}"
+            );
+        }
+        assert!(!frames.iter().any(|f| function(f) == "main"), "{frames:?}");
+    }
+    assert!(
+        json["counters"]["user_stack_truncated"].as_u64() >= Some(1),
+        "truncated backtraces not counted: {}",
+        json["counters"]
+    );
 }
 
 /// Without `--user-stacks` nothing of it shows: no user frames, no walks.
@@ -407,27 +397,25 @@ fn spikes_say_where_in_the_program() {
     let _serial = serial();
     let dir = TempDir::new("ustacks-spikes");
     let server = build_server(&dir.0, "server", true);
-    twice("spikes with user stacks", || {
-        let (out, rest, missing, served) = run_on(
-            Command::new(&server).args(["50", "3000", "wait"]),
-            &[
-                "--user-stacks",
-                "--all-sleeps",
-                "--spike",
-                "200us",
-                "spikes",
-            ],
-        );
-        let text = String::from_utf8_lossy(&out);
-        let reads = text
-            .lines()
-            .filter(|l| l.contains(" in wait_for_request (server.c:"))
-            .count() as u64;
-        // Each read slept about 3 ms, a spike of 200 us or more: one line each.
-        assert!(
-            reads <= served.waited && reads + missing >= served.waited,
-            "{} reads slept, {reads} spikes say where ({missing} missing):\n{text}\n{rest}",
-            served.waited
-        );
-    });
+    let (out, rest, missing, served) = run_on(
+        Command::new(&server).args(["50", "3000", "wait"]),
+        &[
+            "--user-stacks",
+            "--all-sleeps",
+            "--spike",
+            "200us",
+            "spikes",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out);
+    let reads = text
+        .lines()
+        .filter(|l| l.contains(" in wait_for_request (server.c:"))
+        .count() as u64;
+    // Each read slept about 3 ms, a spike of 200 us or more: one line each.
+    assert!(
+        reads <= served.waited && reads + missing >= served.waited,
+        "{} reads slept, {reads} spikes say where ({missing} missing):\n{text}\n{rest}",
+        served.waited
+    );
 }
