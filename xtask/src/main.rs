@@ -6,6 +6,7 @@ use std::{
     env,
     path::{Path, PathBuf},
     process::{Command, ExitCode},
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -669,6 +670,7 @@ fn bench(args: &[String]) -> Result<()> {
 /// `cargo xtask test`: formatting, then every test, the privileged ones included (as root, with
 /// sudo when not root), then the latencytop truth check in ../shared/vm.
 fn test(args: &[String]) -> Result<()> {
+    let started = Instant::now();
     setup_for_tests()?;
     let extra = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
     run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
@@ -728,25 +730,23 @@ fn test(args: &[String]) -> Result<()> {
     let retries = root_dir().join("target/test-retries.log");
     let _ = std::fs::remove_file(&retries);
     let mut failed = Vec::new();
-    if is_root() {
-        // Every test binary runs, whatever fails before it; cargo fails at the end.
-        let mut cmd = cargo();
-        cmd.args(["test", "--no-fail-fast", "--", "--include-ignored"])
-            .args(extra)
-            .env("LATPROF_RETRY_LOG", &retries);
-        if let Err(err) = run_cmd(&mut cmd) {
-            failed.push(format!("{err:#}"));
-        }
-    } else {
-        // Build as this user, run the test binaries as root, every one of them.
-        let json = cargo()
-            .args(["test", "--no-run", "--message-format=json"])
-            .output()
-            .context("building the tests")?;
-        if !json.status.success() {
-            run_cmd(cargo().args(["test", "--no-run"]))?;
-        }
-        for exe in executables(&String::from_utf8_lossy(&json.stdout)) {
+    // Every test binary built first (as this user), then each run (as root, with sudo when
+    // this user is not), timed, whatever fails before it: the summary says where the time
+    // goes.
+    let json = cargo()
+        .args(["test", "--no-run", "--message-format=json"])
+        .output()
+        .context("building the tests")?;
+    if !json.status.success() {
+        run_cmd(cargo().args(["test", "--no-run"]))?;
+    }
+    let mut times: Vec<(String, Duration, bool)> = Vec::new();
+    for test in executables(&String::from_utf8_lossy(&json.stdout)) {
+        let mut cmd = if is_root() {
+            let mut cmd = Command::new(&test.exe);
+            cmd.env("LATPROF_RETRY_LOG", &retries);
+            cmd
+        } else {
             let mut cmd = Command::new("sudo");
             cmd.arg(format!("LATPROF_RETRY_LOG={}", retries.display()));
             if skip_vm {
@@ -765,11 +765,42 @@ fn test(args: &[String]) -> Result<()> {
                     cmd.arg(arg);
                 }
             }
-            cmd.arg(&exe).arg("--include-ignored").args(extra);
-            if run_cmd(&mut cmd).is_err() {
-                failed.push(exe);
-            }
+            cmd.arg(&test.exe);
+            cmd
+        };
+        // Where cargo runs it: its package's directory.
+        cmd.arg("--include-ignored")
+            .args(extra)
+            .current_dir(&test.dir);
+        let t0 = Instant::now();
+        let ok = run_cmd(&mut cmd).is_ok();
+        if !ok {
+            failed.push(test.name.clone());
         }
+        times.push((test.name, t0.elapsed(), ok));
+    }
+    // The examples in the documentation.
+    let t0 = Instant::now();
+    let ok = run_cmd(cargo().args(["test", "--doc"])).is_ok();
+    if !ok {
+        failed.push("doc tests".to_owned());
+    }
+    times.push(("doc tests".to_owned(), t0.elapsed(), ok));
+    eprintln!("xtask: ################################################################");
+    eprintln!(
+        "xtask: test binaries, {} s in all (build, clippy and packages before them: {} s):",
+        times.iter().map(|t| t.1).sum::<Duration>().as_secs(),
+        started
+            .elapsed()
+            .saturating_sub(times.iter().map(|t| t.1).sum())
+            .as_secs()
+    );
+    for (name, took, ok) in &times {
+        eprintln!(
+            "xtask:   {:>5} s  {name}{}",
+            took.as_secs(),
+            if *ok { "" } else { "  FAILED" }
+        );
     }
     eprintln!("xtask: ################################################################");
     let retried = std::fs::read_to_string(&retries).unwrap_or_default();
@@ -911,14 +942,46 @@ fn strip_ansi(text: &str) -> String {
 }
 
 /// Test executables named in cargo's JSON messages.
-fn executables(json: &str) -> Vec<String> {
-    const KEY: &str = "\"executable\":\"";
+/// A test binary cargo built: its name (package/target), file and package directory.
+struct TestBinary {
+    name: String,
+    exe: String,
+    dir: PathBuf,
+}
+
+/// The test binaries in `cargo test --no-run --message-format=json`'s messages.
+fn executables(json: &str) -> Vec<TestBinary> {
+    let field = |line: &str, key: &str| -> Option<String> {
+        let key = format!("\"{key}\":\"");
+        let start = line.find(&key)? + key.len();
+        let end = line[start..].find('"')?;
+        Some(line[start..start + end].to_owned())
+    };
+    // Built as a test: its profile says so (the target's own "test":true says only that it
+    // could be; the binaries the tests run are built too).
+    let test_profile = |line: &str| {
+        line.split_once("\"profile\":{")
+            .and_then(|(_, rest)| rest.split_once('}'))
+            .is_some_and(|(profile, _)| profile.contains("\"test\":true"))
+    };
     json.lines()
-        .filter(|l| l.contains("\"profile\":{") && l.contains("\"test\":true"))
+        .filter(|l| test_profile(l))
         .filter_map(|l| {
-            let start = l.find(KEY)? + KEY.len();
-            let end = l[start..].find('"')?;
-            Some(l[start..start + end].to_owned())
+            let exe = field(l, "executable")?;
+            let manifest = PathBuf::from(field(l, "manifest_path")?);
+            let dir = manifest.parent()?.to_path_buf();
+            let package = dir.file_name()?.to_string_lossy().into_owned();
+            // The first "name" is the target's; its kind: lib, bin or test.
+            let target = field(l, "name")?;
+            let kind = l
+                .split_once("\"kind\":[\"")
+                .and_then(|(_, rest)| rest.split_once('"'))
+                .map_or("", |(kind, _)| kind);
+            Some(TestBinary {
+                name: format!("{package} {kind} {target}"),
+                exe,
+                dir,
+            })
         })
         .collect()
 }
