@@ -18,11 +18,15 @@ use crate::{
     maps::{CAUSE_PARTS, USER_BUF, USER_SEEN, USER_STACKS, count},
     settings::{
         MM_END_CODE_OFF, MM_START_CODE_OFF, MM_START_STACK_OFF, PT_REGS_BP_OFF, PT_REGS_IN_STACK,
-        PT_REGS_IP_OFF, PT_REGS_SP_OFF, TASK_MM_OFF, TASK_STACK_OFF, USER_WALK_FRAMES, read_field,
+        PT_REGS_IP_OFF, PT_REGS_SP_OFF, TASK_EXEC_ID_OFF, TASK_MM_OFF, TASK_STACK_OFF,
+        USER_WALK_FRAMES, read_field,
     },
 };
 
-/// The layout of the address space `mm` (`layout_key`); 0 where it is unreadable.
+/// The layout of the address space `mm` (`layout_key`); 0 where it is unreadable, or not
+/// made yet: an exec sets the code's and the stack's bounds together at its end, and a task
+/// that sleeps in exec before that (reading the program from disk) has a new map with no code
+/// yet (and the old program's registers).
 #[inline(always)]
 fn layout(mm: *const u8) -> u64 {
     match (
@@ -30,7 +34,9 @@ fn layout(mm: *const u8) -> u64 {
         read_field::<u64>(mm, MM_END_CODE_OFF.load()),
         read_field::<u64>(mm, MM_START_STACK_OFF.load()),
     ) {
-        (Ok(start), Ok(end), Ok(stack)) if !mm.is_null() => layout_key(start, end, stack),
+        (Ok(start), Ok(end), Ok(stack)) if !mm.is_null() && end != 0 => {
+            layout_key(start, end, stack)
+        }
         _ => 0,
     }
 }
@@ -46,9 +52,20 @@ pub(crate) fn take(tid: u32, tgid: u32, task: *const u8, entry: &mut TaskState) 
         Ok(mm) if mm != 0 => mm,
         _ => return NO_USER,
     };
-    if entry.user_mm != mm {
+    // The low half of the exec count: a u32 before Linux 5.7, and a change is all the memo
+    // asks of it.
+    let exec = u64::from(read_field::<u32>(task, TASK_EXEC_ID_OFF.load()).unwrap_or(0));
+    if entry.user_mm != mm || entry.user_exec != exec {
+        let layout = layout(mm as *const u8);
+        if layout == 0 {
+            // In the middle of an exec: no user backtrace, and nothing kept for the next.
+            entry.user_mm = 0;
+            count(Counter::UserStackEmpty);
+            return NO_USER;
+        }
         entry.user_mm = mm;
-        entry.user_layout = layout(mm as *const u8);
+        entry.user_exec = exec;
+        entry.user_layout = layout;
     }
     let layout = entry.user_layout;
     let Some(buf) = USER_BUF.get_ptr_mut(0) else {
