@@ -109,6 +109,10 @@ pub(crate) static TASK_RUN_DELAY_OFF: Global<u32> = Global::new(0);
 /// is set (the tests' way to check that check); 0: dead code the verifier removes.
 #[unsafe(no_mangle)]
 pub(crate) static DEBUG_HIDE_WAKEUPS: Global<u32> = Global::new(0);
+/// N > 0: about one counted sleep in N vanishes, counted nowhere (a defect injected on
+/// purpose: the suite's exact counts must catch it); 0: dead code the verifier removes.
+#[unsafe(no_mangle)]
+pub(crate) static DEBUG_DROP_SLEEPS: Global<u32> = Global::new(0);
 /// 1: each sleep is attributed to its task's cgroup v2 id (records keyed by it, the per-cgroup
 /// table filled at exit); 0: every cgroup id is 0 and the reads are dead code.
 #[unsafe(no_mangle)]

@@ -18,8 +18,9 @@ use crate::{
     debug::anomaly,
     maps::{TASKS, count, log_hidden},
     settings::{
-        DEBUG_CHECKS, DEBUG_HIDE_WAKEUPS, FILTER_TGID, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ,
-        SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, USER_STACKS_ON, WAKERS_ON, read_field,
+        DEBUG_CHECKS, DEBUG_DROP_SLEEPS, DEBUG_HIDE_WAKEUPS, FILTER_TGID, INTER_CUTOFF_NS,
+        MIN_SLEEP_NS, RUNQ, SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, USER_STACKS_ON, WAKERS_ON,
+        read_field,
     },
     spikes::spike,
     stack_cache::sleeping_stack,
@@ -183,6 +184,8 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
     match verdict {
         SleepVerdict::TooShort => count(Counter::SkippedZero),
         SleepVerdict::OverCutoff => count(Counter::SkippedCutoff),
+        // `--debug-drop-sleeps`: lost without a trace.
+        SleepVerdict::Count if dropped_on_purpose() => {}
         SleepVerdict::Count => {
             let stack = if entry.sleep_stack == DEFERRED_STACK {
                 let stack = if wakee.is_null() {
@@ -223,4 +226,11 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
             spike::<CAS>(tid, entry, stack, delta, kind, now, waker);
         }
     }
+}
+
+/// `--debug-drop-sleeps N`: whether this counted sleep is one of the about one in N that vanish.
+#[inline(always)]
+fn dropped_on_purpose() -> bool {
+    let one_in = DEBUG_DROP_SLEEPS.load();
+    one_in != 0 && unsafe { bpf_get_prandom_u32() } % one_in == 0
 }

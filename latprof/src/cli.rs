@@ -131,6 +131,11 @@ pub struct Cli {
     /// lost and recovered sleeps against gaps finds them unexplained (tests that check).
     #[arg(long, global = true, hide = true)]
     pub debug_hide_unlogged: bool,
+    /// Let about one counted sleep in N vanish, counted nowhere: a defect injected on purpose
+    /// (the tests' exact counts must fail on it).
+    #[arg(long, global = true, hide = true, default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub debug_drop_sleeps: u32,
     /// Take SIZE as the memory available instead of /proc/meminfo's MemAvailable (tests the
     /// refusal of table sizes the machine cannot hold).
     #[arg(long, global = true, hide = true, value_parser = parse_size, value_name = "SIZE")]
@@ -491,6 +496,7 @@ impl Cli {
             bounded_cache: self.debug_bounded_cache,
             hide_wakeups: self.debug_hide_wakeups,
             hide_unlogged: self.debug_hide_unlogged,
+            drop_sleeps: self.debug_drop_sleeps,
             cgroups: !self.debug_no_cgroups,
             cgroup_filter: self.cgroup.clone(),
             state_from_task: self.debug_state_from_task,

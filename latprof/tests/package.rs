@@ -144,10 +144,9 @@ fn installs_runs_and_purges(suite: &str) {
     work.release();
     let counted = common::nanosleeps(&String::from_utf8_lossy(&out.stdout));
     let missing = common::reported_missing(&rest);
-    assert!(
-        counted <= slept && counted + missing >= slept,
-        "{suite}: counted {counted} of the workload's {slept} sleeps ({missing} reported missing)\n{rest}"
-    );
+    if let Err(why) = common::exact_count(counted, slept, missing) {
+        panic!("{suite}: {why}\n{rest}");
+    }
 
     run_in(&root, &["dpkg", "--purge", "latprof"]);
     let left: Vec<&str> = files

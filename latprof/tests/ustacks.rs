@@ -130,13 +130,13 @@ fn count(causes: &[&Value]) -> u64 {
 fn check_server_run(json: &Value, missing: u64, served: &Served, rest: &str) {
     let chain = causes_where(json, "pipe_read", has_server_chain);
     let counted = count(&chain);
-    assert!(
-        counted <= served.waited && counted + missing >= served.waited,
-        "the server slept {} times in read (of {} reads), latprof counted {counted} under \
-         {SERVER_FRAMES:?} ({missing} reported missing); causes: {chain:#?}\n{rest}",
-        served.waited,
-        served.served,
-    );
+    if let Err(why) = common::exact_count(counted, served.waited, missing) {
+        panic!(
+            "the server's reads that slept ({} reads) under {SERVER_FRAMES:?}: {why}; causes: \
+             {chain:#?}\n{rest}",
+            served.served
+        );
+    }
     assert!(served.waited > 0, "the server never waited");
     for c in &chain {
         let frames = user_frames(c);
@@ -239,11 +239,9 @@ fn rust_frames_are_demangled() {
             .any(|f| function(f) == "rust_server::requests::wait_for_request")
     });
     let counted = count(&chain);
-    assert!(
-        counted <= served.waited && counted + missing >= served.waited,
-        "the Rust server slept {} times, latprof counted {counted}: {chain:#?}\n{rest}",
-        served.waited
-    );
+    if let Err(why) = common::exact_count(counted, served.waited, missing) {
+        panic!("the Rust server's sleeps: {why}: {chain:#?}\n{rest}");
+    }
     let frames = user_frames(chain[0]);
     let at = frames
         .iter()
@@ -329,11 +327,9 @@ fn no_frame_pointers_shows_a_truncated_stack() {
             && frames.iter().any(|f| f.contains("wait_for_request"))
     });
     let counted = count(&cut);
-    assert!(
-        counted <= served.waited && counted + missing >= served.waited,
-        "the server slept {} times, {counted} counted truncated: {cut:#?}\n{rest}",
-        served.waited
-    );
+    if let Err(why) = common::exact_count(counted, served.waited, missing) {
+        panic!("the server's sleeps, counted truncated: {why}: {cut:#?}\n{rest}");
+    }
     for c in &cut {
         let frames = user_frames(c);
         // Only what the server's chain really is: libc's read, the server's two

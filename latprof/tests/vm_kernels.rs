@@ -430,14 +430,14 @@ fn check_ustacks(out: &str, variant: &str) {
         .map(common::ustacks::user_frames)
         .collect();
     // The workload is Rust built without frame pointers, linked statically with musl: its
-    // frames come from unwinding (libc's syscall wrapper, musl's `__syscall_cp_c`, then its
-    // std's read path at least, `alloc::io::read::...` or `std::io::...`), named and
-    // demangled.
+    // frames come from unwinding (libc's syscall wrapper, musl's `__syscall_cp_c`, whose
+    // other name at the same address is `sccp`, either of which may name it, then its std's
+    // read path at least, `alloc::io::read::...` or `std::io::...`), named and demangled.
     assert!(
         pipe.iter().any(|frames| {
             frames
                 .first()
-                .is_some_and(|f| f.contains("read") || f.contains("syscall"))
+                .is_some_and(|f| f.contains("read") || f.contains("syscall") || f == "sccp")
                 && frames
                     .iter()
                     .any(|f| f.contains("::read") && (f.contains("std::") || f.contains("alloc::")))

@@ -61,6 +61,9 @@ pub struct ProbeConfig {
     /// The wakeups `hide_wakeups` hides are not logged as gaps: the check of lost and
     /// recovered sleeps against gaps must then find them unexplained (for tests).
     pub hide_unlogged: bool,
+    /// Let about one counted sleep in N vanish, counted nowhere (0: none): a defect injected
+    /// on purpose, which the tests' exact counts must catch.
+    pub drop_sleeps: u32,
     /// Read a switching-out task's state from the task as on kernels whose `sched_switch` has
     /// no `prev_state`, even where it has (tests that path).
     pub state_from_task: bool,
@@ -115,6 +118,7 @@ impl Default for ProbeConfig {
             bounded_cache: false,
             hide_wakeups: 0,
             hide_unlogged: false,
+            drop_sleeps: 0,
             state_from_task: false,
             cgroups: true,
             cgroup_filter: Vec::new(),

@@ -79,6 +79,7 @@ struct Globals {
     exec_runtime_off: u32,
     run_delay_off: u32,
     hide_wakeups: u32,
+    drop_sleeps: u32,
     /// `thread.sp` in task_struct; 0: no stack cache.
     thread_sp_off: u32,
     /// `stack` in task_struct, and the user registers' place above it.
@@ -270,6 +271,7 @@ fn load_variant(
         )
         .override_global(names::GLOBAL_TASK_RUN_DELAY_OFF, &g.run_delay_off, true)
         .override_global(names::GLOBAL_DEBUG_HIDE_WAKEUPS, &g.hide_wakeups, true)
+        .override_global(names::GLOBAL_DEBUG_DROP_SLEEPS, &g.drop_sleeps, true)
         .override_global(names::GLOBAL_THREAD_SP_OFF, &g.thread_sp_off, true)
         .override_global(names::GLOBAL_TASK_STACK_OFF, &g.task_stack_off, true)
         .override_global(names::GLOBAL_PT_REGS_IN_STACK, &g.pt_regs_in_stack, true)
@@ -679,6 +681,7 @@ impl Probe {
             } else {
                 config.hide_wakeups
             },
+            drop_sleeps: config.drop_sleeps,
             thread_sp_off,
             task_stack_off,
             pt_regs_in_stack,

@@ -125,7 +125,15 @@ impl Workload {
 
 /// Spawns `cmd` (a latprof command; stdout as the caller set it) and waits for its first
 /// stderr line, which must contain `ready` ("attached", or "recording to").
+///
+/// With `LATPROF_TEST_DROP_SLEEPS=N` in the environment, latprof runs with the defect
+/// `--debug-drop-sleeps N` injected: every count test must then fail (see tests/defect.rs).
 pub fn start(cmd: &mut Command, ready: &str) -> (Child, BufReader<ChildStderr>) {
+    if let Some(n) = std::env::var_os("LATPROF_TEST_DROP_SLEEPS") {
+        // A global flag, last: after the subcommand (and a container's image) it still is
+        // latprof's.
+        cmd.arg("--debug-drop-sleeps").arg(n);
+    }
     let mut child = cmd.stderr(Stdio::piped()).spawn().expect("spawn latprof");
     let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
     let mut line = String::new();
@@ -143,6 +151,24 @@ pub fn fact(facts: &[(String, u64)], key: &str) -> u64 {
         .iter()
         .find_map(|(k, v)| (k == key).then_some(*v))
         .unwrap_or_else(|| panic!("the workload did not report {key}= (it said {facts:?})"))
+}
+
+/// The one judgment of a count: latprof counted each of the workload's `slept` sleeps once
+/// (`counted`), short only by those it reported missing (`missing`, each explained by switches
+/// the kernel hid: `reported_missing`). Says how it fails.
+pub fn exact_count(counted: u64, slept: u64, missing: u64) -> Result<(), String> {
+    if counted > slept {
+        Err(format!(
+            "counted {counted} of {slept} sleeps: more than there were"
+        ))
+    } else if counted + missing < slept {
+        Err(format!(
+            "counted {counted} of {slept} sleeps: {} lost and not reported ({missing} reported missing)",
+            slept - counted - missing
+        ))
+    } else {
+        Ok(())
+    }
 }
 
 /// The nanosleeps counted in a `stats --format json` document.
