@@ -122,21 +122,6 @@ fn run_as(
     (text, rest, slept)
 }
 
-/// A JSON cgroup's nanosleeps (the count of its causes through `hrtimer_nanosleep`).
-fn json_nanosleeps(cgroup: &serde_json::Value) -> u64 {
-    cgroup["causes"]
-        .as_array()
-        .expect("causes")
-        .iter()
-        .filter(|c| {
-            c["frames"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|f| f == "hrtimer_nanosleep"))
-        })
-        .map(|c| c["count"].as_u64().expect("count"))
-        .sum()
-}
-
 /// The JSON document's cgroup with id `id`, if any.
 fn json_cgroup(doc: &serde_json::Value, id: u64) -> Option<&serde_json::Value> {
     doc["cgroups"]
@@ -227,7 +212,7 @@ fn the_cgroup_filter_keeps_one_subtree() {
         for (i, name) in [(0, a.as_str()), (1, "inner")] {
             let cgroup = json_cgroup(&doc, id(i)).unwrap_or_else(|| panic!("no {name}:\n{text}"));
             assert_eq!(cgroup["name"], name, "{text}");
-            let counted = json_nanosleeps(cgroup);
+            let counted = common::nanosleeps_of(cgroup);
             assert!(
                 counted <= slept[i] && counted + missing >= slept[i],
                 "{name}: {counted} nanosleeps for {} slept\n{text}",
@@ -410,7 +395,7 @@ fn a_recording_keeps_a_removed_cgroup() {
             .unwrap_or_else(|| panic!("no {name}:\n{json}"));
         assert_eq!(c["path"], format!("/{name}"), "{json}");
         assert_eq!(c["removed"], true, "{json}");
-        assert_eq!(json_nanosleeps(c), n, "{json}");
+        assert_eq!(common::nanosleeps_of(c), n, "{json}");
         let _ = std::fs::remove_file(&file);
     });
 }

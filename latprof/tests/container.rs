@@ -231,23 +231,15 @@ fn serves_metrics_as_the_manifest_runs_it() {
 #[ignore = "needs root, podman and the image: run `cargo xtask test`"]
 fn counts_a_host_workload_exactly() {
     let pod = ready();
-    let mut work = Workload::spawn(&["sleep", "--count", "100", "--interval", "2ms"]);
-    let pid = work.pid().to_string();
-    // Every sleep, however long a loaded machine makes it: the count is then exact.
-    let args: Vec<String> = ["stats", "--all-sleeps", "--pid", &pid, "--format", "json"]
-        .map(str::to_owned)
-        .to_vec();
-    let mut cmd = podman(&pod, &args);
-    cmd.stdout(Stdio::piped());
-    let (stats, stderr) = common::start(&mut cmd, "attached");
-    work.go();
-    let slept = work.wait_fact("slept");
-    // podman passes SIGINT on to latprof.
-    let (out, rest) = common::interrupt(stats, stderr);
-    work.release();
-    let counted = common::nanosleeps(&String::from_utf8_lossy(&out.stdout));
-    let missing = common::reported_missing(&rest);
-    if let Err(why) = common::exact_count(counted, slept, missing) {
-        panic!("the workload's sleeps: {why}\n{rest}");
+    // Every sleep, however long a loaded machine makes it: the count is then exact. podman
+    // passes SIGINT on to latprof.
+    let run = common::count_nanosleeps("100", "2ms", |pid| {
+        podman(
+            &pod,
+            &["stats", "--all-sleeps", "--pid", pid, "--format", "json"].map(str::to_owned),
+        )
+    });
+    if let Err(why) = common::exact_count(run.counted, run.slept, run.missing) {
+        panic!("the workload's sleeps: {why}\n{}", run.stderr);
     }
 }

@@ -13,8 +13,6 @@ use std::{
 
 mod common;
 
-use common::Workload;
-
 /// Where bootstrapped roots are kept: a run on the same machine reuses them.
 const CACHE: &str = "/var/cache/latprof-tests/roots";
 
@@ -120,32 +118,24 @@ fn installs_runs_and_purges(suite: &str) {
     let page = run_in(&root, &["man", "-w", "latprof-stats"]);
     assert_eq!(page.trim(), "/usr/share/man/man1/latprof-stats.1.gz");
 
-    // The installed latprof counts a workload on the host (one pid namespace) exactly.
-    let mut work = Workload::spawn(&["sleep", "--count", "100", "--interval", "2ms"]);
-    let pid = work.pid().to_string();
-    let mut cmd = in_root(
-        &root,
-        // Every sleep, however long a loaded machine makes it: the count is then exact.
-        &[
-            "latprof",
-            "stats",
-            "--all-sleeps",
-            "--pid",
-            &pid,
-            "--format",
-            "json",
-        ],
-    );
-    cmd.stdout(Stdio::piped());
-    let (stats, stderr) = common::start(&mut cmd, "attached");
-    work.go();
-    let slept = work.wait_fact("slept");
-    let (out, rest) = common::interrupt(stats, stderr);
-    work.release();
-    let counted = common::nanosleeps(&String::from_utf8_lossy(&out.stdout));
-    let missing = common::reported_missing(&rest);
-    if let Err(why) = common::exact_count(counted, slept, missing) {
-        panic!("{suite}: {why}\n{rest}");
+    // The installed latprof counts a workload on the host (one pid namespace) exactly:
+    // every sleep, however long a loaded machine makes it.
+    let run = common::count_nanosleeps("100", "2ms", |pid| {
+        in_root(
+            &root,
+            &[
+                "latprof",
+                "stats",
+                "--all-sleeps",
+                "--pid",
+                pid,
+                "--format",
+                "json",
+            ],
+        )
+    });
+    if let Err(why) = common::exact_count(run.counted, run.slept, run.missing) {
+        panic!("{suite}: {why}\n{}", run.stderr);
     }
 
     run_in(&root, &["dpkg", "--purge", "latprof"]);

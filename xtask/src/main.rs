@@ -335,23 +335,41 @@ fn dist() -> Result<()> {
     Ok(())
 }
 
+/// The Debian packages of `packages` not installed yet, installed (`install`: or the command
+/// to run, without root).
+fn install_missing(packages: &[&'static str]) -> Result<()> {
+    let missing = missing_packages(packages);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut cmd = Command::new("apt-get");
+    cmd.args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive");
+    install(vec![(
+        format!("apt-get install -y {}", missing.join(" ")),
+        cmd,
+    )])
+}
+
+/// The git commit being built, 12 hex digits (as `latprof --version` says it).
+fn revision() -> String {
+    output(
+        Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .current_dir(root_dir()),
+    )
+    .trim()
+    .to_owned()
+}
+
 /// `cargo xtask image`: the container image of the static binary
 /// (contrib/container/Containerfile, `FROM scratch`), built offline with podman as
 /// localhost/latprof:VERSION, and saved as target/dist/latprof-VERSION.oci.tar for
 /// `podman load` (or `docker load`).
 fn image() -> Result<()> {
     dist()?;
-    let missing = missing_packages(&CONTAINER_PACKAGES);
-    if !missing.is_empty() {
-        let mut cmd = Command::new("apt-get");
-        cmd.args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive");
-        install(vec![(
-            format!("apt-get install -y {}", missing.join(" ")),
-            cmd,
-        )])?;
-    }
+    install_missing(&CONTAINER_PACKAGES)?;
     let context = root_dir().join("target/image");
     let _ = std::fs::remove_dir_all(&context);
     std::fs::create_dir_all(&context)?;
@@ -367,13 +385,7 @@ fn image() -> Result<()> {
             .with_context(|| format!("copying {}", from.display()))?;
     }
     let version = env!("CARGO_PKG_VERSION");
-    let revision = output(
-        Command::new("git")
-            .args(["rev-parse", "--short=12", "HEAD"])
-            .current_dir(root_dir()),
-    )
-    .trim()
-    .to_owned();
+    let revision = revision();
     let tag = format!("localhost/latprof:{version}");
     // Offline: FROM scratch pulls nothing, and the build runs nothing.
     run_cmd(
@@ -407,17 +419,7 @@ const CONTAINER_PACKAGES: [&str; 2] = ["podman", "runc"];
 /// then lintian, which must find no error. Returns the package's path.
 fn deb() -> Result<PathBuf> {
     dist()?;
-    let missing = missing_packages(&["lintian", "dpkg-dev"]);
-    if !missing.is_empty() {
-        let mut cmd = Command::new("apt-get");
-        cmd.args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive");
-        install(vec![(
-            format!("apt-get install -y {}", missing.join(" ")),
-            cmd,
-        )])?;
-    }
+    install_missing(&["lintian", "dpkg-dev"])?;
     run_cmd(cargo().args([
         "build",
         "--release",
@@ -432,11 +434,7 @@ fn deb() -> Result<PathBuf> {
     run_cmd(Command::new(root_dir().join("target/release/latprof-docs")).arg(&generated))?;
     let root = work.join("root");
     let version = env!("CARGO_PKG_VERSION");
-    let revision = output(
-        Command::new("git")
-            .args(["rev-parse", "--short=12", "HEAD"])
-            .current_dir(root_dir()),
-    );
+    let revision = revision();
     let put = |to: &str, bytes: &[u8], mode: u32| -> Result<()> {
         use std::os::unix::fs::PermissionsExt as _;
         let path = root.join(to);
@@ -504,7 +502,7 @@ fn deb() -> Result<PathBuf> {
     let date = output(Command::new("date").args(["-R", "-u"]));
     let changelog = std::fs::read_to_string(debian.join("changelog"))?
         .replace("@VERSION@", version)
-        .replace("@REVISION@", revision.trim())
+        .replace("@REVISION@", &revision)
         .replace("@DATE@", date.trim());
     put(
         &format!("{doc}/changelog.gz"),

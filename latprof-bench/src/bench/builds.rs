@@ -20,7 +20,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::measure::median;
+use super::{
+    measure::{median, signal_and_reap, timeval_ns},
+    serve::run_quietly,
+};
 
 /// How a latprof ran: user and system CPU (ns) and peak RSS (KiB).
 #[derive(Clone, Copy, Default)]
@@ -30,29 +33,15 @@ struct Usage {
     rss_kb: u64,
 }
 
-/// Waits for child `pid` after `signal`; its resource usage. Fails unless it exited 0.
+/// Stops child `pid` with `signal`; its resource usage. Fails unless it exited 0.
 fn reap(pid: u32, signal: libc::c_int) -> Result<Usage> {
-    let pid = i32::try_from(pid)?;
-    let mut status = 0;
-    // SAFETY: signalling and reaping our own child; rusage is a plain out struct.
-    let usage = unsafe {
-        libc::kill(pid, signal);
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::wait4(pid, &raw mut status, 0, &raw mut usage) < 0 {
-            return Err(std::io::Error::last_os_error()).context("waiting for latprof");
-        }
-        usage
-    };
+    let (status, usage) = signal_and_reap(pid, signal)?;
     if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
         bail!("latprof ended with status {status:#x}");
     }
-    let ns = |t: libc::timeval| {
-        u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000
-            + u64::try_from(t.tv_usec).unwrap_or(0) * 1000
-    };
     Ok(Usage {
-        user_ns: ns(usage.ru_utime),
-        sys_ns: ns(usage.ru_stime),
+        user_ns: timeval_ns(usage.ru_utime),
+        sys_ns: timeval_ns(usage.ru_stime),
         rss_kb: u64::try_from(usage.ru_maxrss).unwrap_or(0),
     })
 }
@@ -87,15 +76,7 @@ const RUN_FOR: Duration = Duration::from_secs(10);
 fn run_workload(command: &[String]) -> Result<()> {
     let t0 = Instant::now();
     while t0.elapsed() < RUN_FOR {
-        let status = Command::new(&command[0])
-            .args(&command[1..])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .with_context(|| format!("running {}", command[0]))?;
-        if !status.success() {
-            bail!("{command:?} failed: {status}");
-        }
+        run_quietly(command)?;
     }
     Ok(())
 }

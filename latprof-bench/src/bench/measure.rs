@@ -140,24 +140,33 @@ pub(super) fn start(config: Config, latprof: &Path) -> Result<Option<Tracer>> {
     reason = "the tracer ends here: no caller may use it again"
 )]
 pub(super) fn stop(tracer: Tracer) -> Result<(u64, u64)> {
-    let pid = i32::try_from(tracer.child.id())?;
+    let (_, usage) = signal_and_reap(tracer.child.id(), libc::SIGINT)?;
+    Ok((
+        timeval_ns(usage.ru_utime) + timeval_ns(usage.ru_stime),
+        u64::try_from(usage.ru_maxrss).unwrap_or(0),
+    ))
+}
+
+/// Sends `signal` to child `pid` and reaps it: its wait status and the kernel's account of
+/// its resource usage.
+pub(super) fn signal_and_reap(pid: u32, signal: libc::c_int) -> Result<(i32, libc::rusage)> {
+    let pid = i32::try_from(pid)?;
+    let mut status = 0;
     // SAFETY: signalling and reaping our own child; rusage is a plain out struct.
     unsafe {
-        libc::kill(pid, libc::SIGINT);
-        let mut status = 0;
+        libc::kill(pid, signal);
         let mut usage: libc::rusage = std::mem::zeroed();
         if libc::wait4(pid, &raw mut status, 0, &raw mut usage) < 0 {
             return Err(std::io::Error::last_os_error()).context("waiting for a tracer");
         }
-        let tv = |t: libc::timeval| {
-            u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000
-                + u64::try_from(t.tv_usec).unwrap_or(0) * 1000
-        };
-        Ok((
-            tv(usage.ru_utime) + tv(usage.ru_stime),
-            u64::try_from(usage.ru_maxrss).unwrap_or(0),
-        ))
+        Ok((status, usage))
     }
+}
+
+/// A `timeval` in ns.
+pub(super) fn timeval_ns(t: libc::timeval) -> u64 {
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000
+        + u64::try_from(t.tv_usec).unwrap_or(0) * 1000
 }
 
 /// Runs the workload once under the tracers of `configs` (started in that order; none for

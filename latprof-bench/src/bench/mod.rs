@@ -62,22 +62,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let latprof = crate::sibling("latprof")?;
     let workload = crate::sibling("latprof-workload")?;
     let workload_s = workload.to_string_lossy().into_owned();
-    if args.serve {
-        let md = serve::run(&latprof, &workload_s, args.quick)?;
+    // One series alone: printed, and written to its own file.
+    let alone = if args.serve {
+        Some(("serve.md", serve::run(&latprof, &workload_s, args.quick)?))
+    } else if args.builds {
+        Some(("builds.md", builds_series(args, &latprof, &workload_s)?))
+    } else {
+        None
+    };
+    if let Some((file, md)) = alone {
         print!("{md}");
         std::fs::create_dir_all(&args.out)
             .with_context(|| format!("creating {}", args.out.display()))?;
-        std::fs::write(args.out.join("serve.md"), &md)?;
-        eprintln!("bench: wrote {}", args.out.join("serve.md").display());
-        return Ok(());
-    }
-    if args.builds {
-        let md = builds_series(args, &latprof, &workload_s)?;
-        print!("{md}");
-        std::fs::create_dir_all(&args.out)
-            .with_context(|| format!("creating {}", args.out.display()))?;
-        std::fs::write(args.out.join("builds.md"), &md)?;
-        eprintln!("bench: wrote {}", args.out.join("builds.md").display());
+        std::fs::write(args.out.join(file), &md)?;
+        eprintln!("bench: wrote {}", args.out.join(file).display());
         return Ok(());
     }
     // The kernel measures every program's run time while this is held.

@@ -196,7 +196,7 @@ fn live(
 
 /// Runs `command` (program and arguments) once, its output discarded; fails unless it
 /// succeeds.
-fn run_quietly(command: &[String]) -> Result<()> {
+pub(super) fn run_quietly(command: &[String]) -> Result<()> {
     let status = Command::new(&command[0])
         .args(&command[1..])
         .stdout(Stdio::null())

@@ -20,7 +20,6 @@ use blazesym::symbolize::{
     source::{Elf, Source},
 };
 
-pub use super::capture::process_layout;
 use super::{
     capture::{Module, Processes, View},
     leaf::Step,
@@ -461,6 +460,7 @@ fn gone(addr: u64) -> UserFrame {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ustacks::capture::process_layout;
 
     /// latprof names its own frames: this test function's address, as a backtrace would
     /// hold it, comes out as its (demangled) name, through latprof's own memory map.

@@ -173,8 +173,13 @@ pub fn exact_count(counted: u64, slept: u64, missing: u64) -> Result<(), String>
 
 /// The nanosleeps counted in a `stats --format json` document.
 pub fn nanosleeps(json: &str) -> u64 {
-    let doc: serde_json::Value = serde_json::from_str(json).expect("latprof's JSON");
-    doc["causes"]
+    nanosleeps_of(&serde_json::from_str(json).expect("latprof's JSON"))
+}
+
+/// The nanosleeps of a JSON value with causes (the document, or one of its cgroups): the
+/// count of its causes through `hrtimer_nanosleep`.
+pub fn nanosleeps_of(value: &serde_json::Value) -> u64 {
+    value["causes"]
         .as_array()
         .expect("causes")
         .iter()
@@ -185,6 +190,37 @@ pub fn nanosleeps(json: &str) -> u64 {
         })
         .map(|c| c["count"].as_u64().expect("count"))
         .sum()
+}
+
+/// What a latprof counted of a workload's nanosleeps (`count_nanosleeps`).
+pub struct Tally {
+    pub counted: u64,
+    pub slept: u64,
+    /// Reported missing where the kernel hid switches (`reported_missing`).
+    pub missing: u64,
+    /// latprof's stderr after its first line.
+    pub stderr: String,
+}
+
+/// Runs a workload's `count` nanosleeps, one every `interval`, under the latprof command
+/// `stats(pid)` makes for the workload's pid (a `stats --all-sleeps --pid PID --format json`,
+/// however it is run: directly, in a root, in a container), started before the workload and
+/// stopped with SIGINT after it.
+pub fn count_nanosleeps(count: &str, interval: &str, stats: impl FnOnce(&str) -> Command) -> Tally {
+    let mut work = Workload::spawn(&["sleep", "--count", count, "--interval", interval]);
+    let mut cmd = stats(&work.pid().to_string());
+    cmd.stdout(Stdio::piped());
+    let (latprof, stderr) = start(&mut cmd, "attached");
+    work.go();
+    let slept = work.wait_fact("slept");
+    let (out, rest) = interrupt(latprof, stderr);
+    work.release();
+    Tally {
+        counted: nanosleeps(&String::from_utf8_lossy(&out.stdout)),
+        slept,
+        missing: reported_missing(&rest),
+        stderr: rest,
+    }
 }
 
 /// Stops a latprof command with SIGINT; it must exit 0. Returns its output and the stderr
