@@ -7,7 +7,7 @@ use std::{
         unix::fs::OpenOptionsExt as _,
     },
     path::PathBuf,
-    sync::atomic::{AtomicU32, Ordering},
+    sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering},
     time::Duration,
 };
 
@@ -401,7 +401,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
                     }
                     Ok(())
                 },
-                finish_with,
+                || finish_with(""),
             )
         }
         Workload::Poll { count, timeout } => {
@@ -543,30 +543,40 @@ fn measure(report: &std::path::Path, command: &[String]) -> Result<()> {
 
 /// Runs `work(i)` on threads 0..`n`; when every one has finished, calls `finish` while they are
 /// all still alive (with --hold a test then reads each thread's records), then lets them exit.
+/// The calling thread waits for them on a pipe (each writes a byte when its work is done), so
+/// its waits are pipe reads, apart from the futex waits of a workload's own.
 fn on_threads(
     n: u32,
     work: impl Fn(u32) -> Result<()> + Sync,
-    finish: impl FnOnce(&str),
+    finish: impl FnOnce(),
 ) -> Result<()> {
     let release = Gate::default();
+    let (mut results, done) = pipe()?;
     std::thread::scope(|s| {
-        let (done, results) = std::sync::mpsc::channel();
         for i in 0..n {
-            let (done, work, release) = (done.clone(), &work, &release);
+            let (work, release, done) = (&work, &release, &done);
             s.spawn(move || {
-                let _ = done.send(work(i));
+                let ok = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(i))) {
+                    Ok(Ok(())) => b'0',
+                    Ok(Err(e)) => {
+                        eprintln!("thread {i}: {e:#}");
+                        b'1'
+                    }
+                    Err(_) => b'1',
+                };
+                let _ = (&*done).write_all(&[ok]);
                 release.wait();
             });
         }
-        drop(done);
-        // Each thread keeps its sender until it exits, after the release: take n results.
-        let result = results
-            .iter()
-            .take(usize::try_from(n).unwrap_or(usize::MAX))
-            .collect::<Result<Vec<()>>>();
-        finish("");
+        let mut oks = vec![0u8; usize::try_from(n).unwrap_or(0)];
+        let read = results.read_exact(&mut oks);
+        finish();
         release.open();
-        result.map(drop)
+        read.context("reading the threads' results")?;
+        if oks.iter().any(|&b| b != b'0') {
+            bail!("a thread failed (said above)");
+        }
+        Ok(())
     })
 }
 
@@ -618,6 +628,8 @@ fn set_name(name: &std::ffi::CStr) {
 /// `futex-waker`.
 fn futex(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()> {
     let word = AtomicU32::new(0);
+    // The waiter's futex waits that slept: each one ended by the waker's FUTEX_WAKE.
+    let waited = AtomicU64::new(0);
     on_threads(
         2,
         |i| {
@@ -633,6 +645,7 @@ fn futex(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()
                         if seen >= round {
                             break;
                         }
+                        let switches = voluntary_switches();
                         // SAFETY: a live, aligned u32; the kernel sleeps only while it still
                         // holds `seen`, and any early return is looped over.
                         unsafe {
@@ -643,6 +656,9 @@ fn futex(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()
                                 seen,
                                 std::ptr::null::<libc::timespec>(),
                             );
+                        }
+                        if voluntary_switches() > switches {
+                            waited.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                 } else {
@@ -661,12 +677,14 @@ fn futex(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()
             }
             Ok(())
         },
-        finish,
+        || finish(&format!(" waited={}", waited.load(Ordering::Relaxed))),
     )
 }
 
 /// See `Workload::Udp`.
 fn udp(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()> {
+    // The receives that slept (a datagram already queued is taken without a wait).
+    let waited = AtomicU64::new(0);
     let rx = std::net::UdpSocket::bind("127.0.0.1:0").context("bind a loopback UDP socket")?;
     let tx = std::net::UdpSocket::bind("127.0.0.1:0").context("bind a loopback UDP socket")?;
     tx.connect(rx.local_addr()?)
@@ -682,8 +700,12 @@ fn udp(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()> 
             if i == 0 {
                 set_name(c"udp-rx");
                 for _ in 0..count {
+                    let switches = voluntary_switches();
                     rx.recv(&mut byte)
                         .context("UDP receive (is loopback up?)")?;
+                    if voluntary_switches() > switches {
+                        waited.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             } else {
                 set_name(c"udp-tx");
@@ -694,7 +716,7 @@ fn udp(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()> 
             }
             Ok(())
         },
-        finish,
+        || finish(&format!(" waited={}", waited.load(Ordering::Relaxed))),
     )
 }
 
@@ -723,7 +745,7 @@ fn socket(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<(
             }
             Ok(())
         },
-        finish,
+        || finish(""),
     )
 }
 
@@ -877,15 +899,15 @@ fn bounce(count: u32, rx: &mut std::fs::File, tx: &mut std::fs::File, first: boo
             tx.write_all(&byte)?;
         }
     }
-    if !first {
-        let mut rest = Vec::new();
-        rx.read_to_end(&mut rest)?;
-    }
     Ok(())
 }
 
 /// With threads, `finish` gets ` slept=N`: the two threads' voluntary context switches during
 /// the ping-pong (each one a sleep, nearly all in pipe_read), a lower bound for the tests.
+/// With processes, ` ping_slept=N pong_slept=M`: each side's reads that slept, exactly (a side
+/// sleeps nowhere else while it bounces: a one-byte pipe write never waits). The child then
+/// waits for the parent's end of file, which comes after `finish` (both stay alive for a
+/// test to read, and that last wait ends after it).
 fn pingpong(
     count: u32,
     processes: bool,
@@ -899,6 +921,8 @@ fn pingpong(
         if named {
             set_name(c"ping");
         }
+        // The child's count, in memory both processes share.
+        let shared = SharedCount::new()?;
         // SAFETY: single-threaded here; the child only does pipe I/O and _exit.
         match unsafe { libc::fork() } {
             -1 => Err(std::io::Error::last_os_error()).context("fork"),
@@ -908,18 +932,26 @@ fn pingpong(
                 }
                 drop((a_rx, a_tx));
                 let pinned = !apart || pin(1).is_ok();
-                let code =
-                    i32::from(!pinned || bounce(count, &mut b_rx, &mut b_tx, false).is_err());
+                let before = voluntary_switches();
+                let ok = pinned && bounce(count, &mut b_rx, &mut b_tx, false).is_ok();
+                shared.set(voluntary_switches() - before);
+                let mut rest = Vec::new();
+                let ok = ok && b_rx.read_to_end(&mut rest).is_ok();
                 // SAFETY: leave the child without running the parent's destructors.
-                unsafe { libc::_exit(code) };
+                unsafe { libc::_exit(i32::from(!ok)) };
             }
             child => {
                 drop((b_rx, b_tx));
                 if apart {
                     pin(0)?;
                 }
+                let before = voluntary_switches();
                 let result = bounce(count, &mut a_rx, &mut a_tx, true);
-                finish("");
+                let slept = voluntary_switches() - before;
+                // The child sets its count just after its last write, which ended this side's
+                // last read: a short wait, and no sleep.
+                let pong = shared.wait(&result);
+                finish(&format!(" ping_slept={slept} pong_slept={pong}"));
                 drop(a_tx);
                 let mut status = 0;
                 // SAFETY: waiting for our own child.
@@ -938,7 +970,12 @@ fn pingpong(
         let (release, released) = std::sync::mpsc::channel::<()>();
         let handle = std::thread::spawn(move || {
             let before = voluntary_switches();
-            let result = bounce(count, &mut b_rx, &mut b_tx, false);
+            let result = bounce(count, &mut b_rx, &mut b_tx, false).and_then(|()| {
+                // Its last read ends at the other side's end of file.
+                let mut rest = Vec::new();
+                b_rx.read_to_end(&mut rest)?;
+                Ok(())
+            });
             let _ = report.send((result, voluntary_switches() - before));
             let _ = released.recv();
         });
@@ -956,6 +993,59 @@ fn pingpong(
             .join()
             .map_err(|_| anyhow::anyhow!("ping-pong thread panicked"))?;
         result.and(other)
+    }
+}
+
+/// A count one process writes and a process it forked reads: a shared anonymous page, -1 until
+/// it is set.
+struct SharedCount(*const AtomicI64);
+
+impl SharedCount {
+    fn new() -> Result<Self> {
+        // SAFETY: a new anonymous mapping; nothing else refers to it yet.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if page == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("mmap a shared page");
+        }
+        let count = Self(page.cast());
+        count.get().store(-1, Ordering::Release);
+        Ok(count)
+    }
+
+    fn get(&self) -> &AtomicI64 {
+        // SAFETY: the page is mapped and aligned for as long as `self` lives.
+        unsafe { &*self.0 }
+    }
+
+    fn set(&self, n: i64) {
+        self.get().store(n, Ordering::Release);
+    }
+
+    /// The count, once set; -1 at once if the ping-pong failed (the child may never set it).
+    fn wait(&self, ok: &Result<()>) -> i64 {
+        loop {
+            let n = self.get().load(Ordering::Acquire);
+            if n >= 0 || ok.is_err() {
+                return n;
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for SharedCount {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, unmapped once.
+        unsafe { libc::munmap(self.0.cast_mut().cast(), 4096) };
     }
 }
 

@@ -530,6 +530,9 @@ pub const HIDDEN_GAP_DEBUG: u32 = 2;
 pub const HIDDEN_SLEEP_LOST: u32 = 3;
 /// The same, recovered: woken at `woken_ns`.
 pub const HIDDEN_SLEEP_RECOVERED: u32 = 4;
+/// `tid`'s sleep from `start_ns` to `end_ns` (its seen wakeup) was counted, but no waking of
+/// it was seen (`--wakers`: its waker is "unseen").
+pub const HIDDEN_WAKER_UNSEEN: u32 = 5;
 
 /// What the kernel hid and what that cost, sent through the `HIDDEN` ring buffer so that user
 /// space can check that each sleep lost or recovered overlapped a gap it saw.
@@ -540,8 +543,9 @@ pub struct HiddenEvent {
     pub kind: u32,
     pub cpu: u32,
     pub tid: u32,
-    /// Explicit padding to 8-byte alignment.
-    pub reserved: u32,
+    /// The sleeper's process (lost and recovered sleeps; 0 for gaps): each process's own
+    /// losses are told apart.
+    pub tgid: u32,
     pub start_ns: u64,
     pub end_ns: u64,
     /// A recovered sleep's wakeup; 0 otherwise.

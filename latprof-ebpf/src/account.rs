@@ -17,7 +17,7 @@ use latprof_common::{
 
 use crate::{
     debug::anomaly,
-    maps::{CGROUP_LATENCY, GLOBAL_LATENCY, HISTOGRAMS, MERGED, TASKS, count, log_hidden},
+    maps::{CGROUP_LATENCY, GLOBAL_LATENCY, HISTOGRAMS, MERGED, TASKS, count, ids, log_hidden},
     recover::recover,
     settings::{
         CGROUPS_ON, DEBUG_CHECKS, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, TASK_PID_OFF,
@@ -340,7 +340,7 @@ fn try_sched_process_free<const CAS: bool>(ctx: &RawTracePointContext) -> Result
             count(Counter::SleepLost);
             log_hidden(
                 HIDDEN_SLEEP_LOST,
-                tid,
+                ids(tid, entry.tgid),
                 entry.sleep_start_ns,
                 unsafe { bpf_ktime_get_ns() },
                 0,

@@ -141,16 +141,23 @@ pub(crate) struct CpuContext {
 #[map]
 pub(crate) static SCRATCH: PerCpuArray<TaskState> = PerCpuArray::with_max_entries(1, 0);
 
-/// Logs `event` to `HIDDEN` (counted in `HiddenLogFull` when it is full). Rare: only where the
-/// kernel hid something.
+/// Logs an event to `HIDDEN` (counted in `HiddenLogFull` when it is full): `ids` is the task's
+/// `ids(tid, tgid)` (five arguments at most for a BPF function). Rare: only where the kernel
+/// hid something.
+/// A task's tid and tgid in one argument, as `bpf_get_current_pid_tgid` returns them.
+#[inline(always)]
+pub(crate) fn ids(tid: u32, tgid: u32) -> u64 {
+    (u64::from(tgid) << 32) | u64::from(tid)
+}
+
 #[inline(never)]
-pub(crate) fn log_hidden(kind: u32, tid: u32, start_ns: u64, end_ns: u64, woken_ns: u64) {
+pub(crate) fn log_hidden(kind: u32, ids: u64, start_ns: u64, end_ns: u64, woken_ns: u64) {
     let event = HiddenEvent {
         kind,
         // SAFETY: a helper without arguments.
         cpu: unsafe { bpf_get_smp_processor_id() },
-        tid,
-        reserved: 0,
+        tid: ids as u32,
+        tgid: (ids >> 32) as u32,
         start_ns,
         end_ns,
         woken_ns,

@@ -18,7 +18,7 @@ use latprof_common::{
 
 use crate::{
     account::{account, has_mm, sleep_in_global_with},
-    maps::{HIDING_SEEN, count, log_hidden},
+    maps::{HIDING_SEEN, count, ids, log_hidden},
     settings::{
         DEBUG_HIDE_WAKEUPS, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, TASK_EXEC_RUNTIME_OFF,
         TASK_RUN_DELAY_OFF, USER_STACKS_ON, read_field,
@@ -77,7 +77,7 @@ pub(crate) fn recover<const CAS: bool>(tid: u32, entry: &mut TaskState, task: *c
     count(Counter::SleepsRecovered);
     log_hidden(
         HIDDEN_SLEEP_RECOVERED,
-        tid,
+        ids(tid, entry.tgid),
         entry.sleep_start_ns,
         now,
         woken,
@@ -113,5 +113,11 @@ pub(crate) fn recover<const CAS: bool>(tid: u32, entry: &mut TaskState, task: *c
 #[inline(always)]
 fn lost(tid: u32, entry: &TaskState, now: u64) {
     count(Counter::SleepLost);
-    log_hidden(HIDDEN_SLEEP_LOST, tid, entry.sleep_start_ns, now, 0);
+    log_hidden(
+        HIDDEN_SLEEP_LOST,
+        ids(tid, entry.tgid),
+        entry.sleep_start_ns,
+        now,
+        0,
+    );
 }

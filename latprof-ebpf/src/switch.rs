@@ -20,7 +20,7 @@ use crate::{
     account::{account, runq_in_global},
     debug::anomaly,
     maps::{
-        CGROUP_FILTER, COUNTERS, HIDING_SEEN, LAST_SWITCH, SCRATCH, TASKS, count, log_hidden,
+        CGROUP_FILTER, COUNTERS, HIDING_SEEN, LAST_SWITCH, SCRATCH, TASKS, count, ids, log_hidden,
         tick_count,
     },
     recover::{note_sleep_start, recover},
@@ -117,7 +117,7 @@ fn note_switch(ctx: &RawTracePointContext, now: u64) {
                 slot.hidden_comm = [0; 16];
             }
         }
-        log_hidden(HIDDEN_GAP, slot.hidden_tid, slot.last_ns, now, 0);
+        log_hidden(HIDDEN_GAP, ids(slot.hidden_tid, 0), slot.last_ns, now, 0);
     }
     slot.last_in = next;
     // After the gap's event: see `CpuSwitch::last_ns`.

@@ -24,12 +24,12 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use latprof_common::{
-    Counter, TaskState, WAKER_HARDIRQ, WAKER_NMI, WAKER_OTHER, WAKER_SOFTIRQ, WAKER_TASK,
+    Counter, HIDDEN_WAKER_UNSEEN, TaskState, WAKER_HARDIRQ, WAKER_NMI, WAKER_OTHER, WAKER_SOFTIRQ, WAKER_TASK,
     WAKER_TIMER, WAKER_UNSEEN, WakerKey, WakerValue,
 };
 
 use crate::{
-    maps::{CPU_CONTEXT, CpuContext, TASKS, WAKERS, WAKERS_OTHER, count},
+    maps::{CPU_CONTEXT, CpuContext, TASKS, WAKERS, WAKERS_OTHER, count, ids, log_hidden},
     settings::{
         CFS_RQ_RQ_OFF, PC_FROM_RQ, RQ_CPU_OFF, TASK_CFS_RQ_OFF, TASK_PID_OFF, TASK_SOFTIRQ_CNT_OFF,
         WAKER_STACKS, WAKERS_ON, read_field,
@@ -220,9 +220,18 @@ pub(crate) fn take(entry: &mut TaskState) -> u32 {
 /// (verifier rule 1 in `stack_cache`; Linux 5.10's bounded cache hit it). Called only with
 /// `--wakers` (`WAKERS_ON`).
 #[inline(never)]
-pub(crate) fn add(entry: &TaskState, kind: u32, cause: u64, delta: u64) {
+pub(crate) fn add(entry: &TaskState, kind: u32, cause: u64, delta: u64, tid: u32) {
     if kind == WAKER_UNSEEN {
         count(Counter::WakerUnseen);
+        // Its waking ran where the kernel ran no BPF program, as far as latprof can tell:
+        // user space checks that the sleep overlapped a hidden stretch, as for a lost one.
+        log_hidden(
+            HIDDEN_WAKER_UNSEEN,
+            ids(tid, entry.tgid),
+            entry.sleep_start_ns,
+            entry.sleep_start_ns.saturating_add(delta),
+            0,
+        );
     }
     let task = kind == WAKER_TASK;
     let key = WakerKey {

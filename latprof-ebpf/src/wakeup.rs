@@ -16,7 +16,7 @@ use latprof_common::{
 use crate::{
     account::{account, sleep_in_global},
     debug::anomaly,
-    maps::{TASKS, count, log_hidden},
+    maps::{TASKS, count, ids, log_hidden},
     settings::{
         DEBUG_CHECKS, DEBUG_DROP_SLEEPS, DEBUG_HIDE_WAKEUPS, FILTER_TGID, INTER_CUTOFF_NS,
         MIN_SLEEP_NS, RUNQ, SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, USER_STACKS_ON, WAKERS_ON,
@@ -126,7 +126,7 @@ fn wake<C: EbpfContext, const CAS: bool, const BT: u8>(
         // SAFETY: as below.
         if hide & HIDE_UNLOGGED == 0 && unsafe { (*entry).sleep_kind } != SLEEP_NONE {
             let now = unsafe { bpf_ktime_get_ns() };
-            log_hidden(HIDDEN_GAP_DEBUG, tid, now, now, 0);
+            log_hidden(HIDDEN_GAP_DEBUG, ids(tid, 0), now, now, 0);
         }
         return Ok(0);
     }
@@ -220,7 +220,7 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
             account::<CAS>(entry, cause, delta, in_global);
             if WAKERS_ON.load() == 1 {
                 // A call the verifier drops without --wakers.
-                wakers::add(entry, waker, cause, delta);
+                wakers::add(entry, waker, cause, delta, tid);
             }
             count(Counter::Counted);
             spike::<CAS>(tid, entry, stack, delta, kind, now, waker);

@@ -13,7 +13,6 @@ mod common;
 use common::{
     LATPROF, Workload,
     cgroups::{Cgroups, move_into, remove_dir},
-    twice,
 };
 
 /// A test's unique prefix: the test binary's pid.
@@ -36,6 +35,15 @@ impl Section {
         self.lines
             .iter()
             .find(|l| l.contains(" hrtimer_nanosleep "))
+            .and_then(|l| l.split_whitespace().next())
+            .map_or(0, |n| n.parse().expect("count"))
+    }
+
+    /// The count recovered without a backtrace (where the kernel hid the wakeup).
+    fn recovered_blind(&self) -> u64 {
+        self.lines
+            .iter()
+            .find(|l| l.contains("[wakeup hidden from tracing]"))
             .and_then(|l| l.split_whitespace().next())
             .map_or(0, |n| n.parse().expect("count"))
     }
@@ -68,25 +76,30 @@ fn sections(text: &str) -> Vec<Section> {
     out
 }
 
-/// Runs `latprof ARGS stats --by cgroup` around workloads of `counts` 2 ms nanosleeps, each
-/// moved into its cgroup first; returns stdout's sections, stderr, and each workload's
-/// sleeps really slept.
-fn run(
-    args: &[&str],
-    work: &[(&Path, u32)],
-    before_stop: impl FnOnce(),
-) -> (Vec<Section>, String, Vec<u64>) {
-    let (text, rest, slept) = run_as("text", args, work, before_stop);
-    (sections(&text), format!("{text}\n{rest}"), slept)
+/// What `run` gives: latprof's stdout and stderr, and each workload's pid and sleeps really
+/// slept.
+struct Ran {
+    out: String,
+    err: String,
+    pids: Vec<u32>,
+    slept: Vec<u64>,
 }
 
-/// The same in `format`: stdout, stderr and the sleeps slept.
-fn run_as(
-    format: &str,
-    args: &[&str],
-    work: &[(&Path, u32)],
-    before_stop: impl FnOnce(),
-) -> (String, String, Vec<u64>) {
+impl Ran {
+    /// Judges workload `i`'s `counted` nanosleeps: every one it slept, counted once, short
+    /// only by its own sleeps lost or recovered without a backtrace (`blind`: its cgroup's,
+    /// which holds only it) where the kernel hid the wakeup.
+    fn judge(&self, i: usize, counted: u64, blind: u64) {
+        let missing = common::own_lost(&self.err, self.pids[i]) + blind;
+        if let Err(why) = common::exact_count(counted, self.slept[i], missing) {
+            panic!("workload {i}: {why}\n{}\n{}", self.out, self.err);
+        }
+    }
+}
+
+/// Runs `latprof ARGS stats --by cgroup` in `format` around workloads of `counts` 2 ms
+/// nanosleeps, each moved into its cgroup first.
+fn run_as(format: &str, args: &[&str], work: &[(&Path, u32)], before_stop: impl FnOnce()) -> Ran {
     let mut cmd = Command::new(LATPROF);
     cmd.args(args)
         .args([
@@ -113,13 +126,18 @@ fn run_as(
         w.go();
     }
     let slept: Vec<u64> = loads.iter_mut().map(|w| w.wait_fact("slept")).collect();
+    let pids = loads.iter().map(Workload::pid).collect();
     for w in loads {
         w.release();
     }
     before_stop();
-    let (out, rest) = common::interrupt(stats, stderr);
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    (text, rest, slept)
+    let (out, err) = common::interrupt(stats, stderr);
+    Ran {
+        out: String::from_utf8(out.stdout).expect("utf-8"),
+        err,
+        pids,
+        slept,
+    }
 }
 
 /// The JSON document's cgroup with id `id`, if any.
@@ -143,120 +161,109 @@ fn find<'a>(all: &'a [Section], name: &str, text: &str) -> &'a Section {
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn each_cgroup_shows_exactly_its_sleeps() {
-    twice("cgroups", || {
-        let p = prefix();
-        let (a, child, b) = (
-            format!("{p}-a.service"),
-            format!("{p}-a.service/inner"),
-            format!("{p}-b"),
-        );
-        let groups = Cgroups::make(&[&a, &child, &b]);
-        let (all, text, slept) = run(
-            &[],
-            &[
-                (groups.path(0), 90),
-                (groups.path(1), 30),
-                (groups.path(2), 60),
-            ],
-            || {},
-        );
-        let missing = common::reported_missing(&text);
-        // A cgroup below a service is named after it.
-        let inner = format!("{a}/inner");
-        for (name, slept) in [
-            (a.as_str(), slept[0]),
-            (inner.as_str(), slept[1]),
-            (b.as_str(), slept[2]),
-        ] {
-            let section = find(&all, name, &text);
-            let n = section.nanosleeps();
-            assert!(
-                n <= slept && n + missing >= slept,
-                "{name}: {n} nanosleeps for {slept} slept ({missing} reported missing)\n{text}"
-            );
-            assert!(!section.place.contains("removed"), "{text}");
-            // Its other sleeps (the workload's wait on stdin) are its own too.
-            assert!(section.count >= n, "{text}");
-        }
-        assert_eq!(find(&all, &a, &text).place, format!("/{a}"), "{text}");
-    });
+    let p = prefix();
+    let (a, child, b) = (
+        format!("{p}-a.service"),
+        format!("{p}-a.service/inner"),
+        format!("{p}-b"),
+    );
+    let groups = Cgroups::make(&[&a, &child, &b]);
+    let ran = run_as(
+        "text",
+        &[],
+        &[
+            (groups.path(0), 90),
+            (groups.path(1), 30),
+            (groups.path(2), 60),
+        ],
+        || {},
+    );
+    let (all, text) = (sections(&ran.out), &ran.out);
+    // A cgroup below a service is named after it.
+    let inner = format!("{a}/inner");
+    for (i, name) in [a.as_str(), inner.as_str(), b.as_str()]
+        .into_iter()
+        .enumerate()
+    {
+        let section = find(&all, name, text);
+        let n = section.nanosleeps();
+        ran.judge(i, n, section.recovered_blind());
+        assert!(!section.place.contains("removed"), "{text}");
+        // Its other sleeps (the workload's wait on stdin) are its own too.
+        assert!(section.count >= n, "{text}");
+    }
+    assert_eq!(find(&all, &a, text).place, format!("/{a}"), "{text}");
 }
 
 /// `--cgroup A` traces A's workload and its child cgroup's, and nothing of B's.
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn the_cgroup_filter_keeps_one_subtree() {
-    twice("cgroup filter", || {
-        let p = prefix();
-        let (a, child, b) = (
-            format!("{p}-fa"),
-            format!("{p}-fa/inner"),
-            format!("{p}-fb"),
+    let p = prefix();
+    let (a, child, b) = (
+        format!("{p}-fa"),
+        format!("{p}-fa/inner"),
+        format!("{p}-fb"),
+    );
+    let groups = Cgroups::make(&[&a, &child, &b]);
+    let filter = groups.path(0).to_str().expect("utf-8").to_owned();
+    let id = |i: usize| latprof::cgroups::id_of(groups.path(i)).expect("cgroup id");
+    let ran = run_as(
+        "json",
+        &["--cgroup", &filter],
+        &[
+            (groups.path(0), 40),
+            (groups.path(1), 20),
+            (groups.path(2), 50),
+        ],
+        || {},
+    );
+    let doc: serde_json::Value = serde_json::from_str(&ran.out).expect("json");
+    let text = format!("{}\n{}", ran.out, ran.err);
+    for (i, name) in [(0, a.as_str()), (1, "inner")] {
+        let cgroup = json_cgroup(&doc, id(i)).unwrap_or_else(|| panic!("no {name}:\n{text}"));
+        assert_eq!(cgroup["name"], name, "{text}");
+        ran.judge(
+            i,
+            common::nanosleeps_of(cgroup),
+            common::recovered_blind(cgroup),
         );
-        let groups = Cgroups::make(&[&a, &child, &b]);
-        let filter = groups.path(0).to_str().expect("utf-8").to_owned();
-        let id = |i: usize| latprof::cgroups::id_of(groups.path(i)).expect("cgroup id");
-        let (json, err, slept) = run_as(
-            "json",
-            &["--cgroup", &filter],
-            &[
-                (groups.path(0), 40),
-                (groups.path(1), 20),
-                (groups.path(2), 50),
-            ],
-            || {},
-        );
-        let doc: serde_json::Value = serde_json::from_str(&json).expect("json");
-        let text = format!("{json}\n{err}");
-        let missing = common::reported_missing(&err);
-        for (i, name) in [(0, a.as_str()), (1, "inner")] {
-            let cgroup = json_cgroup(&doc, id(i)).unwrap_or_else(|| panic!("no {name}:\n{text}"));
-            assert_eq!(cgroup["name"], name, "{text}");
-            let counted = common::nanosleeps_of(cgroup);
-            assert!(
-                counted <= slept[i] && counted + missing >= slept[i],
-                "{name}: {counted} nanosleeps for {} slept\n{text}",
-                slept[i]
-            );
-        }
-        // B's workload slept too (all of its 50 nanosleeps but those whose 2 ms timer expired
-        // before the task slept), and none of it was counted: an explicit zero.
-        assert!(slept[2] > 0, "{text}");
-        let b_count = json_cgroup(&doc, id(2)).map_or(0, |c| c["count"].as_u64().expect("count"));
-        assert_eq!(b_count, 0, "B counted under --cgroup A:\n{text}");
-        // Nor anything else on the machine: only A's subtree.
-        let others: u64 = doc["cgroups"]
-            .as_array()
-            .expect("cgroups")
-            .iter()
-            .filter(|c| c["id"] != id(0) && c["id"] != id(1))
-            .map(|c| c["count"].as_u64().expect("count"))
-            .sum();
-        assert_eq!(others, 0, "only A's subtree:\n{text}");
-    });
+    }
+    // B's workload slept too (all of its 50 nanosleeps but those whose 2 ms timer expired
+    // before the task slept), and none of it was counted: an explicit zero.
+    assert!(ran.slept[2] > 0, "{text}");
+    let b_count = json_cgroup(&doc, id(2)).map_or(0, |c| c["count"].as_u64().expect("count"));
+    assert_eq!(b_count, 0, "B counted under --cgroup A:\n{text}");
+    // Nor anything else on the machine: only A's subtree.
+    let others: u64 = doc["cgroups"]
+        .as_array()
+        .expect("cgroups")
+        .iter()
+        .filter(|c| c["id"] != id(0) && c["id"] != id(1))
+        .map(|c| c["count"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(others, 0, "only A's subtree:\n{text}");
 }
 
 /// A cgroup removed while latprof runs keeps its numbers and is marked removed.
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn a_removed_cgroup_keeps_its_numbers() {
-    twice("removed cgroup", || {
-        let p = prefix();
-        let gone = format!("{p}-gone");
-        let groups = Cgroups::make(&[&gone]);
-        let dir = groups.path(0).to_owned();
-        let (all, text, slept) = run(&[], &[(&dir, 40)], || {
-            // Seen by latprof's once-a-second look, then removed before the end.
-            std::thread::sleep(Duration::from_millis(1500));
-            remove_dir(&dir);
-            assert!(!dir.exists(), "{} still there", dir.display());
-            std::thread::sleep(Duration::from_millis(1500));
-        });
-        let missing = common::reported_missing(&text);
-        let s = find(&all, &gone, &text);
-        assert!(s.nanosleeps() + missing >= slept[0], "{text}");
-        assert_eq!(s.place, format!("/{gone}, removed"), "{text}");
+    let p = prefix();
+    let gone = format!("{p}-gone");
+    let groups = Cgroups::make(&[&gone]);
+    let dir = groups.path(0).to_owned();
+    let ran = run_as("text", &[], &[(&dir, 40)], || {
+        // Seen by latprof's once-a-second look, then removed before the end.
+        std::thread::sleep(Duration::from_millis(1500));
+        remove_dir(&dir);
+        assert!(!dir.exists(), "{} still there", dir.display());
+        std::thread::sleep(Duration::from_millis(1500));
     });
+    let all = sections(&ran.out);
+    let s = find(&all, &gone, &ran.out);
+    ran.judge(0, s.nanosleeps(), s.recovered_blind());
+    assert_eq!(s.place, format!("/{gone}, removed"), "{}", ran.out);
 }
 
 /// A path that is not a cgroup v2 directory: one line, exit 2, nothing loaded.
@@ -298,9 +305,10 @@ fn json_and_folded_name_the_cgroup() {
         let mut w = Workload::spawn(&["sleep", "--count", "20", "--interval", "1ms"]);
         move_into(&w, groups.path(0));
         w.go();
-        w.wait_done();
+        let slept = w.wait_fact("slept");
+        let pid = w.pid();
         w.release();
-        let (out, _) = common::interrupt(stats, stderr);
+        let (out, err) = common::interrupt(stats, stderr);
         let text = String::from_utf8(out.stdout).expect("utf-8");
         if format == "json" {
             let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
@@ -312,7 +320,11 @@ fn json_and_folded_name_the_cgroup() {
                 .unwrap_or_else(|| panic!("no {name}: {text}"));
             assert_eq!(ours["path"], format!("/{name}"));
             assert_eq!(ours["removed"], false);
-            assert!(ours["count"].as_u64().expect("count") >= 1, "{text}");
+            // Each of its 20 nanosleeps that slept, counted once.
+            let missing = common::own_lost(&err, pid) + common::recovered_blind(ours);
+            if let Err(why) = common::exact_count(common::nanosleeps_of(ours), slept, missing) {
+                panic!("{why}: {text}\n{err}");
+            }
         } else {
             assert!(
                 text.lines()
@@ -329,75 +341,75 @@ fn json_and_folded_name_the_cgroup() {
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn a_recording_keeps_a_removed_cgroup() {
-    twice("recorded removed cgroup", || {
-        let p = prefix();
-        let name = format!("{p}-rec.service");
-        let groups = Cgroups::make(&[&name]);
-        let dir = groups.path(0).to_owned();
-        let file = std::env::temp_dir().join(format!("{p}-cgroups.lpr"));
-        let path = file.to_str().expect("utf-8").to_owned();
-        let mut cmd = Command::new(LATPROF);
-        cmd.args([
-            "record",
-            "--duration",
-            "120s",
-            "--interval",
-            "100ms",
-            "--force",
-            "-o",
-            &path,
-        ])
-        .stdout(Stdio::null());
-        let (recorder, stderr) = common::start(&mut cmd, "recording to");
-        let mut work = Workload::spawn(&["sleep", "--count", "30", "--interval", "2ms"]);
-        move_into(&work, &dir);
-        work.go();
-        let slept = work.wait_fact("slept");
-        // Seen present by a few snapshots, then gone for a few more.
-        std::thread::sleep(Duration::from_millis(500));
-        work.release();
-        remove_dir(&dir);
-        assert!(!dir.exists(), "{} still there", dir.display());
-        std::thread::sleep(Duration::from_millis(500));
-        let (_, rest) = common::interrupt(recorder, stderr);
-        let missing = common::reported_missing(&rest);
+    let p = prefix();
+    let name = format!("{p}-rec.service");
+    let groups = Cgroups::make(&[&name]);
+    let dir = groups.path(0).to_owned();
+    let file = std::env::temp_dir().join(format!("{p}-cgroups.lpr"));
+    let path = file.to_str().expect("utf-8").to_owned();
+    let mut cmd = Command::new(LATPROF);
+    cmd.args([
+        "record",
+        "--duration",
+        "120s",
+        "--interval",
+        "100ms",
+        "--force",
+        "-o",
+        &path,
+    ])
+    .stdout(Stdio::null());
+    let (recorder, stderr) = common::start(&mut cmd, "recording to");
+    let mut work = Workload::spawn(&["sleep", "--count", "30", "--interval", "2ms"]);
+    move_into(&work, &dir);
+    work.go();
+    let slept = work.wait_fact("slept");
+    let work_pid = work.pid();
+    // Seen present by a few snapshots, then gone for a few more.
+    std::thread::sleep(Duration::from_millis(500));
+    work.release();
+    remove_dir(&dir);
+    assert!(!dir.exists(), "{} still there", dir.display());
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, rest) = common::interrupt(recorder, stderr);
+    let own_lost = common::own_lost(&rest, work_pid);
 
-        let dump = |format: &str| {
-            let out = Command::new(LATPROF)
-                .args(["dump", &path, "--by", "cgroup", "--format", format])
-                .output()
-                .expect("latprof dump");
-            let text = String::from_utf8(out.stdout).expect("utf-8");
-            assert!(
-                out.status.success(),
-                "{text}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            text
-        };
-        let text = dump("text");
-        let all = sections(&text);
-        let s = find(&all, &name, &text);
-        assert_eq!(s.place, format!("/{name}, removed"), "{text}");
-        let n = s.nanosleeps();
+    let dump = |format: &str| {
+        let out = Command::new(LATPROF)
+            .args(["dump", &path, "--by", "cgroup", "--format", format])
+            .output()
+            .expect("latprof dump");
+        let text = String::from_utf8(out.stdout).expect("utf-8");
         assert!(
-            n <= slept && n + missing >= slept,
-            "{n} nanosleeps for {slept} slept ({missing} reported missing)\n{text}\n{rest}"
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
         );
+        text
+    };
+    let text = dump("text");
+    let all = sections(&text);
+    let s = find(&all, &name, &text);
+    assert_eq!(s.place, format!("/{name}, removed"), "{text}");
+    let n = s.nanosleeps();
+    // Each of its sleeps, counted once; short only by its own lost or recovered without a
+    // backtrace (its cgroup's) where the kernel hid the wakeup.
+    if let Err(why) = common::exact_count(n, slept, own_lost + s.recovered_blind()) {
+        panic!("{why}\n{text}\n{rest}");
+    }
 
-        let json = dump("json");
-        let doc: serde_json::Value = serde_json::from_str(&json).expect("json");
-        let c = doc["cgroups"]
-            .as_array()
-            .expect("cgroups")
-            .iter()
-            .find(|c| c["name"] == name.as_str())
-            .unwrap_or_else(|| panic!("no {name}:\n{json}"));
-        assert_eq!(c["path"], format!("/{name}"), "{json}");
-        assert_eq!(c["removed"], true, "{json}");
-        assert_eq!(common::nanosleeps_of(c), n, "{json}");
-        let _ = std::fs::remove_file(&file);
-    });
+    let json = dump("json");
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("json");
+    let c = doc["cgroups"]
+        .as_array()
+        .expect("cgroups")
+        .iter()
+        .find(|c| c["name"] == name.as_str())
+        .unwrap_or_else(|| panic!("no {name}:\n{json}"));
+    assert_eq!(c["path"], format!("/{name}"), "{json}");
+    assert_eq!(c["removed"], true, "{json}");
+    assert_eq!(common::nanosleeps_of(c), n, "{json}");
+    let _ = std::fs::remove_file(&file);
 }
 
 /// A host with the legacy hierarchy only (cgroup2 unmounted in a mount namespace of its own,

@@ -14,7 +14,7 @@
 //! it is in the log. A CPU that stays idle is visited (a thread of latprof's runs there once)
 //! when a sleep waits on it.
 
-use std::{sync::Mutex, thread, time::Duration};
+use std::{collections::BTreeMap, sync::Mutex, thread, time::Duration};
 
 use anyhow::{Context as _, Result};
 use aya::{
@@ -22,7 +22,8 @@ use aya::{
     maps::{MapData, PerCpuArray, RingBuf},
 };
 use latprof_common::{
-    CpuSwitch, HIDDEN_GAP, HIDDEN_GAP_DEBUG, HIDDEN_SLEEP_LOST, HIDDEN_SLEEP_RECOVERED, HiddenEvent,
+    CpuSwitch, HIDDEN_GAP, HIDDEN_GAP_DEBUG, HIDDEN_SLEEP_LOST, HIDDEN_SLEEP_RECOVERED,
+    HIDDEN_WAKER_UNSEEN, HiddenEvent,
 };
 
 use crate::probe::names;
@@ -34,6 +35,8 @@ const MAX_GAPS: usize = 4096;
 const MAX_WAITING: usize = 4096;
 /// Unexplained sleeps kept as examples for the warning.
 const MAX_EXAMPLES: usize = 4;
+/// Processes whose explained losses are kept apart; past this, the rest count under pid 0.
+const MAX_PROCESSES: usize = 4096;
 
 /// What the check found, cumulative since the probe attached.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -50,13 +53,40 @@ pub struct HiddenSleeps {
     pub waiting: u64,
     /// A few unexplained sleeps: (tid, began, found), CLOCK_MONOTONIC ns.
     pub examples: Vec<(u32, u64, u64)>,
+    /// Counted sleeps whose waking was not seen (`--wakers`: waker "unseen"), each checked
+    /// against the gaps as lost ones are: explained, and not.
+    pub unseen_explained: u64,
+    pub unseen_unexplained: u64,
+    /// Each process's explained losses and unseen wakings: what its own numbers lack, told
+    /// apart from every other process's (pid 0: processes past `MAX_PROCESSES`).
+    pub by_pid: BTreeMap<u32, ProcessHidden>,
+}
+
+/// One process's sleeps whose wakeup or waking the kernel hid.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcessHidden {
+    /// Lost: neither counted nor recovered.
+    pub lost: u64,
+    /// Counted, with waker "unseen".
+    pub waker_unseen: u64,
+}
+
+impl ProcessHidden {
+    /// `self` less `base` (a process's over an interval).
+    #[must_use]
+    pub fn since(self, base: Self) -> Self {
+        Self {
+            lost: self.lost.saturating_sub(base.lost),
+            waker_unseen: self.waker_unseen.saturating_sub(base.waker_unseen),
+        }
+    }
 }
 
 impl HiddenSleeps {
     /// The check's numbers over `base` -> `self`, named as `stats --counters` and JSON name
     /// them (the waiting ones are a state, as of `self`).
     #[must_use]
-    pub fn counters(&self, base: Option<&Self>) -> [(&'static str, u64); 3] {
+    pub fn counters(&self, base: Option<&Self>) -> [(&'static str, u64); 5] {
         let since = |n: u64, f: fn(&Self) -> u64| n.saturating_sub(base.map_or(0, f));
         [
             (
@@ -68,7 +98,21 @@ impl HiddenSleeps {
                 since(self.unexplained, |b| b.unexplained),
             ),
             ("hidden_sleeps_waiting", self.waiting),
+            (
+                "waker_unseen_explained",
+                since(self.unseen_explained, |b| b.unseen_explained),
+            ),
+            (
+                "waker_unseen_unexplained",
+                since(self.unseen_unexplained, |b| b.unseen_unexplained),
+            ),
         ]
+    }
+
+    /// `pid`'s sleeps whose wakeup or waking was hidden.
+    #[must_use]
+    pub fn of(&self, pid: u32) -> ProcessHidden {
+        self.by_pid.get(&pid).copied().unwrap_or_default()
     }
 
     /// The warning lines for sleeps the check could not put in a gap.
@@ -87,6 +131,31 @@ impl HiddenSleeps {
                 seen.join(", ")
             ));
         }
+        let lost: Vec<String> = self
+            .by_pid
+            .iter()
+            .filter(|(_, p)| p.lost > 0)
+            .map(|(pid, p)| format!("pid {pid}: {}", p.lost))
+            .collect();
+        if !lost.is_empty() {
+            const SHOWN: usize = 16;
+            let more = lost.len().saturating_sub(SHOWN);
+            out.push(format!(
+                "sleeps lost where switches were hidden, by process: {}{}",
+                lost[..lost.len().min(SHOWN)].join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if self.unseen_unexplained > 0 {
+            out.push(format!(
+                "{} sleeps counted with their waking unseen outside every stretch where the kernel hid switches (their waker is \"unseen\")",
+                self.unseen_unexplained
+            ));
+        }
         if self.waiting > 0 {
             out.push(format!(
                 "{} lost or recovered sleeps not yet checked against hidden switches: a CPU had no switch latprof saw since",
@@ -101,6 +170,9 @@ impl HiddenSleeps {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Waiting {
     tid: u32,
+    tgid: u32,
+    /// `HIDDEN_SLEEP_*` or `HIDDEN_WAKER_UNSEEN`.
+    kind: u32,
     began: u64,
     found: u64,
 }
@@ -125,13 +197,15 @@ impl Check {
                 self.out.debug_gaps += 1;
                 self.add_gap(e.start_ns, e.end_ns);
             }
-            HIDDEN_SLEEP_LOST | HIDDEN_SLEEP_RECOVERED => {
+            HIDDEN_SLEEP_LOST | HIDDEN_SLEEP_RECOVERED | HIDDEN_WAKER_UNSEEN => {
                 if self.waiting.len() >= MAX_WAITING {
                     let oldest = self.waiting.remove(0);
                     self.judge(oldest);
                 }
                 self.waiting.push(Waiting {
                     tid: e.tid,
+                    tgid: e.tgid,
+                    kind: e.kind,
                     began: e.start_ns,
                     found: e.end_ns,
                 });
@@ -169,14 +243,36 @@ impl Check {
     }
 
     fn judge(&mut self, w: Waiting) {
-        if self.overlaps(w.began, w.found) {
+        let explained = self.overlaps(w.began, w.found);
+        if w.kind == HIDDEN_WAKER_UNSEEN {
+            if explained {
+                self.out.unseen_explained += 1;
+                self.process(w.tgid).waker_unseen += 1;
+            } else {
+                self.out.unseen_unexplained += 1;
+            }
+        } else if explained {
             self.out.explained += 1;
+            if w.kind == HIDDEN_SLEEP_LOST {
+                self.process(w.tgid).lost += 1;
+            }
         } else {
             self.out.unexplained += 1;
             if self.out.examples.len() < MAX_EXAMPLES {
                 self.out.examples.push((w.tid, w.began, w.found));
             }
         }
+    }
+
+    /// Process `tgid`'s tally (pid 0's past `MAX_PROCESSES`).
+    fn process(&mut self, tgid: u32) -> &mut ProcessHidden {
+        let by_pid = &mut self.out.by_pid;
+        let pid = if by_pid.len() < MAX_PROCESSES || by_pid.contains_key(&tgid) {
+            tgid
+        } else {
+            0
+        };
+        by_pid.entry(pid).or_default()
     }
 
     /// Judges every waiting sleep that a gap explains, or that every CPU has passed
@@ -323,6 +419,65 @@ mod tests {
         assert_eq!((r.explained, r.unexplained, r.waiting), (1, 1, 0));
         assert_eq!(r.examples, vec![(8, 250, 300)]);
         assert!(r.losses()[0].starts_with("1 lost or recovered sleeps overlapped no hidden"));
+    }
+
+    #[test]
+    fn each_process_keeps_its_own_explained_losses() {
+        let mut c = Check::default();
+        c.event(&gap(100, 200));
+        c.event(&HiddenEvent {
+            tgid: 40,
+            ..lost(41, 150, 300)
+        });
+        c.event(&HiddenEvent {
+            tgid: 40,
+            ..lost(40, 160, 300)
+        });
+        c.event(&HiddenEvent {
+            tgid: 50,
+            ..lost(50, 170, 300)
+        });
+        // Recovered: counted, so not lost from its process.
+        c.event(&HiddenEvent {
+            kind: HIDDEN_SLEEP_RECOVERED,
+            tgid: 50,
+            ..lost(51, 150, 300)
+        });
+        // Unexplained: no process is excused by it.
+        c.event(&HiddenEvent {
+            tgid: 60,
+            ..lost(60, 250, 300)
+        });
+        c.settle(301);
+        let r = c.result();
+        assert_eq!((r.explained, r.unexplained), (4, 1));
+        assert_eq!((r.of(40).lost, r.of(50).lost, r.of(60).lost), (2, 1, 0));
+        // A counted sleep whose waking was unseen: its process's, if a gap explains it.
+        c.event(&HiddenEvent {
+            kind: HIDDEN_WAKER_UNSEEN,
+            tgid: 40,
+            ..lost(41, 190, 320)
+        });
+        c.event(&HiddenEvent {
+            kind: HIDDEN_WAKER_UNSEEN,
+            tgid: 40,
+            ..lost(41, 310, 320)
+        });
+        c.settle(321);
+        let r = c.result();
+        assert_eq!((r.unseen_explained, r.unseen_unexplained), (1, 1));
+        assert_eq!(
+            r.of(40),
+            ProcessHidden {
+                lost: 2,
+                waker_unseen: 1
+            }
+        );
+        assert!(
+            r.losses()
+                .iter()
+                .any(|l| l.starts_with("1 sleeps whose waking was not seen"))
+        );
     }
 
     #[test]

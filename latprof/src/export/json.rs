@@ -28,6 +28,9 @@ pub struct Document<'a> {
     /// Who ended whose sleeps: one entry per sleeping process, cause and waker (and waker
     /// backtrace), the most sleep time first; exited processes' too (empty with wakers off).
     pub wakers: Vec<SleeperWakerJson>,
+    /// Each process's sleeps whose wakeup or waking the kernel hid, exited processes' too
+    /// (pid 0: past the processes latprof keeps apart), by pid.
+    pub hidden: Vec<HiddenJson>,
     /// Pipeline counters over the interval.
     pub counters: BTreeMap<&'static str, u64>,
     /// The kernel's tick facts (absent: a recording made before latprof recorded them).
@@ -164,6 +167,18 @@ pub struct ProcessJson {
     pub causes: Vec<CauseJson>,
 }
 
+/// A process's sleeps over the interval whose wakeup or waking the kernel hid, each one
+/// checked against the hidden switches.
+#[derive(Serialize)]
+pub struct HiddenJson {
+    pub pid: u32,
+    /// Lost: neither counted nor recovered (a sleep recovered instead is counted, without
+    /// its backtrace under "[wakeup hidden from tracing]").
+    pub lost: u64,
+    /// Counted with waker "unseen" (`--wakers`).
+    pub waker_unseen: u64,
+}
+
 fn wakers_json(scope: &Scope<'_>, lines: &[model::WakerLine]) -> Vec<WakerJson> {
     lines
         .iter()
@@ -264,6 +279,30 @@ fn causes_json(
         .collect()
 }
 
+/// Each process's hidden wakeups over the interval (only `--pid`'s with one).
+fn hidden(scope: &Scope<'_>) -> Vec<HiddenJson> {
+    scope
+        .cur
+        .hidden
+        .by_pid
+        .iter()
+        .filter(|&(&pid, _)| scope.pid.is_none_or(|p| p == pid))
+        .map(|(&pid, &n)| {
+            let n = n.since(
+                scope
+                    .base
+                    .map_or_else(Default::default, |b| b.hidden.of(pid)),
+            );
+            HiddenJson {
+                pid,
+                lost: n.lost,
+                waker_unseen: n.waker_unseen,
+            }
+        })
+        .filter(|h| h.lost + h.waker_unseen > 0)
+        .collect()
+}
+
 #[must_use]
 pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
     let mut tgids: BTreeMap<u32, (String, Vec<u32>)> = BTreeMap::new();
@@ -336,6 +375,7 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
             })
             .collect(),
         wakers: sleeper_wakers(scope),
+        hidden: hidden(scope),
         counters,
         kernel: scope.kernel,
         cpus: scope.kernel.map_or_else(Vec::new, |k| {

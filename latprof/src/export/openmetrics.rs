@@ -399,8 +399,14 @@ fn hidden_sleeps(
     cur: &HiddenSleeps,
     base: Option<&HiddenSleeps>,
 ) {
-    let [explained, unexplained, (waiting_name, waiting)] = cur.counters(base);
-    for (name, n) in [explained, unexplained] {
+    let [
+        explained,
+        unexplained,
+        (waiting_name, waiting),
+        unseen_explained,
+        unseen_unexplained,
+    ] = cur.counters(base);
+    for (name, n) in [explained, unexplained, unseen_explained, unseen_unexplained] {
         let _ = writeln!(
             out,
             "latprof_pipeline_events_total{{counter=\"{name}\"}} {n}"
