@@ -115,6 +115,31 @@ impl Workload {
         fact(&self.wait_done(), key)
     }
 
+    /// After `wait_done`: waits until the workload sleeps in its wait for the release (its
+    /// main thread off the CPU in a read of stdin), so that a sleep before it has been
+    /// followed by a switch-out latprof saw. At most 10 s.
+    pub fn wait_blocked(&self) {
+        let pid = self.pid();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // The state follows the name's closing parenthesis; syscall 0 is read(2), fd 0.
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, r)| r.split(' ').next());
+            let syscall =
+                std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+            if state == Some("S") && syscall.starts_with("0 0x0 ") {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "workload {pid} never blocked in its read of stdin: state {state:?}, syscall {syscall}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Lets the workload exit and checks that it succeeded.
     pub fn release(mut self) {
         drop(self.child.stdin.take());
