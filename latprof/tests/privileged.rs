@@ -36,11 +36,24 @@ fn serial() -> MutexGuard<'static, ()> {
     guard
 }
 
+/// The probe's defaults, with the defect `LATPROF_TEST_DROP_SLEEPS=N` injects
+/// (`--debug-drop-sleeps N`, as `common::start` adds it to latprof's command line): every count
+/// test must then fail (see tests/defect.rs).
+fn defaults() -> ProbeConfig {
+    ProbeConfig {
+        drop_sleeps: std::env::var("LATPROF_TEST_DROP_SLEEPS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0),
+        ..ProbeConfig::default()
+    }
+}
+
 fn attach(mode: Mode, pid: Option<u32>) -> Probe {
     Probe::attach(ProbeConfig {
         mode,
         pid,
-        ..ProbeConfig::default()
+        ..defaults()
     })
     .expect("attach latprof")
 }
@@ -82,7 +95,7 @@ fn nanosleep_causes_with(mode: Mode, btf_wakeup: bool) -> Measured {
         pid: Some(work.pid()),
         inter_cutoff: None,
         btf_wakeup,
-        ..ProbeConfig::default()
+        ..defaults()
     })
     .expect("attach latprof");
     work.go();
@@ -264,7 +277,7 @@ fn normal_and_lazy_attempt() {
             mode,
             pid: Some(work.pid()),
             inter_cutoff: None,
-            ..ProbeConfig::default()
+            ..defaults()
         })
         .expect("attach latprof")
     };
@@ -396,7 +409,7 @@ fn lazy_reads_during_an_exit_storm_stay_exact() {
             mode,
             pid: Some(work.pid()),
             inter_cutoff: None,
-            ..ProbeConfig::default()
+            ..defaults()
         })
         .expect("attach latprof")
     };
@@ -516,7 +529,7 @@ fn fsync_shows_as_uninterruptible_writeback() {
         mode: Mode::Lazy,
         pid: Some(work.pid()),
         inter_cutoff: Some(Duration::from_nanos(1)),
-        ..ProbeConfig::default()
+        ..defaults()
     })
     .expect("attach latprof");
     work.go();
@@ -603,7 +616,7 @@ fn stack_cache_attempt(work_args: &[&str], min_hits: u64, bounded: bool) {
         inter_cutoff: None,
         debug_checks: true,
         bounded_cache: bounded,
-        ..ProbeConfig::default()
+        ..defaults()
     };
     let cached = Probe::attach(config.clone()).expect("attach latprof");
     let walked = Probe::attach(ProbeConfig {
@@ -714,7 +727,7 @@ fn inter_cutoff_and_all_sleeps() {
         let probe = Probe::attach(ProbeConfig {
             pid: Some(work.pid()),
             inter_cutoff: cutoff,
-            ..ProbeConfig::default()
+            ..defaults()
         })
         .expect("attach");
         work.go();
@@ -830,7 +843,11 @@ fn stats_cli_stops_cleanly_on(signal: i32) {
 fn stats_cli_attempt(signal: i32) {
     let mut work = Workload::spawn(&["sleep", "--count", "50", "--interval", "2ms"]);
     let before = latprof_program_ids();
-    let mut stats = Command::new(LATPROF)
+    let mut stats = Command::new(LATPROF);
+    if let Some(n) = std::env::var_os("LATPROF_TEST_DROP_SLEEPS") {
+        stats.arg("--debug-drop-sleeps").arg(n);
+    }
+    let mut stats = stats
         .args([
             "stats",
             "--all-sleeps",
@@ -963,7 +980,7 @@ fn full_tables_are_counted_not_silent() {
         max_stacks: 1,
         // Every tracked sleep counts, so a backtrace not stored shows as a counted cause.
         inter_cutoff: None,
-        ..ProbeConfig::default()
+        ..defaults()
     })
     .expect("attach");
     work.go();
@@ -1043,7 +1060,7 @@ fn causes_beyond_a_tasks_table_go_global_and_are_said() {
             mode,
             pid: Some(pid),
             inter_cutoff: None,
-            ..ProbeConfig::default()
+            ..defaults()
         })
         .expect("attach latprof")
     };
@@ -1141,7 +1158,7 @@ fn a_full_global_table_and_histogram_table_are_counted_and_add_up() {
             pid: Some(pid),
             inter_cutoff: None,
             max_records: SMALL,
-            ..ProbeConfig::default()
+            ..defaults()
         })
         .expect("attach latprof")
     };
@@ -1375,14 +1392,14 @@ fn a_kernel_thread_counts_under_its_pid_and_stays_out_of_the_global_table_otherw
         mode: Mode::Normal,
         pid: Some(jbd),
         inter_cutoff: None,
-        ..ProbeConfig::default()
+        ..defaults()
     })
     .expect("attach latprof on the journal thread");
     let everyone = Probe::attach(ProbeConfig {
         mode: Mode::Lazy,
         inter_cutoff: None,
         debug_checks: true,
-        ..ProbeConfig::default()
+        ..defaults()
     })
     .expect("attach latprof");
     let (stats, stats_err) = common::start(
@@ -1663,7 +1680,7 @@ fn own_threads_only_with_include_self() {
     for include_self in [false, true] {
         let probe = Probe::attach(ProbeConfig {
             include_self,
-            ..ProbeConfig::default()
+            ..defaults()
         })
         .expect("attach");
         for _ in 0..20 {
@@ -1781,14 +1798,14 @@ fn tick_counters_follow_a_busy_and_an_idle_cpu() {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn the_best_variant_loads_here() {
     let _guard = serial();
-    let probe = Probe::attach(ProbeConfig::default()).expect("attach latprof");
+    let probe = Probe::attach(defaults()).expect("attach latprof");
     let variant = probe.variant();
     assert_eq!(variant.backtraces, Backtraces::AtWakeupCached);
     assert!(variant.cas);
     assert_eq!(probe.fallbacks(), [] as [String; 0]);
     let walked = Probe::attach(ProbeConfig {
         stack_cache: false,
-        ..ProbeConfig::default()
+        ..defaults()
     })
     .expect("attach latprof without the stack cache");
     assert_eq!(walked.variant().backtraces, Backtraces::AtWakeup);
@@ -2175,7 +2192,7 @@ fn the_memory_estimate_matches_the_kernels_account() {
         max_tasks: 65536,
         max_records: 32768,
         max_stacks: 16384,
-        ..ProbeConfig::default()
+        ..defaults()
     };
     let before = maps_memlock();
     let probe = Probe::attach(config.clone()).expect("attach latprof");
@@ -2216,7 +2233,7 @@ fn a_task_first_seen_exiting_is_tracked_and_freed() {
     let probe = Probe::attach(ProbeConfig {
         mode: Mode::Lazy,
         cgroup_filter: vec![groups.path(0).to_path_buf()],
-        ..ProbeConfig::default()
+        ..defaults()
     })
     .expect("attach latprof");
     let mut collector = Collector::new();
