@@ -502,15 +502,11 @@ fn run_vm(mode: &str, delay: &str, configs: &[&str]) -> Option<String> {
     boot(SCRIPT, &command, &[])
 }
 
-/// Boots once for `configs` and checks every comparison; a failure boots once more (see
-/// `common::twice`: a host busy beside the emulator has stalled a vCPU for 50 ms between the
-/// kernel's and latprof's measuring points, once in 60 configurations). A defect fails both.
+/// Boots once for `configs` and checks every comparison, once.
 fn exact(mode: &str, configs: &[&str]) {
-    common::twice(&format!("truth check, {mode}"), || {
-        if let Some(output) = run_vm(mode, "off", configs) {
-            check_exact(&output, configs);
-        }
-    });
+    if let Some(output) = run_vm(mode, "off", configs) {
+        check_exact(&output, configs);
+    }
 }
 
 fn check_exact(output: &str, configs: &[&str]) {
@@ -615,11 +611,9 @@ fn latencytop_truth_normal() {
 #[test]
 #[ignore = "needs root and ../shared/vm: run `cargo xtask test`"]
 fn latencytop_truth_with_delay_dequeue() {
-    common::twice("truth check with DELAY_DEQUEUE", || {
-        if let Some(output) = run_vm("lazy", "on", &["default"]) {
-            check_with_delay_dequeue(&output);
-        }
-    });
+    if let Some(output) = run_vm("lazy", "on", &["default"]) {
+        check_with_delay_dequeue(&output);
+    }
 }
 
 fn check_with_delay_dequeue(output: &str) {

@@ -32,27 +32,6 @@ pub fn note_retry(what: &str) {
     }
 }
 
-/// Runs a measurement, and once more if it fails. This machine is a shared VM: a neighbour's
-/// burst can stall a vCPU for milliseconds (one 2 ms sleep measured 12 ms) or, rarely, make the
-/// kernel skip a tracepoint; an emulated guest on it stalls the same way, and longer. Each
-/// attempt asserts everything; two failures in a row fail the test, so a real defect still
-/// shows every time.
-pub fn twice(what: &str, attempt: impl Fn()) {
-    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&attempt)) {
-        let why = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("?");
-        // The first line says why: the summary lists it.
-        let why = why.lines().next().unwrap_or("");
-        note_retry(&format!(
-            "{what}: first attempt failed ({why}); trying once more"
-        ));
-        attempt();
-    }
-}
-
 /// latprof-workload (crate latprof-bench), built by the same `cargo test` beside latprof.
 pub fn workload_bin() -> PathBuf {
     let path = std::path::Path::new(LATPROF).with_file_name("latprof-workload");

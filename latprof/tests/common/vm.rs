@@ -40,8 +40,8 @@ pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
     // the guest stops making progress (about one boot in ten, most on Debian's 6.1 kernels).
     // One host thread for all vCPUs keeps their view of patched code coherent: run.sh's own
     // text, with that one option changed, runs as run.sh ($0 keeps its folder). A guest that
-    // still has not finished after `guest_limit()` is stopped and booted once more; run.sh
-    // prints its console's tail.
+    // still has not finished after `guest_limit()` is stopped (run.sh prints its console's
+    // tail); booted once more only if it printed nothing.
     let text = std::fs::read_to_string(&run).expect("read run.sh");
     let text = text.replace("-accel tcg,thread=multi", "-accel tcg,thread=single");
     for attempt in 1..=2 {
@@ -63,7 +63,13 @@ pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
             "VM {vm_args:?} {command}: {:.0}s",
             started.elapsed().as_secs_f64()
         );
-        if !status.success() && stderr.contains("did not finish") && attempt == 1 {
+        // Booted once more only if the guest printed nothing at all (a host hiccup before the
+        // script began): a script that began and then failed or hung fails the test.
+        if !status.success()
+            && stderr.contains("did not finish")
+            && stdout.trim().is_empty()
+            && attempt == 1
+        {
             // A retry must show in every run's log and in xtask's summary.
             super::note_retry(&format!(
                 "VM {vm_args:?} did not finish (attempt {attempt}{}), retrying:\n{stdout}\n{stderr}",
