@@ -54,7 +54,9 @@ pub enum Workload {
         #[arg(required = true, trailing_var_arg = true)]
         command: Vec<String>,
     },
-    /// `count` times: write 4 KiB to a file in `dir` and fsync it.
+    /// `count` times: write 4 KiB to a file in `dir` and fsync it. Reports `slept=N`, every
+    /// sleep from its start to `done` (its voluntary switches: the fsyncs' waits, and any of
+    /// the file's creation, a write's or the file's removal).
     Fsync {
         #[arg(long, default_value_t = 50)]
         count: u32,
@@ -88,6 +90,11 @@ pub enum Workload {
         /// that each side's waker is told apart by name.
         #[arg(long, requires = "processes")]
         named: bool,
+        /// Print the parent's own call chain where it reads (std's backtrace, taken in the
+        /// function that reads, one function a line after `stack:`), before `done`: what a
+        /// profiler must show above the read.
+        #[arg(long)]
+        print_stack: bool,
     },
     /// `count` children that each start a direct read of a file in `dir` with Linux AIO and
     /// exit at once: the kernel waits for the read in exit_aio, after the child gave up its
@@ -110,7 +117,7 @@ pub enum Workload {
         sleep: Duration,
     },
     /// Two threads: one waits on a futex word, the other sleeps `interval` and wakes it, `count`
-    /// times.
+    /// times. Reports `waited=N`, the waits that slept (each ended by the other thread).
     Futex {
         #[arg(long, default_value_t = 100)]
         count: u32,
@@ -151,7 +158,8 @@ pub enum Workload {
     },
     /// A UDP socket on loopback read by a thread named `udp-rx`, and one named `udp-tx` that
     /// sleeps `interval` and sends it a datagram, `count` times: each receive is ended by
-    /// the network stack's softirq, not by the sending task.
+    /// the network stack's softirq, not by the sending task. Reports `waited=N` (receives that
+    /// slept) and `naps=N` (the sender's nanosleeps that slept).
     Udp {
         #[arg(long, default_value_t = 100)]
         count: u32,
@@ -273,6 +281,8 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             Ok(())
         }
         Workload::Fsync { count, dir } => {
+            // Every sleep from here to `done`: the file's creation and removal too.
+            let before = voluntary_switches();
             let path = dir.join(format!("latprof-fsync-{}", std::process::id()));
             let mut file = OpenOptions::new()
                 .create(true)
@@ -288,8 +298,10 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
                 }
                 Ok(())
             })();
+            drop(file);
             let _ = std::fs::remove_file(&path);
-            finish();
+            let slept = voluntary_switches() - before;
+            finish_with(&format!(" slept={slept}"));
             result
         }
         Workload::Pingpong {
@@ -298,11 +310,18 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             cpu,
             apart,
             named,
+            print_stack,
         } => {
             if let Some(cpu) = cpu {
                 pin(*cpu)?;
             }
-            pingpong(*count, *processes, *apart, *named, finish_with)
+            let sides = Sides {
+                processes: *processes,
+                apart: *apart,
+                named: *named,
+                print_stack: *print_stack,
+            };
+            pingpong(*count, &sides, finish_with)
         }
         Workload::ExitAio {
             count,
@@ -683,8 +702,10 @@ fn futex(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()
 
 /// See `Workload::Udp`.
 fn udp(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()> {
-    // The receives that slept (a datagram already queued is taken without a wait).
+    // The receives that slept (a datagram already queued is taken without a wait), and the
+    // sender's nanosleeps that slept (a timer can expire before its task leaves the CPU).
     let waited = AtomicU64::new(0);
+    let naps = AtomicU64::new(0);
     let rx = std::net::UdpSocket::bind("127.0.0.1:0").context("bind a loopback UDP socket")?;
     let tx = std::net::UdpSocket::bind("127.0.0.1:0").context("bind a loopback UDP socket")?;
     tx.connect(rx.local_addr()?)
@@ -710,13 +731,23 @@ fn udp(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<()> 
             } else {
                 set_name(c"udp-tx");
                 for _ in 0..count {
+                    let switches = voluntary_switches();
                     nanosleep(interval);
+                    if voluntary_switches() > switches {
+                        naps.fetch_add(1, Ordering::Relaxed);
+                    }
                     tx.send(&byte)?;
                 }
             }
             Ok(())
         },
-        || finish(&format!(" waited={}", waited.load(Ordering::Relaxed))),
+        || {
+            finish(&format!(
+                " waited={} naps={}",
+                waited.load(Ordering::Relaxed),
+                naps.load(Ordering::Relaxed)
+            ));
+        },
     )
 }
 
@@ -888,7 +919,17 @@ fn pipe() -> Result<(std::fs::File, std::fs::File)> {
 
 /// One side: `first` writes then reads; the other reads then writes, and afterwards waits for
 /// the first side to close its end (so both stay alive until the caller lets go).
-fn bounce(count: u32, rx: &mut std::fs::File, tx: &mut std::fs::File, first: bool) -> Result<()> {
+#[inline(never)]
+fn bounce(
+    count: u32,
+    rx: &mut std::fs::File,
+    tx: &mut std::fs::File,
+    first: bool,
+    stack: Option<&mut String>,
+) -> Result<()> {
+    if let Some(stack) = stack {
+        *stack = std::backtrace::Backtrace::force_capture().to_string();
+    }
     let mut byte = [0u8; 1];
     for _ in 0..count {
         if first {
@@ -903,20 +944,30 @@ fn bounce(count: u32, rx: &mut std::fs::File, tx: &mut std::fs::File, first: boo
 }
 
 /// With threads, `finish` gets ` slept=N`: the two threads' voluntary context switches during
-/// the ping-pong (each one a sleep, nearly all in pipe_read), a lower bound for the tests.
+/// the ping-pong, each one a sleep (their pipe reads, the other's wait for the end of file and
+/// this one's for its report), every sleep of the process until `finish`.
 /// With processes, ` ping_slept=N pong_slept=M`: each side's reads that slept, exactly (a side
 /// sleeps nowhere else while it bounces: a one-byte pipe write never waits). The child then
 /// waits for the parent's end of file, which comes after `finish` (both stay alive for a
 /// test to read, and that last wait ends after it).
-fn pingpong(
-    count: u32,
+/// How the ping-pong's two sides run (see `Workload::Pingpong`).
+struct Sides {
     processes: bool,
     apart: bool,
     named: bool,
-    finish: impl FnOnce(&str),
-) -> Result<()> {
+    print_stack: bool,
+}
+
+fn pingpong(count: u32, sides: &Sides, finish: impl FnOnce(&str)) -> Result<()> {
+    let Sides {
+        processes,
+        apart,
+        named,
+        print_stack,
+    } = *sides;
     let (mut a_rx, mut b_tx) = pipe()?;
     let (mut b_rx, mut a_tx) = pipe()?;
+    let mut stack = String::new();
     if processes {
         if named {
             set_name(c"ping");
@@ -933,7 +984,7 @@ fn pingpong(
                 drop((a_rx, a_tx));
                 let pinned = !apart || pin(1).is_ok();
                 let before = voluntary_switches();
-                let ok = pinned && bounce(count, &mut b_rx, &mut b_tx, false).is_ok();
+                let ok = pinned && bounce(count, &mut b_rx, &mut b_tx, false, None).is_ok();
                 shared.set(voluntary_switches() - before);
                 let mut rest = Vec::new();
                 let ok = ok && b_rx.read_to_end(&mut rest).is_ok();
@@ -946,8 +997,15 @@ fn pingpong(
                     pin(0)?;
                 }
                 let before = voluntary_switches();
-                let result = bounce(count, &mut a_rx, &mut a_tx, true);
+                let result = bounce(
+                    count,
+                    &mut a_rx,
+                    &mut a_tx,
+                    true,
+                    print_stack.then_some(&mut stack),
+                );
                 let slept = voluntary_switches() - before;
+                print_stack_lines(&stack);
                 // The child sets its count just after its last write, which ended this side's
                 // last read: a short wait, and no sleep.
                 let pong = shared.wait(&result);
@@ -970,7 +1028,7 @@ fn pingpong(
         let (release, released) = std::sync::mpsc::channel::<()>();
         let handle = std::thread::spawn(move || {
             let before = voluntary_switches();
-            let result = bounce(count, &mut b_rx, &mut b_tx, false).and_then(|()| {
+            let result = bounce(count, &mut b_rx, &mut b_tx, false, None).and_then(|()| {
                 // Its last read ends at the other side's end of file.
                 let mut rest = Vec::new();
                 b_rx.read_to_end(&mut rest)?;
@@ -980,19 +1038,40 @@ fn pingpong(
             let _ = released.recv();
         });
         let before = voluntary_switches();
-        let result = bounce(count, &mut a_rx, &mut a_tx, true);
-        let slept = voluntary_switches() - before;
+        let result = bounce(
+            count,
+            &mut a_rx,
+            &mut a_tx,
+            true,
+            print_stack.then_some(&mut stack),
+        );
+        print_stack_lines(&stack);
         // The other side's last read ends at end of file.
         drop(a_tx);
         let (other, other_slept) = reported
             .recv()
             .map_err(|_| anyhow::anyhow!("ping-pong thread panicked"))?;
+        // This thread's wait for the report is one of its sleeps too.
+        let slept = voluntary_switches() - before;
         finish(&format!(" slept={}", slept + other_slept));
         drop(release);
         handle
             .join()
             .map_err(|_| anyhow::anyhow!("ping-pong thread panicked"))?;
         result.and(other)
+    }
+}
+
+/// Prints a captured backtrace's functions, innermost first, each after `stack: ` (nothing for
+/// an empty one).
+fn print_stack_lines(stack: &str) {
+    for line in stack.lines() {
+        // "  3: name" lines name a frame; "at file:line" lines follow them.
+        if let Some((n, name)) = line.trim().split_once(": ")
+            && n.parse::<u32>().is_ok()
+        {
+            println!("stack: {name}");
+        }
     }
 }
 

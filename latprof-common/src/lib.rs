@@ -254,6 +254,14 @@ pub const TASK_FLAG_KTHREAD: u32 = 1;
 /// after `sched_process_exit` removed the last one (a sleep in `exit_files`' task work), so
 /// `sched_process_free` removes it when the task is freed.
 pub const TASK_FLAG_EXITING: u32 = 2;
+/// `TaskState::flags`: the entry was made at this sleep's start, the task's first that latprof
+/// traced. Its waking may have come before the entry existed (the waker ran `sched_waking`
+/// while the task was still switching out), so its waker is unknown for a reason of its own.
+/// Cleared at the wakeup (`--wakers`).
+pub const TASK_FLAG_FIRST_SLEEP: u32 = 4;
+/// `TaskState::flags`: set at the wakeup that ended the first sleep with no waking seen, for
+/// the waker accounting of that sleep (`--wakers`); cleared at the next wakeup.
+pub const TASK_FLAG_WAKING_RACED: u32 = 8;
 /// Frames the stack cache can check (`CachedStack::pos`); deeper backtraces are walked every
 /// time.
 pub const CACHE_FRAMES: usize = 32;
@@ -533,6 +541,9 @@ pub const HIDDEN_SLEEP_RECOVERED: u32 = 4;
 /// `tid`'s sleep from `start_ns` to `end_ns` (its seen wakeup) was counted, but no waking of
 /// it was seen (`--wakers`: its waker is "unseen").
 pub const HIDDEN_WAKER_UNSEEN: u32 = 5;
+/// The same for the task's first traced sleep (`TASK_FLAG_FIRST_SLEEP`): its waking may have
+/// raced the making of its entry, not something the kernel hid.
+pub const HIDDEN_WAKER_RACED: u32 = 6;
 
 /// What the kernel hid and what that cost, sent through the `HIDDEN` ring buffer so that user
 /// space can check that each sleep lost or recovered overlapped a gap it saw.
@@ -662,10 +673,14 @@ pub enum Counter {
     /// address, as a program without frame pointers leaves, or no program entry reached).
     /// Counted by latprof's user space when it names them, not by the kernel.
     UserStackTruncated,
+    /// Voluntary switches to wait for a PREEMPT_RT sleeping spinlock (`TASK_RTLOCK_WAIT`):
+    /// neither an interruptible nor an uninterruptible sleep, not counted by latencytop nor by
+    /// latprof; counted here so that a task's voluntary switches add up.
+    RtlockWaits,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::UserStackTruncated as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::RtlockWaits as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -712,6 +727,7 @@ impl Counter {
         Self::UserSeenLost,
         Self::CausePartsFull,
         Self::UserStackTruncated,
+        Self::RtlockWaits,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -760,6 +776,7 @@ impl Counter {
             Self::UserSeenLost => "user_seen_lost",
             Self::CausePartsFull => "cause_parts_full",
             Self::UserStackTruncated => "user_stack_truncated",
+            Self::RtlockWaits => "rtlock_waits",
         }
     }
 

@@ -12,7 +12,8 @@ use aya_ebpf::{
 };
 use latprof_common::{
     CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, NO_STACK, NO_USER, RUNQ_STACK, SLEEP_NONE,
-    SPIKE_RUNQ, TASK_FLAG_EXITING, TASK_FLAG_KTHREAD, TaskState, TickCounter, WAKER_UNSEEN,
+    SPIKE_RUNQ, TASK_FLAG_EXITING, TASK_FLAG_FIRST_SLEEP, TASK_FLAG_KTHREAD, TaskState, TickCounter,
+    WAKER_UNSEEN,
     sleep_kind,
 };
 
@@ -79,9 +80,31 @@ fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, 
     }
 
     if kind == SLEEP_NONE {
+        if preempt & 1 == 0 && state & TASK_RTLOCK_WAIT != 0 && traced(bpf_get_current_pid_tgid()) {
+            // PREEMPT_RT's wait for a sleeping spinlock: a voluntary switch, but neither an
+            // interruptible nor an uninterruptible sleep, which latencytop does not count
+            // either. Counted, so that a task's voluntary switches add up.
+            count(Counter::RtlockWaits);
+        }
         return Ok(0);
     }
     switch_out::<CAS>(ctx, kind, now)
+}
+
+/// `TASK_RTLOCK_WAIT` (Linux 5.15 on, used by PREEMPT_RT only; unused before).
+const TASK_RTLOCK_WAIT: u64 = 0x1000;
+
+/// Whether the current task (`pid_tgid`, as `bpf_get_current_pid_tgid` gives it) is one
+/// latprof traces: not the idle task, not latprof itself, and in the `--pid` and `--cgroup`
+/// filters.
+#[inline(always)]
+fn traced(pid_tgid: u64) -> bool {
+    let (tid, tgid) = (pid_tgid as u32, (pid_tgid >> 32) as u32);
+    let filter = FILTER_TGID.load();
+    tid != 0
+        && tgid != SELF_TGID.load()
+        && (filter == 0 || tgid == filter)
+        && (FILTER_CGROUPS.load() == 0 || in_filtered_cgroup())
 }
 
 /// Finds switches the kernel ran no program for: the task going out is not the one this CPU's
@@ -165,14 +188,7 @@ fn switch_out<const CAS: bool>(
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let tgid = (pid_tgid >> 32) as u32;
-    if tid == 0 || tgid == SELF_TGID.load() {
-        return Ok(0);
-    }
-    let filter = FILTER_TGID.load();
-    if filter != 0 && tgid != filter {
-        return Ok(0);
-    }
-    if FILTER_CGROUPS.load() != 0 && !in_filtered_cgroup() {
+    if !traced(pid_tgid) {
         return Ok(0);
     }
     let entry = match TASKS.get_ptr_mut(&tid) {
@@ -271,7 +287,7 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
         (*template).sleep_stack = NO_STACK;
         (*template).sleep_kind = SLEEP_NONE;
         (*template).tgid = tgid;
-        (*template).flags = kind;
+        (*template).flags = kind | TASK_FLAG_FIRST_SLEEP;
         (*template).task_low = task as u64 as u32;
         (*template).comm = bpf_get_current_comm().unwrap_or([0; 16]);
         (*template).nr_records = 0;

@@ -24,7 +24,8 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use latprof_common::{
-    Counter, HIDDEN_WAKER_UNSEEN, TaskState, WAKER_HARDIRQ, WAKER_NMI, WAKER_OTHER, WAKER_SOFTIRQ, WAKER_TASK,
+    Counter, HIDDEN_WAKER_RACED, HIDDEN_WAKER_UNSEEN, TASK_FLAG_FIRST_SLEEP, TASK_FLAG_WAKING_RACED,
+    TaskState, WAKER_HARDIRQ, WAKER_NMI, WAKER_OTHER, WAKER_SOFTIRQ, WAKER_TASK,
     WAKER_TIMER, WAKER_UNSEEN, WakerKey, WakerValue,
 };
 
@@ -211,6 +212,11 @@ pub(crate) fn take(entry: &mut TaskState) -> u32 {
     }
     let kind = entry.waker_kind;
     entry.waker_kind = WAKER_UNSEEN;
+    let first = entry.flags & TASK_FLAG_FIRST_SLEEP != 0;
+    entry.flags &= !(TASK_FLAG_FIRST_SLEEP | TASK_FLAG_WAKING_RACED);
+    if first && kind == WAKER_UNSEEN {
+        entry.flags |= TASK_FLAG_WAKING_RACED;
+    }
     kind
 }
 
@@ -224,9 +230,14 @@ pub(crate) fn add(entry: &TaskState, kind: u32, cause: u64, delta: u64, tid: u32
     if kind == WAKER_UNSEEN {
         count(Counter::WakerUnseen);
         // Its waking ran where the kernel ran no BPF program, as far as latprof can tell:
-        // user space checks that the sleep overlapped a hidden stretch, as for a lost one.
+        // user space checks that the sleep overlapped a hidden stretch, as for a lost one. On
+        // the task's first traced sleep the waking may have come before its entry was made.
         log_hidden(
-            HIDDEN_WAKER_UNSEEN,
+            if entry.flags & TASK_FLAG_WAKING_RACED != 0 {
+                HIDDEN_WAKER_RACED
+            } else {
+                HIDDEN_WAKER_UNSEEN
+            },
             ids(tid, entry.tgid),
             entry.sleep_start_ns,
             entry.sleep_start_ns.saturating_add(delta),

@@ -186,10 +186,9 @@ fn record_then_dump_without_root_matches_stats() {
         (sc, &sf),
         "dump:\n{dump_text}\nstats:\n{stats_text}"
     );
-    assert!(
-        sc <= slept && sc + missing >= slept,
-        "stats counted {sc} of {slept} nanosleeps that slept ({missing} missing)"
-    );
+    if let Err(why) = common::exact_count(sc, slept, missing) {
+        panic!("stats' nanosleeps: {why}");
+    }
     let stall_us = own_max_us.saturating_sub(2000);
     assert!(
         dt.abs_diff(st) <= st / 100 + stall_us,
@@ -231,14 +230,25 @@ fn record_then_dump_without_root_matches_stats() {
         .filter(|w| w["kind"] == "timer")
         .map(|w| w["count"].as_u64().expect("count"))
         .sum();
-    assert!(by_timer * 100 >= dc * 99, "{}", cause["wakers"]);
+    // Each one, but those whose waking the kernel hid from the workload's own sleeps (the
+    // recorder says which process's, each checked against the hidden switches).
+    let (_, unseen) = common::own_in_text(&rec_summary, work.pid());
+    assert!(
+        by_timer <= dc && by_timer + unseen >= dc,
+        "{by_timer} of {dc} by the timer, {unseen} wakings hidden: {}",
+        cause["wakers"]
+    );
     let timer_spikes = doc["spikes"]
         .as_array()
         .expect("spikes")
         .iter()
         .filter(|s| s["reason"] == "Application requested delay" && s["waker"]["kind"] == "timer")
         .count() as u64;
-    assert!(timer_spikes * 100 >= dc * 99, "{}", doc["spikes"]);
+    assert!(
+        timer_spikes <= dc && timer_spikes + unseen >= dc,
+        "{timer_spikes} of {dc} spikes by the timer, {unseen} wakings hidden: {}",
+        doc["spikes"]
+    );
     let wakers = as_nobody(&[
         "dump", path, "--pid", &pid, "--format", "folded", "--wakers",
     ]);
@@ -304,8 +314,10 @@ fn record_then_dump_without_root_matches_stats() {
         "dump", path, "--pid", &pid, "--from", "start", "--to", "end",
     ]);
     let between = String::from_utf8(between.stdout).expect("utf-8");
+    // The first snapshot came before the workload began (it waits to be started): the
+    // difference holds all of it.
     let (bc, _, _, _) = line_with(&between, "hrtimer_nanosleep");
-    assert!(bc > 0 && bc <= dc, "{between}");
+    assert_eq!(bc, dc, "{between}");
     let tail = as_nobody(&["dump", path, "--pid", &pid, "--from", "-400ms"]);
     assert!(tail.status.success());
     assert!(
@@ -901,10 +913,13 @@ fn user_frames_outlive_the_process_and_its_binary() {
         "-o",
         path,
     ]);
-    let run = Command::new(&server)
+    let child = Command::new(&server)
         .args([READS.to_string().as_str(), "2000"])
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
         .expect("run the server");
+    let server_pid = child.id();
+    let run = child.wait_with_output().expect("run the server");
     let said = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "server: {} {said}", run.status);
     let fact = |key: &str| -> u64 {
@@ -919,7 +934,10 @@ fn user_frames_outlive_the_process_and_its_binary() {
     std::thread::sleep(Duration::from_millis(500));
     let (_, rec_summary) = interrupt(recorder, rec_err);
     assert!(rec_summary.contains("snapshots in"), "{rec_summary}");
-    let missing = common::reported_missing(&rec_summary);
+    // The recorder watched the whole machine: only the server's own lost sleeps excuse a
+    // missing one (one recovered without its kernel backtrace keeps its user frames, and is
+    // counted below).
+    let missing = common::own_lost(&rec_summary, server_pid);
     std::fs::remove_file(&server).expect("delete the server's binary");
 
     // The recording itself: the sleeps under this server's frames (its file, as it mapped it:
@@ -964,10 +982,11 @@ fn user_frames_outlive_the_process_and_its_binary() {
         })
         .map(|(_, r)| r.count)
         .sum();
-    assert!(
-        counted <= slept && counted + missing >= slept,
-        "{counted} sleeps under the server's frames for the {slept} it slept in its {READS} reads ({missing} missing); {unnamed} sleeps under user backtraces not named; the reads' user backtraces: {frames:#?}\nthe recorder said: {rec_summary}"
-    );
+    if let Err(why) = common::exact_count(counted, slept, missing) {
+        panic!(
+            "the sleeps under the server's frames for its {READS} reads: {why}; {unnamed} sleeps under user backtraces not named; the reads' user backtraces: {frames:#?}\nthe recorder said: {rec_summary}"
+        );
+    }
 
     // The recording names other users' functions and binaries: it is its owner's only,
     // until the owner shares it.

@@ -23,7 +23,7 @@ use aya::{
 };
 use latprof_common::{
     CpuSwitch, HIDDEN_GAP, HIDDEN_GAP_DEBUG, HIDDEN_SLEEP_LOST, HIDDEN_SLEEP_RECOVERED,
-    HIDDEN_WAKER_UNSEEN, HiddenEvent,
+    HIDDEN_WAKER_RACED, HIDDEN_WAKER_UNSEEN, HiddenEvent,
 };
 
 use crate::probe::names;
@@ -57,6 +57,9 @@ pub struct HiddenSleeps {
     /// against the gaps as lost ones are: explained, and not.
     pub unseen_explained: u64,
     pub unseen_unexplained: u64,
+    /// Counted first sleeps of a task whose waking was unseen: it may have come before latprof
+    /// made the task's entry (at that sleep's start), a race of latprof's, not the kernel's.
+    pub unseen_raced: u64,
     /// Each process's explained losses and unseen wakings: what its own numbers lack, told
     /// apart from every other process's (pid 0: processes past `MAX_PROCESSES`).
     pub by_pid: BTreeMap<u32, ProcessHidden>,
@@ -67,8 +70,11 @@ pub struct HiddenSleeps {
 pub struct ProcessHidden {
     /// Lost: neither counted nor recovered.
     pub lost: u64,
-    /// Counted, with waker "unseen".
+    /// Counted, with waker "unseen" (where the kernel hid switches).
     pub waker_unseen: u64,
+    /// Counted, with waker "unseen": a task's first traced sleep, whose waking may have come
+    /// before latprof made its entry.
+    pub waker_raced: u64,
 }
 
 impl ProcessHidden {
@@ -78,6 +84,7 @@ impl ProcessHidden {
         Self {
             lost: self.lost.saturating_sub(base.lost),
             waker_unseen: self.waker_unseen.saturating_sub(base.waker_unseen),
+            waker_raced: self.waker_raced.saturating_sub(base.waker_raced),
         }
     }
 }
@@ -86,7 +93,7 @@ impl HiddenSleeps {
     /// The check's numbers over `base` -> `self`, named as `stats --counters` and JSON name
     /// them (the waiting ones are a state, as of `self`).
     #[must_use]
-    pub fn counters(&self, base: Option<&Self>) -> [(&'static str, u64); 5] {
+    pub fn counters(&self, base: Option<&Self>) -> [(&'static str, u64); 6] {
         let since = |n: u64, f: fn(&Self) -> u64| n.saturating_sub(base.map_or(0, f));
         [
             (
@@ -105,6 +112,10 @@ impl HiddenSleeps {
             (
                 "waker_unseen_unexplained",
                 since(self.unseen_unexplained, |b| b.unseen_unexplained),
+            ),
+            (
+                "waker_unseen_first_sleep",
+                since(self.unseen_raced, |b| b.unseen_raced),
             ),
         ]
     }
@@ -131,18 +142,23 @@ impl HiddenSleeps {
                 seen.join(", ")
             ));
         }
-        let lost: Vec<String> = self
+        let by_pid: Vec<String> = self
             .by_pid
             .iter()
-            .filter(|(_, p)| p.lost > 0)
-            .map(|(pid, p)| format!("pid {pid}: {}", p.lost))
+            .filter(|(_, p)| p.lost + p.waker_unseen + p.waker_raced > 0)
+            .map(|(pid, p)| {
+                format!(
+                    "pid {pid} ({} lost, {} waker unseen, {} first sleep)",
+                    p.lost, p.waker_unseen, p.waker_raced
+                )
+            })
             .collect();
-        if !lost.is_empty() {
+        if !by_pid.is_empty() {
             const SHOWN: usize = 16;
-            let more = lost.len().saturating_sub(SHOWN);
+            let more = by_pid.len().saturating_sub(SHOWN);
             out.push(format!(
-                "sleeps lost where switches were hidden, by process: {}{}",
-                lost[..lost.len().min(SHOWN)].join(", "),
+                "sleeps whose wakeup or waking was hidden, by process: {}{}",
+                by_pid[..by_pid.len().min(SHOWN)].join(", "),
                 if more > 0 {
                     format!(" and {more} more")
                 } else {
@@ -196,6 +212,11 @@ impl Check {
             HIDDEN_GAP_DEBUG => {
                 self.out.debug_gaps += 1;
                 self.add_gap(e.start_ns, e.end_ns);
+            }
+            HIDDEN_WAKER_RACED => {
+                // Nothing to check against the gaps: the task's first traced sleep.
+                self.out.unseen_raced += 1;
+                self.process(e.tgid).waker_raced += 1;
             }
             HIDDEN_SLEEP_LOST | HIDDEN_SLEEP_RECOVERED | HIDDEN_WAKER_UNSEEN => {
                 if self.waiting.len() >= MAX_WAITING {
@@ -466,17 +487,35 @@ mod tests {
         c.settle(321);
         let r = c.result();
         assert_eq!((r.unseen_explained, r.unseen_unexplained), (1, 1));
+        c.event(&HiddenEvent {
+            kind: HIDDEN_WAKER_RACED,
+            tgid: 50,
+            ..lost(51, 400, 420)
+        });
+        let r = c.result();
+        assert_eq!(r.unseen_raced, 1);
         assert_eq!(
             r.of(40),
             ProcessHidden {
                 lost: 2,
-                waker_unseen: 1
+                waker_unseen: 1,
+                waker_raced: 0
             }
         );
+        assert_eq!(r.of(50).waker_raced, 1);
+        let losses = r.losses();
         assert!(
-            r.losses()
+            losses
                 .iter()
-                .any(|l| l.starts_with("1 sleeps whose waking was not seen"))
+                .any(|l| l.starts_with("1 sleeps counted with their waking unseen")),
+            "{losses:?}"
+        );
+        assert!(
+            losses.contains(
+                &"sleeps whose wakeup or waking was hidden, by process: pid 40 (2 lost, 1 waker unseen, 0 first sleep), pid 50 (1 lost, 0 waker unseen, 1 first sleep)"
+                    .to_owned()
+            ),
+            "{losses:?}"
         );
     }
 

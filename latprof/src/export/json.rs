@@ -175,8 +175,11 @@ pub struct HiddenJson {
     /// Lost: neither counted nor recovered (a sleep recovered instead is counted, without
     /// its backtrace under "[wakeup hidden from tracing]").
     pub lost: u64,
-    /// Counted with waker "unseen" (`--wakers`).
+    /// Counted with waker "unseen" (`--wakers`), where the kernel hid switches.
     pub waker_unseen: u64,
+    /// Counted with waker "unseen": a task's first traced sleep, whose waking may have come
+    /// before latprof made the task's entry.
+    pub waker_first_sleep: u64,
 }
 
 fn wakers_json(scope: &Scope<'_>, lines: &[model::WakerLine]) -> Vec<WakerJson> {
@@ -297,9 +300,10 @@ fn hidden(scope: &Scope<'_>) -> Vec<HiddenJson> {
                 pid,
                 lost: n.lost,
                 waker_unseen: n.waker_unseen,
+                waker_first_sleep: n.waker_raced,
             }
         })
-        .filter(|h| h.lost + h.waker_unseen > 0)
+        .filter(|h| h.lost + h.waker_unseen + h.waker_first_sleep > 0)
         .collect()
 }
 

@@ -405,8 +405,15 @@ fn hidden_sleeps(
         (waiting_name, waiting),
         unseen_explained,
         unseen_unexplained,
+        unseen_raced,
     ] = cur.counters(base);
-    for (name, n) in [explained, unexplained, unseen_explained, unseen_unexplained] {
+    for (name, n) in [
+        explained,
+        unexplained,
+        unseen_explained,
+        unseen_unexplained,
+        unseen_raced,
+    ] {
         let _ = writeln!(
             out,
             "latprof_pipeline_events_total{{counter=\"{name}\"}} {n}"

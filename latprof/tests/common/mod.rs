@@ -175,8 +175,9 @@ pub fn exact_count(counted: u64, slept: u64, missing: u64) -> Result<(), String>
     }
 }
 
-/// Process `pid`'s `what` (`lost`, `waker_unseen`) in `doc`'s `hidden`: its own sleeps whose
-/// wakeup or waking the kernel hid, each checked against the hidden switches.
+/// Process `pid`'s `what` (`lost`, `waker_unseen`, `waker_first_sleep`) in `doc`'s `hidden`:
+/// its own sleeps whose wakeup or waking the kernel hid, each checked against the hidden
+/// switches (or, for `waker_first_sleep`, its tasks' first traced sleeps).
 pub fn own_hidden(doc: &serde_json::Value, pid: u32, what: &str) -> u64 {
     doc["hidden"]
         .as_array()
@@ -218,6 +219,13 @@ pub fn own_missing(doc: &serde_json::Value, pid: u32) -> u64 {
             .find(|p| p["pid"].as_u64() == Some(pid))
     };
     lost + holder.map_or(0, recovered_blind)
+}
+
+/// Process `pid`'s counted sleeps whose waker is unknown for a reason latprof gives: the kernel
+/// hid their waking (checked against the hidden switches), or it was a task's first traced
+/// sleep (its waking may have come before latprof made the task's entry).
+pub fn own_unseen(doc: &serde_json::Value, pid: u32) -> u64 {
+    own_hidden(doc, pid, "waker_unseen") + own_hidden(doc, pid, "waker_first_sleep")
 }
 
 /// The one judgment of a workload's count: `counted` of `pid`'s `slept` sleeps (what the
@@ -327,27 +335,35 @@ pub fn reported_lost(text: &str) -> u64 {
 }
 
 /// Process `pid`'s sleeps latprof lost where the kernel hid their wakeup, from its stderr
-/// `text` ("sleeps lost where switches were hidden, by process: pid P: N, ..."), each one
-/// checked against the hidden switches (`reported_lost` fails on any other).
+/// `text` ("sleeps whose wakeup or waking was hidden, by process: pid P (L lost, U waker
+/// unseen), ..."), each one checked against the hidden switches (`reported_lost` fails on any
+/// other).
 pub fn own_lost(text: &str, pid: u32) -> u64 {
+    own_in_text(text, pid).0
+}
+
+/// Process `pid`'s (lost, waker unseen) sleeps where the kernel hid their wakeup or waking (the
+/// unseen ones with its tasks' first traced sleeps, whose waking may have raced latprof's
+/// making of their entries), from latprof's stderr `text`.
+pub fn own_in_text(text: &str, pid: u32) -> (u64, u64) {
     reported_lost(text);
     let Some(line) = text
         .lines()
-        .find(|l| l.contains("sleeps lost where switches were hidden, by process: "))
+        .find_map(|l| l.split_once("was hidden, by process: ").map(|(_, r)| r))
     else {
-        return 0;
+        return (0, 0);
     };
-    let want = format!("pid {pid}");
-    line.split(": ")
-        .skip(1)
-        .collect::<Vec<_>>()
-        .join(": ")
-        .split(", ")
+    let want = format!("pid {pid} (");
+    line.split("), ")
         .find_map(|item| {
-            let (who, n) = item.split_once(": ")?;
-            (who == want).then(|| n.trim().parse().expect("a count"))
+            let counts = item.strip_prefix(&want)?;
+            let mut words = counts.split_whitespace();
+            let lost = words.next()?.parse().ok()?;
+            let unseen: u64 = words.nth(1)?.parse().ok()?;
+            let first: u64 = words.nth(2)?.parse().ok()?;
+            Some((lost, unseen + first))
         })
-        .unwrap_or(0)
+        .unwrap_or((0, 0))
 }
 
 /// Sleeps missing from their own cause in latprof's stderr `text`: lost, or recovered after a

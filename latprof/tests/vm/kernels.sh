@@ -39,6 +39,20 @@ attached() {
     done
 }
 
+# blocked PID: waits until the workload PID sleeps in its read of stdin (the go line), so that a
+# latprof started after this sees none of the workload's start: not the shell opening the fifo
+# for it, not its exec, not that read's start. A count that takes every sleep of the process
+# needs it (the workload's own count begins after that read).
+blocked() {
+    i=0
+    until [ "$(cat /proc/$1/comm 2> /dev/null)" = latprof-workloa ] \
+        && [ "$(cut -d' ' -f1,2 /proc/$1/syscall 2> /dev/null)" = "0 0x0" ] \
+        && grep -q '^State:.S' /proc/$1/status 2> /dev/null; do
+        sleep 0.05; i=$((i + 1))
+        if [ $i -gt 2000 ]; then echo "workload $1 never blocked reading its stdin"; exit 1; fi
+    done
+}
+
 step nanosleep
 # 1. The nanosleep exact count, in both modes: 100 sleeps of 2 ms of one process (--pid),
 #    every sleep counted (--all-sleeps), the workload timing its own sleeps.
@@ -65,10 +79,11 @@ step pingpong
 mkfifo /tmp/go.pp
 latprof-workload --wait --hold pingpong --count 200 --processes --apart --named < /tmp/go.pp > /tmp/w.pp &
 W=$!
+exec 3> /tmp/go.pp
+blocked $W
 latprof --all-sleeps --wakers stats --format json --duration 900s > /tmp/s.pp 2> /tmp/e.pp &
 LP=$!
 attached /tmp/e.pp $LP
-exec 3> /tmp/go.pp
 echo go >&3
 i=0
 while ! grep -qs done /tmp/w.pp; do
@@ -84,6 +99,7 @@ exec 3>&-
 wait $W
 echo "=== pingpong"; cat /tmp/s.pp
 echo "=== pingpong stderr"; cat /tmp/e.pp
+echo "=== pingpong workload"; cat /tmp/w.pp
 
 step udp
 # 2b. UDP on loopback: each receive is ended by the network softirq (in the sender's context,
@@ -93,7 +109,7 @@ ip link set lo up 2> /dev/null || ifconfig lo 127.0.0.1 up
 latprof --all-sleeps --wakers stats --format json --duration 900s > /tmp/s.u 2> /tmp/e.u &
 LP=$!
 attached /tmp/e.u $LP
-latprof-workload udp --count 50 --interval 2ms > /tmp/w.u &
+latprof-workload --hold udp --count 50 --interval 2ms < /dev/null > /tmp/w.u &
 W=$!
 wait $W
 echo "=== udp pid"; echo "$W"
@@ -102,25 +118,40 @@ wait $LP; RC=$?
 echo "=== udp rc"; echo $RC
 echo "=== udp"; cat /tmp/s.u
 echo "=== udp stderr"; cat /tmp/e.u
+echo "=== udp workload"; cat /tmp/w.u
 
 step fsync
-# 3. fsync on the scratch disk (/mnt, ext4): its waits are uninterruptible (spikes' K column)
-#    and sit under fsync's backtrace (stats).
-latprof stats --format json --duration 900s > /tmp/s.fs 2> /tmp/e.fs &
+# 3. fsync on the scratch disk (/mnt, ext4), its process only: its waits are uninterruptible
+#    (spikes' K column) and sit under fsync's backtrace (stats); the workload counts every
+#    sleep of its loop.
+mkfifo /tmp/go.fs
+latprof-workload --wait --hold fsync --count 20 --dir /mnt < /tmp/go.fs > /tmp/w.fs &
+W=$!
+exec 6> /tmp/go.fs
+blocked $W
+latprof --all-sleeps stats --pid $W --format json --duration 900s > /tmp/s.fs 2> /tmp/e.fs &
 LP=$!
-latprof spikes --spike 1us > /tmp/k.fs 2> /tmp/ke.fs &
+latprof --all-sleeps spikes --pid $W --spike 1us > /tmp/k.fs 2> /tmp/ke.fs &
 LK=$!
 attached /tmp/e.fs $LP
 attached /tmp/ke.fs $LK
-latprof-workload fsync --count 20 --dir /mnt
+echo go >&6
+i=0
+while ! grep -qs done /tmp/w.fs; do
+    sleep 0.2; i=$((i + 1))
+    if [ $i -gt 900 ]; then echo "fsync did not finish"; exit 1; fi
+done
 kill -INT $LP $LK
 wait $LP; RS=$?
 wait $LK; RK=$?
+exec 6>&-
+wait $W
 echo "=== fsync rc"; echo "$RS $RK"
 echo "=== fsync"; cat /tmp/s.fs
 echo "=== fsync stderr"; cat /tmp/e.fs
 echo "=== fsync spikes"; cat /tmp/k.fs
 echo "=== fsync spikes stderr"; cat /tmp/ke.fs
+echo "=== fsync workload"; cat /tmp/w.fs
 
 step spikes
 # 4. spikes for known long sleeps: 5 nanosleeps of 30 ms over a 20 ms threshold.
@@ -136,30 +167,44 @@ echo "=== spikes"; cat /tmp/k.long
 echo "=== spikes stderr"; cat /tmp/ke.long
 
 step counters
-# 5. stats --counters over a ping-pong: the pipeline counters, the variant loaded, and
-#    latprof's own kernel time per program run on this kernel.
-latprof stats --counters --duration 900s > /tmp/s.c 2> /tmp/e.c &
+# 5. stats --counters over a ping-pong (its process only, every sleep): the pipeline counters,
+#    the variant loaded, and latprof's own kernel time per program run on this kernel.
+mkfifo /tmp/go.c
+latprof-workload --wait --hold pingpong --count 2000 < /tmp/go.c > /tmp/w.c &
+W=$!
+exec 5> /tmp/go.c
+blocked $W
+latprof --all-sleeps stats --counters --pid $W --duration 900s > /tmp/s.c 2> /tmp/e.c &
 LP=$!
 attached /tmp/e.c $LP
 step "counters: attached"
-latprof-workload pingpong --count 2000
+echo go >&5
+i=0
+while ! grep -qs done /tmp/w.c; do
+    sleep 0.2; i=$((i + 1))
+    if [ $i -gt 900 ]; then echo "ping-pong did not finish"; exit 1; fi
+done
 step "counters: ping-pong done"
 kill -INT $LP
 wait $LP; RC=$?
+exec 5>&-
+wait $W
 echo "=== counters rc"; echo $RC
 echo "=== counters"; cat /tmp/s.c
 echo "=== counters stderr"; cat /tmp/e.c
+echo "=== counters workload"; cat /tmp/w.c
 
 step ustacks
 # 5a. User backtraces (issue 17): the programs load with the user walk on this kernel, and a
 #     ping-pong's pipe waits carry the workload's frames, named (Rust, demangled).
 mkfifo /tmp/go.us
-latprof-workload --wait --hold pingpong --count 200 --processes < /tmp/go.us > /tmp/w.us &
+latprof-workload --wait --hold pingpong --count 200 --processes --apart --print-stack < /tmp/go.us > /tmp/w.us &
 W=$!
+exec 4> /tmp/go.us
+blocked $W
 latprof --user-stacks --all-sleeps stats --pid $W --format json --duration 900s > /tmp/s.us 2> /tmp/e.us &
 LP=$!
 attached /tmp/e.us $LP
-exec 4> /tmp/go.us
 echo go >&4
 i=0
 while ! grep -qs done /tmp/w.us; do
@@ -173,6 +218,7 @@ wait $W
 echo "=== ustacks rc"; echo $RC
 echo "=== ustacks"; cat /tmp/s.us
 echo "=== ustacks stderr"; cat /tmp/e.us
+echo "=== ustacks workload"; cat /tmp/w.us
 
 step cgroups
 # 5b. Cgroups (issue 15): two cgroups (one named like a systemd service), a nanosleep workload
