@@ -1026,18 +1026,19 @@ fn pingpong(count: u32, sides: &Sides, finish: impl FnOnce(&str)) -> Result<()> 
         // done (a test reads both threads' records then).
         let (report, reported) = std::sync::mpsc::channel();
         let (release, released) = std::sync::mpsc::channel::<()>();
+        // Every voluntary switch from here, the thread's start included (a new thread's count
+        // begins at zero): on PREEMPT_RT the start may wait for a sleeping spinlock.
+        let before = voluntary_switches();
         let handle = std::thread::spawn(move || {
-            let before = voluntary_switches();
             let result = bounce(count, &mut b_rx, &mut b_tx, false, None).and_then(|()| {
                 // Its last read ends at the other side's end of file.
                 let mut rest = Vec::new();
                 b_rx.read_to_end(&mut rest)?;
                 Ok(())
             });
-            let _ = report.send((result, voluntary_switches() - before));
+            let _ = report.send((result, voluntary_switches()));
             let _ = released.recv();
         });
-        let before = voluntary_switches();
         let result = bounce(
             count,
             &mut a_rx,

@@ -436,12 +436,12 @@ fn lazy_reads_during_an_exit_storm_stay_exact() {
         lazy_seen.reads, lazy_seen.retried, lazy_seen.unsettled, lazy_seen.compared
     );
     assert!(lazy_seen.compared >= 10, "too few reads to compare");
-    // The retries settle nearly every read.
-    // An unsettled read is said (checked above); most must settle, or the retries do not work
-    // (measured: about 10% needed a retry on an idle machine, 10% stayed unsettled under CI's
-    // load).
+    // An unsettled read is said (checked above), and the read after the storm is exact
+    // (below). While 8 threads at a time exit, a read may not settle within its retries: a
+    // stated tolerance of a quarter of the reads, measured at 11% (26 of 246) here and 10%
+    // under CI's load; a retry that did not work would leave most unsettled.
     assert!(
-        lazy_seen.unsettled * 2 <= lazy_seen.reads,
+        lazy_seen.unsettled * 4 <= lazy_seen.reads,
         "{} of {} reads unsettled",
         lazy_seen.unsettled,
         lazy_seen.reads
