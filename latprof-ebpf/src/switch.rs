@@ -12,9 +12,8 @@ use aya_ebpf::{
 };
 use latprof_common::{
     CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, NO_STACK, NO_USER, RUNQ_STACK, SLEEP_NONE,
-    SPIKE_RUNQ, TASK_FLAG_EXITING, TASK_FLAG_FIRST_SLEEP, TASK_FLAG_KTHREAD, TaskState, TickCounter,
-    WAKER_UNSEEN,
-    sleep_kind,
+    SPIKE_RUNQ, TASK_FLAG_EXITING, TASK_FLAG_FIRST_SLEEP, TASK_FLAG_KTHREAD, TaskState,
+    TickCounter, WAKER_UNSEEN, sleep_kind,
 };
 
 use crate::{
