@@ -154,10 +154,11 @@ impl HiddenSleeps {
             })
             .collect();
         if !by_pid.is_empty() {
-            const SHOWN: usize = 16;
+            // Enough for every process a run's hidden stretches touched here (one to three).
+            const SHOWN: usize = 64;
             let more = by_pid.len().saturating_sub(SHOWN);
             out.push(format!(
-                "sleeps whose wakeup or waking was hidden, by process: {}{}",
+                "sleeps lost or with no waking seen, by process: {}{}",
                 by_pid[..by_pid.len().min(SHOWN)].join(", "),
                 if more > 0 {
                     format!(" and {more} more")
@@ -512,7 +513,7 @@ mod tests {
         );
         assert!(
             losses.contains(
-                &"sleeps whose wakeup or waking was hidden, by process: pid 40 (2 lost, 1 waker unseen, 0 first sleep), pid 50 (1 lost, 0 waker unseen, 1 first sleep)"
+                &"sleeps lost or with no waking seen, by process: pid 40 (2 lost, 1 waker unseen, 0 first sleep), pid 50 (1 lost, 0 waker unseen, 1 first sleep)"
                     .to_owned()
             ),
             "{losses:?}"
