@@ -158,7 +158,7 @@ impl HiddenSleeps {
             const SHOWN: usize = 64;
             let more = by_pid.len().saturating_sub(SHOWN);
             out.push(format!(
-                "sleeps lost or with no waking seen, by process: {}{}",
+                "lost sleeps and unseen wakings, by process: {}{}",
                 by_pid[..by_pid.len().min(SHOWN)].join(", "),
                 if more > 0 {
                     format!(" and {more} more")
@@ -513,7 +513,7 @@ mod tests {
         );
         assert!(
             losses.contains(
-                &"sleeps lost or with no waking seen, by process: pid 40 (2 lost, 1 waker unseen, 0 first sleep), pid 50 (1 lost, 0 waker unseen, 1 first sleep)"
+                &"lost sleeps and unseen wakings, by process: pid 40 (2 lost, 1 waker unseen, 0 first sleep), pid 50 (1 lost, 0 waker unseen, 1 first sleep)"
                     .to_owned()
             ),
             "{losses:?}"

@@ -335,7 +335,7 @@ pub fn reported_lost(text: &str) -> u64 {
 }
 
 /// Process `pid`'s sleeps latprof lost where the kernel hid their wakeup, from its stderr
-/// `text` ("sleeps lost or with no waking seen, by process: pid P (L lost, U waker unseen, F
+/// `text` ("lost sleeps and unseen wakings, by process: pid P (L lost, U waker unseen, F
 /// first sleep), ..."), each one checked against the hidden switches (`reported_lost` fails on
 /// any other).
 pub fn own_lost(text: &str, pid: u32) -> u64 {
@@ -349,7 +349,7 @@ pub fn own_in_text(text: &str, pid: u32) -> (u64, u64) {
     reported_lost(text);
     let Some(line) = text
         .lines()
-        .find_map(|l| l.split_once("no waking seen, by process: ").map(|(_, r)| r))
+        .find_map(|l| l.split_once("unseen wakings, by process: ").map(|(_, r)| r))
     else {
         return (0, 0);
     };
