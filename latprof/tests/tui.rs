@@ -17,12 +17,12 @@ struct Tmux {
 
 impl Tmux {
     fn start(command: &str) -> Self {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let session = format!("latprof-test-{}-{n}", std::process::id());
         // One at a time: two `new-session`s that both start the tmux server race for its
         // socket, and one fails ("tmux new-session failed", seen in a fresh-clone run).
         static SERVER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let session = format!("latprof-test-{}-{n}", std::process::id());
         let _one = SERVER
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
