@@ -52,6 +52,17 @@ pub struct Named {
     pub state: &'static str,
     /// Index into the series.
     slot: usize,
+    /// For a backtrace shown with [`UNNAMED`] user frames: the same backtrace once named. The
+    /// reads taken before the name came keep this value, and a profile that spans them shows
+    /// their sleeps under the name (one sample, not an unnamed one beside the named).
+    later: std::sync::OnceLock<Arc<Named>>,
+}
+
+impl Named {
+    /// This backtrace as named by now: itself, or its later name.
+    fn current(&self) -> &Self {
+        self.later.get().map_or(self, |n| n.as_ref())
+    }
 }
 
 /// What one read added: per backtrace, the sleeps that ended since the read before.
@@ -84,6 +95,7 @@ impl Published {
         let mut merged: HashMap<(&[String], &str), (u64, u64)> = HashMap::new();
         for delta in self.window.iter().filter(|d| d.taken_ns > since) {
             for (named, count, ns) in &delta.samples {
+                let named = named.current();
                 let e = merged
                     .entry((named.frames.as_slice(), named.reason.as_str()))
                     .or_default();
@@ -330,6 +342,7 @@ impl Accumulator {
             return Arc::clone(n);
         }
         let old_slot = old.map(|n| n.slot);
+        let old_named = old.filter(|_| !unnamed).map(Arc::clone);
         let backtrace = Backtrace::of(
             stack,
             snap.stacks.get(&stack).map(Vec::as_slice),
@@ -367,7 +380,12 @@ impl Accumulator {
             reason,
             state,
             slot,
+            later: std::sync::OnceLock::new(),
         });
+        if let Some(old) = old_named {
+            // Named at last: the reads that showed it unnamed show it named from now on.
+            let _ = old.later.set(Arc::clone(&named));
+        }
         if unnamed {
             self.unnamed.insert(stack);
         } else {
@@ -906,7 +924,7 @@ ffffffff81402000 T __lock_text_end
             s
         });
         assert_eq!(p.live.series[0].count, 7);
-        // The name comes: the sleeps since are shown with it, in the same series.
+        // The name comes: the sleeps are shown with it, in the same series.
         let mut s = snap(&[(1, 10)], 3);
         s.user_parts = [(1, 100)].into();
         s.user_stacks = [(100, vec![frame("wait_for_request"), frame("main")])].into();
@@ -923,5 +941,11 @@ ffffffff81402000 T __lock_text_end
         );
         assert_eq!(last[0].1, 3);
         assert!(!last[0].0.iter().any(|f| f == UNNAMED), "{last:?}");
+        // A profile over all three reads shows every sleep under the name, the unnamed reads'
+        // too: one sample of 10.
+        let all = traces(&decode(p.profile(300, 3_500_000_000)));
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!(all[0].0, last[0].0);
+        assert_eq!(all[0].1, 10);
     }
 }
