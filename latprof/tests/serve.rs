@@ -721,11 +721,21 @@ fn profile_carries_user_frames() {
         nanosleeps(m) + missing_so_far(m) >= slept
     });
     let expected = slept - missing(&metrics);
-    let r = serve.get("/debug/pprof/offcpu?seconds=60");
-    assert_eq!(r.status, 200, "{}", r.text());
+    // A read waits 2 s for names (README): a backtrace named later (the workload's debug
+    // binary read on a busy CPU) is `[unnamed]` until a later read, then named in every
+    // profile, the earlier reads' sleeps too.
     let file = dir.join("offcpu.pb.gz");
-    std::fs::write(&file, &r.body).expect("write profile");
-    let (count, frames) = go_pprof_nanosleep(&file, &dir);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (count, frames) = loop {
+        let r = serve.get("/debug/pprof/offcpu?seconds=60");
+        assert_eq!(r.status, 200, "{}", r.text());
+        std::fs::write(&file, &r.body).expect("write profile");
+        let (count, frames) = go_pprof_nanosleep(&file, &dir);
+        if !frames.iter().any(|f| f == "[unnamed]") || Instant::now() > deadline {
+            break (count, frames);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
     assert_eq!(count, expected, "go tool pprof's count of {frames:?}");
     let kernel = frames.iter().position(|f| f == "do_syscall_64");
     let user = frames
@@ -1181,13 +1191,18 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
-/// Three minutes of fork/exit and thread churn while Prometheus-like scrapes and profile pulls
-/// go on: no kernel table grows with the exits (each stays far under its capacity and under a
-/// ceiling that thousands of exits would pass), and latprof's memory stops growing once warm.
+/// Ninety seconds of fork/exit and thread churn (thousands of exits) while Prometheus-like
+/// scrapes and profile pulls go on: no kernel table grows with the exits (each stays far under
+/// its capacity and under a ceiling that thousands of exits would pass), and latprof's memory
+/// stops growing once warm (the first 30 s).
+///
+/// It ran three minutes before; 90 s here churned 323,000 exits, RSS 50,216 KiB at 30 s and at
+/// most 50,868 KiB after, tables within 43 entries: a third minute added nothing.
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn churn_keeps_memory_bounded() {
     const TABLES: [&str; 5] = ["tasks", "records", "stacks", "histograms", "cgroups"];
+    const THIRD: Duration = Duration::from_secs(30);
     let _guard = serial();
     let serve = Serve::start(&[]);
     let addr = serve.addr;
@@ -1238,22 +1253,22 @@ fn churn_keeps_memory_bounded() {
         .collect();
     let mut most = [0u64; TABLES.len()];
     let mut at_warm = None;
-    // RSS once warm (60 s), its highest in the second minute and in the third.
+    // RSS once warm (30 s), its highest in the second 30 s and in the third.
     let (mut rss_second, mut rss_third) = (0, 0);
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(180) {
-        std::thread::sleep(Duration::from_secs(5));
+    while start.elapsed() < 3 * THIRD {
+        std::thread::sleep(Duration::from_secs(3));
         let (rss, m) = (rss_kib(pid), serve.metrics());
         for (most, t) in most.iter_mut().zip(TABLES) {
             *most = (*most).max(entries(&m, t));
         }
-        if start.elapsed() < Duration::from_secs(60) {
+        if start.elapsed() < THIRD {
             continue;
         }
         if at_warm.is_none() {
             at_warm = Some((rss, TABLES.map(|t| entries(&m, t))));
         }
-        if start.elapsed() < Duration::from_secs(120) {
+        if start.elapsed() < 2 * THIRD {
             rss_second = rss_second.max(rss);
         } else {
             rss_third = rss_third.max(rss);
@@ -1266,9 +1281,10 @@ fn churn_keeps_memory_bounded() {
     let end: Vec<u64> = TABLES.iter().map(|t| entries(&end, t)).collect();
     let (rss_warm, warm) = at_warm.expect("a warm measurement");
     eprintln!(
-        "churn: {exits} exits; latprof RSS {rss_warm} KiB at 60 s, at most {rss_second} KiB in the second minute, {rss_third} KiB in the third, {rss_end} KiB at the end; tables {TABLES:?}: at 60 s {warm:?}, at most {most:?}, at the end {end:?}, capacity {capacity:?}"
+        "churn: {exits} exits; latprof RSS {rss_warm} KiB at 30 s, at most {rss_second} KiB in the second 30 s, {rss_third} KiB in the third, {rss_end} KiB at the end; tables {TABLES:?}: at 30 s {warm:?}, at most {most:?}, at the end {end:?}, capacity {capacity:?}"
     );
-    assert!(exits >= 15_000, "too little churn: {exits} exits");
+    // A tenth of what ran here (323,000), so a busy machine still churns enough.
+    assert!(exits >= 30_000, "too little churn: {exits} exits");
     // Ceilings (measured: see the line above in the test's output).
     for (i, t) in TABLES.iter().enumerate() {
         // Thousands of exits would pass 2000; a table near its capacity drops.
@@ -1281,13 +1297,13 @@ fn churn_keeps_memory_bounded() {
         // Entries that came after warming up: new backtraces, not exited tasks.
         assert!(
             end[i] <= warm[i] + warm[i] / 2 + 100,
-            "{t}: {} entries at 60 s, {} at the end",
+            "{t}: {} entries at 30 s, {} at the end",
             warm[i],
             end[i]
         );
     }
     assert!(rss_second < 64 * 1024, "latprof serve RSS {rss_second} KiB");
-    // Flat once warm: the third minute no higher than the second, but for allocator noise.
+    // Flat once warm: the third 30 s no higher than the second, but for allocator noise.
     assert!(
         rss_third <= rss_second + 2 * 1024 && rss_end < rss_warm + 4 * 1024,
         "RSS grew: {rss_warm} KiB at 60 s, {rss_second} then {rss_third} KiB at most, {rss_end} KiB at the end"
