@@ -16,13 +16,11 @@ pub fn shared_vm() -> Option<PathBuf> {
 }
 
 /// Boots the VM with `file` copied in (as /work/NAME) and runs `command`; returns its output.
-/// `None` when LATPROF_SKIP_VM is set (xtask says so loudly). One VM at a time: two emulated
-/// guests on this 2-core machine slow each other enough to move measurements.
+/// `None` when LATPROF_SKIP_VM is set (xtask says so loudly). As many guests at a time as the
+/// host has CPUs: each emulates all its vCPUs on one host thread (below), so two guests on
+/// this 2-core machine each have a CPU of their own.
 pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _slot = Slot::take();
     if std::env::var_os("LATPROF_SKIP_VM").is_some() {
         eprintln!("LATPROF_SKIP_VM is set: VM test NOT RUN");
         return None;
@@ -217,4 +215,36 @@ pub fn section<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
         .take_while(|l| !l.starts_with("=== "))
         .filter(|l| !l.starts_with("+++ "))
         .collect()
+}
+
+/// One of the host's CPUs, held by a running guest.
+struct Slot;
+
+static RUNNING: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+static FREED: std::sync::Condvar = std::sync::Condvar::new();
+
+impl Slot {
+    fn take() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let mut running = RUNNING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while *running >= cpus {
+            running = FREED
+                .wait(running)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        *running += 1;
+        Self
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut running = RUNNING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *running -= 1;
+        FREED.notify_one();
+    }
 }
