@@ -420,9 +420,10 @@ const CONTAINER_PACKAGES: [&str; 2] = ["podman", "runc"];
 fn deb() -> Result<PathBuf> {
     dist()?;
     install_missing(&["lintian", "dpkg-dev"])?;
+    // The debug build: the tests build the same crates so (a release build of them all, only
+    // to write man pages, cost minutes of every test run).
     run_cmd(cargo().args([
         "build",
-        "--release",
         "--package",
         "latprof-bench",
         "--bin",
@@ -431,7 +432,7 @@ fn deb() -> Result<PathBuf> {
     let work = root_dir().join("target/deb");
     let _ = std::fs::remove_dir_all(&work);
     let generated = work.join("generated");
-    run_cmd(Command::new(root_dir().join("target/release/latprof-docs")).arg(&generated))?;
+    run_cmd(Command::new(root_dir().join("target/debug/latprof-docs")).arg(&generated))?;
     let root = work.join("root");
     let version = env!("CARGO_PKG_VERSION");
     let revision = revision();
@@ -669,12 +670,20 @@ fn bench(args: &[String]) -> Result<()> {
 /// sudo when not root), then the latencytop truth check in ../shared/vm.
 fn test(args: &[String]) -> Result<()> {
     let started = Instant::now();
+    // Where the time before the tests goes, step by step (the summary lists it).
+    let mut steps: Vec<(&str, Duration)> = Vec::new();
+    let mut step = |name, t0: Instant| steps.push((name, t0.elapsed()));
+    let t0 = Instant::now();
     setup_for_tests()?;
+    step("setup (toolchains, packages)", t0);
     let extra = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
+    let t0 = Instant::now();
     run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
     // Lints with warnings denied: the user-space crates, then the eBPF crate (for its target,
     // with the pinned nightly, as aya-build builds it: without cargo's wrappers).
     run_cmd(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
+    step("fmt and clippy", t0);
+    let t0 = Instant::now();
     let mut ebpf = Command::new("cargo");
     ebpf.arg(format!("+{NIGHTLY}"))
         .args([
@@ -695,6 +704,8 @@ fn test(args: &[String]) -> Result<()> {
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .current_dir(root_dir());
     run_cmd(&mut ebpf)?;
+    step("clippy of the eBPF crate", t0);
+    let t0 = Instant::now();
     // Every dependency's license on the allowed list (deny.toml), and the notices shipped
     // with latprof current.
     run_cmd(
@@ -704,11 +715,19 @@ fn test(args: &[String]) -> Result<()> {
     )?;
     licenses_check_bites()?;
     notices(false)?;
+    step("licenses and notices", t0);
+    let t0 = Instant::now();
     // The static binary the VM checks run on every kernel, and its Debian package, which
     // lintian checks here and the package tests install in Debian 11 and 12 roots.
+    dist()?;
+    step("static binaries (release, musl)", t0);
+    let t0 = Instant::now();
     deb()?;
+    step("Debian package and lintian", t0);
+    let t0 = Instant::now();
     // The image the container test runs (tests/container.rs).
     image()?;
+    step("container image", t0);
     let vm =
         env::var_os("LATPROF_SHARED").map_or_else(|| root_dir().join("../shared"), PathBuf::from);
     let vm_missing = !vm.join("vm/run.sh").exists();
@@ -731,6 +750,7 @@ fn test(args: &[String]) -> Result<()> {
     // Every test binary built first (as this user), then each run (as root, with sudo when
     // this user is not), timed, whatever fails before it: the summary says where the time
     // goes.
+    let t0 = Instant::now();
     let json = cargo()
         .args(["test", "--no-run", "--message-format=json"])
         .output()
@@ -738,6 +758,7 @@ fn test(args: &[String]) -> Result<()> {
     if !json.status.success() {
         run_cmd(cargo().args(["test", "--no-run"]))?;
     }
+    step("test build (debug)", t0);
     let mut times: Vec<(String, Duration, bool)> = Vec::new();
     for test in executables(&String::from_utf8_lossy(&json.stdout)) {
         let mut cmd = if is_root() {
@@ -800,6 +821,15 @@ fn test(args: &[String]) -> Result<()> {
             if *ok { "" } else { "  FAILED" }
         );
     }
+    eprintln!("xtask: before them:");
+    for (name, took) in &steps {
+        eprintln!("xtask:   {:>5} s  {name}", took.as_secs());
+    }
+    eprintln!(
+        "xtask: in all {} s ({:.1} min)",
+        started.elapsed().as_secs(),
+        started.elapsed().as_secs_f64() / 60.0
+    );
     eprintln!("xtask: ################################################################");
     let retried = std::fs::read_to_string(&retries).unwrap_or_default();
     let retried: Vec<&str> = retried
