@@ -1,28 +1,17 @@
 //! Accounting: a counted sleep or wait into the task's records, the histograms and (normal
-//! mode) the global table; at `sched_process_exit`, lazy mode's merge of the task's records.
+//! mode) the global table; the adds that lazy mode's exit merge (`exit.rs`) makes.
 
 use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 
-use aya_ebpf::{
-    bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
-    macros::raw_tracepoint,
-    programs::RawTracePointContext,
-};
+use aya_ebpf::bindings::BPF_NOEXIST;
 use latprof_common::{
-    CgroupCause, Counter, GlobalRecord, HIDDEN_SLEEP_LOST, HIST_BUCKETS, Histogram, LatencyRecord,
-    MODE_LAZY, MODE_NORMAL, SLEEP_NONE, TASK_FLAG_EXITING, TASK_FLAG_KTHREAD, TASK_RECORDS,
-    TaskState, hist_bucket,
+    CgroupCause, Counter, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, MODE_LAZY,
+    MODE_NORMAL, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState, hist_bucket,
 };
 
 use crate::{
-    debug::anomaly,
-    maps::{CGROUP_LATENCY, GLOBAL_LATENCY, HISTOGRAMS, MERGED, TASKS, count, ids, log_hidden},
-    recover::recover,
-    settings::{
-        CGROUPS_ON, DEBUG_CHECKS, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, TASK_PID_OFF,
-        read_field,
-    },
+    maps::{CGROUP_LATENCY, GLOBAL_LATENCY, HISTOGRAMS, MERGED, count},
+    settings::{CGROUPS_ON, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, read_field},
 };
 
 // A record index is masked (rule 2 of the verifier rules in `stack_cache`).
@@ -170,7 +159,7 @@ fn add_to_part(rec: *mut GlobalRecord, n: u64, total_ns: u64, max_ns: u64) {
 
 /// Adds to this CPU's part of the per-cgroup table (user space adds the CPUs' parts).
 #[inline(always)]
-fn cgroup_add(key: &CgroupCause, n: u64, total_ns: u64, max_ns: u64) {
+pub(crate) fn cgroup_add(key: &CgroupCause, n: u64, total_ns: u64, max_ns: u64) {
     if let Some(rec) = CGROUP_LATENCY.get_ptr_mut(key) {
         add_to_part(rec, n, total_ns, max_ns);
     } else {
@@ -213,7 +202,7 @@ fn histogram_add(key: &CgroupCause, delta: u64) {
 /// parts to the shared table when it reads): no atomic operation, no cache line shared with
 /// the other CPUs.
 #[inline(always)]
-fn merged_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
+pub(crate) fn merged_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
     if let Some(rec) = MERGED.get_ptr_mut(&stack) {
         add_to_part(rec, n, total_ns, max_ns);
     } else {
@@ -301,141 +290,5 @@ fn merged_max(stack: u64, max_ns: u64) {
         {
             count(Counter::GlobalTableFull);
         }
-    }
-}
-
-/// A task is freed (an RCU grace period after it was reaped): the entry of a task first seen
-/// while exiting is retired as at exit, if `sched_process_exit` did not take it: a sleep after
-/// that hook made it (where the hook runs before `exit_mm`, as on this 6.18 host, the waits
-/// in `exit_mm`, such as exit_aio's or the memory map lock's, come after it). Only such
-/// entries: the tid may belong to a new task by now.
-#[raw_tracepoint(tracepoint = "sched_process_free")]
-pub fn sched_process_free(ctx: RawTracePointContext) -> i32 {
-    try_sched_process_free::<true>(&ctx).unwrap_or(1)
-}
-
-/// `sched_process_free` for kernels without BPF compare-and-swap (before 5.12).
-#[raw_tracepoint(tracepoint = "sched_process_free")]
-pub fn sched_process_free_nocas(ctx: RawTracePointContext) -> i32 {
-    try_sched_process_free::<false>(&ctx).unwrap_or(1)
-}
-
-fn try_sched_process_free<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
-    // TP_PROTO(struct task_struct *p)
-    let task: *const u8 = ctx.arg(0);
-    let tid = read_field::<i32>(task, TASK_PID_OFF.load())? as u32;
-    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
-        return Ok(0);
-    };
-    // SAFETY: the task is dead: nothing of its own writes its entry any more.
-    let entry = unsafe { &mut *entry };
-    // Only the entry this task made: one a thread took over with the tid (exec from a thread
-    // that is not the leader) is that thread's, retired at its own exit.
-    if entry.flags & TASK_FLAG_EXITING != 0 && entry.task_low == task as u64 as u32 {
-        count(Counter::ExitingFreed);
-        // A sleep still open never saw its wakeup (the kernel hid it); the task's run time is
-        // not current's to read here, so it is lost, and logged for the check against the
-        // hidden stretches.
-        if entry.sleep_kind != SLEEP_NONE {
-            count(Counter::SleepLost);
-            log_hidden(
-                HIDDEN_SLEEP_LOST,
-                ids(tid, entry.tgid),
-                entry.sleep_start_ns,
-                unsafe { bpf_ktime_get_ns() },
-                0,
-            );
-            entry.sleep_kind = SLEEP_NONE;
-        }
-        retire::<CAS>(ctx, tid, entry);
-    }
-    Ok(0)
-}
-
-#[raw_tracepoint(tracepoint = "sched_process_exit")]
-pub fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
-    try_sched_process_exit::<true>(&ctx).unwrap_or(1)
-}
-
-/// `sched_process_exit` for kernels without BPF compare-and-swap (before 5.12).
-#[raw_tracepoint(tracepoint = "sched_process_exit")]
-pub fn sched_process_exit_nocas(ctx: RawTracePointContext) -> i32 {
-    try_sched_process_exit::<false>(&ctx).unwrap_or(1)
-}
-
-/// Runs in the exiting task: `current` is the task whose records are merged.
-#[expect(
-    clippy::unnecessary_wraps,
-    reason = "every program's body has one shape: `try_<program>(&ctx).unwrap_or(1)`"
-)]
-fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
-    let tid = bpf_get_current_pid_tgid() as u32;
-    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
-        return Ok(0);
-    };
-    // SAFETY: the exiting task is current; only its own events write its entry.
-    let entry = unsafe { &mut *entry };
-    if entry.sleep_kind != SLEEP_NONE {
-        // A running task is not asleep: that sleep's wakeup never reached latprof. Its run
-        // time since may miss the current slice (updated at the next tick or switch): the
-        // recovered sleep can be that much too long.
-        let task = unsafe { bpf_get_current_task() } as *const u8;
-        recover::<CAS>(tid, entry, task, unsafe { bpf_ktime_get_ns() });
-    }
-    retire::<CAS>(ctx, tid, entry);
-    Ok(0)
-}
-
-/// The end of a task's entry: in lazy mode its records merge into the global table, with
-/// cgroups into the per-cgroup table; then the entry goes.
-#[inline(always)]
-fn retire<const CAS: bool>(ctx: &RawTracePointContext, tid: u32, entry: &TaskState) {
-    let lazy = MODE.load() == MODE_LAZY;
-    // The per-cgroup table takes exited tasks' records in both modes (normal mode puts only
-    // the global table on the hot path).
-    let cgroups = CGROUPS_ON.load() == 1;
-    if (lazy || cgroups) && (entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0) {
-        count(Counter::MergesBegun);
-        let n = entry.nr_records as usize;
-        for i in 0..TASK_RECORDS {
-            if i >= n {
-                break;
-            }
-            if (entry.task_only >> i) & 1 != 0 {
-                // Accounted while the task had no memory map: its own, not the global table's.
-                continue;
-            }
-            let rec = &entry.records[i];
-            if lazy {
-                merged_add::<CAS>(rec.stack_id, rec.count, rec.total_ns, rec.max_ns);
-            }
-            if cgroups {
-                cgroup_add(
-                    &CgroupCause {
-                        cgroup: rec.cgroup,
-                        stack_id: rec.stack_id,
-                    },
-                    rec.count,
-                    rec.total_ns,
-                    rec.max_ns,
-                );
-            }
-        }
-        let _ = TASKS.remove(&tid);
-        if lazy {
-            count(Counter::ExitMerges);
-        }
-        count(Counter::MergesDone);
-    } else {
-        if DEBUG_CHECKS.load() == 1 && MODE.load() == MODE_LAZY && entry.nr_records > 0 {
-            // Records that reach no global table (a kernel thread's, kept out).
-            anomaly(
-                ctx,
-                Counter::DebugExitWithRecords,
-                tid,
-                u64::from(entry.nr_records),
-            );
-        }
-        let _ = TASKS.remove(&tid);
     }
 }

@@ -17,9 +17,9 @@
 //!   counted one is accounted ([`account`]) into the task's own records, the per-cause
 //!   histograms and, in normal mode, the global table; one of at least `SPIKE_NS` also goes to
 //!   user space as a spike ([`spikes`]). From then on the task waits for a CPU.
-//! * `sched_process_exit` ([`account`]): in lazy mode the task's records are merged into this
+//! * `sched_process_exit` ([`exit`]): in lazy mode the task's records are merged into this
 //!   CPU's part of the global table; in both modes the task's entry is freed.
-//! * `sched_process_free` ([`account`]): the entry of a task first seen while exiting, made
+//! * `sched_process_free` ([`exit`]): the entry of a task first seen while exiting, made
 //!   after `sched_process_exit`, goes when the task is freed.
 //! * `task_rename` ([`rename`]): a tracked task's name follows exec and renames.
 //! * `local_timer_entry`, `tick_stop`, `user_enter`, `user_exit` ([`ticks`]): per-CPU counts
@@ -53,9 +53,21 @@
 //!
 //! # Modules
 //!
-//! [`settings`]: the `Global`s the loader fixes for a run, so the verifier drops the branches
-//! a run does not use. [`maps`]: every map. [`debug`]: `--debug-checks`, counted and logged
-//! anomalies, absent from the programs without the flag.
+//! Each file, lowest floor first (a file uses only those above it in this list):
+//!
+//! * [`settings`]: the `Global`s the loader fixes for a run, so the verifier drops the
+//!   branches a run does not use. [`maps`]: every map, and the counters' helpers.
+//! * [`debug`]: `--debug-checks`, counted and logged anomalies, absent from the programs
+//!   without the flag.
+//! * [`stacks`] (walk and store kernel backtraces), [`stack_cache`] (backtraces without a
+//!   walk; the numbered verifier rules), [`ustacks`] (user backtraces, `--user-stacks`).
+//! * [`spikes`]: the spike ring buffer. [`wakers`]: who woke each sleep (`--wakers`).
+//! * [`account`]: a counted sleep into records, histograms and tables.
+//! * [`recover`]: sleeps whose wakeup the kernel hid, recovered and accounted.
+//! * [`exit`]: a task's end (recovery of its open sleep, lazy mode's merge).
+//! * [`switch`], [`wakeup`]: the scheduler's programs. [`rename`]: task names. [`ticks`]:
+//!   tick counters.
+//! * `lib.rs`: the crate's library face (nothing but the build's marker).
 #![no_std]
 #![no_main]
 // The bpf target has no atomic RMW in core::sync::atomic; the intrinsics lower to BPF_ATOMIC.
@@ -86,6 +98,7 @@
 
 mod account;
 mod debug;
+mod exit;
 mod maps;
 mod recover;
 mod rename;

@@ -1,0 +1,159 @@
+//! A task's end: at `sched_process_exit` (or, for a task first seen exiting, at
+//! `sched_process_free`) a sleep still open is recovered or lost, and lazy mode merges the
+//! task's records into the global table (with cgroups, into the per-cgroup table) before the
+//! entry goes. Apart from `account.rs` so that accounting and recovery (which accounts) stay
+//! on floors of their own.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
+use latprof_common::{
+    CgroupCause, Counter, HIDDEN_SLEEP_LOST, MODE_LAZY, SLEEP_NONE, TASK_FLAG_EXITING,
+    TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState,
+};
+
+use crate::{
+    account::{cgroup_add, merged_add},
+    debug::anomaly,
+    maps::{TASKS, count, ids, log_hidden},
+    recover::recover,
+    settings::{CGROUPS_ON, DEBUG_CHECKS, MODE, SKIP_KTHREADS, TASK_PID_OFF, read_field},
+};
+
+/// A task is freed (an RCU grace period after it was reaped): the entry of a task first seen
+/// while exiting is retired as at exit, if `sched_process_exit` did not take it: a sleep after
+/// that hook made it (where the hook runs before `exit_mm`, as on this 6.18 host, the waits
+/// in `exit_mm`, such as exit_aio's or the memory map lock's, come after it). Only such
+/// entries: the tid may belong to a new task by now.
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn sched_process_free(ctx: RawTracePointContext) -> i32 {
+    try_sched_process_free::<true>(&ctx).unwrap_or(1)
+}
+
+/// `sched_process_free` for kernels without BPF compare-and-swap (before 5.12).
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn sched_process_free_nocas(ctx: RawTracePointContext) -> i32 {
+    try_sched_process_free::<false>(&ctx).unwrap_or(1)
+}
+
+fn try_sched_process_free<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
+    // TP_PROTO(struct task_struct *p)
+    let task: *const u8 = ctx.arg(0);
+    let tid = read_field::<i32>(task, TASK_PID_OFF.load())? as u32;
+    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+        return Ok(0);
+    };
+    // SAFETY: the task is dead: nothing of its own writes its entry any more.
+    let entry = unsafe { &mut *entry };
+    // Only the entry this task made: one a thread took over with the tid (exec from a thread
+    // that is not the leader) is that thread's, retired at its own exit.
+    if entry.flags & TASK_FLAG_EXITING != 0 && entry.task_low == task as u64 as u32 {
+        count(Counter::ExitingFreed);
+        // A sleep still open never saw its wakeup (the kernel hid it); the task's run time is
+        // not current's to read here, so it is lost, and logged for the check against the
+        // hidden stretches.
+        if entry.sleep_kind != SLEEP_NONE {
+            count(Counter::SleepLost);
+            log_hidden(
+                HIDDEN_SLEEP_LOST,
+                ids(tid, entry.tgid),
+                entry.sleep_start_ns,
+                unsafe { bpf_ktime_get_ns() },
+                0,
+            );
+            entry.sleep_kind = SLEEP_NONE;
+        }
+        retire::<CAS>(ctx, tid, entry);
+    }
+    Ok(0)
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
+    try_sched_process_exit::<true>(&ctx).unwrap_or(1)
+}
+
+/// `sched_process_exit` for kernels without BPF compare-and-swap (before 5.12).
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn sched_process_exit_nocas(ctx: RawTracePointContext) -> i32 {
+    try_sched_process_exit::<false>(&ctx).unwrap_or(1)
+}
+
+/// Runs in the exiting task: `current` is the task whose records are merged.
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "every program's body has one shape: `try_<program>(&ctx).unwrap_or(1)`"
+)]
+fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+        return Ok(0);
+    };
+    // SAFETY: the exiting task is current; only its own events write its entry.
+    let entry = unsafe { &mut *entry };
+    if entry.sleep_kind != SLEEP_NONE {
+        // A running task is not asleep: that sleep's wakeup never reached latprof. Its run
+        // time since may miss the current slice (updated at the next tick or switch): the
+        // recovered sleep can be that much too long.
+        let task = unsafe { bpf_get_current_task() } as *const u8;
+        recover::<CAS>(tid, entry, task, unsafe { bpf_ktime_get_ns() });
+    }
+    retire::<CAS>(ctx, tid, entry);
+    Ok(0)
+}
+
+/// The end of a task's entry: in lazy mode its records merge into the global table, with
+/// cgroups into the per-cgroup table; then the entry goes.
+#[inline(always)]
+fn retire<const CAS: bool>(ctx: &RawTracePointContext, tid: u32, entry: &TaskState) {
+    let lazy = MODE.load() == MODE_LAZY;
+    // The per-cgroup table takes exited tasks' records in both modes (normal mode puts only
+    // the global table on the hot path).
+    let cgroups = CGROUPS_ON.load() == 1;
+    if (lazy || cgroups) && (entry.flags & TASK_FLAG_KTHREAD == 0 || SKIP_KTHREADS.load() == 0) {
+        count(Counter::MergesBegun);
+        let n = entry.nr_records as usize;
+        for i in 0..TASK_RECORDS {
+            if i >= n {
+                break;
+            }
+            if (entry.task_only >> i) & 1 != 0 {
+                // Accounted while the task had no memory map: its own, not the global table's.
+                continue;
+            }
+            let rec = &entry.records[i];
+            if lazy {
+                merged_add::<CAS>(rec.stack_id, rec.count, rec.total_ns, rec.max_ns);
+            }
+            if cgroups {
+                cgroup_add(
+                    &CgroupCause {
+                        cgroup: rec.cgroup,
+                        stack_id: rec.stack_id,
+                    },
+                    rec.count,
+                    rec.total_ns,
+                    rec.max_ns,
+                );
+            }
+        }
+        let _ = TASKS.remove(&tid);
+        if lazy {
+            count(Counter::ExitMerges);
+        }
+        count(Counter::MergesDone);
+    } else {
+        if DEBUG_CHECKS.load() == 1 && MODE.load() == MODE_LAZY && entry.nr_records > 0 {
+            // Records that reach no global table (a kernel thread's, kept out).
+            anomaly(
+                ctx,
+                Counter::DebugExitWithRecords,
+                tid,
+                u64::from(entry.nr_records),
+            );
+        }
+        let _ = TASKS.remove(&tid);
+    }
+}
