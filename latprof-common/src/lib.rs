@@ -360,6 +360,25 @@ pub struct GlobalRecord {
 }
 const _: () = assert!(size_of::<GlobalRecord>() == 24);
 
+impl GlobalRecord {
+    /// Adds `count` sleeps of `total_ns` in all, the longest `max_ns`.
+    pub fn add(&mut self, count: u64, total_ns: u64, max_ns: u64) {
+        self.count += count;
+        self.total_ns += total_ns;
+        self.max_ns = self.max_ns.max(max_ns);
+    }
+
+    /// Adds another record's sleeps.
+    pub fn merge(&mut self, other: &Self) {
+        self.add(other.count, other.total_ns, other.max_ns);
+    }
+
+    /// Adds a task record's sleeps.
+    pub fn merge_task(&mut self, rec: &LatencyRecord) {
+        self.add(rec.count, rec.total_ns, rec.max_ns);
+    }
+}
+
 /// Everything latprof keeps for one task (keyed by tid): the sleep in progress and its causes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -438,6 +457,20 @@ pub const WAKER_SOFTIRQ: u32 = 4;
 pub const WAKER_NMI: u32 = 5;
 /// `WakerKey::kind` of a cause's wakeups whose own waker found the waker table full.
 pub const WAKER_OTHER: u32 = 6;
+
+/// A `WAKER_*` kind as exports write it.
+#[must_use]
+pub fn waker_kind_name(kind: u32) -> &'static str {
+    match kind {
+        WAKER_TASK => "task",
+        WAKER_TIMER => "timer",
+        WAKER_HARDIRQ => "hardirq",
+        WAKER_SOFTIRQ => "softirq",
+        WAKER_NMI => "nmi",
+        WAKER_OTHER => "other",
+        _ => "unseen",
+    }
+}
 
 /// Key of the waker table (`WAKERS`): one waker of one cause, for one sleeping process.
 #[repr(C)]

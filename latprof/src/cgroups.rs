@@ -68,6 +68,15 @@ pub fn id_of(dir: &Path) -> std::io::Result<u64> {
     Ok(std::fs::metadata(dir)?.ino())
 }
 
+/// Where a cgroup is (was) in the cgroup2 file system.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CgroupPath {
+    /// Below the cgroup2 mount; `None`: never seen in the file system (made and removed
+    /// between two looks).
+    pub path: Option<String>,
+    pub removed: bool,
+}
+
 /// Ids to paths, from walks of the cgroup2 file system; names kept after removal.
 ///
 /// A walk reads every directory of the hierarchy, thousands on a container host, so it runs
@@ -182,8 +191,8 @@ impl CgroupNames {
     /// Where `id` is (was) below the mount, and whether it is gone since; the name is
     /// [`readable_name`] of the path.
     #[must_use]
-    pub fn place(&self, id: u64) -> crate::collect::CgroupPath {
-        crate::collect::CgroupPath {
+    pub fn place(&self, id: u64) -> CgroupPath {
+        CgroupPath {
             path: self.paths.get(&id).cloned(),
             removed: !self.present.contains(&id),
         }

@@ -11,6 +11,23 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+/// Opens `path` for reading if it is a regular file: a FIFO would block, a device would never
+/// end. Opened without blocking, so a FIFO is refused, not waited on.
+pub fn open_regular(path: &Path) -> Result<(File, u64)> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
+    Ok((file, meta.len()))
+}
+
 /// Creates `path`, which must not exist, with `mode` (before the umask).
 pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
     OpenOptions::new()

@@ -3,11 +3,11 @@ use std::collections::{HashMap, HashSet};
 
 use latprof_common::{
     GlobalRecord, RUNQ_STACK, WAKER_HARDIRQ, WAKER_NMI, WAKER_OTHER, WAKER_SOFTIRQ, WAKER_TASK,
-    WAKER_TIMER, WakerKey,
+    WAKER_TIMER, WakerKey, waker_kind_name,
 };
 
 use crate::{
-    collect::{Snapshot, Spike, Waker, add},
+    collect::{Snapshot, Spike, Waker},
     reasons::Reasons,
     symbols::{Backtrace, Kallsyms},
 };
@@ -40,14 +40,10 @@ pub fn causes(
             syms,
             depth,
         );
-        add(
-            merged
-                .entry((backtrace, user_frames(snap, stack, depth)))
-                .or_default(),
-            rec.count,
-            rec.total_ns,
-            rec.max_ns,
-        );
+        merged
+            .entry((backtrace, user_frames(snap, stack, depth)))
+            .or_default()
+            .add(rec.count, rec.total_ns, rec.max_ns);
     }
     let mut out: Vec<Cause> = merged
         .into_iter()
@@ -139,16 +135,6 @@ pub fn global_causes(snap: &Snapshot, syms: &Kallsyms, depth: usize) -> Vec<Caus
     causes(snap.global_records(), snap, syms, depth)
 }
 
-/// What /proc/latency_stats shows: sleep causes only (latencytop has no run-queue row).
-#[must_use]
-pub fn latencytop_causes(snap: &Snapshot, syms: &Kallsyms, depth: usize) -> Vec<Cause> {
-    let records = snap
-        .global_records()
-        .into_iter()
-        .filter(|(stack, _)| *stack != RUNQ_STACK);
-    causes(records, snap, syms, depth)
-}
-
 /// Every global cause's record since `base` (the whole run without one).
 #[must_use]
 pub fn global_since(cur: &Snapshot, base: Option<&Snapshot>) -> Vec<(u64, GlobalRecord)> {
@@ -182,12 +168,10 @@ fn selection_since(
         .filter(|t| t.tgid == tgid && tid.is_none_or(|tid| t.tid == tid))
     {
         for (stack, r) in task_since(cur, base, task.tid) {
-            add(
-                merged.entry(stack).or_default(),
-                r.count,
-                r.total_ns,
-                r.max_ns,
-            );
+            merged
+                .entry(stack)
+                .or_default()
+                .add(r.count, r.total_ns, r.max_ns);
         }
     }
     let mut out: Vec<_> = merged.into_iter().collect();
@@ -516,12 +500,10 @@ pub fn processes(
         let all: Vec<(u64, GlobalRecord)> = threads.iter().flat_map(|t| t.2.clone()).collect();
         let mut merged: HashMap<u64, GlobalRecord> = HashMap::new();
         for (stack, r) in all {
-            add(
-                merged.entry(stack).or_default(),
-                r.count,
-                r.total_ns,
-                r.max_ns,
-            );
+            merged
+                .entry(stack)
+                .or_default()
+                .add(r.count, r.total_ns, r.max_ns);
         }
         let merged: Vec<_> = merged.into_iter().collect();
         let mut lines = vec![line(*tgid, None, &comm, threads.len(), &merged)];
@@ -571,7 +553,7 @@ pub fn row_processes(
                 if task.tid == task.tgid {
                     e.0.clone_from(&task.comm);
                 }
-                add(&mut e.1, r.count, r.total_ns, r.max_ns);
+                e.1.add(r.count, r.total_ns, r.max_ns);
             }
         }
     }
@@ -1067,20 +1049,6 @@ impl WakerId {
     }
 }
 
-/// A `WAKER_*` kind as exports write it.
-#[must_use]
-pub fn waker_kind_name(kind: u32) -> &'static str {
-    match kind {
-        WAKER_TASK => "task",
-        WAKER_TIMER => "timer",
-        WAKER_HARDIRQ => "hardirq",
-        WAKER_SOFTIRQ => "softirq",
-        WAKER_NMI => "nmi",
-        WAKER_OTHER => "other",
-        _ => "unseen",
-    }
-}
-
 /// One waker's share of a set of sleeps.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WakerLine {
@@ -1159,7 +1127,7 @@ pub fn waker_lines<'a>(wakers: impl IntoIterator<Item = &'a Waker>) -> Vec<Waker
                 .iter_mut()
                 .find(|(s, _)| *s == w.key.waker_stack)
             {
-                Some((_, r)) => add(r, w.count, w.total_ns, w.max_ns),
+                Some((_, r)) => r.add(w.count, w.total_ns, w.max_ns),
                 None => line.stacks.push((
                     w.key.waker_stack,
                     GlobalRecord {

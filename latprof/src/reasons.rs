@@ -138,7 +138,7 @@ const MAX_REASONS_FILE: u64 = 1 << 20;
 /// would never end) or larger than [`MAX_REASONS_FILE`].
 fn read_small(path: &Path) -> Result<String> {
     use std::io::Read as _;
-    let (file, len) = crate::store::reader::open_regular(path)
+    let (file, len) = crate::files::open_regular(path)
         .with_context(|| format!("reasons file {}", path.display()))?;
     if len > MAX_REASONS_FILE {
         anyhow::bail!(

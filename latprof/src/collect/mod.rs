@@ -15,7 +15,10 @@ use latprof_common::{
     Histogram, LatencyRecord, RawStack, TICK_COUNTER_COUNT, TaskState, WakerKey, WakerValue,
 };
 
-use crate::probe::{Mode, Probe, names};
+use crate::{
+    cgroups::CgroupPath,
+    probe::{Mode, Probe, names},
+};
 
 /// Pipeline counters summed over CPUs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,15 +70,6 @@ impl Counters {
     }
 }
 
-/// Where a cgroup is (was) in the cgroup2 file system.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CgroupPath {
-    /// Below the cgroup2 mount; `None`: never seen in the file system (made and removed
-    /// between two looks).
-    pub path: Option<String>,
-    pub removed: bool,
-}
-
 /// One live task as the kernel holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskSnapshot {
@@ -101,28 +95,20 @@ impl TaskSnapshot {
 
     /// Adds this task's records into `out`, by stack id (all of them: the task's own view).
     pub fn add_records_to(&self, out: &mut HashMap<u64, GlobalRecord>) {
-        self.add_to(out, false);
-    }
-
-    /// Adds the records that belong in the global table into `out` (lazy mode's live view of
-    /// what the exit merge will add).
-    pub fn add_global_records_to(&self, out: &mut HashMap<u64, GlobalRecord>) {
-        self.add_to(out, true);
-    }
-
-    fn add_to(&self, out: &mut HashMap<u64, GlobalRecord>, global_only: bool) {
-        for (i, rec) in self.records.iter().enumerate() {
-            // One `task_only` bit per record (at most 32 records).
-            if global_only && i < 32 && (self.task_only >> i) & 1 != 0 {
-                continue;
-            }
-            add(
-                out.entry(rec.stack_id).or_default(),
-                rec.count,
-                rec.total_ns,
-                rec.max_ns,
-            );
+        for rec in &self.records {
+            out.entry(rec.stack_id).or_default().merge_task(rec);
         }
+    }
+
+    /// The records that belong in the global table (lazy mode's live view of what the exit
+    /// merge will add): not those kept to the task (one `task_only` bit per record, at most
+    /// 32 records).
+    pub fn global_records(&self) -> impl Iterator<Item = &LatencyRecord> {
+        self.records
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !(*i < 32 && (self.task_only >> i) & 1 != 0))
+            .map(|(_, rec)| rec)
     }
 }
 
@@ -266,36 +252,26 @@ impl Snapshot {
     pub fn cgroup_records(&self) -> BTreeMap<CgroupCause, GlobalRecord> {
         let mut out: BTreeMap<CgroupCause, GlobalRecord> = BTreeMap::new();
         for (key, rec) in &self.cgroups {
-            add(
-                out.entry(*key).or_default(),
-                rec.count,
-                rec.total_ns,
-                rec.max_ns,
-            );
+            out.entry(*key).or_default().merge(rec);
         }
-        for task in self
-            .tasks
-            .iter()
-            .filter(|t| !(t.kthread && self.skip_kthreads))
-        {
-            for (i, rec) in task.records.iter().enumerate() {
-                if i < 32 && (task.task_only >> i) & 1 != 0 {
-                    continue;
-                }
-                let key = CgroupCause {
-                    cgroup: rec.cgroup,
-                    stack_id: rec.stack_id,
-                };
-                add(
-                    out.entry(key).or_default(),
-                    rec.count,
-                    rec.total_ns,
-                    rec.max_ns,
-                );
-            }
+        for rec in self.live_global_records() {
+            let key = CgroupCause {
+                cgroup: rec.cgroup,
+                stack_id: rec.stack_id,
+            };
+            out.entry(key).or_default().merge_task(rec);
         }
         out.retain(|k, _| k.cgroup != 0);
         out
+    }
+
+    /// The live tasks' records that belong in a global table (that the exit merge will add):
+    /// not kernel threads' where those are skipped, not those kept to their task.
+    fn live_global_records(&self) -> impl Iterator<Item = &LatencyRecord> {
+        self.tasks
+            .iter()
+            .filter(|t| !(t.kthread && self.skip_kthreads))
+            .flat_map(TaskSnapshot::global_records)
     }
 
     /// Every global cause by stack id: the kernel's table plus, in lazy mode, the live tasks'
@@ -304,20 +280,11 @@ impl Snapshot {
     pub fn global_records(&self) -> HashMap<u64, GlobalRecord> {
         let mut out: HashMap<u64, GlobalRecord> = HashMap::new();
         for (stack, rec) in &self.global {
-            add(
-                out.entry(*stack).or_default(),
-                rec.count,
-                rec.total_ns,
-                rec.max_ns,
-            );
+            out.entry(*stack).or_default().merge(rec);
         }
         if self.mode == Mode::Lazy {
-            for task in self
-                .tasks
-                .iter()
-                .filter(|t| !(t.kthread && self.skip_kthreads))
-            {
-                task.add_global_records_to(&mut out);
+            for rec in self.live_global_records() {
+                out.entry(rec.stack_id).or_default().merge_task(rec);
             }
         }
         out
@@ -334,13 +301,6 @@ pub fn stack_ids<'a>(
             .iter()
             .flat_map(|t| t.records.iter().map(|r| r.stack_id)),
     )
-}
-
-/// Adds one record's numbers into an accumulator.
-pub fn add(acc: &mut GlobalRecord, count: u64, total_ns: u64, max_ns: u64) {
-    acc.count += count;
-    acc.total_ns += total_ns;
-    acc.max_ns = acc.max_ns.max(max_ns);
 }
 
 /// Reads snapshots; keeps the backtraces it has read (stack ids are never reused).
@@ -362,6 +322,9 @@ pub struct Collector {
     /// How long a snapshot waits for user backtraces to be named (those named later show in
     /// the next one); `None`: `NAMING_WITHIN`.
     naming_patience: Option<std::time::Duration>,
+    /// The check of lost and recovered sleeps against hidden switches: it drains the probe's
+    /// `HIDDEN` log, so one collector reads a probe.
+    hidden: hidden::Log,
 }
 
 /// How long a snapshot waits for user backtraces to be named, unless told to be patient.
@@ -392,6 +355,12 @@ impl Collector {
     /// the last snapshot of a command, after which nothing is named any more.
     pub fn patient(&mut self) {
         self.naming_patience = Some(NAMING_PATIENT);
+    }
+
+    /// Drains the probe's hidden-switch log and judges what it can, between snapshots (the log
+    /// holds a few thousand events: a long run on a kernel that hides much would fill it).
+    pub fn drain_hidden(&self, probe: &Probe) -> Result<HiddenSleeps> {
+        self.hidden.read(probe.ebpf())
     }
 
     /// One backtrace by id (cached): for a reader that needs a few, not a whole snapshot.
@@ -517,12 +486,7 @@ impl Collector {
             for item in &merged_map {
                 let (id, per_cpu) = item.context("read MERGED")?;
                 for part in per_cpu.iter().filter(|r| r.count > 0 || r.max_ns > 0) {
-                    add(
-                        table.entry(id).or_default(),
-                        part.count,
-                        part.total_ns,
-                        part.max_ns,
-                    );
+                    table.entry(id).or_default().merge(part);
                 }
             }
             let global: Vec<(u64, GlobalRecord)> = table.into_iter().collect();
@@ -530,12 +494,7 @@ impl Collector {
             for item in &cgroup_map {
                 let (key, per_cpu) = item.context("read CGROUP_LATENCY")?;
                 for part in per_cpu.iter().filter(|r| r.count > 0) {
-                    add(
-                        by_cgroup.entry(key).or_default(),
-                        part.count,
-                        part.total_ns,
-                        part.max_ns,
-                    );
+                    by_cgroup.entry(key).or_default().merge(part);
                 }
             }
             let cgroups: Vec<(CgroupCause, GlobalRecord)> = by_cgroup.into_iter().collect();
@@ -657,7 +616,7 @@ impl Collector {
             ticks: read_ticks(probe)?,
             hidden_tids: read_hidden(probe)?,
             // After the counters: every lost or recovered sleep they count is in the log.
-            hidden: probe.hidden_log().read(ebpf)?,
+            hidden: self.hidden.read(ebpf)?,
             wakers,
             unsettled: !settled,
             user_parts,

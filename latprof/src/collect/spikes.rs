@@ -64,7 +64,7 @@ impl Spike {
                 format!("{}[{}]", self.waker_comm.replace(' ', "_"), self.waker_tgid)
             }
             latprof_common::WAKER_UNSEEN => "-".to_owned(),
-            kind => crate::model::waker_kind_name(kind).to_owned(),
+            kind => latprof_common::waker_kind_name(kind).to_owned(),
         }
     }
 

@@ -172,7 +172,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        collect::{CgroupPath, Snapshot, TaskSnapshot},
+        cgroups::CgroupPath,
+        collect::{Snapshot, TaskSnapshot},
         reasons::Reasons,
         symbols::Kallsyms,
     };

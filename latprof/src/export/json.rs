@@ -404,7 +404,7 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
                     waker: (s.waker_kind != latprof_common::WAKER_UNSEEN).then(|| {
                         let task = s.waker_kind == latprof_common::WAKER_TASK;
                         SpikeWakerJson {
-                            kind: model::waker_kind_name(s.waker_kind),
+                            kind: latprof_common::waker_kind_name(s.waker_kind),
                             pid: task.then_some(s.waker_tgid),
                             tid: task.then_some(s.waker_tid),
                             comm: task.then(|| s.waker_comm.clone()),

@@ -759,7 +759,7 @@ ffffffff81402000 T __lock_text_end
     /// folded ones, and one whose path was unknown takes its name once found: no label twice.
     #[test]
     fn cgroup_labels_are_never_repeated() {
-        use crate::collect::CgroupPath;
+        use crate::cgroups::CgroupPath;
         let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal").with_max_cgroups(4);
         let with = |cgroups: &[(u64, u64)], paths: &[(u64, &str)], t: u64| {
             let mut s = snap_in_cgroups(cgroups, t);

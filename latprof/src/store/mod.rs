@@ -22,7 +22,8 @@ use latprof_common::{
 };
 
 use crate::{
-    collect::{CgroupPath, Counters, Snapshot, TaskSnapshot, TickCounts, Waker},
+    cgroups::CgroupPath,
+    collect::{Counters, Snapshot, TaskSnapshot, TickCounts, Waker},
     probe::Mode,
     ustacks::UserFrame,
 };

@@ -28,6 +28,7 @@ use super::{
 };
 use crate::{
     collect::{Snapshot, Spike, TaskSnapshot},
+    files::open_regular,
     symbols::Kallsyms,
 };
 
@@ -162,24 +163,6 @@ fn payload(data: &[u8], compressed: bool, raw_len: usize) -> Result<Vec<u8>, For
     }
 }
 
-/// Opens `path` for reading if it is a regular file: a FIFO would block, a device would never
-/// end. Opened without blocking, so a FIFO is refused, not waited on.
-pub fn open_regular(path: &Path) -> Result<(File, u64)> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let meta = file
-        .metadata()
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    if !meta.is_file() {
-        anyhow::bail!("{} is not a regular file", path.display());
-    }
-    Ok((file, meta.len()))
-}
-
 /// The shape of the snapshot the frames so far rebuild (which tasks, records and backtraces),
 /// without the snapshot: what rebuilding it will take in memory, known before replay needs it.
 #[derive(Default)]
@@ -286,7 +269,7 @@ impl Shape {
             + self.stacks.len() * size_of::<(u64, Vec<u64>)>()
             + self.frames * size_of::<u64>()
             + self.cgroups.len() * size_of::<(latprof_common::CgroupCause, GlobalRecord)>()
-            + self.paths.len() * size_of::<(u64, crate::collect::CgroupPath)>()
+            + self.paths.len() * size_of::<(u64, crate::cgroups::CgroupPath)>()
             + self.path_bytes
             + self.user_parts.len() * size_of::<(u64, u64)>()
             + self.user_stacks.len() * size_of::<(u64, Vec<crate::ustacks::UserFrame>)>()

@@ -129,7 +129,7 @@ pub fn snapshots(n: u64) -> Vec<Snapshot> {
                 ));
                 s.cgroup_paths.insert(
                     4002,
-                    crate::collect::CgroupPath {
+                    crate::cgroups::CgroupPath {
                         path: Some("/system.slice/fsync.service".into()),
                         removed: i >= 3,
                     },
@@ -137,7 +137,7 @@ pub fn snapshots(n: u64) -> Vec<Snapshot> {
             }
             s.cgroup_paths.insert(
                 4001,
-                crate::collect::CgroupPath {
+                crate::cgroups::CgroupPath {
                     path: None,
                     removed: true,
                 },

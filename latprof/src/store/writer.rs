@@ -23,7 +23,8 @@ use super::{
     MAGIC, RecordingInfo, SYNC, VERSION, codec::Enc, counter_values,
 };
 use crate::{
-    collect::{CgroupPath, Snapshot, TaskSnapshot, Waker},
+    cgroups::CgroupPath,
+    collect::{Snapshot, TaskSnapshot, Waker},
     symbols::Kallsyms,
 };
 
