@@ -107,7 +107,9 @@ fn nanosleep_causes_with(mode: Mode, btf_wakeup: bool) -> Measured {
             .map_or(0, |(_, v)| *v)
     };
     let pid = work.pid();
-    let live = Collector::new().snapshot(&probe).expect("snapshot");
+    // One collector for the probe, as a command has: it drains the hidden-switch log.
+    let mut collector = Collector::new();
+    let live = collector.snapshot(&probe).expect("snapshot");
     let live_global = model::global_causes(&live, &syms, 12);
     let live_process = model::process_causes(&live, pid, &syms, 12);
     let own_clock = OwnClock {
@@ -123,7 +125,7 @@ fn nanosleep_causes_with(mode: Mode, btf_wakeup: bool) -> Measured {
     };
     work.release();
     // The exit tracepoint runs before the parent's wait() returns.
-    let after = Collector::new().snapshot(&probe).expect("snapshot");
+    let after = collector.snapshot(&probe).expect("snapshot");
     assert!(
         after.tasks.iter().all(|t| t.tgid != pid),
         "exited task still tracked"
@@ -290,10 +292,17 @@ fn normal_and_lazy_attempt() {
         assert_eq!(found.len(), 1, "{causes:#?}");
         found[0].clone()
     };
-    let live = |p: &Probe| Collector::new().snapshot(p).expect("snapshot");
-    let (normal_live, lazy_live) = (live(&normal), live(&lazy));
+    // One collector per probe, as a command has: each drains its probe's hidden-switch log.
+    let (mut normal_reader, mut lazy_reader) = (Collector::new(), Collector::new());
+    let (normal_live, lazy_live) = (
+        normal_reader.snapshot(&normal).expect("snapshot"),
+        lazy_reader.snapshot(&lazy).expect("snapshot"),
+    );
     work.release();
-    let (normal_after, lazy_after) = (live(&normal), live(&lazy));
+    let (normal_after, lazy_after) = (
+        normal_reader.snapshot(&normal).expect("snapshot"),
+        lazy_reader.snapshot(&lazy).expect("snapshot"),
+    );
     assert_eq!(normal_after.counters.get(Counter::ExitMerges), 0);
     assert!(lazy_after.counters.get(Counter::ExitMerges) >= 1);
     let (normal_lost, lazy_lost) = (
@@ -1077,7 +1086,8 @@ fn causes_beyond_a_tasks_table_go_global_and_are_said() {
         sites > latprof_common::TASK_RECORDS as u64,
         "the workload slept at only {sites} places"
     );
-    let live = Collector::with_details().snapshot(&lazy).expect("snapshot");
+    let mut lazy_reader = Collector::with_details();
+    let live = lazy_reader.snapshot(&lazy).expect("snapshot");
     let norm = Collector::with_details()
         .snapshot(&normal)
         .expect("snapshot");
@@ -1135,7 +1145,7 @@ fn causes_beyond_a_tasks_table_go_global_and_are_said() {
     );
     work.release();
     // After the exit merge the kernel's table alone holds everything.
-    let after = Collector::new().snapshot(&lazy).expect("snapshot");
+    let after = lazy_reader.snapshot(&lazy).expect("snapshot");
     assert!(after.tasks.is_empty(), "{:?}", after.tasks);
     let merged: u64 = after.global.iter().map(|(_, r)| r.count).sum();
     assert_eq!(merged, accounted(&after), "{:?}", after.counters);
@@ -1167,7 +1177,8 @@ fn a_full_global_table_and_histogram_table_are_counted_and_add_up() {
     let (lazy, normal) = (probe(Mode::Lazy), probe(Mode::Normal));
     work.go();
     work.wait_done();
-    let live = Collector::with_details().snapshot(&lazy).expect("snapshot");
+    let mut lazy_reader = Collector::with_details();
+    let live = lazy_reader.snapshot(&lazy).expect("snapshot");
     let norm = Collector::with_details()
         .snapshot(&normal)
         .expect("snapshot");
@@ -1197,7 +1208,7 @@ fn a_full_global_table_and_histogram_table_are_counted_and_add_up() {
     // went to the small tables at once.
     let live_view = live.global_records();
     work.release();
-    let after = Collector::new().snapshot(&lazy).expect("snapshot");
+    let after = lazy_reader.snapshot(&lazy).expect("snapshot");
     let c = &after.counters;
     let full_at_exit =
         c.get(Counter::GlobalTableFull) - live.counters.get(Counter::GlobalTableFull);
@@ -1443,7 +1454,8 @@ fn a_kernel_thread_counts_under_its_pid_and_stays_out_of_the_global_table_otherw
     assert_eq!(snap.counters.get(Counter::KthreadSleeps), 0);
 
     // System-wide: its records are its own, none global.
-    let live = Collector::new().snapshot(&everyone).expect("snapshot");
+    let mut everyone_reader = Collector::new();
+    let live = everyone_reader.snapshot(&everyone).expect("snapshot");
     let task = live
         .tasks
         .iter()
@@ -1461,7 +1473,7 @@ fn a_kernel_thread_counts_under_its_pid_and_stays_out_of_the_global_table_otherw
     // The thread exits.
     fs.unmount();
     let (out, rest) = common::interrupt(stats, stats_err);
-    let after = Collector::new().snapshot(&everyone).expect("snapshot");
+    let after = everyone_reader.snapshot(&everyone).expect("snapshot");
     assert!(
         after.tasks.iter().all(|t| t.tid != jbd),
         "journal thread still tracked"
@@ -1725,7 +1737,7 @@ fn tick_counters_follow_a_busy_and_an_idle_cpu() {
     let sysfs = std::fs::read_to_string("/sys/devices/system/cpu/nohz_full").unwrap_or_default();
     assert_eq!(
         facts.nohz_full_cpus,
-        latprof::probe::facts::parse_cpulist(&sysfs).expect("cpulist")
+        latprof::cpus::parse_list(&sysfs).expect("cpulist")
     );
     let mut collector = Collector::new();
     let idle_before = idle_ms();
@@ -1897,7 +1909,8 @@ fn the_name_is_the_current_one() {
         .find_map(|w| w.strip_prefix("slept="))
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no slept= in {line}"));
-    let snap = Collector::new().snapshot(&probe).expect("snapshot");
+    let mut collector = Collector::new();
+    let snap = collector.snapshot(&probe).expect("snapshot");
     drop(child.stdin.take());
     let _ = child.wait();
     // A process that sleeps, then renames itself (prctl) and waits on stdin: the snapshot
@@ -1921,7 +1934,7 @@ fn the_name_is_the_current_one() {
         .read_line(&mut line)
         .expect("read");
     assert!(line.starts_with("done"), "{line}");
-    let renamed = Collector::new().snapshot(&probe).expect("snapshot");
+    let renamed = collector.snapshot(&probe).expect("snapshot");
     drop(renamer.stdin.take());
     let _ = renamer.wait();
     let comm = renamed
@@ -2200,7 +2213,7 @@ fn the_memory_estimate_matches_the_kernels_account() {
     let probe = Probe::attach(config.clone()).expect("attach latprof");
     let pinned = maps_memlock() - before;
     drop(probe);
-    let cpus = latprof::probe::memory::possible_cpus();
+    let cpus = latprof::cpus::possible();
     let estimate = latprof::probe::memory::estimate(&config, cpus);
     assert!(
         estimate.total.abs_diff(pinned) <= pinned / 10,

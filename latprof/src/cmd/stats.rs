@@ -55,7 +55,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         if checked.elapsed() >= Duration::from_secs(1) {
             // Drains the hidden-switch log, which holds a few thousand events: a long run on
             // a kernel that hides much would fill it before the end.
-            session.probe.hidden_log().read(session.probe.ebpf())?;
+            collector.drain_hidden(&session.probe)?;
             // A cgroup made and removed before the end keeps its path.
             collector.look_at_cgroups();
             checked = Instant::now();

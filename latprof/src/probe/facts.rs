@@ -60,30 +60,6 @@ pub fn from_config(config: &str, source: &str) -> KernelFacts {
     }
 }
 
-/// A kernel cpulist (`0-3,5,7-8`; `(null)` or empty for none).
-pub fn parse_cpulist(text: &str) -> Result<Vec<u32>, String> {
-    let text = text.trim();
-    if text.is_empty() || text == "(null)" {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::new();
-    for part in text.split(',') {
-        let bad = || format!("'{text}' is not a CPU list");
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) =
-                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-                if b < a || b - a > 65_536 {
-                    return Err(bad());
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().map_err(|_| bad())?),
-        }
-    }
-    Ok(out)
-}
-
 fn read_config() -> Option<(String, String)> {
     if let Ok(file) = std::fs::File::open("/proc/config.gz") {
         let mut text = String::new();
@@ -106,10 +82,7 @@ pub fn kernel_facts(probe: &super::Probe) -> KernelFacts {
         Some((text, source)) => from_config(&text, &source),
         None => KernelFacts::default(),
     };
-    facts.nohz_full_cpus = std::fs::read_to_string("/sys/devices/system/cpu/nohz_full")
-        .ok()
-        .and_then(|t| parse_cpulist(&t).ok())
-        .unwrap_or_default();
+    facts.nohz_full_cpus = crate::cpus::nohz_full();
     facts.tick_sources = probe
         .tick_sources()
         .iter()
@@ -151,16 +124,5 @@ CONFIG_CONTEXT_TRACKING_USER=y
         assert_eq!(old.hz, None);
         // A longer name with the same prefix is another option.
         assert_eq!(option("CONFIG_HZ_1000=y\n", "CONFIG_HZ"), None);
-    }
-
-    #[test]
-    fn cpulists() {
-        assert_eq!(parse_cpulist("(null)\n"), Ok(vec![]));
-        assert_eq!(parse_cpulist(""), Ok(vec![]));
-        assert_eq!(parse_cpulist("1\n"), Ok(vec![1]));
-        assert_eq!(parse_cpulist("0-2,5,7-8"), Ok(vec![0, 1, 2, 5, 7, 8]));
-        assert!(parse_cpulist("3-1").is_err());
-        assert!(parse_cpulist("a").is_err());
-        assert!(parse_cpulist("0-4000000000").is_err());
     }
 }

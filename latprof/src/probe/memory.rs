@@ -113,29 +113,6 @@ pub fn estimate(config: &ProbeConfig, cpus: u64) -> Estimate {
     }
 }
 
-/// CPUs the kernel sizes per-CPU maps for: the possible ones, often more than are online (a VM
-/// that may hot-add CPUs).
-#[must_use]
-pub fn possible_cpus() -> u64 {
-    std::fs::read_to_string("/sys/devices/system/cpu/possible")
-        .ok()
-        .and_then(|list| cpu_count(&list))
-        .unwrap_or_else(|| {
-            // SAFETY: sysconf has no memory effects.
-            u64::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }).unwrap_or(1)
-        })
-        .max(1)
-}
-
-/// CPUs in a kernel CPU list (`0-3,8-11`).
-fn cpu_count(list: &str) -> Option<u64> {
-    list.trim().split(',').try_fold(0, |n, range| {
-        let (a, b) = range.split_once('-').unwrap_or((range, range));
-        let (a, b) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
-        Some(n + b.checked_sub(a)? + 1)
-    })
-}
-
 /// `MemAvailable` of `/proc/meminfo` in bytes: what can be allocated without swapping.
 #[must_use]
 pub fn mem_available(meminfo: &Path) -> Option<u64> {
@@ -171,7 +148,7 @@ pub fn check(config: &ProbeConfig, available: Option<u64>) -> Result<()> {
     let Some(available) = available.or_else(|| mem_available(Path::new("/proc/meminfo"))) else {
         return Ok(());
     };
-    let cpus = possible_cpus();
+    let cpus = crate::cpus::possible();
     let e = estimate(config, cpus);
     if e.total <= available / 2 {
         return Ok(());
@@ -291,15 +268,6 @@ mod tests {
             ..ProbeConfig::default()
         };
         assert_eq!(format_bytes(estimate(&big, 2).tasks), "7.6 GiB");
-    }
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(cpu_count("0-1\n"), Some(2));
-        assert_eq!(cpu_count("0"), Some(1));
-        assert_eq!(cpu_count("0-3,8-11"), Some(8));
-        assert_eq!(cpu_count(""), None);
-        assert_eq!(cpu_count("3-1"), None);
     }
 
     #[test]

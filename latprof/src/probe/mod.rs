@@ -508,7 +508,6 @@ pub struct Probe {
     fallbacks: Vec<String>,
     /// Cgroup attribution was asked for but the host mounts no cgroup2 (legacy only).
     cgroups_unavailable: bool,
-    hidden: crate::collect::hidden::Log,
     /// With `--user-stacks`: the thread that reads processes' memory maps and names frames.
     user_watcher: Option<crate::ustacks::Watcher>,
 }
@@ -755,7 +754,6 @@ impl Probe {
             variant,
             fallbacks,
             cgroups_unavailable,
-            hidden: crate::collect::hidden::Log::default(),
             user_watcher,
         })
     }
@@ -877,13 +875,6 @@ impl Probe {
 
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf
-    }
-
-    /// The check of lost and recovered sleeps against hidden switches (it reads the `HIDDEN`
-    /// log, which only it may drain).
-    #[must_use]
-    pub fn hidden_log(&self) -> &crate::collect::hidden::Log {
-        &self.hidden
     }
 
     /// The user stack thread (`--user-stacks`).
