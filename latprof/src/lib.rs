@@ -3,12 +3,24 @@
 //!
 //! The data path: `probe` (load and attach the kernel programs) -> `collect` (read their maps
 //! into raw snapshots and spikes) -> `model` (what a view shows: causes, rates, rows) -> `tui`
-//! (draw); beside it `store` (recordings) and `export` (text, JSON, folded, OpenMetrics, pprof); `serve` answers HTTP.
-//! `cmd` holds every subcommand's `run`.
+//! (draw); beside it `store` (recordings) and `export` (text, JSON, folded, OpenMetrics, pprof);
+//! `serve` answers HTTP. `cmd` holds every subcommand's `run`, `cli` the command line.
+//!
+//! The modules stand on floors, each using only those below it (`cargo xtask house` checks
+//! it), lowest first:
+//!
+//! 1. `text` (outside text made printable), `time` (clocks, durations), `files` (files root
+//!    opens and creates safely), `notify` (systemd's readiness protocol), `symbols`
+//!    (kallsyms, backtraces), `cpus` (the kernel's CPU lists);
+//! 2. `cgroups` (cgroup ids to paths and names), `ustacks` (user backtraces: capture and
+//!    naming), `reasons` (backtraces to latencytop's reasons);
+//! 3. `probe`; 4. `collect`; 5. `model`; 6. `store`; 7. `export`; 8. `serve` and `tui`;
+//!    9. `cli`; 10. `cmd`.
 pub mod cgroups;
 pub mod cli;
 pub mod cmd;
 pub mod collect;
+pub mod cpus;
 pub mod export;
 pub mod files;
 pub mod model;

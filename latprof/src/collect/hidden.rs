@@ -317,7 +317,8 @@ impl Check {
     }
 }
 
-/// The `HIDDEN` log's reader and its check, owned by the probe.
+/// The `HIDDEN` log's reader and its check, owned by the collector (one per probe: the log is
+/// drained by whoever reads it).
 #[derive(Debug, Default)]
 pub struct Log {
     check: Mutex<Check>,
@@ -331,7 +332,7 @@ impl Log {
             .check
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let cpus = online_cpus();
+        let cpus = crate::cpus::online();
         drain(ebpf, &cpus, &mut check)?;
         if !check.waiting.is_empty() {
             visit(&cpus);
@@ -386,25 +387,6 @@ fn visit(cpus: &[usize]) {
     for t in threads {
         let _ = t.join();
     }
-}
-
-/// The online CPUs (`/sys/devices/system/cpu/online`, e.g. "0-3,6"); CPU 0 if unreadable.
-fn online_cpus() -> Vec<usize> {
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .and_then(|s| parse_cpu_list(s.trim()))
-        .unwrap_or_else(|| vec![0])
-}
-
-fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
-    let mut out = Vec::new();
-    for part in s.split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => out.extend(a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?),
-            None => out.push(part.parse().ok()?),
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]
@@ -570,12 +552,5 @@ mod tests {
         c.settle(1000);
         let r = c.result();
         assert_eq!((r.debug_gaps, r.explained, r.unexplained), (1, 1, 1));
-    }
-
-    #[test]
-    fn cpu_lists_parse() {
-        assert_eq!(parse_cpu_list("0-3,6"), Some(vec![0, 1, 2, 3, 6]));
-        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
-        assert_eq!(parse_cpu_list("x"), None);
     }
 }
