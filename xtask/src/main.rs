@@ -1,4 +1,5 @@
-//! `cargo xtask setup | run [-- ARGS] | test`: latprof's developer commands.
+//! `cargo xtask setup | run [-- ARGS] | test`: latprof's developer commands; house.rs checks
+//! the house's plan (import floors, the README's map).
 //!
 //! Builds with the default stable toolchain (no dependency on aya), so it can install the pinned
 //! toolchains that latprof itself needs before anything else is compiled.
@@ -10,6 +11,8 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+
+mod house;
 
 /// Nightly for the eBPF build; its LLVM (22) must match bpf-linker's. The one pin, which
 /// latprof/build.rs reads too.
@@ -55,9 +58,10 @@ fn main() -> ExitCode {
         Some("dist") => dist(),
         Some("deb") => deb().map(|_| ()),
         Some("image") => image(),
+        Some("house") => house::check(&root_dir()),
         _ => {
             eprintln!(
-                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS] | notices | dist | deb | image"
+                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS] | notices | dist | deb | image | house"
             );
             return ExitCode::from(2);
         }
@@ -678,6 +682,8 @@ fn test(args: &[String]) -> Result<()> {
     step("setup (toolchains, packages)", t0);
     let extra = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
     let t0 = Instant::now();
+    // The house's plan first (imports down the floors, every file on the map): seconds.
+    house::check(&root_dir())?;
     run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
     // Lints with warnings denied: the user-space crates, then the eBPF crate (for its target,
     // with the pinned nightly, as aya-build builds it: without cargo's wrappers).

@@ -1,0 +1,276 @@
+//! `cargo xtask house`: the house's plan, checked (the test command runs it first).
+//!
+//! Each crate's modules sit on floors ([`LATPROF`], [`EBPF`]): a module may use only modules on
+//! floors below its own, so no import runs up a floor or in a circle, and the next feature
+//! cannot bring one back. A module missing from its plan is an error too: a new module is
+//! placed on purpose. Then the map: README's Layout names every source file, and each crate's
+//! doc (`latprof/src/lib.rs`, `latprof-ebpf/src/main.rs`) every module.
+//!
+//! Imports are read from the source text: `crate::NAME` anywhere, and each item of a
+//! `use crate::{...}` group. Test code (`tests.rs`, and whatever follows a file's
+//! `#[cfg(test)]`) is left out: a test may reach any floor.
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+/// latprof's floors, lowest first. `lib` and `main` stand above them all.
+const LATPROF: &[&[&str]] = &[
+    // Plain helpers: names made printable, clocks, files as root opens them, systemd's
+    // protocol, the kernel's symbols and CPU lists.
+    &["text", "time", "files", "notify", "symbols", "cpus"],
+    // What the kernel's numbers are named by: cgroups, user backtraces, reasons.
+    &["cgroups", "ustacks", "reasons"],
+    // Load and attach the programs.
+    &["probe"],
+    // Read their maps into snapshots.
+    &["collect"],
+    // What a view shows.
+    &["model"],
+    // Recordings.
+    &["store"],
+    // Text, JSON, folded, OpenMetrics, pprof.
+    &["export"],
+    // The views: HTTP and the terminal.
+    &["serve", "tui"],
+    // The command line, then the commands.
+    &["cli"],
+    &["cmd"],
+];
+
+/// The eBPF crate's floors, lowest first; `main` and `lib` stand above them all.
+const EBPF: &[&[&str]] = &[
+    &["settings", "maps"],
+    &["debug", "stacks", "ustacks", "spikes", "ticks", "rename"],
+    &["stack_cache", "wakers", "account"],
+    &["recover"],
+    &["exit", "switch"],
+    &["wakeup"],
+];
+
+/// Runs every check; fails with all that is wrong, one line each.
+pub fn check(root: &Path) -> Result<()> {
+    let mut wrong = Vec::new();
+    for (crate_dir, plan, doc) in [
+        ("latprof/src", LATPROF, "lib.rs"),
+        ("latprof-ebpf/src", EBPF, "main.rs"),
+    ] {
+        let dir = root.join(crate_dir);
+        let modules = modules(&dir)?;
+        wrong.extend(floors(crate_dir, plan, &modules)?);
+        let doc_text = std::fs::read_to_string(dir.join(doc))
+            .with_context(|| format!("reading {crate_dir}/{doc}"))?;
+        let doc_text: String = doc_text
+            .lines()
+            .filter(|l| l.starts_with("//!"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for module in modules.keys().filter(|m| !is_top(m)) {
+            if !doc_text.contains(&format!("`{module}`")) {
+                wrong.push(format!(
+                    "{crate_dir}/{doc}: its doc does not name module `{module}`"
+                ));
+            }
+        }
+    }
+    wrong.extend(layout(root)?);
+    if wrong.is_empty() {
+        eprintln!(
+            "xtask: the house: every import runs down a floor, README's Layout names every file"
+        );
+        Ok(())
+    } else {
+        for w in &wrong {
+            eprintln!("xtask: house: {w}");
+        }
+        bail!(
+            "out of the house's plan (xtask/src/house.rs): {} in all",
+            wrong.len()
+        )
+    }
+}
+
+fn is_top(module: &str) -> bool {
+    module == "lib" || module == "main"
+}
+
+/// A crate's top-level modules and their files: `name.rs`, or every file below `name/`.
+fn modules(dir: &Path) -> Result<BTreeMap<String, Vec<PathBuf>>> {
+    let mut out: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for file in rust_files(dir)? {
+        let rel = file.strip_prefix(dir).context("below the crate")?;
+        let top = rel
+            .components()
+            .next()
+            .context("a file name")?
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_owned();
+        out.entry(top).or_default().push(file);
+    }
+    Ok(out)
+}
+
+/// Every `.rs` file below `dir`, sorted.
+fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// What runs against the floors: each import from a module to one on its own floor or above.
+fn floors(
+    crate_dir: &str,
+    plan: &[&[&str]],
+    modules: &BTreeMap<String, Vec<PathBuf>>,
+) -> Result<Vec<String>> {
+    let floor_of: BTreeMap<&str, usize> = plan
+        .iter()
+        .enumerate()
+        .flat_map(|(i, floor)| floor.iter().map(move |m| (*m, i)))
+        .collect();
+    let mut wrong = Vec::new();
+    for module in modules.keys().filter(|m| !is_top(m)) {
+        if !floor_of.contains_key(module.as_str()) {
+            wrong.push(format!(
+                "{crate_dir}: module `{module}` is on no floor (place it in xtask/src/house.rs)"
+            ));
+        }
+    }
+    for (module, files) in modules.iter().filter(|(m, _)| !is_top(m)) {
+        let Some(&from) = floor_of.get(module.as_str()) else {
+            continue;
+        };
+        for file in files.iter().filter(|f| !f.ends_with("tests.rs")) {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+            let used: BTreeSet<String> = imports(text);
+            for to in used
+                .iter()
+                .filter(|u| *u != module && modules.contains_key(*u))
+            {
+                let Some(&floor) = floor_of.get(to.as_str()) else {
+                    continue;
+                };
+                if floor >= from {
+                    wrong.push(format!(
+                        "{}: `{module}` (floor {from}) uses `{to}` (floor {floor}): an import must run down a floor",
+                        file.display()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(wrong)
+}
+
+/// The modules `text` names through `crate::`.
+fn imports(text: &str) -> BTreeSet<String> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = BTreeSet::new();
+    for (i, _) in text.match_indices("crate::") {
+        let rest = &text[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // `use crate::{a::b, c, d::{e, f}}`: the first name of each item at depth one.
+            let mut depth = 1;
+            let mut item_start = true;
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    ',' if depth == 1 => item_start = true,
+                    c if item_start && (c.is_ascii_alphanumeric() || c == '_') => {
+                        out.insert(ident(&group[j..]));
+                        item_start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let name = ident(rest);
+            if !name.is_empty() {
+                out.insert(name);
+            }
+        }
+    }
+    out
+}
+
+/// README's Layout section must name every source file of the shipped crates, the eBPF crate,
+/// the shared types, the benchmark and xtask (by file name; a folder's `mod.rs` by the folder).
+fn layout(root: &Path) -> Result<Vec<String>> {
+    let readme = std::fs::read_to_string(root.join("README.md")).context("reading README.md")?;
+    let section = readme
+        .split("\n## Layout")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .context("README.md has no Layout section")?;
+    let mut wrong = Vec::new();
+    for crate_dir in [
+        "latprof/src",
+        "latprof-ebpf/src",
+        "latprof-common/src",
+        "latprof-bench/src",
+        "xtask/src",
+    ] {
+        let dir = root.join(crate_dir);
+        for file in rust_files(&dir)? {
+            let rel = file.strip_prefix(&dir).context("below the crate")?;
+            let name = rel.file_name().context("a file name")?.to_string_lossy();
+            let named = if name == "mod.rs" {
+                let folder = rel
+                    .parent()
+                    .and_then(Path::file_name)
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                section.contains(&format!("{folder}/"))
+            } else {
+                section.contains(name.as_ref())
+            };
+            if !named {
+                wrong.push(format!(
+                    "README.md's Layout does not name {crate_dir}/{}",
+                    rel.display()
+                ));
+            }
+        }
+    }
+    Ok(wrong)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::imports;
+
+    #[test]
+    fn imports_are_read_from_paths_and_groups() {
+        let text = "use crate::{\n    cgroups::CgroupPath,\n    probe::{Mode, names},\n    text,\n};\n\
+                    fn f() { crate::model::x(); }";
+        let found: Vec<String> = imports(text).into_iter().collect();
+        assert_eq!(found, ["cgroups", "model", "probe", "text"]);
+    }
+}
