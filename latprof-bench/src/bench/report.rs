@@ -119,12 +119,7 @@ pub(super) fn report(
     skipped: &[&str],
 ) -> (String, String) {
     let mut md = String::new();
-    let mut json = String::from("{\n  \"rounds\": ");
-    let _ = write!(
-        json,
-        "{rounds},\n  \"machine\": {:?},\n  \"results\": [\n",
-        machine()
-    );
+    let mut results = Vec::new();
     let _ = writeln!(md, "# latprof overhead benchmark\n");
     let _ = writeln!(
         md,
@@ -135,7 +130,6 @@ pub(super) fn report(
         let _ = writeln!(md, "Not installed, skipped: {}.", skipped.join(", "));
     }
     let mut summaries: BTreeMap<(usize, Config), Summary> = BTreeMap::new();
-    let mut first = true;
     for (w, work) in works.iter().enumerate() {
         let Some(none) = samples.get(&(w, Config::None)) else {
             continue;
@@ -173,32 +167,31 @@ pub(super) fn report(
                 sum.tracer_rss_mb,
                 sum.map_kb
             );
-            if !first {
-                json.push_str(",\n");
-            }
-            first = false;
-            let _ = write!(
-                json,
-                "    {{\"workload\": {:?}, \"config\": {:?}, \"wall_ms\": {:.3}, \"wall_min_ms\": {:.3}, \"wall_max_ms\": {:.3}, \"ratio\": {:.4}, \"added_ns_per_switch\": {:.1}, \"bpf_ns_per_event\": {:.1}, \"bpf_ns_per_{}\": {:.1}, \"bpf_cpu_percent\": {:.4}, \"tracer_cpu_ms\": {:.1}, \"tracer_rss_mb\": {:.2}, \"map_kib\": {}}}",
-                work.name,
-                config.name(),
-                sum.wall_ms,
-                sum.wall_min_ms,
-                sum.wall_max_ms,
-                sum.ratio,
-                sum.added_ns_per_switch,
-                sum.bpf_ns_per_event,
+            let per_unit = format!(
+                "bpf_ns_per_{}",
                 if work.units > 0 {
                     work.unit.replace(' ', "_")
                 } else {
                     "run".into()
-                },
-                sum.bpf_ns_per_unit,
-                sum.bpf_cpu_percent,
-                sum.tracer_cpu_ms,
-                sum.tracer_rss_mb,
-                sum.map_kb
+                }
             );
+            // serde_json writes a NaN (a median of nothing) as null, and escapes as JSON does.
+            let mut result = serde_json::json!({
+                "workload": work.name,
+                "config": config.name(),
+                "wall_ms": rounded(sum.wall_ms, 3),
+                "wall_min_ms": rounded(sum.wall_min_ms, 3),
+                "wall_max_ms": rounded(sum.wall_max_ms, 3),
+                "ratio": rounded(sum.ratio, 4),
+                "added_ns_per_switch": rounded(sum.added_ns_per_switch, 1),
+                "bpf_ns_per_event": rounded(sum.bpf_ns_per_event, 1),
+                "bpf_cpu_percent": rounded(sum.bpf_cpu_percent, 4),
+                "tracer_cpu_ms": rounded(sum.tracer_cpu_ms, 1),
+                "tracer_rss_mb": rounded(sum.tracer_rss_mb, 2),
+                "map_kib": sum.map_kb,
+            });
+            result[per_unit] = rounded(sum.bpf_ns_per_unit, 1).into();
+            results.push(result);
             summaries.insert((w, config), sum);
         }
         // latprof's own programs, one by one (medians over the rounds).
@@ -236,19 +229,35 @@ pub(super) fn report(
             }
         }
     }
-    json.push_str("\n  ],\n  \"targets\": [\n");
     let _ = writeln!(md, "\n## Targets\n");
     let targets = targets(works, &summaries);
-    for (i, (name, verdict, detail)) in targets.iter().enumerate() {
+    for (name, verdict, detail) in &targets {
         let _ = writeln!(md, "- {verdict}: {name} ({detail})");
-        let _ = write!(
-            json,
-            "{}    {{\"target\": {name:?}, \"verdict\": {verdict:?}, \"detail\": {detail:?}}}",
-            if i > 0 { ",\n" } else { "" }
-        );
     }
-    json.push_str("\n  ]\n}\n");
+    let doc = serde_json::json!({
+        "rounds": rounds,
+        "machine": machine(),
+        "results": results,
+        "targets": targets
+            .iter()
+            .map(|(name, verdict, detail)| {
+                serde_json::json!({"target": name, "verdict": verdict, "detail": detail})
+            })
+            .collect::<Vec<_>>(),
+    });
+    let mut json = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    json.push('\n');
     (md, json)
+}
+
+/// `x` to `digits` decimals (a NaN or infinity stays one: JSON null).
+fn rounded(x: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    if x.is_finite() {
+        (x * scale).round() / scale
+    } else {
+        x
+    }
 }
 
 pub(super) fn machine() -> String {
