@@ -8,7 +8,7 @@ use std::{
     collections::{HashMap, HashSet},
     io::{BufRead as _, BufReader},
     process::{Command, Stdio},
-    sync::{Mutex, MutexGuard},
+    sync::MutexGuard,
     time::{Duration, Instant},
 };
 
@@ -27,13 +27,7 @@ const MS: u64 = 1_000_000;
 
 /// One test at a time owns the kernel side, so program-id checks see only their own programs.
 fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    let guard = LOCK
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    latprof::probe::check_privileges()
-        .expect("privileged tests need root or CAP_BPF+CAP_PERFMON: run `cargo xtask test`");
-    guard
+    common::serial("privileged tests")
 }
 
 /// The probe's defaults, with the defect `LATPROF_TEST_DROP_SLEEPS=N` injects

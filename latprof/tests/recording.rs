@@ -5,7 +5,7 @@
 //! The recorder needs root, so those tests are `#[ignore]`d for a plain `cargo test`;
 //! `cargo xtask test` (and CI, as root) runs them. The bad-file tests need no root.
 use std::{
-    io::{BufReader, Write as _},
+    io::BufReader,
     os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
@@ -274,39 +274,10 @@ fn record_then_dump_without_root_matches_stats() {
     // OpenMetrics: Prometheus' own parser accepts it.
     let om = as_nobody(&["dump", path, "--format", "openmetrics"]);
     assert!(om.status.success());
-    let mut python = Command::new("/usr/bin/python3")
-        .args([
-            "-c",
-            "import sys\n\
-             from prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
-             fams = list(p(sys.stdin.read()))\n\
-             print(len(fams), sum(len(f.samples) for f in fams))",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 (cargo xtask test installs python3-prometheus-client)");
-    python
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(&om.stdout)
-        .expect("feed python");
-    let parsed = python.wait_with_output().expect("python");
-    assert!(
-        parsed.status.success(),
-        "OpenMetrics rejected (is python3-prometheus-client installed? cargo xtask test installs it): {}\n{}",
-        String::from_utf8_lossy(&parsed.stderr),
-        String::from_utf8_lossy(&om.stdout)
-    );
-    let families: Vec<u64> = String::from_utf8_lossy(&parsed.stdout)
-        .split_whitespace()
-        .map(|n| n.parse().expect("number"))
-        .collect();
+    let families = common::python_parses("prometheus_client.openmetrics.parser", &om.stdout);
     // Causes (count, seconds, max), pipeline counters, the spike reader's sleeps, per-CPU
     // tick events, the hidden-sleep check's waiting sleeps.
-    assert_eq!(families[0], 7, "families");
+    assert_eq!(families.0, 7, "families");
 
     // The difference of two moments: from the start to the end holds the work, the last
     // 400 ms (two snapshots) after it nothing of the workload.

@@ -13,7 +13,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, ChildStderr, Command, Stdio},
     sync::{
-        Arc, Mutex, MutexGuard,
+        Arc, MutexGuard,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
@@ -29,13 +29,7 @@ const NANOSLEEP: &str = "Application requested delay";
 
 /// One test at a time: program ids, loopback ports and the machine's CPUs are shared.
 fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    let guard = LOCK
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    latprof::probe::check_privileges()
-        .expect("the serve tests need root or CAP_BPF+CAP_PERFMON: run `cargo xtask test`");
-    guard
+    common::serial("the serve tests")
 }
 
 /// A loopback port nobody listens on now.
@@ -798,39 +792,6 @@ fn go_pprof_nanosleep(file: &Path, home: &Path) -> (u64, Vec<String>) {
     (total, first)
 }
 
-/// Feeds `text` to a Python snippet of Prometheus' client library; fails with its error.
-fn python_parses(parser: &str, text: &str) -> u64 {
-    let mut python = Command::new("/usr/bin/python3")
-        .args([
-            "-c",
-            &format!(
-                "import sys\nfrom {parser} import text_string_to_metric_families as p\n\
-                 print(len(list(p(sys.stdin.read()))))"
-            ),
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 (cargo xtask test installs python3-prometheus-client)");
-    python
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("feed python");
-    let out = python.wait_with_output().expect("python");
-    assert!(
-        out.status.success(),
-        "{parser} rejected it: {}\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("families")
-}
-
 /// Both formats by `Accept`, each passing Prometheus' own parsers and `promtool check
 /// metrics`; no kernel address in any label; the other endpoints, unknown paths and bad
 /// query values.
@@ -888,8 +849,12 @@ fn formats_parse_and_bad_requests_are_refused() {
     );
     let prom = prom.text();
     assert!(!prom.contains("# EOF"));
-    let families = python_parses("prometheus_client.openmetrics.parser", &om);
-    assert_eq!(families, python_parses("prometheus_client.parser", &prom));
+    let (families, _) =
+        common::python_parses("prometheus_client.openmetrics.parser", om.as_bytes());
+    assert_eq!(
+        families,
+        common::python_parses("prometheus_client.parser", prom.as_bytes()).0
+    );
     // Series, seconds, histogram, folded, cgroup sleeps, cgroup seconds, folded cgroups,
     // pipeline, hidden sleeps waiting, dropped, runs, run time, CPU events, table entries and
     // capacity, collections, info.

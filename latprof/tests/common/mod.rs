@@ -14,6 +14,58 @@ pub mod vm;
 
 pub const LATPROF: &str = env!("CARGO_BIN_EXE_latprof");
 
+/// One test at a time, within a test binary, owns the kernel side (program ids, loopback
+/// ports, the machine's CPUs); checks first that this process may load eBPF programs, saying
+/// how to run the tests when not (`who`: which tests).
+pub fn serial(who: &str) -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    latprof::probe::check_privileges().unwrap_or_else(|_| {
+        panic!("{who} need root or CAP_BPF+CAP_PERFMON: run `cargo xtask test`")
+    });
+    guard
+}
+
+/// Feeds `text` to Prometheus' Python client, the parser of module `parser`
+/// (`prometheus_client.parser` for Prometheus' text, `prometheus_client.openmetrics.parser`
+/// for OpenMetrics); fails with its error. Returns the metric families and samples it read.
+pub fn python_parses(parser: &str, text: &[u8]) -> (u64, u64) {
+    let mut python = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            &format!(
+                "import sys\nfrom {parser} import text_string_to_metric_families as p\n\
+                 fams = list(p(sys.stdin.read()))\n\
+                 print(len(fams), sum(len(f.samples) for f in fams))"
+            ),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 (cargo xtask test installs python3-prometheus-client)");
+    python
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text)
+        .expect("feed python");
+    let out = python.wait_with_output().expect("python");
+    assert!(
+        out.status.success(),
+        "{parser} rejected it (is python3-prometheus-client installed? cargo xtask test installs it): {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(text)
+    );
+    let numbers: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(|n| n.parse().expect("a number"))
+        .collect();
+    (numbers[0], numbers[1])
+}
+
 /// latprof-workload's command name as the kernel keeps it (15 characters).
 pub const WORKLOAD_COMM: &str = "latprof-workloa";
 
