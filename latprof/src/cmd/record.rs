@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result, bail};
 use super::session::{self, Needs, Session};
 use crate::{
     cli::{Cli, RecordArgs},
-    collect::{Collector, Spike},
+    collect::Spike,
     probe::KernelFacts,
     store::{
         KEY_EVERY, RecordingInfo,
@@ -135,7 +135,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     // The file is created before the programs load (a second or more): no one can put a link
     // in its place meanwhile. It is removed again if they do not load.
     let file = NewFile::create(&args.output, args.force, cli.user_stacks)?;
-    let session = match Session::start(cli, needs) {
+    let mut session = match Session::start(cli, needs) {
         Ok(session) => session,
         Err(e) => {
             file.remove();
@@ -163,6 +163,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             .unwrap_or_default()
     );
     session.announce();
+    let mut collector = session.collector(true)?;
     let Session {
         probe,
         spikes: reader,
@@ -175,7 +176,6 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     let mut reader = reader.context("the session has no spike reader")?;
     let mut spikes = Vec::new();
     let started = Instant::now();
-    let mut collector = Collector::with_details();
     let mut reason = "stopped by a signal";
     let mut next = started;
     // Spikes first (the longest --max-spikes of the interval), then the snapshot that names

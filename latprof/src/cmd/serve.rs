@@ -34,7 +34,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let runtime = Server::runtime()?;
     let mut session = Session::start(cli, needs)?;
-    let mut collector = Collector::with_details();
+    let mut collector = session.collector(true)?;
     let mut acc = Accumulator::new(
         reasons,
         usize::from(cli.depth()),

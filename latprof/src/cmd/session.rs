@@ -11,7 +11,7 @@ use anyhow::{Result, bail};
 
 use crate::{
     cli::Cli,
-    collect::SpikeReader,
+    collect::{Collector, SpikeReader},
     probe::{
         self, KernelFacts, Probe,
         log::{DebugLog, LogFile},
@@ -121,6 +121,19 @@ impl Session {
             stop,
             run_time_stats,
         })
+    }
+
+    /// The collector that reads this session's probe (one per probe: it drains the
+    /// hidden-switch log and, with `--user-stacks`, runs the thread that names user frames);
+    /// `details`: with histograms and program statistics (`top`, `record`, `serve`).
+    pub fn collector(&mut self, details: bool) -> Result<Collector> {
+        let mut collector = if details {
+            Collector::with_details()
+        } else {
+            Collector::new()
+        };
+        collector.watch_users(&mut self.probe)?;
+        Ok(collector)
     }
 
     /// Says which variant of the programs runs and why better ones did not load; after the

@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result};
 use super::session::{Needs, Session};
 use crate::{
     cli::{Cli, SpikesArgs},
-    collect::{Collector, Spike},
+    collect::Spike,
     probe::Wakeup,
     reasons::Reasons,
     symbols::Backtrace,
@@ -37,7 +37,7 @@ pub const HEADER: &str = "TIME                PID     TID COMM             K   D
 
 pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
     let reasons = Reasons::load(args.reasons.as_deref())?;
-    let session = Session::start(
+    let mut session = Session::start(
         cli,
         Needs {
             pid: args.pid,
@@ -55,6 +55,7 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
         }
     );
     session.announce();
+    let mut collector = session.collector(false)?;
     let Session {
         probe,
         spikes: reader,
@@ -64,7 +65,6 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
         ..
     } = session;
     let mut reader = reader.context("the session has no spike reader")?;
-    let mut collector = Collector::new();
     let mut reason_cache: HashMap<u64, String> = HashMap::new();
     let clock = (time::wall_ns(), time::monotonic_ns());
     let depth = usize::from(cli.depth());

@@ -11,7 +11,6 @@ use latprof_common::Counter;
 use super::session::{Needs, Session};
 use crate::{
     cli::{Cli, StatsArgs},
-    collect::Collector,
     export,
     reasons::Reasons,
     time,
@@ -29,7 +28,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
             ..Needs::default()
         },
     )?;
-    let mut collector = Collector::new();
+    let mut collector = session.collector(false)?;
     // `--counters` rates are over the collection, from this first snapshot, taken before
     // "attached" is said: whatever happens after that line is in the numbers.
     let first = if args.counters {

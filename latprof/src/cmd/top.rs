@@ -14,7 +14,6 @@ use anyhow::{Context as _, Result, bail};
 use super::session::{Needs, Session};
 use crate::{
     cli::{Cli, TopArgs},
-    collect::Collector,
     reasons::Reasons,
     tui::{Input, TerminalGuard, app, ui},
 };
@@ -42,7 +41,7 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
         );
     }
     let reasons = Reasons::load(args.reasons.as_deref())?;
-    let session = Session::start(
+    let mut session = Session::start(
         cli,
         Needs {
             details: true,
@@ -52,6 +51,7 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
             ..Needs::default()
         },
     )?;
+    let mut collector = session.collector(true)?;
     let Session {
         probe,
         spikes: reader,
@@ -73,7 +73,6 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
     let collector = std::thread::Builder::new()
         .name("collector".into())
         .spawn(move || {
-            let mut collector = Collector::with_details();
             loop {
                 log.flush();
                 let result = collector.snapshot(&probe);

@@ -325,6 +325,9 @@ pub struct Collector {
     /// The check of lost and recovered sleeps against hidden switches: it drains the probe's
     /// `HIDDEN` log, so one collector reads a probe.
     hidden: hidden::Log,
+    /// With `--user-stacks`: the thread that reads processes' memory maps and names frames
+    /// (`watch_users`).
+    watcher: Option<crate::ustacks::Watcher>,
 }
 
 /// How long a snapshot waits for user backtraces to be named, unless told to be patient.
@@ -355,6 +358,16 @@ impl Collector {
     /// the last snapshot of a command, after which nothing is named any more.
     pub fn patient(&mut self) {
         self.naming_patience = Some(NAMING_PATIENT);
+    }
+
+    /// With `--user-stacks`: starts the thread that names user frames, reading the processes
+    /// the probe announced since it attached (none is missed: they wait in its ring buffer).
+    /// Once per probe; a collector without it shows no user frames.
+    pub fn watch_users(&mut self, probe: &mut Probe) -> Result<()> {
+        if let Some(ring) = probe.take_user_seen() {
+            self.watcher = Some(crate::ustacks::Watcher::start(ring)?);
+        }
+        Ok(())
     }
 
     /// Drains the probe's hidden-switch log and judges what it can, between snapshots (the log
@@ -596,7 +609,7 @@ impl Collector {
         let cgroup_paths = self.cgroup_paths(&cgroups, &tasks);
         let (user_parts, user_stacks) = self.user_stacks(probe, &stacks)?;
         let mut counters = counters;
-        if let Some(watcher) = probe.user_watcher() {
+        if let Some(watcher) = &self.watcher {
             counters.0[Counter::UserStackTruncated as usize] = watcher.truncated();
         }
         Ok(Snapshot {
@@ -670,7 +683,7 @@ impl Collector {
         if let Some(frames) = self.user_frames.get(&user) {
             return Ok(Some(frames.clone()));
         }
-        let Some(watcher) = probe.user_watcher() else {
+        let Some(watcher) = &self.watcher else {
             return Ok(None);
         };
         let map: BpfHashMap<&MapData, u64, latprof_common::UserStack> = BpfHashMap::try_from(
@@ -718,7 +731,7 @@ impl Collector {
     )> {
         let mut parts = BTreeMap::new();
         let mut named = BTreeMap::new();
-        let Some(watcher) = probe.user_watcher() else {
+        let Some(watcher) = &self.watcher else {
             return Ok((parts, named));
         };
         for id in stacks.keys() {

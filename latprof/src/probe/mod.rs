@@ -508,8 +508,10 @@ pub struct Probe {
     fallbacks: Vec<String>,
     /// Cgroup attribution was asked for but the host mounts no cgroup2 (legacy only).
     cgroups_unavailable: bool,
-    /// With `--user-stacks`: the thread that reads processes' memory maps and names frames.
-    user_watcher: Option<crate::ustacks::Watcher>,
+    /// With `--user-stacks`: the ring buffer that announces each process whose frames will
+    /// need naming, taken from the object before the programs attach (none is missed); the
+    /// collector's naming thread takes it.
+    user_seen: Option<aya::maps::RingBuf<aya::maps::MapData>>,
 }
 
 /// What `announce` says once, and `top` in its status line, on a host with the legacy cgroup
@@ -728,14 +730,15 @@ impl Probe {
                     .context("setting the --cgroup filter")?;
             }
         }
-        // Before the programs run: the first announced process is read at once.
-        let user_watcher = if config.user_stacks {
-            let ring = aya::maps::RingBuf::try_from(
-                ebpf.take_map(names::MAP_USER_SEEN)
-                    .context("no USER_SEEN map")?,
+        // Before the programs run: every announced process stays in the ring until read.
+        let user_seen = if config.user_stacks {
+            Some(
+                aya::maps::RingBuf::try_from(
+                    ebpf.take_map(names::MAP_USER_SEEN)
+                        .context("no USER_SEEN map")?,
+                )
+                .context("USER_SEEN is not a ring buffer")?,
             )
-            .context("USER_SEEN is not a ring buffer")?;
-            Some(crate::ustacks::Watcher::start(ring)?)
         } else {
             None
         };
@@ -754,7 +757,7 @@ impl Probe {
             variant,
             fallbacks,
             cgroups_unavailable,
-            user_watcher,
+            user_seen,
         })
     }
 
@@ -877,10 +880,10 @@ impl Probe {
         &mut self.ebpf
     }
 
-    /// The user stack thread (`--user-stacks`).
-    #[must_use]
-    pub fn user_watcher(&self) -> Option<&crate::ustacks::Watcher> {
-        self.user_watcher.as_ref()
+    /// The ring buffer that announces processes to name frames of (`--user-stacks`), for the
+    /// one collector that names them.
+    pub fn take_user_seen(&mut self) -> Option<aya::maps::RingBuf<aya::maps::MapData>> {
+        self.user_seen.take()
     }
 }
 
