@@ -6,8 +6,8 @@
 //! recovered, filtered and counted as any other. Its backtrace, if it was to be taken at the
 //! wakeup, is gone: it is counted under `RECOVERED_STACK`. Its run-queue wait is unknown.
 //!
-//! Reading the two fields costs each sleep about 20 ns (measured on sched_switch under a
-//! ping-pong), so sleeps start keeping them only once a hidden switch was seen
+//! Reading the two fields costs each sleep a little (docs/bench.md, "Measured while building"),
+//! so sleeps start keeping them only once a hidden switch was seen
 //! (`HIDING_SEEN`): on a kernel that hides nothing that cost is never paid, and where one
 //! does, a sleep hidden before the first hidden switch is seen is lost.
 

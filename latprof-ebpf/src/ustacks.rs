@@ -3,8 +3,9 @@
 //! other task: `bpf_get_task_stack` with `BPF_F_USER_STACK` answers -EOPNOTSUPP for a task
 //! that is not current), with the frame pointers the program was built with. latprof follows
 //! them itself (`walk`) rather than with `bpf_get_stack`: the kernel's walk read each frame in
-//! two accesses and ended every whole chain with a fault on its null frame pointer, 100-150 ns
-//! a frame here; this one reads each frame once and stops before a null or backward pointer. Stored once per (process, frames) in `USER_STACKS`
+//! two accesses and ended every whole chain with a fault on its null frame pointer (its cost:
+//! docs/bench.md, "Measured while building"); this one reads each frame once and stops before a
+//! null or backward pointer. Stored once per (process, frames) in `USER_STACKS`
 //! with the stack words at the user stack pointer, and announced on `USER_SEEN` so user space
 //! reads the process's memory map while it lives.
 

@@ -6,12 +6,9 @@
 //! used or not. Their size follows the kernel's own accounting (`htab_map_mem_usage`, what
 //! `/proc/PID/fdinfo` shows as `memlock`): a bucket per power of two of entries, and an element
 //! of 48 bytes of links and hash, the key and the value (for a per-CPU map a pointer, and the
-//! value once per possible CPU). Measured on Linux 6.18 with 2 CPUs, the defaults pin about
-//! 36.9 MB, 39.8 with `--wakers` (the task table 15,930,080, the waker table and its
-//! overflow's 1,508,288 each), 14.8 MB more with `--user-stacks` (its table 13,308,000, the
-//! causes' parts 1,442,912);
-//! `--max-tasks 262144` pinned 414 MiB in all before the cgroups (the task table 396 MiB) and
-//! the estimate was within 0.1%.
+//! value once per possible CPU). What the defaults pin, and how close the estimate came, is in
+//! docs/bench.md ("Measured while building"); `tests/privileged.rs` checks the estimate against
+//! the kernel's own account on every run.
 use std::path::Path;
 
 use anyhow::{Result, bail};

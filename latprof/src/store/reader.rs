@@ -6,7 +6,7 @@
 //! (a compression bomb stops there), and what the reader keeps in memory (symbols, spikes, the
 //! largest snapshot it will rebuild) stays under [`MEMORY_PER_BYTE`] times the file's size. Both
 //! have a floor, so small files are never refused for their size. latprof's own recordings use a
-//! small part of either: measured, frames decode to 1.8 times their stored size (2.6 at most).
+//! small part of either (docs/bench.md, "Measured while building").
 //! What the views (dump's exports, replay's model) name from a snapshot is charged to the same
 //! memory budget before they build anything ([`Recording::check_views`]): a few bytes can name
 //! one long symbol in every frame of thousands of causes.
