@@ -9,6 +9,7 @@ use std::{
 };
 
 pub mod cgroups;
+pub mod probe;
 pub mod ustacks;
 pub mod vm;
 
