@@ -427,10 +427,12 @@ fn check_spikes(out: &str) {
         assert_eq!(f[8..].join(" "), "Application requested delay", "{f:?}");
         let us = micros(f[5]);
         // From switch-out to wakeup: at most the workload's own longest sleep (printed with 3
-        // significant digits), at least 30 ms less the time from arming the timer to leaving
-        // the CPU (a few hundred microseconds under emulation).
+        // significant digits), at least the 20 ms that make it a spike. 30 ms less the time
+        // from arming the timer to leaving the CPU is all that is known below: that time was a
+        // few hundred microseconds with one guest at a time, and 4 ms once with two guests
+        // sharing the host's two CPUs (the 6.12 guest showed a 26 ms spike).
         assert!(
-            (29_000.0..=own_max_us * 1.01).contains(&us),
+            (20_000.0..=own_max_us * 1.01).contains(&us),
             "{f:?} against the workload's own {own}"
         );
     }
