@@ -10,7 +10,6 @@ use std::{
     collections::HashSet,
     io::{BufRead as _, BufReader},
     process::{Command, Stdio},
-    time::{Duration, Instant},
 };
 
 use latprof::probe::{Backtraces, Mode, Probe, ProbeConfig, names};
@@ -19,7 +18,7 @@ mod common;
 
 use common::{
     LATPROF, Workload,
-    probe::{attach, defaults, serial},
+    probe::{assert_unloaded, attach, defaults, latprof_program_ids, serial},
 };
 
 /// Programs a latprof session loads here: the three latency programs and one for each tick
@@ -43,34 +42,6 @@ fn expected_programs() -> usize {
     .filter(|tp| tracefs.join("events").join(tp).exists())
     .count();
     names::LOADED_PROGRAMS + ticks
-}
-
-/// Ids of loaded programs that carry latprof's program names.
-fn latprof_program_ids() -> HashSet<u32> {
-    let ours = names::PROGRAMS;
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| {
-            // The kernel keeps 15 characters of a program name.
-            p.name_as_str()
-                .is_some_and(|n| !n.is_empty() && ours.iter().any(|o| o.starts_with(n)))
-        })
-        .map(|p| p.id())
-        .collect()
-}
-
-/// Waits until none of `ids` is loaded. The kernel frees a raw tracepoint program after its
-/// link is gone and an RCU grace period has passed, so this can lag a little; 5 s is plenty.
-fn assert_unloaded(ids: &HashSet<u32>, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left: Vec<_> = latprof_program_ids().intersection(ids).copied().collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "programs left {what}: {left:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -19,11 +19,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use latprof::probe::names;
-
 mod common;
 
-use common::{LATPROF, Workload};
+use common::{
+    LATPROF, Workload,
+    probe::{assert_unloaded, latprof_program_ids},
+};
 
 const NANOSLEEP: &str = "Application requested delay";
 
@@ -304,19 +305,6 @@ impl Drop for Serve {
     }
 }
 
-/// Ids of loaded programs that carry latprof's program names.
-fn latprof_program_ids() -> HashSet<u32> {
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|p| {
-            // The kernel keeps 15 characters of a program name.
-            p.name_as_str()
-                .is_some_and(|n| !n.is_empty() && names::PROGRAMS.iter().any(|o| o.starts_with(n)))
-        })
-        .map(|p| p.id())
-        .collect()
-}
-
 /// Ids of the BPF programs process `pid` holds a descriptor of (a program's or its link's:
 /// `prog_id` in the descriptor's fdinfo).
 fn programs_held_by(pid: u32) -> HashSet<u32> {
@@ -330,20 +318,6 @@ fn programs_held_by(pid: u32) -> HashSet<u32> {
                 .collect::<Vec<u32>>()
         })
         .collect()
-}
-
-/// Waits (5 s at most: the kernel frees programs after an RCU grace period) until none of
-/// `ids` is loaded.
-fn assert_unloaded(ids: &HashSet<u32>, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left: Vec<_> = latprof_program_ids().intersection(ids).copied().collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "programs left {what}: {left:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A Prometheus server of the test's own, scraping `target` every second.

@@ -1,11 +1,15 @@
 //! Helpers of the privileged tests that attach latprof's programs in-process (counts.rs,
 //! lifecycle.rs, tasks.rs, ticks.rs, recovery.rs).
-use std::{collections::HashMap, sync::MutexGuard};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::MutexGuard,
+    time::{Duration, Instant},
+};
 
 use latprof::{
     collect::Snapshot,
     model::Cause,
-    probe::{Mode, Probe, ProbeConfig},
+    probe::{Mode, Probe, ProbeConfig, names},
 };
 use latprof_common::{Counter, GlobalRecord};
 
@@ -54,4 +58,31 @@ pub fn accounted(snap: &Snapshot) -> u64 {
 /// The sleeps in `records`.
 pub fn total(records: &HashMap<u64, GlobalRecord>) -> u64 {
     records.values().map(|r| r.count).sum()
+}
+
+/// Ids of loaded programs that carry latprof's program names (lifecycle.rs, serve.rs).
+pub fn latprof_program_ids() -> HashSet<u32> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| {
+            // The kernel keeps 15 characters of a program name.
+            p.name_as_str()
+                .is_some_and(|n| !n.is_empty() && names::PROGRAMS.iter().any(|o| o.starts_with(n)))
+        })
+        .map(|p| p.id())
+        .collect()
+}
+
+/// Waits until none of `ids` is loaded. The kernel frees a raw tracepoint program after its
+/// link is gone and an RCU grace period has passed, so this can lag a little; 5 s is plenty.
+pub fn assert_unloaded(ids: &HashSet<u32>, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<_> = latprof_program_ids().intersection(ids).copied().collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "programs left {what}: {left:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
