@@ -307,6 +307,20 @@ fn check_udp(out: &str) {
     exact(n, fact(&own, "naps"), "nanosleeps woken by the timer");
 }
 
+/// The workload's voluntary switches (all its threads) when latprof attached and before it
+/// stopped, from the section "STEP switches".
+fn switches(out: &str, step: &str) -> (u64, u64) {
+    let counts: Vec<u64> = section(out, &format!("{step} switches"))
+        .join(" ")
+        .split_whitespace()
+        .map(|n| n.parse().expect("a switch count"))
+        .collect();
+    let [before, after] = counts[..] else {
+        panic!("two switch counts for {step}: {counts:?}")
+    };
+    (before, after)
+}
+
 /// fsync's waits, its process only: every sleep of the workload's loop (it counts them)
 /// counted, or left out as shorter than 1 us (latencytop's rule, which latprof says); at least
 /// one per fsync under fsync's backtrace, uninterruptible (spikes' K column), with the reason
@@ -322,15 +336,21 @@ fn check_fsync(out: &str) {
         .filter(|c| c["kind"] == "sleep")
         .map(|c| c["count"].as_u64().expect("count"))
         .sum();
-    // Every voluntary switch of the process: a sleep counted, or one shorter than 1 us, or
-    // (PREEMPT_RT) a wait for a sleeping spinlock, neither of which latencytop counts.
+    // Every voluntary switch of the process while latprof watched (the script reads them from
+    // /proc): a sleep counted, or one shorter than 1 us, or (PREEMPT_RT) a wait for a sleeping
+    // spinlock, neither of which latencytop counts; and the last, its read of stdin after the
+    // work, still asleep when latprof stopped. The workload's own count of its loop's sleeps
+    // is at most that.
     let own = section(out, "fsync workload").join(" ");
+    let (before, after) = switches(out, "fsync");
     let counter = |name: &str| doc["counters"][name].as_u64().expect("a counter");
+    let seen = sleeps + counter("skipped_zero") + counter("rtlock_waits");
     assert_eq!(
-        sleeps + counter("skipped_zero") + counter("rtlock_waits"),
-        fact(&own, "slept"),
-        "the fsync workload's sleeps ({own}; {stderr}): {all:#?}"
+        seen + 1,
+        after - before,
+        "the fsync workload's voluntary switches ({own}; {stderr}): {all:#?}"
     );
+    assert!(seen >= fact(&own, "slept"), "{seen} switches seen: {own}");
     let causes: Vec<&Value> = all
         .iter()
         // do_fsync on most kernels; 5.10's inlines it into __x64_sys_fsync.
@@ -459,17 +479,21 @@ fn check_counters(out: &str, variant: &str, cached: bool) -> f64 {
     assert_eq!(counter("sleep_lost"), 0, "{}", text.join("\n"));
     assert_eq!(counter("sleeps_recovered"), 0, "{}", text.join("\n"));
     assert_eq!(counter("stack_missing"), 0, "{}", text.join("\n"));
-    // Every sleep of the ping-pong's process (the workload counts them: its pipe reads, the
-    // other thread's wait for the end of file, this one's for its report), and no other:
-    // counted, or left out as shorter than 1 us, or (PREEMPT_RT) a wait for a sleeping
-    // spinlock, which is no sleep to latencytop either.
+    // Every voluntary switch of the ping-pong's threads while latprof watched (the script
+    // reads them from /proc): counted, or left out as shorter than 1 us, or (PREEMPT_RT) a wait
+    // for a sleeping spinlock, which is no sleep to latencytop either; and the two last, each
+    // thread's wait after the work, still asleep when latprof stopped. The workload's own
+    // count of the ping-pong's sleeps is at most that.
     let own = section(out, "counters workload").join(" ");
+    let (before, after) = switches(out, "counters");
+    let seen = counter("counted") + counter("skipped_zero") + counter("rtlock_waits");
     assert_eq!(
-        counter("counted") + counter("skipped_zero") + counter("rtlock_waits"),
-        fact(&own, "slept"),
-        "the ping-pong's sleeps ({own})\n{}",
+        seen + 2,
+        after - before,
+        "the ping-pong's voluntary switches ({own})\n{}",
         text.join("\n")
     );
+    assert!(seen >= fact(&own, "slept"), "{seen} switches seen: {own}");
     if cached {
         assert!(counter("stack_cache_hits") >= 1000, "{}", text.join("\n"));
     }

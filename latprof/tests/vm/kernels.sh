@@ -39,10 +39,11 @@ attached() {
     done
 }
 
-# blocked PID: waits until the workload PID sleeps in its read of stdin (the go line), so that a
-# latprof started after this sees none of the workload's start: not the shell opening the fifo
-# for it, not its exec, not that read's start. A count that takes every sleep of the process
-# needs it (the workload's own count begins after that read).
+# blocked PID: waits until the workload PID sleeps in a read of stdin (the go line, or the end
+# of file after its work), so that a latprof started after this sees none of the workload's
+# start: not the shell opening the fifo for it, not its exec, not that read's start. A count
+# that takes every sleep of the process needs it. /proc/PID/syscall names the call only once
+# the task is off its CPU, so that sleep's switch is counted by then.
 blocked() {
     i=0
     until [ "$(cat /proc/$1/comm 2> /dev/null)" = latprof-workloa ] \
@@ -50,6 +51,29 @@ blocked() {
         && grep -q '^State:.S' /proc/$1/status 2> /dev/null; do
         sleep 0.05; i=$((i + 1))
         if [ $i -gt 2000 ]; then echo "workload $1 never blocked reading its stdin"; exit 1; fi
+    done
+}
+
+# switches PID: the voluntary context switches of all of PID's threads so far.
+switches() {
+    cat /proc/$1/task/*/status | awk '/^voluntary_ctxt_switches:/ { n += $2 } END { print n }'
+}
+
+# asleep PID: waits until every thread of PID sleeps (state S) off its CPU (/proc's syscall file
+# names the call only then), so that each one's last switch is counted in `switches`.
+asleep() {
+    i=0
+    while :; do
+        all=yes
+        for t in /proc/$1/task/*; do
+            case "$(cut -d' ' -f1 $t/syscall 2> /dev/null)" in
+                ''|running) all=no ;;
+            esac
+            grep -q '^State:.S' $t/status 2> /dev/null || all=no
+        done
+        [ $all = yes ] && return
+        sleep 0.05; i=$((i + 1))
+        if [ $i -gt 2000 ]; then echo "workload $1 never slept in all its threads"; exit 1; fi
     done
 }
 
@@ -135,12 +159,20 @@ latprof --all-sleeps spikes --pid $W --spike 1us > /tmp/k.fs 2> /tmp/ke.fs &
 LK=$!
 attached /tmp/e.fs $LP
 attached /tmp/ke.fs $LK
+# The workload's voluntary switches from here (asleep in its first read of stdin, which latprof
+# did not see begin) to its last read of stdin (asleep, seen begin but not end): every one of
+# them in between is a sleep latprof counts, or one it says it left out. The workload's own
+# count cannot be the window: the kernel can switch it out (a PREEMPT_RT spinlock) between
+# its first read's wakeup and its count, or while it prints "done".
+V0=$(switches $W)
 echo go >&6
 i=0
 while ! grep -qs done /tmp/w.fs; do
     sleep 0.2; i=$((i + 1))
     if [ $i -gt 900 ]; then echo "fsync did not finish"; exit 1; fi
 done
+asleep $W
+V1=$(switches $W)
 kill -INT $LP $LK
 wait $LP; RS=$?
 wait $LK; RK=$?
@@ -152,6 +184,7 @@ echo "=== fsync stderr"; cat /tmp/e.fs
 echo "=== fsync spikes"; cat /tmp/k.fs
 echo "=== fsync spikes stderr"; cat /tmp/ke.fs
 echo "=== fsync workload"; cat /tmp/w.fs
+echo "=== fsync switches"; echo "$V0 $V1"
 
 step spikes
 # 4. spikes for known long sleeps: 5 nanosleeps of 30 ms over a 20 ms threshold.
@@ -178,12 +211,17 @@ latprof --all-sleeps stats --counters --pid $W --duration 900s > /tmp/s.c 2> /tm
 LP=$!
 attached /tmp/e.c $LP
 step "counters: attached"
+# As for fsync: the switches from the first read's sleep to the last ones (this thread's read of
+# stdin, the other's wait to be released).
+V0=$(switches $W)
 echo go >&5
 i=0
 while ! grep -qs done /tmp/w.c; do
     sleep 0.2; i=$((i + 1))
     if [ $i -gt 900 ]; then echo "ping-pong did not finish"; exit 1; fi
 done
+asleep $W
+V1=$(switches $W)
 step "counters: ping-pong done"
 kill -INT $LP
 wait $LP; RC=$?
@@ -193,6 +231,7 @@ echo "=== counters rc"; echo $RC
 echo "=== counters"; cat /tmp/s.c
 echo "=== counters stderr"; cat /tmp/e.c
 echo "=== counters workload"; cat /tmp/w.c
+echo "=== counters switches"; echo "$V0 $V1"
 
 step ustacks
 # 5a. User backtraces (issue 17): the programs load with the user walk on this kernel, and a
