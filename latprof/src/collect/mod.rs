@@ -224,15 +224,23 @@ impl Snapshot {
             ));
         }
         out.extend(self.hidden.losses());
-        if hidden > 0 && !tids.is_empty() {
+        if hidden > 0 {
             let who: Vec<String> = tids
                 .iter()
                 .map(|(tid, comm)| format!("tid {tid} ({comm})"))
                 .collect();
-            let line = format!(
-                "{hidden} switches hidden: the kernel ran no BPF program while {} was on a CPU",
-                who.join(", ")
-            );
+            // A CPU's last gap names the task latprof last saw switched in there; the idle task
+            // (tid 0) says only that the CPU was idle when the hiding began.
+            let line = if who.is_empty() {
+                format!(
+                    "{hidden} switches hidden: the kernel ran no BPF program for a while after a CPU went idle (the task it then ran is not known)"
+                )
+            } else {
+                format!(
+                    "{hidden} switches hidden: the kernel ran no BPF program while {} was on a CPU",
+                    who.join(", ")
+                )
+            };
             if lost > 0 {
                 // The lost sleeps' wakeups were in those windows, as far as latprof can tell.
                 if let Some(l) = out.iter_mut().find(|l| l.contains("sleeps lost")) {
@@ -876,7 +884,8 @@ mod tests {
 
     /// Switches the kernel hid: the lost sleeps' line says their wakeups were hidden and
     /// names the task (by the name the kernel had when the gap was found, even after it
-    /// exited); with no sleep lost, the hidden switches get a line of their own.
+    /// exited, or none where the CPU was idle); with no sleep lost, the hidden switches get a
+    /// line of their own.
     #[test]
     fn hidden_switches_name_the_task_in_the_warning() {
         let mut snap = Snapshot::default();
@@ -902,6 +911,17 @@ mod tests {
             "{lines:?}"
         );
         assert!(lines[0].contains("tid 4242 (vmm-agent)"), "{lines:?}");
+        // The last gap on every CPU began on an idle CPU: no task named, the loss still
+        // explained (a run of the suite once showed the plain loss line here).
+        snap.hidden_tids = vec![(0, String::new()), (0, String::new())];
+        let lines = snap.losses();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with(
+                "3 sleeps lost: their wakeups were hidden (7 switches hidden: the kernel ran no BPF program for a while after a CPU went idle"
+            ),
+            "{lines:?}"
+        );
         // Lost with no hidden switch: the plain loss line, which the tests refuse.
         snap.counters.0[Counter::SwitchesHidden as usize] = 0;
         let lines = snap.losses();
