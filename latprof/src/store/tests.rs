@@ -1,12 +1,19 @@
 //! The recording format's tests: round trips, recovery from damage, and fuzzing of the reader.
-use latprof_common::{Counter, RUNQ_STACK};
+use latprof_common::{
+    Counter, GlobalRecord, HIST_BUCKETS, LatencyRecord, RUNQ_STACK, TICK_COUNTER_COUNT,
+};
 
 use super::{
+    codec::{Dec, Enc},
     reader::Recording,
     writer::{Options, Writer},
     *,
 };
-use crate::symbols::Kallsyms;
+use crate::{
+    collect::{Snapshot, TaskSnapshot},
+    probe::Mode,
+    symbols::Kallsyms,
+};
 
 pub const KALLSYMS: &str = "\
 ffffffff81000000 T _stext

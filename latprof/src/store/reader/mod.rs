@@ -10,44 +10,31 @@
 //! What the views (dump's exports, replay's model) name from a snapshot is charged to the same
 //! memory budget before they build anything ([`Recording::check_views`]): a few bytes can name
 //! one long symbol in every frame of thousands of causes.
-use std::{
-    cell::RefCell,
-    collections::{HashMap, HashSet},
-    fs::File,
-    io,
-    os::unix::fs::FileExt as _,
-    path::Path,
+mod budget;
+mod find;
+mod source;
+
+pub use budget::{
+    DECODE_FLOOR, DECODE_PER_BYTE, MEMORY_FLOOR, MEMORY_PER_BYTE, SCAN_FLOOR, SCAN_PER_BYTE,
+    VIEW_COPIES,
 };
 
+use std::{cell::RefCell, io, path::Path};
+
 use anyhow::{Context as _, Result};
-use latprof_common::{GlobalRecord, Histogram, LatencyRecord};
 
 use super::{
     Body, FILE_HEADER_LEN, FLAG_ZSTD, FRAME_HEADER_LEN, FormatError, KIND_DELTA, KIND_END,
     KIND_KEY, MAGIC, MAX_FRAME, RecordingInfo, SYNC, State, VERSION, codec::Dec,
 };
 use crate::{
-    collect::{Snapshot, Spike, TaskSnapshot},
+    collect::{Snapshot, Spike},
     files::open_regular,
     symbols::Kallsyms,
 };
+use budget::{Limits, Shape};
+use source::{Source, le_u32, payload};
 
-/// Frames may decode to this many bytes, plus this many per byte of the file, in all.
-pub const DECODE_FLOOR: u64 = 64 << 20;
-pub const DECODE_PER_BYTE: u64 = 64;
-/// What the reader keeps (symbols, spikes, the index, a rebuilt snapshot) may take this many
-/// bytes of memory, plus this many per byte of the file.
-pub const MEMORY_FLOOR: u64 = 64 << 20;
-pub const MEMORY_PER_BYTE: u64 = 32;
-/// Bytes the reader may read and checksum in all, plus this many per byte of the file: a file
-/// made of frame headers that each claim the rest of the file would otherwise have every one
-/// of them read and checksummed (quadratic in its size).
-pub const SCAN_FLOOR: u64 = 256 << 20;
-pub const SCAN_PER_BYTE: u64 = 16;
-/// The views of a snapshot hold the names of its causes about this many times over while it
-/// is shown: the causes, then the text made of them (OpenMetrics writes each cause's frames in
-/// three families, and holds the labels and the whole text: measured, 5.5 times the names).
-pub const VIEW_COPIES: u64 = 6;
 /// Problems listed one by one; the rest are counted.
 const PROBLEMS_LISTED: usize = 10;
 
@@ -66,59 +53,6 @@ struct Entry {
     wall_ns: u64,
     /// Memory its decoding was charged when indexed: reading it again may take no more.
     charged: u64,
-}
-
-/// Where a recording's bytes are: an open file, read a frame at a time, or bytes in memory.
-enum Source {
-    File(File, u64),
-    Bytes(Vec<u8>),
-}
-
-impl Source {
-    fn len(&self) -> u64 {
-        match self {
-            Self::File(_, len) => *len,
-            Self::Bytes(b) => b.len() as u64,
-        }
-    }
-
-    /// `len` bytes at `at`, or fewer where the source ends.
-    fn read(&self, at: u64, len: usize) -> io::Result<Vec<u8>> {
-        let len = usize::try_from(self.len().saturating_sub(at))
-            .unwrap_or(usize::MAX)
-            .min(len);
-        match self {
-            Self::File(f, _) => {
-                let mut buf = vec![0; len];
-                f.read_exact_at(&mut buf, at)?;
-                Ok(buf)
-            }
-            Self::Bytes(b) => {
-                let at = usize::try_from(at).unwrap_or(usize::MAX).min(b.len());
-                Ok(b[at..at + len.min(b.len() - at)].to_vec())
-            }
-        }
-    }
-
-    /// The next frame mark at or after `from`; what it reads is charged to `scan_left`.
-    fn find_sync(&self, from: u64, scan_left: &mut u64) -> io::Result<Option<u64>> {
-        const CHUNK: usize = 64 << 10;
-        let mut at = from;
-        while at < self.len() {
-            let chunk = self.read(at, CHUNK)?;
-            if let Some(i) = chunk.windows(SYNC.len()).position(|w| w == SYNC) {
-                *scan_left = scan_left.saturating_sub((i + SYNC.len()) as u64);
-                return Ok(Some(at + i as u64));
-            }
-            *scan_left = scan_left.saturating_sub(chunk.len() as u64);
-            if chunk.len() < CHUNK {
-                break;
-            }
-            // A mark split across two chunks is found in the next one.
-            at += (CHUNK - SYNC.len() + 1) as u64;
-        }
-        Ok(None)
-    }
 }
 
 pub struct Recording {
@@ -141,161 +75,6 @@ pub struct Recording {
     depth: usize,
     /// Bytes the views of one snapshot may take: the reader's memory budget for this file.
     view_budget: u64,
-}
-
-fn le_u32(b: &[u8]) -> u32 {
-    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
-}
-
-/// A frame's payload, decoded.
-fn payload(data: &[u8], compressed: bool, raw_len: usize) -> Result<Vec<u8>, FormatError> {
-    if !compressed {
-        return Ok(data.to_vec());
-    }
-    let out = zstd::bulk::decompress(data, raw_len)
-        .map_err(|_| FormatError::Malformed("zstd data does not decode"))?;
-    if out.len() == raw_len {
-        Ok(out)
-    } else {
-        Err(FormatError::Malformed(
-            "decoded length differs from the header",
-        ))
-    }
-}
-
-/// The shape of the snapshot the frames so far rebuild (which tasks, records and backtraces),
-/// without the snapshot: what rebuilding it will take in memory, known before replay needs it.
-#[derive(Default)]
-struct Shape {
-    /// Each task's records and the length of its name.
-    tasks: HashMap<u32, (usize, usize)>,
-    records: usize,
-    names: usize,
-    /// What each snapshot holds whole (counters, programs, ticks), as of the last frame.
-    whole: usize,
-    global: HashSet<u64>,
-    hist: HashSet<u64>,
-    stacks: HashMap<u64, usize>,
-    frames: usize,
-    cgroups: HashSet<latprof_common::CgroupCause>,
-    /// Each cgroup's path length.
-    paths: HashMap<u64, usize>,
-    path_bytes: usize,
-    /// Record ids with a user backtrace; each user backtrace's bytes (frames and names).
-    user_parts: HashSet<u64>,
-    user_stacks: HashMap<u64, usize>,
-    user_bytes: usize,
-}
-
-impl Shape {
-    fn apply(&mut self, body: &Body, key: bool) {
-        if key {
-            *self = Self::default();
-        }
-        for (id, frames) in &body.stacks {
-            if let Some(old) = self.stacks.insert(*id, frames.len()) {
-                self.frames -= old;
-            }
-            self.frames += frames.len();
-        }
-        self.user_parts
-            .extend(body.user_parts.iter().map(|(id, _)| *id));
-        for (id, frames) in &body.user_stacks {
-            let bytes = frames
-                .iter()
-                .map(|f| {
-                    size_of::<crate::ustacks::UserFrame>()
-                        + f.name.len()
-                        + f.module.len()
-                        + f.build_id.len()
-                })
-                .sum();
-            if let Some(old) = self.user_stacks.insert(*id, bytes) {
-                self.user_bytes -= old;
-            }
-            self.user_bytes += bytes;
-        }
-        for tid in &body.tasks_gone {
-            let (records, name) = self.tasks.remove(tid).unwrap_or((0, 0));
-            self.records -= records;
-            self.names -= name;
-        }
-        for t in &body.tasks {
-            let (records, name) = self
-                .tasks
-                .insert(t.tid, (t.records.len(), t.comm.len()))
-                .unwrap_or((0, 0));
-            self.records = self.records - records + t.records.len();
-            self.names = self.names - name + t.comm.len();
-        }
-        self.whole = body.counters.len() * size_of::<u64>()
-            + body.ticks.len() * size_of::<crate::collect::TickCounts>()
-            + body
-                .programs
-                .iter()
-                .map(|(name, _, _)| size_of::<(String, u64, u64)>() + name.len())
-                .sum::<usize>();
-        for id in &body.global_gone {
-            self.global.remove(id);
-        }
-        self.global.extend(body.global.iter().map(|(id, _)| *id));
-        for id in &body.hist_gone {
-            self.hist.remove(id);
-        }
-        self.hist.extend(body.histograms.iter().map(|(id, _)| *id));
-        for k in &body.cgroup_gone {
-            self.cgroups.remove(k);
-        }
-        self.cgroups.extend(body.cgroups.iter().map(|(k, _)| *k));
-        for id in &body.paths_gone {
-            self.path_bytes -= self.paths.remove(id).unwrap_or(0);
-        }
-        for (id, p) in &body.paths {
-            let len = p.path.as_ref().map_or(0, String::len);
-            self.path_bytes -= self.paths.insert(*id, len).unwrap_or(0);
-            self.path_bytes += len;
-        }
-    }
-
-    /// Bytes of memory a rebuilt snapshot takes: the rebuilding state, the snapshot, and the
-    /// copy a caller gets (three of each, roughly).
-    fn bytes(&self) -> u64 {
-        let each = self.tasks.len() * size_of::<TaskSnapshot>()
-            + self.names
-            + self.whole
-            + self.records * size_of::<LatencyRecord>()
-            + self.global.len() * size_of::<(u64, GlobalRecord)>()
-            + self.hist.len() * size_of::<(u64, Histogram)>()
-            + self.stacks.len() * size_of::<(u64, Vec<u64>)>()
-            + self.frames * size_of::<u64>()
-            + self.cgroups.len() * size_of::<(latprof_common::CgroupCause, GlobalRecord)>()
-            + self.paths.len() * size_of::<(u64, crate::cgroups::CgroupPath)>()
-            + self.path_bytes
-            + self.user_parts.len() * size_of::<(u64, u64)>()
-            + self.user_stacks.len() * size_of::<(u64, Vec<crate::ustacks::UserFrame>)>()
-            + self.user_bytes;
-        3 * each as u64
-    }
-}
-
-/// What is left of what reading a file may cost.
-struct Limits {
-    scan_left: u64,
-    decode_left: u64,
-    memory: u64,
-    /// Memory held so far (symbols, spikes, the index).
-    held: u64,
-}
-
-impl Limits {
-    fn for_len(len: u64) -> Self {
-        Self {
-            scan_left: SCAN_FLOOR.saturating_add(len.saturating_mul(SCAN_PER_BYTE)),
-            decode_left: DECODE_FLOOR.saturating_add(len.saturating_mul(DECODE_PER_BYTE)),
-            memory: MEMORY_FLOOR.saturating_add(len.saturating_mul(MEMORY_PER_BYTE)),
-            held: 0,
-        }
-    }
 }
 
 impl Recording {
@@ -696,117 +475,6 @@ impl Recording {
     pub fn depth(&self) -> usize {
         self.depth
     }
-
-    /// What the views of `snap` (and of `spikes`, whose backtraces it holds) take to show: every
-    /// cause named frame by frame, once per record that names it (the processes, the cgroups,
-    /// the wakers each name their own), and a few bytes per record. A few bytes of a recording
-    /// can name one long symbol in every frame of thousands of backtraces, or one long user
-    /// backtrace under every cause: decoding stays small, naming does not.
-    #[must_use]
-    pub fn view_bytes(&self, snap: &Snapshot, spikes: &[Spike]) -> u64 {
-        let mut causes: HashMap<u64, u64> = HashMap::new();
-        let mut cause = |id: u64| -> u64 {
-            *causes
-                .entry(id)
-                .or_insert_with(|| self.cause_bytes(snap, id))
-        };
-        let mut total = 0u64;
-        let mut add = |bytes: u64| total = total.saturating_add(bytes);
-        for (id, _) in &snap.global {
-            add(cause(*id));
-        }
-        for t in &snap.tasks {
-            add(t.comm.len() as u64);
-            for r in &t.records {
-                add(cause(r.stack_id));
-            }
-        }
-        for (k, _) in &snap.cgroups {
-            add(cause(k.stack_id));
-        }
-        for p in snap.cgroup_paths.values() {
-            add(p.path.as_ref().map_or(0, String::len) as u64);
-        }
-        for s in spikes {
-            add(cause(s.stack_id) + (s.comm.len() + s.waker_comm.len()) as u64);
-        }
-        let mut wakers: HashMap<u64, u64> = HashMap::new();
-        for w in &snap.wakers {
-            add(cause(w.key.cause) + w.comm.len() as u64);
-            if w.key.waker_stack != 0 {
-                // A waker's backtrace is named whole before its tracing frames are dropped.
-                add(*wakers.entry(w.key.waker_stack).or_insert_with(|| {
-                    self.kernel_bytes(
-                        snap.stacks.get(&w.key.waker_stack).map(Vec::as_slice),
-                        usize::MAX,
-                    )
-                }));
-            }
-        }
-        total
-    }
-
-    /// Memory the views may take for a snapshot: the budget that bounds what the reader keeps.
-    #[must_use]
-    pub fn view_budget(&self) -> u64 {
-        self.view_budget
-    }
-
-    /// Refuses a snapshot whose views would take more than [`Self::view_budget`]: one line,
-    /// before anything is named.
-    pub fn check_views(&self, snap: &Snapshot, spikes: &[Spike]) -> Result<()> {
-        let bytes = self.view_bytes(snap, spikes).saturating_mul(VIEW_COPIES);
-        if bytes > self.view_budget {
-            anyhow::bail!(
-                "showing it would take about {} MiB of frame names, more than latprof allows for a file of {} bytes ({} MiB): its backtraces name long symbols many times over (not a recording latprof wrote?)",
-                bytes >> 20,
-                self.source.len(),
-                self.view_budget >> 20
-            );
-        }
-        Ok(())
-    }
-
-    /// Bytes of the names a cause of backtrace `id` shows: its kernel frames and its user
-    /// frames (each at most [`Self::depth`]), and the cause itself.
-    fn cause_bytes(&self, snap: &Snapshot, id: u64) -> u64 {
-        let user = snap
-            .user_parts
-            .get(&id)
-            .and_then(|u| snap.user_stacks.get(u))
-            .map_or(0, |frames| {
-                frames
-                    .iter()
-                    .take(self.depth)
-                    .map(|f| (f.name.len() + size_of::<String>()) as u64)
-                    .sum()
-            });
-        (size_of::<crate::model::Cause>() as u64)
-            .saturating_add(self.kernel_bytes(snap.stacks.get(&id).map(Vec::as_slice), self.depth))
-            .saturating_add(user)
-    }
-
-    /// Bytes of the names of at most `depth` frames of `frames`: the largest `depth`, since
-    /// which frames a cause keeps (after the scheduler's) is the view's to choose.
-    fn kernel_bytes(&self, frames: Option<&[u64]>, depth: usize) -> u64 {
-        let Some(frames) = frames else {
-            return 0;
-        };
-        // An address no symbol holds is shown as 0x and 16 hex digits.
-        let mut each: Vec<u64> = frames
-            .iter()
-            .filter(|&&a| a != 0)
-            .map(|&a| (self.syms.name(a).map_or(18, str::len) + size_of::<String>()) as u64)
-            .collect();
-        if depth == 0 {
-            return 0;
-        }
-        if each.len() > depth {
-            each.select_nth_unstable_by(depth - 1, |a, b| b.cmp(a));
-            each.truncate(depth);
-        }
-        each.iter().sum()
-    }
 }
 
 /// Why a recording could not be read: its contents, or the file.
@@ -816,97 +484,4 @@ enum ReadError {
     Format(#[from] FormatError),
     #[error(transparent)]
     Io(#[from] io::Error),
-}
-
-impl Recording {
-    /// The snapshot a user means by `spec`: `start`, `end`, `+30s` (after the first snapshot),
-    /// `-10s` (before the last), `12:03` or `12:03:10` (local time), `#N` (index). A time
-    /// between two snapshots means the last one taken at or before it.
-    pub fn find(&self, spec: &str) -> Result<usize, String> {
-        let spec = spec.trim();
-        let last = self.len() - 1;
-        let (first_mono, first_wall) = self.times(0);
-        let (last_mono, _) = self.times(last);
-        let at_or_before = |pick: &dyn Fn(usize) -> u64, t: u64| -> Result<usize, String> {
-            let n = (0..self.len()).take_while(|&i| pick(i) <= t).count();
-            n.checked_sub(1)
-                .ok_or_else(|| format!("'{spec}' is before the recording starts"))
-        };
-        let mono = |i: usize| self.times(i).0;
-        match spec {
-            "start" => return Ok(0),
-            "end" => return Ok(last),
-            _ => {}
-        }
-        if let Some(n) = spec.strip_prefix('#') {
-            let n: usize = n
-                .parse()
-                .map_err(|_| format!("'{spec}': # takes a snapshot number"))?;
-            return if n <= last {
-                Ok(n)
-            } else {
-                Err(format!(
-                    "'{spec}': the recording has {} snapshots",
-                    last + 1
-                ))
-            };
-        }
-        if let Some(d) = spec.strip_prefix('+') {
-            let d = crate::time::parse_duration(d)?;
-            // The snapshot nearest to the time asked for, not one interval early.
-            let t = first_mono
-                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-                .saturating_add(self.info.interval_ns / 2);
-            if t > last_mono + self.info.interval_ns {
-                return Err(format!(
-                    "'{spec}' is after the recording ends (+{})",
-                    crate::time::format_duration(std::time::Duration::from_nanos(
-                        last_mono - first_mono
-                    ))
-                ));
-            }
-            return at_or_before(&mono, t);
-        }
-        if let Some(d) = spec.strip_prefix('-') {
-            let d = crate::time::parse_duration(d)?;
-            let t = last_mono
-                .checked_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-                .ok_or_else(|| format!("'{spec}' is before the recording starts"))?
-                .saturating_add(self.info.interval_ns / 2);
-            return at_or_before(&mono, t);
-        }
-        let parts: Vec<&str> = spec.split(':').collect();
-        let nums: Option<Vec<u64>> = parts.iter().map(|p| p.parse().ok()).collect();
-        match nums.as_deref() {
-            Some(&[h, m] | &[h, m, _]) if h < 24 && m < 60 => {
-                let s = if parts.len() == 3 {
-                    nums.as_ref().map_or(0, |n| n[2])
-                } else {
-                    0
-                };
-                if s >= 60 {
-                    return Err(format!("'{spec}' is not a time of day"));
-                }
-                let (start_of_day, midnight) = crate::time::local_day(first_wall);
-                let mut secs = h * 3600 + m * 60 + s;
-                // A time earlier in the day than the start means the next day.
-                if secs < start_of_day {
-                    secs += 86_400;
-                }
-                let wall = |i: usize| self.times(i).1;
-                let target = midnight + secs * 1_000_000_000;
-                if target > wall(last) + self.info.interval_ns {
-                    return Err(format!(
-                        "'{spec}' is outside the recording ({} to {})",
-                        crate::time::local_hms(first_wall),
-                        crate::time::local_hms(wall(last))
-                    ));
-                }
-                at_or_before(&wall, target + 999_999_999)
-            }
-            _ => Err(format!(
-                "'{spec}' is not a time (examples: +30s, -10s, 12:03:10, start, end, #5)"
-            )),
-        }
-    }
 }
