@@ -1,0 +1,136 @@
+//! Where the programs find what they read in the kernel: offsets and places from the kernel's
+//! BTF (or /proc/kallsyms), for the waker context, the user registers and recovery.
+
+use anyhow::Result;
+
+use super::btf;
+
+/// How the waker programs find the context a waking runs in (see `wakers` in the eBPF
+/// crate): all zero where they cannot, and every waking outside a timer callback is the
+/// current task's.
+#[derive(Clone, Copy, Default)]
+pub(super) struct WakerContext {
+    pub(super) pc_from_rq: u64,
+    pub(super) task_cfs_rq_off: u32,
+    pub(super) cfs_rq_rq_off: u32,
+    pub(super) rq_cpu_off: u32,
+    pub(super) task_softirq_cnt_off: u32,
+}
+
+/// Where this CPU's preempt count is next to its run queue: the distance between the per-CPU
+/// variables `runqueues` and `__preempt_count` (or `pcpu_hot.preempt_count`, Linux 6.2 to
+/// 6.14), from the BTF's per-CPU section or else from /proc/kallsyms; and the way from a task
+/// to its run queue (`se.cfs_rq->rq`, CONFIG_FAIR_GROUP_SCHED). x86-64 only (elsewhere the
+/// preempt count is in the task). Err says why not.
+pub(super) fn waker_context(btf: &btf::Btf) -> Result<WakerContext, String> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err("the preempt count is read only on x86-64".to_owned());
+    }
+    let path = || -> Result<(u32, u32, u32)> {
+        Ok((
+            btf.member_offset("task_struct", "se")?
+                + btf.member_offset("sched_entity", "cfs_rq")?,
+            btf.member_offset("cfs_rq", "rq")?,
+            btf.member_offset("rq", "cpu")?,
+        ))
+    };
+    let (task_cfs_rq_off, cfs_rq_rq_off, rq_cpu_off) =
+        path().map_err(|e| format!("no way from a task to its run queue: {e}"))?;
+    // (runqueues, preempt count) as offsets or addresses of one section: only the
+    // difference counts.
+    let from_btf = || {
+        let rq = btf.percpu_var_offset("runqueues")?;
+        let pc = match btf.percpu_var_offset("__preempt_count") {
+            Some(pc) => pc,
+            None => {
+                btf.percpu_var_offset("pcpu_hot")?
+                    + btf.member_offset("pcpu_hot", "preempt_count").ok()?
+            }
+        };
+        Some((u64::from(rq), u64::from(pc)))
+    };
+    let places = match from_btf() {
+        Some(p) => p,
+        None => kallsyms_places(btf).ok_or_else(|| {
+            "neither the BTF nor /proc/kallsyms places the per-CPU runqueues and preempt count"
+                .to_owned()
+        })?,
+    };
+    Ok(WakerContext {
+        pc_from_rq: places.1.wrapping_sub(places.0),
+        task_cfs_rq_off,
+        cfs_rq_rq_off,
+        rq_cpu_off,
+        // PREEMPT_RT counts softirqs in the task.
+        task_softirq_cnt_off: btf
+            .member_offset("task_struct", "softirq_disable_cnt")
+            .unwrap_or(0),
+    })
+}
+
+/// `runqueues` and the preempt count's addresses from /proc/kallsyms (per-CPU symbols are
+/// there with CONFIG_KALLSYMS_ALL, as on Debian's kernels).
+pub(super) fn kallsyms_places(btf: &btf::Btf) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
+    let find = |name: &str| {
+        text.lines().find_map(|l| {
+            let mut f = l.split_whitespace();
+            let addr = f.next()?;
+            let _kind = f.next()?;
+            (f.next()? == name).then(|| u64::from_str_radix(addr, 16).ok())?
+        })
+    };
+    let rq = find("runqueues")?;
+    let pc = match find("__preempt_count") {
+        Some(pc) => pc,
+        None => find("pcpu_hot")? + u64::from(btf.member_offset("pcpu_hot", "preempt_count").ok()?),
+    };
+    // Addresses hidden from this process (kptr_restrict) read as 0.
+    (rq != 0 && pc != 0).then_some((rq, pc))
+}
+
+/// Where x86-64 keeps a task's user registers: `task_struct.stack` and their distance from it
+/// (THREAD_SIZE, 16 KiB without KASAN, less `sizeof(struct pt_regs)`); (0, 0) where unknown. A
+/// wrong guess costs cache hits, never a wrong backtrace: a hit needs every return address in
+/// its place.
+pub(super) fn pt_regs_place(btf: &btf::Btf) -> (u32, u32) {
+    const THREAD_SIZE: u32 = 16 * 1024;
+    match (
+        btf.member_offset("task_struct", "stack"),
+        btf.struct_size("pt_regs"),
+    ) {
+        (Ok(stack), Ok(regs)) if cfg!(target_arch = "x86_64") && regs < THREAD_SIZE => {
+            (stack, THREAD_SIZE - regs)
+        }
+        _ => (0, 0),
+    }
+}
+
+/// Offsets of `se.sum_exec_runtime` and `sched_info.run_delay` in `struct task_struct`: both, or
+/// (0, 0) where the kernel lacks either (no recovery of sleeps whose wakeup was hidden).
+pub(super) fn recovery_offsets(btf: &btf::Btf) -> (u32, u32) {
+    match (
+        btf.member_offset("task_struct", "se"),
+        btf.member_offset("sched_entity", "sum_exec_runtime"),
+        btf.member_offset("task_struct", "sched_info"),
+        btf.member_offset("sched_info", "run_delay"),
+    ) {
+        (Ok(se), Ok(exec), Ok(info), Ok(delay)) => (se + exec, info + delay),
+        _ => (0, 0),
+    }
+}
+
+/// Offset of the saved kernel stack pointer in `struct task_struct` (`thread.sp`), where the
+/// stack cache knows how to use it (x86-64); 0 otherwise.
+pub(super) fn thread_sp_offset(btf: &btf::Btf) -> u32 {
+    if !cfg!(target_arch = "x86_64") {
+        return 0;
+    }
+    match (
+        btf.member_offset("task_struct", "thread"),
+        btf.member_offset("thread_struct", "sp"),
+    ) {
+        (Ok(thread), Ok(sp)) => thread + sp,
+        _ => 0,
+    }
+}
