@@ -1,0 +1,26 @@
+//! Snapshot -> what a view shows: causes named by their frames, merged and sorted (causes.rs);
+//! rows of a selection since a base (rows.rs); processes (processes.rs); the header
+//! (header.rs); cgroups (cgroups.rs); wakers (wakers.rs).
+mod causes;
+mod cgroups;
+mod header;
+mod processes;
+mod rows;
+mod wakers;
+
+pub use causes::{
+    Cause, causes, global_causes, process_causes, site_of, spike_reason, user_frames, user_site,
+};
+pub use cgroups::{CgroupRow, cgroup_name, cgroups_since, row_histogram_in};
+pub use header::{Header, header};
+pub use processes::{ProcLine, processes, row_processes};
+pub use rows::{
+    Group, Row, SortKey, Trace, ViewContext, global_since, process_since, row_histogram, rows,
+    selection_rows, since, task_records,
+};
+pub use wakers::{
+    WakerId, WakerLine, cause_wakers, row_wakers, waker_frames, waker_lines, wakers_since,
+};
+
+#[cfg(test)]
+mod tests;
