@@ -1,13 +1,11 @@
 //! The state of the TUI and its key handling: no I/O, so it is tested without a terminal.
 use std::collections::BTreeSet;
 
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-
 use latprof_common::{GlobalRecord, Histogram};
 
 use crate::{
     collect::{Snapshot, Spike},
-    model::{self, Group, Header, ProcLine, Row, SortKey, Trace, ViewContext},
+    model::{self, Group, Header, ProcLine, Row, SortKey, Trace, ViewContext, WakerLine},
     probe::Mode,
     reasons::Reasons,
     symbols::Kallsyms,
@@ -179,6 +177,56 @@ pub struct App {
     pub cgroup: Option<(u64, String)>,
     /// The cgroups since the baseline, most latency first (derived by `refresh`).
     pub cgroup_lines: Vec<CgroupLine>,
+    /// What the panes show beside the rows (derived by `derive`).
+    pub derived: Derived,
+}
+
+/// Spike lines the spikes pane shows (its height is this plus its borders).
+pub const SPIKE_LINES: usize = 4;
+/// Lines the detail's processes and wakers lists keep.
+const DETAIL_LINES: usize = 50;
+
+/// What the panes show beside the rows, derived from the state by `App::derive` (after each
+/// snapshot, spike batch and key): drawing reads it and computes nothing.
+#[derive(Default)]
+pub struct Derived {
+    /// The counters tab's text (while it is shown).
+    pub counters_text: String,
+    /// The newest spikes, newest first.
+    pub spikes: Vec<SpikeLine>,
+    /// The open detail's processes, wakers and histogram.
+    pub detail: Option<DetailView>,
+    /// The snapshot shown has user frames (`--user-stacks`, in this run or the recording's).
+    pub user_frames: bool,
+}
+
+/// One line of the spikes pane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpikeLine {
+    /// When it ended, wall-clock ns.
+    pub wall_ns: u64,
+    pub tgid: u32,
+    pub comm: String,
+    pub kind: &'static str,
+    pub duration_ns: u64,
+    pub waker: String,
+    pub reason: String,
+}
+
+/// The detail's right-hand side.
+#[derive(Clone, Debug, Default)]
+pub struct DetailView {
+    /// Live processes (pid, command, numbers since the baseline), largest first.
+    pub processes: Vec<(u32, String, GlobalRecord)>,
+    /// Who ended the row's sleeps, the most time first.
+    pub wakers: Vec<WakerLine>,
+    /// From the causes pane: the selected process, whose sleeps alone the wakers are.
+    pub of_process: Option<u32>,
+    /// The latency histogram since the baseline.
+    pub histogram: Option<Histogram>,
+    /// A cgroup is shown but the snapshot keeps histograms summed over cgroups (a
+    /// recording's): the histogram is every cgroup's.
+    pub histogram_all_cgroups: bool,
 }
 
 /// A line of the cgroups pane.
@@ -229,6 +277,7 @@ impl App {
             cgroups_view: false,
             cgroup: None,
             cgroup_lines: Vec::new(),
+            derived: Derived::default(),
         }
     }
 
@@ -248,6 +297,7 @@ impl App {
             self.spikes.pop_front();
         }
         self.reader_sleeps = reader_sleeps;
+        self.derived.spikes = self.spike_lines();
     }
 
     /// Shows a moment of a recording: the same three snapshots the live view held then, and
@@ -267,7 +317,7 @@ impl App {
         self.refresh();
     }
 
-    fn apply(&mut self, snap: Snapshot) {
+    pub(super) fn apply(&mut self, snap: Snapshot) {
         if self.first.is_none() {
             self.first = Some(snap.clone());
         }
@@ -350,6 +400,35 @@ impl App {
                 });
             }
         }
+        self.derive();
+    }
+
+    /// Derives what the panes show beside the rows (`derived`) from the state.
+    pub fn derive(&mut self) {
+        self.derived = Derived {
+            counters_text: if self.counters {
+                self.counters_text()
+            } else {
+                String::new()
+            },
+            spikes: self.spike_lines(),
+            detail: self.detail.as_ref().map(|d| self.detail_view(d)),
+            user_frames: self.has_user_frames(),
+        };
+    }
+
+    fn detail_view(&self, detail: &Detail) -> DetailView {
+        let (mut wakers, of_process) = self.row_wakers(detail);
+        wakers.truncate(DETAIL_LINES);
+        let mut processes = self.row_processes(&detail.row);
+        processes.truncate(DETAIL_LINES);
+        DetailView {
+            processes,
+            wakers,
+            of_process,
+            histogram: self.row_histogram(&detail.row),
+            histogram_all_cgroups: self.cgroup.is_some() && !self.histograms_by_cgroup(),
+        }
     }
 
     fn len(&self, focus: Focus) -> usize {
@@ -381,7 +460,7 @@ impl App {
         }
     }
 
-    fn move_by(&mut self, delta: isize) {
+    pub(super) fn move_by(&mut self, delta: isize) {
         let i = Self::pane(self.focus);
         let len = self.len(self.focus);
         let cur = self.selected[i].cast_signed();
@@ -395,8 +474,7 @@ impl App {
 
     /// The counters pane's text: pipeline and tick counters with rates since the previous
     /// snapshot.
-    #[must_use]
-    pub fn counters_text(&self) -> String {
+    fn counters_text(&self) -> String {
         match &self.cur {
             Some(cur) => {
                 crate::export::counters::render(&self.settings.kernel, self.prev.as_ref(), cur)
@@ -407,8 +485,7 @@ impl App {
 
     /// Who ended the detail's sleeps since the baseline, the most time first; from the causes
     /// pane, only the selected process's sleeps (its pid is returned).
-    #[must_use]
-    pub fn row_wakers(&self, detail: &Detail) -> (Vec<model::WakerLine>, Option<u32>) {
+    fn row_wakers(&self, detail: &Detail) -> (Vec<model::WakerLine>, Option<u32>) {
         let sleeper = match detail.from {
             Focus::Causes => self.procs.get(self.selected[1]).map(|p| p.tgid),
             Focus::Global | Focus::Processes => None,
@@ -419,15 +496,8 @@ impl App {
         (lines, sleeper)
     }
 
-    /// Whether the numbers shown have wakers (they were on, in this run or the recording's).
-    #[must_use]
-    pub fn wakers_on(&self) -> bool {
-        self.settings.wakers
-    }
-
     /// A row's live processes (pid, command, numbers since the baseline), largest first.
-    #[must_use]
-    pub fn row_processes(&self, row: &Row) -> Vec<(u32, String, GlobalRecord)> {
+    fn row_processes(&self, row: &Row) -> Vec<(u32, String, GlobalRecord)> {
         self.cur.as_ref().map_or_else(Vec::new, |cur| {
             model::row_processes(cur, self.baseline.as_ref(), row)
         })
@@ -435,8 +505,7 @@ impl App {
 
     /// Whether the snapshots keep histograms per cgroup (live ones do; a recording keeps the
     /// sums), so that a cgroup's histogram is its own.
-    #[must_use]
-    pub fn histograms_by_cgroup(&self) -> bool {
+    fn histograms_by_cgroup(&self) -> bool {
         self.cur
             .as_ref()
             .is_some_and(|c| !c.cgroup_histograms.is_empty())
@@ -444,8 +513,7 @@ impl App {
 
     /// A row's latency histogram since the baseline (in the cgroup shown, where the snapshot
     /// keeps histograms per cgroup).
-    #[must_use]
-    pub fn row_histogram(&self, row: &Row) -> Option<Histogram> {
+    fn row_histogram(&self, row: &Row) -> Option<Histogram> {
         let cur = self.cur.as_ref()?;
         Some(match &self.cgroup {
             Some((id, _)) if !cur.cgroup_histograms.is_empty() => {
@@ -455,26 +523,30 @@ impl App {
         })
     }
 
-    /// The newest `n` spikes, newest first, each with its wall-clock time (ns) and reason.
-    #[must_use]
-    pub fn recent_spikes(&self, n: usize) -> Vec<(&Spike, u64, String)> {
+    /// The newest spikes the pane shows, newest first, each with its wall-clock time and
+    /// reason.
+    fn spike_lines(&self) -> Vec<SpikeLine> {
         let Some(cur) = &self.cur else {
             return Vec::new();
         };
         self.spikes
             .iter()
             .rev()
-            .take(n)
-            .map(|s| {
-                let wall = crate::time::wall_of(s.end_ns, (cur.wall_ns, cur.taken_ns));
-                let reason = model::spike_reason(
+            .take(SPIKE_LINES)
+            .map(|s| SpikeLine {
+                wall_ns: crate::time::wall_of(s.end_ns, (cur.wall_ns, cur.taken_ns)),
+                tgid: s.tgid,
+                comm: s.comm.clone(),
+                kind: s.kind_letter(),
+                duration_ns: s.duration_ns,
+                waker: s.waker_word(),
+                reason: model::spike_reason(
                     s,
                     cur,
                     &self.settings.syms,
                     &self.settings.reasons,
                     self.settings.depth,
-                );
-                (s, wall, reason)
+                ),
             })
             .collect()
     }
@@ -494,171 +566,6 @@ impl App {
             Focus::Global => self.global.get(self.selected[0]),
             Focus::Causes => self.causes.get(self.selected[2]),
             Focus::Processes => None,
-        }
-    }
-
-    pub fn handle_key(&mut self, key: KeyEvent) {
-        if key.kind != KeyEventKind::Press {
-            return;
-        }
-        self.notice = None;
-        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
-            self.quit = true;
-            return;
-        }
-        if let Some(text) = self.editing.as_mut() {
-            match key.code {
-                KeyCode::Enter => {
-                    self.filter = self.editing.take().unwrap_or_default();
-                    self.selected[1] = 0;
-                    self.refresh();
-                }
-                KeyCode::Esc => self.editing = None,
-                KeyCode::Backspace => {
-                    text.pop();
-                }
-                KeyCode::Char(c) => text.push(c),
-                _ => {}
-            }
-            return;
-        }
-        if self.help {
-            if matches!(key.code, KeyCode::Esc | KeyCode::Char('?' | 'q')) {
-                self.help = false;
-            }
-            return;
-        }
-        match key.code {
-            KeyCode::Char('q') => self.quit = true,
-            KeyCode::Char('?') => self.help = true,
-            KeyCode::Esc => {
-                if self.detail.is_some() {
-                    self.detail = None;
-                } else if !self.filter.is_empty() {
-                    self.filter.clear();
-                    self.refresh();
-                } else if self.cgroups_view {
-                    self.cgroups_view = false;
-                } else if self.cgroup.is_some() {
-                    self.cgroup = None;
-                    self.selected = [0; 3];
-                    self.refresh();
-                }
-            }
-            KeyCode::Char('C') => {
-                self.cgroups_view = !self.cgroups_view;
-                self.detail = None;
-                self.focus = Focus::Global;
-                self.selected[0] = 0;
-            }
-            KeyCode::Char(' ') => {
-                self.paused = !self.paused;
-                if !self.paused
-                    && let Some(snap) = self.pending.take()
-                {
-                    self.apply(snap);
-                }
-            }
-            KeyCode::Char('r') => {
-                self.baseline.clone_from(&self.cur);
-                self.refresh();
-            }
-            KeyCode::Char('s') => {
-                self.sort = self.sort.next();
-                self.refresh();
-            }
-            KeyCode::Char('g') => {
-                self.group = match self.group {
-                    Group::Reason => Group::Backtrace,
-                    Group::Backtrace => Group::Reason,
-                };
-                self.detail = None;
-                self.refresh();
-            }
-            KeyCode::Char('/') => self.editing = Some(self.filter.clone()),
-            KeyCode::Char('c') => self.counters = !self.counters,
-            KeyCode::Char('u') => {
-                if self.has_user_frames() {
-                    self.frames = self.frames.next();
-                    // Seen in the detail's title; elsewhere said once.
-                    if self.detail.is_none() {
-                        self.notice = Some(format!("u: the detail shows {}", self.frames.name()));
-                    }
-                } else {
-                    self.notice = Some(
-                        "u: no user frames here (run top or record with --user-stacks)".to_owned(),
-                    );
-                }
-            }
-            _ if self.detail.is_some() => {}
-            KeyCode::Tab => {
-                self.focus = match self.focus {
-                    Focus::Global => Focus::Processes,
-                    Focus::Processes => Focus::Causes,
-                    Focus::Causes => Focus::Global,
-                };
-            }
-            KeyCode::BackTab => {
-                self.focus = match self.focus {
-                    Focus::Global => Focus::Causes,
-                    Focus::Processes => Focus::Global,
-                    Focus::Causes => Focus::Processes,
-                };
-            }
-            KeyCode::Down | KeyCode::Char('j') => self.move_by(1),
-            KeyCode::Up | KeyCode::Char('k') => self.move_by(-1),
-            KeyCode::PageDown => self.move_by(10),
-            KeyCode::PageUp => self.move_by(-10),
-            KeyCode::Home => self.move_by(-(isize::MAX / 2)),
-            KeyCode::End => self.move_by(isize::MAX / 2),
-            KeyCode::Right | KeyCode::Char('l' | '+') => self.expand(true),
-            KeyCode::Left | KeyCode::Char('h' | '-') => self.expand(false),
-            KeyCode::Enter if self.cgroups_view && self.focus == Focus::Global => {
-                if let Some(line) = self.cgroup_lines.get(self.selected[0]) {
-                    self.cgroup = Some((line.id, line.name.clone()));
-                    self.cgroups_view = false;
-                    self.selected = [0; 3];
-                    self.refresh();
-                }
-            }
-            KeyCode::Enter => {
-                if self.focus == Focus::Processes {
-                    let open = self
-                        .procs
-                        .get(self.selected[1])
-                        .is_some_and(|p| p.tid.is_none() && !self.expanded.contains(&p.tgid));
-                    self.expand(open);
-                } else if let Some(row) = self.selected_row() {
-                    self.detail = Some(Detail {
-                        row: row.clone(),
-                        from: self.focus,
-                    });
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn expand(&mut self, open: bool) {
-        if self.focus != Focus::Processes {
-            return;
-        }
-        if let Some(p) = self.procs.get(self.selected[1]) {
-            let tgid = p.tgid;
-            if open {
-                self.expanded.insert(tgid);
-            } else {
-                self.expanded.remove(&tgid);
-                // Keep the cursor on the process line.
-                if let Some(i) = self
-                    .procs
-                    .iter()
-                    .position(|l| l.tgid == tgid && l.tid.is_none())
-                {
-                    self.selected[1] = i;
-                }
-            }
-            self.refresh();
         }
     }
 }

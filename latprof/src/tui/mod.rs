@@ -1,6 +1,8 @@
 //! The screens of `top` and `replay`: the App's state and keys (app.rs), the replay's time
 //! navigation over a recording (replay.rs), drawing (ui.rs), and the terminal they own.
 pub mod app;
+mod detail;
+mod keys;
 pub mod replay;
 pub mod ui;
 

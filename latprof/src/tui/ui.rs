@@ -4,10 +4,13 @@ use ratatui::{
     layout::{Constraint, Direction, Layout, Rect},
     style::{Color, Modifier, Style},
     text::{Line, Span},
-    widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TableRow, Table, TableState, Wrap},
+    widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TableRow, Table, TableState},
 };
 
-use super::app::{App, Detail, Focus, TraceLine};
+use super::{
+    app::{self, App, Focus},
+    detail::render_detail,
+};
 use crate::{
     model::{Group, Row},
     time::{self, fmt_ns},
@@ -20,14 +23,14 @@ pub fn render(f: &mut Frame<'_>, app: &App) {
         .constraints([
             Constraint::Length(if app.status.is_some() { 2 } else { 1 }),
             Constraint::Min(4),
-            Constraint::Length(6),
+            Constraint::Length(u16::try_from(app::SPIKE_LINES + 2).unwrap_or(6)),
             Constraint::Length(1),
         ])
         .split(area);
     render_spikes(f, app, chunks[2]);
     render_header(f, app, chunks[0]);
     if app.counters {
-        let text = app.counters_text();
+        let text = &app.derived.counters_text;
         f.render_widget(
             Paragraph::new(text.lines().map(Line::from).collect::<Vec<_>>()).block(block(
                 "Counters (rates since the previous snapshot; c: back)",
@@ -35,8 +38,8 @@ pub fn render(f: &mut Frame<'_>, app: &App) {
             )),
             chunks[1],
         );
-    } else if let Some(detail) = &app.detail {
-        render_detail(f, app, detail, chunks[1]);
+    } else if let (Some(detail), Some(view)) = (&app.detail, &app.derived.detail) {
+        render_detail(f, app, detail, view, chunks[1]);
     } else {
         let body = Layout::default()
             .direction(Direction::Vertical)
@@ -127,7 +130,7 @@ fn render_header(f: &mut Frame<'_>, app: &App, area: Rect) {
     f.render_widget(Paragraph::new(lines), area);
 }
 
-fn block(title: &str, focused: bool) -> Block<'_> {
+pub(super) fn block(title: &str, focused: bool) -> Block<'_> {
     let style = if focused {
         Style::default().fg(Color::Cyan)
     } else {
@@ -311,134 +314,6 @@ fn render_procs(f: &mut Frame<'_>, app: &App, area: Rect) {
     f.render_stateful_widget(table, area, &mut state);
 }
 
-fn render_detail(f: &mut Frame<'_>, app: &App, detail: &Detail, area: Rect) {
-    let row = &detail.row;
-    let parts = Layout::default()
-        .direction(Direction::Horizontal)
-        .constraints([Constraint::Percentage(55), Constraint::Percentage(45)])
-        .split(area);
-    let mut text = vec![
-        Line::from(Span::styled(
-            row.reason.clone(),
-            Style::default().add_modifier(Modifier::BOLD),
-        )),
-        Line::from(format!(
-            "count {}  total {}  average {}  max {}",
-            row.count,
-            fmt_ns(row.total_ns),
-            fmt_ns(row.average_ns()),
-            fmt_ns(row.max_ns)
-        )),
-    ];
-    let dim = Style::default().add_modifier(Modifier::DIM);
-    for line in app.frames.lines(&row.backtraces) {
-        match line {
-            TraceLine::Heading(n) => {
-                text.push(Line::from(""));
-                text.push(Line::from(Span::styled(
-                    format!("Backtrace {n}"),
-                    Style::default().add_modifier(Modifier::UNDERLINED),
-                )));
-            }
-            TraceLine::Kernel(frame) | TraceLine::User(frame) => {
-                text.push(Line::from(format!("  {frame}")));
-            }
-            TraceLine::UserHeading => text.push(Line::from(Span::styled(" user:", dim))),
-            TraceLine::Truncated => text.push(Line::from(Span::styled(
-                format!(
-                    "  {} (the outer frames are unknown)",
-                    crate::ustacks::TRUNCATED
-                ),
-                dim,
-            ))),
-            TraceLine::NoUser => text.push(Line::from(Span::styled("  (no user frames)", dim))),
-        }
-    }
-    // The frames shown, where there is a choice.
-    let title = if app.has_user_frames() {
-        format!("Detail: {} (u: next, Esc: back)", app.frames.name())
-    } else {
-        "Detail (Esc: back)".to_owned()
-    };
-    f.render_widget(
-        Paragraph::new(text)
-            .block(block(&title, true))
-            .wrap(Wrap { trim: false }),
-        parts[0],
-    );
-    let right = Layout::default()
-        .direction(Direction::Vertical)
-        .constraints([
-            Constraint::Percentage(30),
-            Constraint::Percentage(30),
-            Constraint::Percentage(40),
-        ])
-        .split(parts[1]);
-    let mut lines = Vec::new();
-    for (tgid, comm, r) in app.row_processes(row).iter().take(50) {
-        lines.push(Line::from(format!(
-            "{tgid:>7} {comm:<16} {:>6} {:>8}",
-            r.count,
-            fmt_ns(r.total_ns)
-        )));
-    }
-    if lines.is_empty() {
-        lines.push(Line::from("(no live process; exited ones are merged)"));
-    }
-    f.render_widget(
-        Paragraph::new(lines).block(block("Processes", false)),
-        right[0],
-    );
-    let (wakers, of_process) = app.row_wakers(detail);
-    let mut lines = Vec::new();
-    for w in wakers.iter().take(50) {
-        let share = (w.total_ns * 100).checked_div(row.total_ns).unwrap_or(0);
-        lines.push(Line::from(format!(
-            "{:<26} {:>6} {:>3}% {:>8}",
-            w.label(),
-            w.count,
-            share,
-            fmt_ns(w.total_ns)
-        )));
-    }
-    if lines.is_empty() {
-        lines.push(Line::from(if app.wakers_on() {
-            "(no waker: run-queue waits, or nothing counted yet)"
-        } else {
-            "(wakers not collected: run with --wakers)"
-        }));
-    }
-    let title = match of_process {
-        Some(tgid) => format!("Woken by (pid {tgid}'s sleeps; count, share of time, total)"),
-        None => "Woken by (count, share of time, total)".to_owned(),
-    };
-    f.render_widget(Paragraph::new(lines).block(block(&title, false)), right[1]);
-    let hist = app.row_histogram(row);
-    let mut lines = Vec::new();
-    if let Some(hist) = hist {
-        let max = hist.iter().copied().max().unwrap_or(0).max(1);
-        let first = hist.iter().position(|&n| n > 0).unwrap_or(0);
-        let last = hist.iter().rposition(|&n| n > 0).unwrap_or(0);
-        let width = usize::from(right[1].width.saturating_sub(24)).max(1);
-        for (i, n) in hist.iter().enumerate().take(last + 1).skip(first) {
-            let lo = if i == 0 { 0 } else { 1u64 << i };
-            let bar = "#".repeat((*n as usize * width).div_ceil(max as usize).min(width));
-            lines.push(Line::from(format!(
-                "{:>7} {:>7} {bar}",
-                fmt_ns(lo * 1000),
-                n
-            )));
-        }
-    }
-    // A recording keeps the histograms summed over cgroups: say so rather than show every
-    // cgroup's under one cgroup's title.
-    let title = match (&app.cgroup, app.histograms_by_cgroup()) {
-        (Some(_), false) => "Latency histogram, all cgroups (from, count)",
-        _ => "Latency histogram (from, count)",
-    };
-    f.render_widget(Paragraph::new(lines).block(block(title, false)), right[2]);
-}
-
 /// The recent spikes, newest first, with the pipeline's counters in the title.
 fn render_spikes(f: &mut Frame<'_>, app: &App, area: Rect) {
     let (submitted, woken, suppressed, dropped) = app
@@ -461,18 +336,20 @@ fn render_spikes(f: &mut Frame<'_>, app: &App, area: Rect) {
         )
     };
     let lines: Vec<Line<'_>> = app
-        .recent_spikes(usize::from(area.height.saturating_sub(2)))
-        .into_iter()
-        .map(|(s, wall, reason)| {
+        .derived
+        .spikes
+        .iter()
+        .map(|s| {
             Line::from(format!(
-                "{}.{:03} {:>7} {:<15} {} {:>9} {:<22} {reason}",
-                time::local_hms(wall),
-                (wall / 1_000_000) % 1000,
+                "{}.{:03} {:>7} {:<15} {} {:>9} {:<22} {}",
+                time::local_hms(s.wall_ns),
+                (s.wall_ns / 1_000_000) % 1000,
                 s.tgid,
                 s.comm,
-                s.kind_letter(),
+                s.kind,
                 fmt_ns(s.duration_ns),
-                s.waker_word()
+                s.waker,
+                s.reason
             ))
         })
         .collect();
