@@ -1,5 +1,6 @@
-//! `latprof top`: the live TUI. A collector thread owns the probe and sends snapshots; the UI
-//! thread owns the terminal and the App.
+//! `latprof top`: the live TUI. A collector thread owns the probe and sends snapshots, the
+//! spike reader's thread sends spikes, the terminal's thread sends keys, all as one kind of
+//! event on one channel; the UI thread owns the App and draws after each batch of events.
 use std::{
     sync::{
         Arc,
@@ -15,7 +16,11 @@ use super::session::{Needs, Session};
 use crate::{
     cli::{Cli, TopArgs},
     reasons::Reasons,
-    tui::{Input, TerminalGuard, app, ui},
+    tui::{
+        TerminalGuard, app,
+        events::{self, Event},
+        ui,
+    },
 };
 
 /// The processes pane's filter at the start: `--pid`, else `--comm`. A view filter: the
@@ -67,32 +72,37 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
     let no_cgroups = probe.cgroups_unavailable();
     let log_path = log.path.clone();
 
-    let (snapshots, inbox) = mpsc::channel();
+    // One channel: every source sends its events, the loop handles them in order.
+    let (events, inbox) = mpsc::channel();
     let (hangup, hung_up) = mpsc::channel::<()>();
     let interval = args.interval;
-    let collector = std::thread::Builder::new()
-        .name("collector".into())
-        .spawn(move || {
-            loop {
-                log.flush();
-                let result = collector.snapshot(&probe);
-                let failed = result.is_err();
-                if snapshots.send(result).is_err() || failed {
-                    break;
+    let collector = {
+        let events = events.clone();
+        std::thread::Builder::new()
+            .name("collector".into())
+            .spawn(move || {
+                loop {
+                    log.flush();
+                    let (event, failed) = match collector.snapshot(&probe) {
+                        Ok(snap) => (Event::Snapshot(Box::new(snap)), false),
+                        Err(e) => (Event::Failed(e), true),
+                    };
+                    if events.send(event).is_err() || failed {
+                        break;
+                    }
+                    match hung_up.recv_timeout(interval) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        _ => break,
+                    }
                 }
-                match hung_up.recv_timeout(interval) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => break,
-                }
-            }
-            drop(probe);
-        })
-        .context("starting the collector thread")?;
+                drop(probe);
+            })
+            .context("starting the collector thread")?
+    };
     // The spike reader sleeps in poll; the kernel wakes it (adaptive: only when it waits).
-    let (spike_tx, spike_inbox) = mpsc::channel();
-    let spikes_done = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
     let spikes_thread = {
-        let done = Arc::clone(&spikes_done);
+        let (done, events) = (Arc::clone(&done), events.clone());
         std::thread::Builder::new()
             .name("spikes".into())
             .spawn(move || {
@@ -102,13 +112,17 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
                     if reader.read(Duration::from_millis(200), &mut batch).is_err() {
                         break;
                     }
-                    if spike_tx.send((batch.clone(), reader.sleeps)).is_err() {
+                    if events
+                        .send(Event::Spikes(batch.clone(), reader.sleeps))
+                        .is_err()
+                    {
                         break;
                     }
                 }
             })
             .context("starting the spike reader thread")?
     };
+    let keys_thread = events::spawn_input(events, stop, Arc::clone(&done))?;
 
     let filter = initial_filter(args);
     let mut app = app::App::new(
@@ -129,26 +143,32 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
     }
     let result = (|| -> Result<()> {
         let mut guard = TerminalGuard::new()?;
-        while !app.quit && !stop.load(Ordering::Relaxed) {
+        guard.terminal.draw(|f| ui::render(f, &app))?;
+        // Blocks until an event comes; then handles those queued behind it and draws once.
+        while let Ok(event) = inbox.recv() {
+            let mut next = Some(event);
+            while let Some(event) = next {
+                match event {
+                    Event::Keys(keys) => keys.into_iter().for_each(|key| app.handle_key(key)),
+                    Event::Snapshot(snap) => app.on_snapshot(*snap),
+                    Event::Spikes(spikes, sleeps) => app.on_spikes(spikes, sleeps),
+                    Event::Stop => return Ok(()),
+                    Event::Failed(e) => return Err(e),
+                }
+                next = inbox.try_recv().ok();
+            }
+            if app.quit {
+                break;
+            }
             guard.terminal.draw(|f| ui::render(f, &app))?;
-            match crate::tui::next_input(Duration::from_millis(100))? {
-                Input::Keys(keys) => keys.into_iter().for_each(|key| app.handle_key(key)),
-                Input::Nothing => {}
-                Input::Gone => break,
-            }
-            while let Ok(snapshot) = inbox.try_recv() {
-                app.on_snapshot(snapshot?);
-            }
-            while let Ok((spikes, sleeps)) = spike_inbox.try_recv() {
-                app.on_spikes(spikes, sleeps);
-            }
         }
         Ok(())
     })();
     drop(hangup);
-    spikes_done.store(true, Ordering::Relaxed);
-    drop(spike_inbox);
+    done.store(true, Ordering::Relaxed);
+    drop(inbox);
     let _ = spikes_thread.join();
+    let _ = keys_thread.join();
     let _ = collector.join();
     if let Some(path) = &log_path {
         eprintln!("latprof: the eBPF debug log is in {}", path.display());

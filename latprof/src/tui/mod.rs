@@ -2,6 +2,7 @@
 //! navigation over a recording (replay.rs), drawing (ui.rs), and the terminal they own.
 pub mod app;
 mod detail;
+pub mod events;
 mod keys;
 pub mod replay;
 pub mod ui;
