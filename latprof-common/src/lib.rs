@@ -10,6 +10,7 @@
 mod counters;
 mod events;
 mod records;
+mod settings;
 mod stacks;
 mod wakers;
 

@@ -1,8 +1,9 @@
 //! latprof's eBPF programs: latencytop's accounting of why tasks sleep, taken from the
 //! scheduler's tracepoints, and per-CPU tick counters. The object holds every variant of every
 //! program; user space (`latprof/src/probe`) loads the best variant of each latency program
-//! that the kernel accepts, plus the tick programs whose tracepoints exist, and finds programs,
-//! maps and globals by their symbol names (`probe/names.rs`): do not rename them.
+//! that the kernel accepts, plus the tick programs whose tracepoints exist, and finds programs
+//! and maps by their symbol names (`probe/names.rs`) and globals by the settings table both
+//! sides expand (`latprof-common/src/settings.rs`): do not rename them.
 //!
 //! Programs attach as raw or BTF tracepoints, with no perf buffer in between: perf's
 //! tracepoint path drops an event now and then when it finds its per-context recursion slot

@@ -12,8 +12,12 @@ use latprof_common::{Counter, SpikeEvent, TaskState, WAKER_TASK, WAKEUP_ALWAYS};
 
 use crate::{
     maps::{READER, SPIKES, count},
-    settings::{SPIKE_FILL_MARK, SPIKE_NS, WAKEUP_POLICY},
+    settings::{SPIKE_NS, WAKEUP_POLICY},
 };
+
+/// Adaptive wakeups (`WAKEUP_ADAPTIVE`) wake the reader anyway once the buffer holds this many
+/// bytes: a reader that never said it sleeps still gets the events before the buffer fills.
+const SPIKE_FILL_MARK: u64 = 64 * 1024;
 
 /// Sends a sleep or wait of `delta` ns that ended at `end_ns` as a spike event when it reaches
 /// `SPIKE_NS`.
@@ -50,7 +54,7 @@ pub(crate) fn spike<const CAS: bool>(
                 }
             }
         })
-        || SPIKES.query(u64::from(BPF_RB_AVAIL_DATA)) >= SPIKE_FILL_MARK.load();
+        || SPIKES.query(u64::from(BPF_RB_AVAIL_DATA)) >= SPIKE_FILL_MARK;
     let Some(mut slot) = SPIKES.reserve::<SpikeEvent>(0) else {
         count(Counter::SpikesDropped);
         return;

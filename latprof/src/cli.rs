@@ -6,7 +6,7 @@ use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 use crate::{
     export::{By, Format},
-    probe::{Mode, ProbeConfig, Wakeup},
+    probe::{DebugConfig, Mode, ProbeConfig, Wakeup},
     time,
 };
 
@@ -491,15 +491,17 @@ impl Cli {
             max_stacks: self.max_stacks,
             spike: spikes.then_some(self.spike),
             wakeup: self.wakeup,
-            debug_checks: self.debug_checks,
-            force_reject: self.debug_force_reject,
-            bounded_cache: self.debug_bounded_cache,
-            hide_wakeups: self.debug_hide_wakeups,
-            hide_unlogged: self.debug_hide_unlogged,
-            drop_sleeps: self.debug_drop_sleeps,
+            debug: DebugConfig {
+                checks: self.debug_checks,
+                force_reject: self.debug_force_reject,
+                bounded_cache: self.debug_bounded_cache,
+                hide_wakeups: self.debug_hide_wakeups,
+                hide_unlogged: self.debug_hide_unlogged,
+                drop_sleeps: self.debug_drop_sleeps,
+                state_from_task: self.debug_state_from_task,
+            },
             cgroups: !self.debug_no_cgroups,
             cgroup_filter: self.cgroup.clone(),
-            state_from_task: self.debug_state_from_task,
             wakers: self.wakers_on(),
             max_wakers: self.max_wakers,
             waker_stacks: self.waker_stacks,

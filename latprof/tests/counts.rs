@@ -13,7 +13,7 @@ use std::{
 use latprof::{
     collect::{Collector, Snapshot},
     model::{self, Cause},
-    probe::{Backtraces, Mode, Probe, ProbeConfig},
+    probe::{Backtraces, DebugConfig, Mode, Probe, ProbeConfig},
     symbols::{Backtrace, Kallsyms},
 };
 use latprof_common::{Counter, GlobalRecord};
@@ -585,14 +585,20 @@ fn stack_cache_attempt(work_args: &[&str], min_hits: u64, bounded: bool) {
         mode: Mode::Lazy,
         pid: Some(work.pid()),
         inter_cutoff: None,
-        debug_checks: true,
-        bounded_cache: bounded,
+        debug: DebugConfig {
+            checks: true,
+            bounded_cache: bounded,
+            ..defaults().debug
+        },
         ..defaults()
     };
     let cached = Probe::attach(config.clone()).expect("attach latprof");
     let walked = Probe::attach(ProbeConfig {
         stack_cache: false,
-        debug_checks: false,
+        debug: DebugConfig {
+            checks: false,
+            ..config.debug.clone()
+        },
         ..config
     })
     .expect("attach latprof without the stack cache");

@@ -15,7 +15,7 @@ use std::{
 use latprof::{
     collect::{Collector, Snapshot},
     model::{self},
-    probe::{Mode, Probe, ProbeConfig},
+    probe::{DebugConfig, Mode, Probe, ProbeConfig},
     symbols::Kallsyms,
 };
 use latprof_common::Counter;
@@ -196,7 +196,10 @@ fn a_kernel_thread_counts_under_its_pid_and_stays_out_of_the_global_table_otherw
     let everyone = Probe::attach(ProbeConfig {
         mode: Mode::Lazy,
         inter_cutoff: None,
-        debug_checks: true,
+        debug: DebugConfig {
+            checks: true,
+            ..defaults().debug
+        },
         ..defaults()
     })
     .expect("attach latprof");

@@ -141,29 +141,7 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
     if no_cgroups {
         app.status = Some(crate::probe::NO_CGROUP_VIEWS.to_owned());
     }
-    let result = (|| -> Result<()> {
-        let mut guard = TerminalGuard::new()?;
-        guard.terminal.draw(|f| ui::render(f, &app))?;
-        // Blocks until an event comes; then handles those queued behind it and draws once.
-        while let Ok(event) = inbox.recv() {
-            let mut next = Some(event);
-            while let Some(event) = next {
-                match event {
-                    Event::Keys(keys) => keys.into_iter().for_each(|key| app.handle_key(key)),
-                    Event::Snapshot(snap) => app.on_snapshot(*snap),
-                    Event::Spikes(spikes, sleeps) => app.on_spikes(spikes, sleeps),
-                    Event::Stop => return Ok(()),
-                    Event::Failed(e) => return Err(e),
-                }
-                next = inbox.try_recv().ok();
-            }
-            if app.quit {
-                break;
-            }
-            guard.terminal.draw(|f| ui::render(f, &app))?;
-        }
-        Ok(())
-    })();
+    let result = show(&mut app, &inbox);
     drop(hangup);
     done.store(true, Ordering::Relaxed);
     drop(inbox);
@@ -175,4 +153,31 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
     }
     drop(run_time_stats);
     result
+}
+
+/// The UI's loop: draws, then blocks until an event comes, handles those queued behind it
+/// and draws once; until a key quits, a signal or the terminal's end stops it, or a source
+/// fails.
+fn show(app: &mut app::App, inbox: &mpsc::Receiver<Event>) -> Result<()> {
+    let mut guard = TerminalGuard::new()?;
+    guard.terminal.draw(|f| ui::render(f, app))?;
+    // Blocks until an event comes; then handles those queued behind it and draws once.
+    while let Ok(event) = inbox.recv() {
+        let mut next = Some(event);
+        while let Some(event) = next {
+            match event {
+                Event::Keys(keys) => keys.into_iter().for_each(|key| app.handle_key(key)),
+                Event::Snapshot(snap) => app.on_snapshot(*snap),
+                Event::Spikes(spikes, sleeps) => app.on_spikes(spikes, sleeps),
+                Event::Stop => return Ok(()),
+                Event::Failed(e) => return Err(e),
+            }
+            next = inbox.try_recv().ok();
+        }
+        if app.quit {
+            break;
+        }
+        guard.terminal.draw(|f| ui::render(f, app))?;
+    }
+    Ok(())
 }

@@ -48,8 +48,32 @@ pub struct ProbeConfig {
     /// spike events.
     pub spike: Option<Duration>,
     pub wakeup: Wakeup,
-    /// Count (and log through aya-log) consistency anomalies; off, the checks are not loaded.
-    pub debug_checks: bool,
+    /// Debugging and the tests' knobs, apart from the user's settings.
+    pub debug: DebugConfig,
+    /// Attribute each sleep to its task's cgroup v2 id (where the host mounts cgroup2).
+    pub cgroups: bool,
+    /// Trace only tasks in these cgroup v2 directories or below them (at most
+    /// `MAX_CGROUP_FILTERS`), filtered in the kernel.
+    pub cgroup_filter: Vec<std::path::PathBuf>,
+    /// Attribute each counted sleep to its waker (task, timer or interrupt), per cause and
+    /// sleeping process, in a table of `max_wakers` entries per CPU (`--wakers`, opt-in).
+    pub wakers: bool,
+    pub max_wakers: u32,
+    /// Also key the wakers by the waker's kernel backtrace (a stack walk per wakeup).
+    pub waker_stacks: bool,
+    /// Walk each sleeper's user backtrace at switch-out and key causes by kernel + user
+    /// backtrace (`--user-stacks`), in a table of `max_user_stacks` user backtraces.
+    pub user_stacks: bool,
+    pub max_user_stacks: u32,
+}
+
+/// The knobs of debugging (`--debug-checks`) and of the tests (the hidden `--debug-*` flags):
+/// all off by default, and off in every run a user makes but for `checks`.
+#[derive(Clone, Debug, Default)]
+pub struct DebugConfig {
+    /// Count (and log through aya-log) consistency anomalies (`--debug-checks`); off, the
+    /// checks are not loaded.
+    pub checks: bool,
     /// Load a `sched_switch` the verifier must reject (tests the rejection path).
     pub force_reject: bool,
     /// Learn the stack cache in a bounded loop as on kernels without `bpf_loop`, even where
@@ -67,21 +91,6 @@ pub struct ProbeConfig {
     /// Read a switching-out task's state from the task as on kernels whose `sched_switch` has
     /// no `prev_state`, even where it has (tests that path).
     pub state_from_task: bool,
-    /// Attribute each sleep to its task's cgroup v2 id (where the host mounts cgroup2).
-    pub cgroups: bool,
-    /// Trace only tasks in these cgroup v2 directories or below them (at most
-    /// `MAX_CGROUP_FILTERS`), filtered in the kernel.
-    pub cgroup_filter: Vec<std::path::PathBuf>,
-    /// Attribute each counted sleep to its waker (task, timer or interrupt), per cause and
-    /// sleeping process, in a table of `max_wakers` entries per CPU (`--wakers`, opt-in).
-    pub wakers: bool,
-    pub max_wakers: u32,
-    /// Also key the wakers by the waker's kernel backtrace (a stack walk per wakeup).
-    pub waker_stacks: bool,
-    /// Walk each sleeper's user backtrace at switch-out and key causes by kernel + user
-    /// backtrace (`--user-stacks`), in a table of `max_user_stacks` user backtraces.
-    pub user_stacks: bool,
-    pub max_user_stacks: u32,
 }
 
 /// Cgroups `--cgroup` can name (the kernel's filter array).
@@ -113,13 +122,7 @@ impl Default for ProbeConfig {
             stack_cache: true,
             spike: None,
             wakeup: Wakeup::Adaptive,
-            debug_checks: false,
-            force_reject: false,
-            bounded_cache: false,
-            hide_wakeups: 0,
-            hide_unlogged: false,
-            drop_sleeps: 0,
-            state_from_task: false,
+            debug: DebugConfig::default(),
             cgroups: true,
             cgroup_filter: Vec::new(),
             wakers: false,

@@ -8,7 +8,8 @@ use aya::{
 };
 
 use super::{
-    Backtraces, EBPF_OBJECT, Globals, Probe, ProbeConfig, Variant, names,
+    Backtraces, EBPF_OBJECT, Probe, ProbeConfig, Variant, names,
+    settings::{DebugGlobals, Globals},
     verifier::{self, Rejection},
 };
 
@@ -68,72 +69,19 @@ pub(super) fn lacks_cas(rejection: &Rejection) -> bool {
 /// kernel accepts. Returns the object and the variant, or every rejection.
 pub(super) fn load_variant(
     g: &Globals,
+    debug: &DebugGlobals,
     config: &ProbeConfig,
     btf: Option<&aya::Btf>,
     candidates: &[Variant],
     rejected: &mut Vec<(Variant, Rejection)>,
 ) -> Result<Option<(Ebpf, Variant)>> {
-    let stack_at_wakeup = u32::from(btf.is_some());
+    // Whether this variant's wakeup program takes the backtraces: it is the BTF one.
+    let mut g = g.clone();
+    g.STACK_AT_WAKEUP = u32::from(btf.is_some());
     let mut loader = EbpfLoader::new();
+    g.write(&mut loader);
+    debug.write(&mut loader);
     loader
-        .override_global(names::GLOBAL_MODE, &g.mode, true)
-        .override_global(names::GLOBAL_FILTER_TGID, &g.filter, true)
-        .override_global(names::GLOBAL_SELF_TGID, &g.self_tgid, true)
-        .override_global(names::GLOBAL_SKIP_KTHREADS, &g.skip_kthreads, true)
-        .override_global(names::GLOBAL_INTER_CUTOFF_NS, &g.cutoff, true)
-        .override_global(names::GLOBAL_MIN_SLEEP_NS, &g.min_sleep, true)
-        .override_global(names::GLOBAL_SWITCH_HAS_PREV_STATE, &g.has_prev_state, true)
-        .override_global(names::GLOBAL_TASK_STATE_OFF, &g.state_off, true)
-        .override_global(names::GLOBAL_TASK_PID_OFF, &g.pid_off, true)
-        .override_global(names::GLOBAL_TASK_TGID_OFF, &g.tgid_off, true)
-        .override_global(names::GLOBAL_TASK_FLAGS_OFF, &g.flags_off, true)
-        .override_global(names::GLOBAL_TASK_MM_OFF, &g.mm_off, true)
-        .override_global(names::GLOBAL_TASK_COMM_OFF, &g.comm_off, true)
-        .override_global(names::GLOBAL_USER_STACKS_ON, &g.user_stacks, true)
-        .override_global(names::GLOBAL_USER_WALK_FRAMES, &g.user_walk_frames, true)
-        .override_global(names::GLOBAL_PT_REGS_SP_OFF, &g.pt_regs_sp_off, true)
-        .override_global(names::GLOBAL_TASK_EXEC_ID_OFF, &g.exec_id_off, true)
-        .override_global(names::GLOBAL_PT_REGS_IP_OFF, &g.pt_regs_ip_bp[0], true)
-        .override_global(names::GLOBAL_PT_REGS_BP_OFF, &g.pt_regs_ip_bp[1], true)
-        .override_global(names::GLOBAL_MM_START_CODE_OFF, &g.mm_layout_offs[0], true)
-        .override_global(names::GLOBAL_MM_END_CODE_OFF, &g.mm_layout_offs[1], true)
-        .override_global(names::GLOBAL_MM_START_STACK_OFF, &g.mm_layout_offs[2], true)
-        .override_global(
-            names::GLOBAL_TASK_EXEC_RUNTIME_OFF,
-            &g.exec_runtime_off,
-            true,
-        )
-        .override_global(names::GLOBAL_TASK_RUN_DELAY_OFF, &g.run_delay_off, true)
-        .override_global(names::GLOBAL_DEBUG_HIDE_WAKEUPS, &g.hide_wakeups, true)
-        .override_global(names::GLOBAL_DEBUG_DROP_SLEEPS, &g.drop_sleeps, true)
-        .override_global(names::GLOBAL_THREAD_SP_OFF, &g.thread_sp_off, true)
-        .override_global(names::GLOBAL_TASK_STACK_OFF, &g.task_stack_off, true)
-        .override_global(names::GLOBAL_PT_REGS_IN_STACK, &g.pt_regs_in_stack, true)
-        .override_global(names::GLOBAL_RUNQ, &g.details, true)
-        .override_global(names::GLOBAL_HISTOGRAMS_ON, &g.details, true)
-        .override_global(names::GLOBAL_STACK_WALK_FRAMES, &g.walk, true)
-        .override_global(names::GLOBAL_STACK_AT_WAKEUP, &stack_at_wakeup, true)
-        .override_global(names::GLOBAL_SPIKE_NS, &g.spike_ns, true)
-        .override_global(names::GLOBAL_WAKEUP_POLICY, &g.wakeup, true)
-        .override_global(names::GLOBAL_DEBUG_CHECKS, &g.debug_checks, true)
-        .override_global(names::GLOBAL_FORCE_REJECT, &g.force_reject, true)
-        .override_global(names::GLOBAL_CGROUPS_ON, &g.cgroups_on, true)
-        .override_global(names::GLOBAL_FILTER_CGROUPS, &g.filter_cgroups, true)
-        .override_global(names::GLOBAL_WAKERS_ON, &g.wakers_on, true)
-        .override_global(names::GLOBAL_WAKER_STACKS, &g.waker_stacks, true)
-        .override_global(names::GLOBAL_PC_FROM_RQ, &g.context.pc_from_rq, true)
-        .override_global(
-            names::GLOBAL_TASK_CFS_RQ_OFF,
-            &g.context.task_cfs_rq_off,
-            true,
-        )
-        .override_global(names::GLOBAL_CFS_RQ_RQ_OFF, &g.context.cfs_rq_rq_off, true)
-        .override_global(names::GLOBAL_RQ_CPU_OFF, &g.context.rq_cpu_off, true)
-        .override_global(
-            names::GLOBAL_TASK_SOFTIRQ_CNT_OFF,
-            &g.context.task_softirq_cnt_off,
-            true,
-        )
         .map_max_entries(
             names::MAP_WAKERS,
             if config.wakers { config.max_wakers } else { 1 },
@@ -220,6 +168,7 @@ impl Probe {
     /// the kernel has it. Each variant passed over is said in `fallbacks`.
     pub(super) fn load_best(
         globals: &Globals,
+        debug: &DebugGlobals,
         config: &ProbeConfig,
         support: &KernelSupport,
         fallbacks: &mut Vec<String>,
@@ -239,14 +188,16 @@ impl Probe {
             }
             // Without the stack cache the object needs no saved stack pointer.
             let g = Globals {
-                thread_sp_off: if support.cache {
-                    globals.thread_sp_off
+                THREAD_SP_OFF: if support.cache {
+                    globals.THREAD_SP_OFF
                 } else {
                     0
                 },
                 ..globals.clone()
             };
-            if let Some(loaded) = load_variant(&g, config, Some(btf), &candidates, &mut rejected)? {
+            if let Some(loaded) =
+                load_variant(&g, debug, config, Some(btf), &candidates, &mut rejected)?
+            {
                 fallbacks.extend(rejected.iter().map(|(v, r)| fallback_reason(*v, r)));
                 return Ok(loaded);
             }
@@ -256,10 +207,10 @@ impl Probe {
             variant(Backtraces::AtSwitchOut, false),
         ];
         let g = Globals {
-            thread_sp_off: 0,
+            THREAD_SP_OFF: 0,
             ..globals.clone()
         };
-        if let Some(loaded) = load_variant(&g, config, None, &candidates, &mut rejected)? {
+        if let Some(loaded) = load_variant(&g, debug, config, None, &candidates, &mut rejected)? {
             fallbacks.extend(rejected.iter().map(|(v, r)| fallback_reason(*v, r)));
             return Ok(loaded);
         }

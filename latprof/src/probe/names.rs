@@ -1,4 +1,5 @@
-//! The one place user space names the eBPF object's maps, programs and globals.
+//! The one place user space names the eBPF object's maps and programs (its globals are named
+//! by the settings table, `latprof_common::settings!`).
 
 /// Live tasks: each one's open sleep and its own records.
 pub const MAP_TASKS: &str = "TASKS";
@@ -168,50 +169,3 @@ pub const PROGRAMS: [&str; 23] = [
 /// Programs a session has loaded besides the tick programs: the three latency programs, the
 /// free program and the rename program.
 pub const LOADED_PROGRAMS: usize = 5;
-
-pub const GLOBAL_MODE: &str = "MODE";
-pub const GLOBAL_FILTER_TGID: &str = "FILTER_TGID";
-pub const GLOBAL_SELF_TGID: &str = "SELF_TGID";
-pub const GLOBAL_SKIP_KTHREADS: &str = "SKIP_KTHREADS";
-pub const GLOBAL_INTER_CUTOFF_NS: &str = "INTER_CUTOFF_NS";
-pub const GLOBAL_MIN_SLEEP_NS: &str = "MIN_SLEEP_NS";
-pub const GLOBAL_SWITCH_HAS_PREV_STATE: &str = "SWITCH_HAS_PREV_STATE";
-pub const GLOBAL_TASK_STATE_OFF: &str = "TASK_STATE_OFF";
-pub const GLOBAL_TASK_PID_OFF: &str = "TASK_PID_OFF";
-pub const GLOBAL_TASK_TGID_OFF: &str = "TASK_TGID_OFF";
-pub const GLOBAL_TASK_FLAGS_OFF: &str = "TASK_FLAGS_OFF";
-pub const GLOBAL_TASK_MM_OFF: &str = "TASK_MM_OFF";
-pub const GLOBAL_TASK_EXEC_ID_OFF: &str = "TASK_EXEC_ID_OFF";
-pub const GLOBAL_TASK_COMM_OFF: &str = "TASK_COMM_OFF";
-pub const GLOBAL_USER_STACKS_ON: &str = "USER_STACKS_ON";
-pub const GLOBAL_USER_WALK_FRAMES: &str = "USER_WALK_FRAMES";
-pub const GLOBAL_PT_REGS_SP_OFF: &str = "PT_REGS_SP_OFF";
-pub const GLOBAL_PT_REGS_IP_OFF: &str = "PT_REGS_IP_OFF";
-pub const GLOBAL_PT_REGS_BP_OFF: &str = "PT_REGS_BP_OFF";
-pub const GLOBAL_MM_START_CODE_OFF: &str = "MM_START_CODE_OFF";
-pub const GLOBAL_MM_END_CODE_OFF: &str = "MM_END_CODE_OFF";
-pub const GLOBAL_MM_START_STACK_OFF: &str = "MM_START_STACK_OFF";
-pub const GLOBAL_TASK_EXEC_RUNTIME_OFF: &str = "TASK_EXEC_RUNTIME_OFF";
-pub const GLOBAL_TASK_RUN_DELAY_OFF: &str = "TASK_RUN_DELAY_OFF";
-pub const GLOBAL_DEBUG_HIDE_WAKEUPS: &str = "DEBUG_HIDE_WAKEUPS";
-pub const GLOBAL_DEBUG_DROP_SLEEPS: &str = "DEBUG_DROP_SLEEPS";
-pub const GLOBAL_CGROUPS_ON: &str = "CGROUPS_ON";
-pub const GLOBAL_WAKERS_ON: &str = "WAKERS_ON";
-pub const GLOBAL_WAKER_STACKS: &str = "WAKER_STACKS";
-pub const GLOBAL_PC_FROM_RQ: &str = "PC_FROM_RQ";
-pub const GLOBAL_TASK_CFS_RQ_OFF: &str = "TASK_CFS_RQ_OFF";
-pub const GLOBAL_CFS_RQ_RQ_OFF: &str = "CFS_RQ_RQ_OFF";
-pub const GLOBAL_RQ_CPU_OFF: &str = "RQ_CPU_OFF";
-pub const GLOBAL_TASK_SOFTIRQ_CNT_OFF: &str = "TASK_SOFTIRQ_CNT_OFF";
-pub const GLOBAL_FILTER_CGROUPS: &str = "FILTER_CGROUPS";
-pub const GLOBAL_RUNQ: &str = "RUNQ";
-pub const GLOBAL_HISTOGRAMS_ON: &str = "HISTOGRAMS_ON";
-pub const GLOBAL_STACK_WALK_FRAMES: &str = "STACK_WALK_FRAMES";
-pub const GLOBAL_STACK_AT_WAKEUP: &str = "STACK_AT_WAKEUP";
-pub const GLOBAL_THREAD_SP_OFF: &str = "THREAD_SP_OFF";
-pub const GLOBAL_TASK_STACK_OFF: &str = "TASK_STACK_OFF";
-pub const GLOBAL_PT_REGS_IN_STACK: &str = "PT_REGS_IN_STACK";
-pub const GLOBAL_SPIKE_NS: &str = "SPIKE_NS";
-pub const GLOBAL_WAKEUP_POLICY: &str = "WAKEUP_POLICY";
-pub const GLOBAL_DEBUG_CHECKS: &str = "DEBUG_CHECKS";
-pub const GLOBAL_FORCE_REJECT: &str = "FORCE_REJECT";

@@ -166,44 +166,10 @@ impl Body {
             }
         }
         if version >= 5 {
-            e.usize(self.cgroup_gone.len());
-            for k in &self.cgroup_gone {
-                e.u64(k.cgroup);
-                e.u64(k.stack_id);
-            }
-            e.usize(self.cgroups.len());
-            for (k, r) in &self.cgroups {
-                e.u64(k.cgroup);
-                e.u64(k.stack_id);
-                e.u64(r.count);
-                e.u64(r.total_ns);
-                e.u64(r.max_ns);
-            }
-            e.usize(self.paths_gone.len());
-            for id in &self.paths_gone {
-                e.u64(*id);
-            }
-            e.usize(self.paths.len());
-            for (id, p) in &self.paths {
-                e.u64(*id);
-                e.bool(p.path.is_some());
-                e.str(p.path.as_deref().unwrap_or_default());
-                e.bool(p.removed);
-            }
+            self.encode_cgroups(e);
         }
         if version >= 6 {
-            e.usize(self.wakers_gone.len());
-            for k in &self.wakers_gone {
-                encode_waker_key(e, k);
-            }
-            e.usize(self.wakers.len());
-            for w in &self.wakers {
-                encode_waker_key(e, &w.key);
-                e.u64(w.count);
-                e.u64(w.total_ns);
-                e.u64(w.max_ns);
-                e.str(&w.comm);
-            }
+            self.encode_wakers(e);
         }
         if version >= 7 {
             self.encode_user(e);
@@ -387,59 +353,115 @@ impl Body {
             }
         }
         if version >= 5 {
-            for _ in 0..d.len(2, size_of::<CgroupCause>())? {
-                b.cgroup_gone.push(CgroupCause {
-                    cgroup: d.u64()?,
-                    stack_id: d.u64()?,
-                });
-            }
-            for _ in 0..d.len(5, size_of::<(CgroupCause, GlobalRecord)>())? {
-                let key = CgroupCause {
-                    cgroup: d.u64()?,
-                    stack_id: d.u64()?,
-                };
-                b.cgroups.push((
-                    key,
-                    GlobalRecord {
-                        count: d.u64()?,
-                        total_ns: d.u64()?,
-                        max_ns: d.u64()?,
-                    },
-                ));
-            }
-            for _ in 0..d.len(1, size_of::<u64>())? {
-                b.paths_gone.push(d.u64()?);
-            }
-            for _ in 0..d.len(4, size_of::<(u64, CgroupPath)>())? {
-                let id = d.u64()?;
-                let known = d.bool()?;
-                let path = d.str()?;
-                b.paths.push((
-                    id,
-                    CgroupPath {
-                        path: known.then_some(path),
-                        removed: d.bool()?,
-                    },
-                ));
-            }
+            b.decode_cgroups(d)?;
         }
         if version >= 6 {
-            for _ in 0..d.len(6, size_of::<WakerKey>())? {
-                b.wakers_gone.push(decode_waker_key(d)?);
-            }
-            for _ in 0..d.len(10, size_of::<Waker>())? {
-                b.wakers.push(Waker {
-                    key: decode_waker_key(d)?,
-                    count: d.u64()?,
-                    total_ns: d.u64()?,
-                    max_ns: d.u64()?,
-                    comm: d.str()?,
-                });
-            }
+            b.decode_wakers(d)?;
         }
         if version >= 7 {
             b.decode_user(d)?;
         }
         Ok(b)
+    }
+
+    /// The per-cgroup table and the cgroups' paths (version 5 on).
+    fn encode_cgroups(&self, e: &mut Enc) {
+        e.usize(self.cgroup_gone.len());
+        for k in &self.cgroup_gone {
+            e.u64(k.cgroup);
+            e.u64(k.stack_id);
+        }
+        e.usize(self.cgroups.len());
+        for (k, r) in &self.cgroups {
+            e.u64(k.cgroup);
+            e.u64(k.stack_id);
+            e.u64(r.count);
+            e.u64(r.total_ns);
+            e.u64(r.max_ns);
+        }
+        e.usize(self.paths_gone.len());
+        for id in &self.paths_gone {
+            e.u64(*id);
+        }
+        e.usize(self.paths.len());
+        for (id, p) in &self.paths {
+            e.u64(*id);
+            e.bool(p.path.is_some());
+            e.str(p.path.as_deref().unwrap_or_default());
+            e.bool(p.removed);
+        }
+    }
+
+    /// The waker table (version 6 on).
+    fn encode_wakers(&self, e: &mut Enc) {
+        e.usize(self.wakers_gone.len());
+        for k in &self.wakers_gone {
+            encode_waker_key(e, k);
+        }
+        e.usize(self.wakers.len());
+        for w in &self.wakers {
+            encode_waker_key(e, &w.key);
+            e.u64(w.count);
+            e.u64(w.total_ns);
+            e.u64(w.max_ns);
+            e.str(&w.comm);
+        }
+    }
+
+    /// `encode_cgroups`'s.
+    fn decode_cgroups(&mut self, d: &mut Dec<'_>) -> Result<(), FormatError> {
+        for _ in 0..d.len(2, size_of::<CgroupCause>())? {
+            self.cgroup_gone.push(CgroupCause {
+                cgroup: d.u64()?,
+                stack_id: d.u64()?,
+            });
+        }
+        for _ in 0..d.len(5, size_of::<(CgroupCause, GlobalRecord)>())? {
+            let key = CgroupCause {
+                cgroup: d.u64()?,
+                stack_id: d.u64()?,
+            };
+            self.cgroups.push((
+                key,
+                GlobalRecord {
+                    count: d.u64()?,
+                    total_ns: d.u64()?,
+                    max_ns: d.u64()?,
+                },
+            ));
+        }
+        for _ in 0..d.len(1, size_of::<u64>())? {
+            self.paths_gone.push(d.u64()?);
+        }
+        for _ in 0..d.len(4, size_of::<(u64, CgroupPath)>())? {
+            let id = d.u64()?;
+            let known = d.bool()?;
+            let path = d.str()?;
+            self.paths.push((
+                id,
+                CgroupPath {
+                    path: known.then_some(path),
+                    removed: d.bool()?,
+                },
+            ));
+        }
+        Ok(())
+    }
+
+    /// `encode_wakers`'s.
+    fn decode_wakers(&mut self, d: &mut Dec<'_>) -> Result<(), FormatError> {
+        for _ in 0..d.len(6, size_of::<WakerKey>())? {
+            self.wakers_gone.push(decode_waker_key(d)?);
+        }
+        for _ in 0..d.len(10, size_of::<Waker>())? {
+            self.wakers.push(Waker {
+                key: decode_waker_key(d)?,
+                count: d.u64()?,
+                total_ns: d.u64()?,
+                max_ns: d.u64()?,
+                comm: d.str()?,
+            });
+        }
+        Ok(())
     }
 }

@@ -13,7 +13,7 @@ use super::{
     app::{App, Detail, DetailView, TraceLine},
     ui::block,
 };
-use crate::time::fmt_ns;
+use crate::{model::Row, time::fmt_ns};
 
 pub(super) fn render_detail(
     f: &mut Frame<'_>,
@@ -27,43 +27,7 @@ pub(super) fn render_detail(
         .direction(Direction::Horizontal)
         .constraints([Constraint::Percentage(55), Constraint::Percentage(45)])
         .split(area);
-    let mut text = vec![
-        Line::from(Span::styled(
-            row.reason.clone(),
-            Style::default().add_modifier(Modifier::BOLD),
-        )),
-        Line::from(format!(
-            "count {}  total {}  average {}  max {}",
-            row.count,
-            fmt_ns(row.total_ns),
-            fmt_ns(row.average_ns()),
-            fmt_ns(row.max_ns)
-        )),
-    ];
-    let dim = Style::default().add_modifier(Modifier::DIM);
-    for line in app.frames.lines(&row.backtraces) {
-        match line {
-            TraceLine::Heading(n) => {
-                text.push(Line::from(""));
-                text.push(Line::from(Span::styled(
-                    format!("Backtrace {n}"),
-                    Style::default().add_modifier(Modifier::UNDERLINED),
-                )));
-            }
-            TraceLine::Kernel(frame) | TraceLine::User(frame) => {
-                text.push(Line::from(format!("  {frame}")));
-            }
-            TraceLine::UserHeading => text.push(Line::from(Span::styled(" user:", dim))),
-            TraceLine::Truncated => text.push(Line::from(Span::styled(
-                format!(
-                    "  {} (the outer frames are unknown)",
-                    crate::ustacks::TRUNCATED
-                ),
-                dim,
-            ))),
-            TraceLine::NoUser => text.push(Line::from(Span::styled("  (no user frames)", dim))),
-        }
-    }
+    let text = trace_text(app, row);
     // The frames shown, where there is a choice.
     let title = if app.derived.user_frames {
         format!("Detail: {} (u: next, Esc: back)", app.frames.name())
@@ -146,4 +110,46 @@ pub(super) fn render_detail(
         "Latency histogram (from, count)"
     };
     f.render_widget(Paragraph::new(lines).block(block(title, false)), right[2]);
+}
+
+/// The detail's left side: the row's numbers and its backtraces, with the frames chosen.
+fn trace_text(app: &App, row: &Row) -> Vec<Line<'static>> {
+    let mut text = vec![
+        Line::from(Span::styled(
+            row.reason.clone(),
+            Style::default().add_modifier(Modifier::BOLD),
+        )),
+        Line::from(format!(
+            "count {}  total {}  average {}  max {}",
+            row.count,
+            fmt_ns(row.total_ns),
+            fmt_ns(row.average_ns()),
+            fmt_ns(row.max_ns)
+        )),
+    ];
+    let dim = Style::default().add_modifier(Modifier::DIM);
+    for line in app.frames.lines(&row.backtraces) {
+        match line {
+            TraceLine::Heading(n) => {
+                text.push(Line::from(""));
+                text.push(Line::from(Span::styled(
+                    format!("Backtrace {n}"),
+                    Style::default().add_modifier(Modifier::UNDERLINED),
+                )));
+            }
+            TraceLine::Kernel(frame) | TraceLine::User(frame) => {
+                text.push(Line::from(format!("  {frame}")));
+            }
+            TraceLine::UserHeading => text.push(Line::from(Span::styled(" user:", dim))),
+            TraceLine::Truncated => text.push(Line::from(Span::styled(
+                format!(
+                    "  {} (the outer frames are unknown)",
+                    crate::ustacks::TRUNCATED
+                ),
+                dim,
+            ))),
+            TraceLine::NoUser => text.push(Line::from(Span::styled("  (no user frames)", dim))),
+        }
+    }
+    text
 }

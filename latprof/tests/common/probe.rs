@@ -9,7 +9,7 @@ use std::{
 use latprof::{
     collect::Snapshot,
     model::Cause,
-    probe::{Mode, Probe, ProbeConfig, names},
+    probe::{DebugConfig, Mode, Probe, ProbeConfig, names},
 };
 use latprof_common::{Counter, GlobalRecord};
 
@@ -25,10 +25,13 @@ pub fn serial() -> MutexGuard<'static, ()> {
 /// test must then fail (see tests/defect.rs).
 pub fn defaults() -> ProbeConfig {
     ProbeConfig {
-        drop_sleeps: std::env::var("LATPROF_TEST_DROP_SLEEPS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0),
+        debug: DebugConfig {
+            drop_sleeps: std::env::var("LATPROF_TEST_DROP_SLEEPS")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+            ..DebugConfig::default()
+        },
         ..ProbeConfig::default()
     }
 }
