@@ -83,7 +83,7 @@ impl Probe {
         let (globals, debug) = settings::from_config(
             &config,
             &btf,
-            Kernel {
+            &Kernel {
                 filters: filters.len(),
                 cgroups_on,
             },

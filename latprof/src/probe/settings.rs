@@ -67,7 +67,7 @@ const HIDE_UNLOGGED: u32 = 1 << 31;
 pub(super) fn from_config(
     config: &ProbeConfig,
     btf: &Btf,
-    kernel: Kernel,
+    kernel: &Kernel,
     fallbacks: &mut Vec<String>,
 ) -> Result<(Globals, DebugGlobals)> {
     let task = TaskOffsets::read(btf)?;

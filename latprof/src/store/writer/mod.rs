@@ -14,6 +14,7 @@ use std::{
     fs::File,
     hash::RandomState,
     io::Write as _,
+    os::fd::AsRawFd as _,
     path::{Path, PathBuf},
 };
 
@@ -106,6 +107,31 @@ pub const DISK_FULL: &str = "the disk was full";
 /// Room kept for the end frame under `--max-size`.
 const END_ROOM: u64 = 64;
 
+/// Cuts `file` back to `size` bytes and writes from there on.
+fn cut(file: &mut File, size: u64) {
+    use std::io::{Seek as _, SeekFrom};
+    let _ = file.set_len(size);
+    let _ = file.seek(SeekFrom::Start(size));
+}
+
+/// Takes the disk space of `len` bytes at `at` without growing the file
+/// (`FALLOC_FL_KEEP_SIZE`). Fails only where the disk is full; a file system without
+/// fallocate is written as before, its full disk found by the write.
+fn reserve(file: &File, at: u64, len: u64) -> std::io::Result<()> {
+    let (Ok(at), Ok(len)) = (libc::off_t::try_from(at), libc::off_t::try_from(len)) else {
+        return Ok(());
+    };
+    // SAFETY: fallocate on a descriptor this File owns; it changes no memory of ours.
+    if unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, at, len) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT) => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// Creates a recording's file (permissions `mode`, less the umask) and writes its header:
 /// never through a link, never over an existing entry; `replace` (`--force`) removes what is
 /// there first (a link, not its target).
@@ -194,6 +220,9 @@ impl Writer {
     /// A recording in a file created beforehand.
     #[must_use]
     pub fn start(new: NewFile, info: RecordingInfo, options: Options) -> Self {
+        // Room for the end frame, should the disk be full at the first frame (best effort:
+        // the first frame's write says a full disk).
+        let _ = reserve(&new.file, FILE_HEADER_LEN as u64, END_ROOM);
         Self {
             path: new.path,
             file: new.file,
@@ -249,6 +278,11 @@ impl Writer {
     }
 
     fn write_frame(&mut self, bytes: &[u8]) -> Result<()> {
+        // The room for this frame and for the end frame after it, taken first: where the disk
+        // is full, nothing is written and the end frame goes where the frame before reserved.
+        if let Err(e) = reserve(&self.file, self.size, bytes.len() as u64 + END_ROOM) {
+            return Err(self.disk_full(&e));
+        }
         if let Err(e) = self
             .file
             .write_all(bytes)
@@ -379,17 +413,18 @@ impl Writer {
     /// killed mid-write). Out of space, the room the cut frees takes an end frame that says so
     /// where it can, and the error says the disk is full: not a bare errno.
     fn failed(&mut self, e: &std::io::Error) -> anyhow::Error {
-        use std::io::{Seek as _, SeekFrom};
-        let path = self.path.display().to_string();
         // The write may have put part of the frame there: cut, and write from the cut on.
-        let cut = |file: &mut File, size: u64| {
-            let _ = file.set_len(size);
-            let _ = file.seek(SeekFrom::Start(size));
-        };
         cut(&mut self.file, self.size);
         if !matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
-            return anyhow::anyhow!("writing {path}: {e}");
+            return anyhow::anyhow!("writing {}: {e}", self.path.display());
         }
+        self.disk_full(e)
+    }
+
+    /// The disk is full (`e`) with the file at its last whole frame: the end frame is written
+    /// if it fits (the room the frame before reserved), and the error says which.
+    fn disk_full(&mut self, e: &std::io::Error) -> anyhow::Error {
+        let path = self.path.display().to_string();
         let end = self.end_frame(DISK_FULL);
         let ended = self
             .file
