@@ -233,6 +233,10 @@ pub enum Workload {
     },
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one arm per workload: the dispatch reads as the list of workloads"
+)]
 pub fn run(args: &WorkloadArgs) -> Result<()> {
     if args.wait {
         // Block until the caller is ready (a line or end of file).
@@ -1436,6 +1440,10 @@ mod causes {
     }
 
     /// The waits, each a different kernel backtrace; each returns when its timeout passes.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the table of every wait the causes workload makes, one entry each"
+    )]
     fn waits(o: &Objects) -> Vec<Box<dyn Fn() + '_>> {
         let pipe = o.pipe_r.as_raw_fd();
         let mut w: Vec<Box<dyn Fn() + '_>> = vec![

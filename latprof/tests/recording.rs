@@ -122,6 +122,10 @@ fn assert_no_kernel_address(file: &Path) {
 
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one story a user runs: record, stop, dump every format, compare with stats"
+)]
 fn record_then_dump_without_root_matches_stats() {
     root();
     let dir = TempDir::new("roundtrip");
@@ -867,6 +871,10 @@ fn record_max_size_stops_cleanly_under_the_limit() {
 /// recording still names its frames (dump opens no binary), and counts every sleep of its reads.
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one story: record a process's user frames, remove the process and its binary, dump"
+)]
 fn user_frames_outlive_the_process_and_its_binary() {
     const READS: u64 = 300;
     root();

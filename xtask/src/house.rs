@@ -4,7 +4,8 @@
 //! floors below its own, so no import runs up a floor or in a circle, and the next feature
 //! cannot bring one back. A module missing from its plan is an error too: a new module is
 //! placed on purpose. Then the map: README's Layout names every source file, and each crate's
-//! doc (`latprof/src/lib.rs`, `latprof-ebpf/src/main.rs`) every module.
+//! doc (`latprof/src/lib.rs`, `latprof-ebpf/src/main.rs`) every module. And no shipped file
+//! holds more than [`MAX_CODE_LINES`] lines of code: past that a file is a hub.
 //!
 //! Imports are read from the source text: `crate::NAME` anywhere, and each item of a
 //! `use crate::{...}` group. Test code (`tests.rs`, and whatever follows a file's
@@ -50,6 +51,36 @@ const EBPF: &[&[&str]] = &[
     &["wakeup"],
 ];
 
+/// The crates whose code ships in the binary.
+const SHIPPED: [&str; 3] = ["latprof/src", "latprof-common/src", "latprof-ebpf/src"];
+/// Lines of code a shipped file may hold: a hub past this holds several concerns.
+const MAX_CODE_LINES: usize = 500;
+
+/// Lines of code in a source file: not blank, not a comment, not in its tests (`tests.rs` is
+/// all test; elsewhere a `#[cfg(test)]` module, up to its closing brace at the margin).
+fn code_lines(text: &str) -> usize {
+    let mut n = 0;
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.starts_with("#[cfg(test)]") {
+            let item = lines.next().unwrap_or_default();
+            if item.trim_end().ends_with('{') {
+                for inner in lines.by_ref() {
+                    if inner == "}" {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        let t = line.trim();
+        if !t.is_empty() && !t.starts_with("//") {
+            n += 1;
+        }
+    }
+    n
+}
+
 /// Runs every check; fails with all that is wrong, one line each.
 pub fn check(root: &Path) -> Result<()> {
     let mut wrong = Vec::new();
@@ -76,9 +107,25 @@ pub fn check(root: &Path) -> Result<()> {
         }
     }
     wrong.extend(layout(root)?);
+    for crate_dir in SHIPPED {
+        for file in rust_files(&root.join(crate_dir))?
+            .into_iter()
+            .filter(|f| !f.ends_with("tests.rs"))
+        {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let n = code_lines(&text);
+            if n > MAX_CODE_LINES {
+                wrong.push(format!(
+                    "{} holds {n} lines of code (at most {MAX_CODE_LINES}): give a concern a file of its own",
+                    file.strip_prefix(root).unwrap_or(&file).display()
+                ));
+            }
+        }
+    }
     if wrong.is_empty() {
         eprintln!(
-            "xtask: the house: every import runs down a floor, README's Layout names every file"
+            "xtask: the house: every import runs down a floor, README's Layout names every file, no shipped file over {MAX_CODE_LINES} lines of code"
         );
         Ok(())
     } else {
@@ -265,6 +312,12 @@ fn layout(root: &Path) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::imports;
+
+    #[test]
+    fn code_lines_leave_out_comments_blanks_and_tests() {
+        let text = "//! doc\nuse x;\n\n// note\nfn f() {}\n#[cfg(test)]\nmod tests {\n    fn t() {}\n}\nfn g() {}\n";
+        assert_eq!(super::code_lines(text), 3);
+    }
 
     #[test]
     fn imports_are_read_from_paths_and_groups() {

@@ -421,6 +421,10 @@ const CONTAINER_PACKAGES: [&str; 2] = ["podman", "runc"];
 /// /usr/bin/latprof, man pages and bash/zsh/fish completions made from the command line
 /// (latprof-docs), the systemd unit (installed, not enabled), README, licenses and notices;
 /// then lintian, which must find no error. Returns the package's path.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the Debian package's steps in the order dpkg-deb and lintian need them"
+)]
 fn deb() -> Result<PathBuf> {
     dist()?;
     install_missing(&["lintian", "dpkg-dev"])?;
@@ -672,6 +676,10 @@ fn bench(args: &[String]) -> Result<()> {
 
 /// `cargo xtask test`: formatting, then every test, the privileged ones included (as root, with
 /// sudo when not root), then the latencytop truth check in ../shared/vm.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the test command's steps in the order they run, each timed"
+)]
 fn test(args: &[String]) -> Result<()> {
     let started = Instant::now();
     // Where the time before the tests goes, step by step (the summary lists it).

@@ -272,6 +272,10 @@ pub(super) struct Workload {
 }
 
 /// The workloads, run by `workload` (latprof-workload) where they are latprof's own.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the table of every benchmark workload, one entry each: read as a list"
+)]
 pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
     let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
     let (trips, forks, idle) = if quick {

@@ -57,6 +57,10 @@ pub struct BenchArgs {
     pub static_bin: Option<PathBuf>,
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the benchmark's one story: build, baseline, each configuration, report"
+)]
 pub fn run(args: &BenchArgs) -> Result<()> {
     latprof::probe::check_privileges()?;
     let latprof = crate::sibling("latprof")?;

@@ -111,6 +111,10 @@ pub(super) fn summarize(samples: &[Sample], none: &[Sample], units: u64) -> Summ
 }
 
 /// The markdown table (with the targets' verdicts) and the JSON document.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the report's sections in the order docs/bench.md shows them"
+)]
 pub(super) fn report(
     works: &[Workload],
     configs: &[Config],
@@ -267,6 +271,10 @@ pub(super) fn machine() -> String {
 }
 
 /// The targets, each with a verdict from this run's numbers.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the table of the report's targets, one entry each: read as a list"
+)]
 pub(super) fn targets(
     works: &[Workload],
     s: &BTreeMap<(usize, Config), Summary>,

@@ -334,6 +334,10 @@ fn synthetic(n: u64) -> Result<(Server, SocketAddr)> {
 }
 
 /// The series' report section (Markdown).
+#[expect(
+    clippy::too_many_lines,
+    reason = "serve's benchmark as one story: start, scrape under load, stop, measure"
+)]
 pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String> {
     let mut md = String::from("\n## serve: latprof serve scraped\n\n");
     // Scrapes of 500 series.

@@ -14,7 +14,7 @@ use crate::{
     probe::KernelFacts,
     store::{
         KEY_EVERY, RecordingInfo,
-        writer::{Appended, NewFile, Options, Writer},
+        writer::{Appended, NewFile, Options, Stats, Writer},
     },
     symbols::Kallsyms,
     time,
@@ -96,35 +96,8 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     if args.interval < Duration::from_millis(10) {
         bail!("--interval must be at least 10ms");
     }
-    // Say so before loading anything: loading takes a second or two.
-    let dir = args
-        .output
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    if !dir.is_dir() {
-        bail!(
-            "cannot create {}: no directory {}",
-            args.output.display(),
-            dir.display()
-        );
-    }
-    let rotated = rotated_files(args);
-    if !args.force && !rotated.is_empty() {
-        bail!(
-            "{} exist{} and --rotate would replace {}; choose another name or pass --force",
-            rotated.join(", "),
-            if rotated.len() == 1 { "s" } else { "" },
-            if rotated.len() == 1 { "it" } else { "them" },
-        );
-    }
+    check_output(args)?;
     let details = !args.lean;
-    let options = Options {
-        compress: !args.no_compress,
-        rotate: args.rotate,
-        keep: args.keep,
-        max_size: args.max_size,
-    };
     let needs = Needs {
         details,
         spikes: true,
@@ -151,17 +124,14 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             &session.syms,
             session.kernel.clone(),
         ),
-        options,
+        Options {
+            compress: !args.no_compress,
+            rotate: args.rotate,
+            keep: args.keep,
+            max_size: args.max_size,
+        },
     );
-    eprintln!(
-        "latprof: recording to {} every {} ({} mode){}; Ctrl-C to stop",
-        args.output.display(),
-        time::format_duration(args.interval),
-        cli.mode.as_str(),
-        args.duration
-            .map(|d| format!(" for {}", time::format_duration(d)))
-            .unwrap_or_default()
-    );
+    say_recording(cli, args);
     session.announce();
     let mut collector = session.collector(true)?;
     let Session {
@@ -249,13 +219,69 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     drop(probe);
     drop(run_time_stats);
     let stats = writer.finish(reason)?;
+    summary(&stats, reason, started, args.interval, first_bytes);
+    for loss in losses {
+        eprintln!("latprof: warning: {loss}");
+    }
+    Ok(())
+}
+
+/// The recording's first line: where, how often, in which mode, for how long.
+fn say_recording(cli: &Cli, args: &RecordArgs) {
+    eprintln!(
+        "latprof: recording to {} every {} ({} mode){}; Ctrl-C to stop",
+        args.output.display(),
+        time::format_duration(args.interval),
+        cli.mode.as_str(),
+        args.duration
+            .map(|d| format!(" for {}", time::format_duration(d)))
+            .unwrap_or_default()
+    );
+}
+
+/// Says before anything loads (a second or two) that the output cannot be created, or that
+/// `--rotate` would replace files without `--force`.
+fn check_output(args: &RecordArgs) -> Result<()> {
+    // Say so before loading anything: loading takes a second or two.
+    let dir = args
+        .output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        bail!(
+            "cannot create {}: no directory {}",
+            args.output.display(),
+            dir.display()
+        );
+    }
+    let rotated = rotated_files(args);
+    if !args.force && !rotated.is_empty() {
+        bail!(
+            "{} exist{} and --rotate would replace {}; choose another name or pass --force",
+            rotated.join(", "),
+            if rotated.len() == 1 { "s" } else { "" },
+            if rotated.len() == 1 { "it" } else { "them" },
+        );
+    }
+    Ok(())
+}
+
+/// The recording's last line: why it stopped, its size, and its rate per hour.
+fn summary(
+    stats: &Stats,
+    reason: &str,
+    started: Instant,
+    interval: Duration,
+    first_bytes: Option<u64>,
+) {
     let secs = started.elapsed().as_secs_f64();
     let per_snapshot = stats.bytes as f64 / stats.snapshots.max(1) as f64;
     let rate = per_hour(
         stats.bytes,
         first_bytes.unwrap_or(stats.bytes),
         stats.snapshots,
-        args.interval,
+        interval,
     )
     .map_or_else(
         || "too short to estimate a rate per hour".to_owned(),
@@ -272,10 +298,6 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             String::new()
         }
     );
-    for loss in losses {
-        eprintln!("latprof: warning: {loss}");
-    }
-    Ok(())
 }
 
 /// MB per hour at the rate of a recording of `snapshots` snapshots every `interval`, `bytes`

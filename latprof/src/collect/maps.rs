@@ -4,10 +4,16 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, Result};
-use aya::maps::{MapData, PerCpuArray, PerCpuHashMap};
-use latprof_common::{CpuSwitch, TICK_COUNTER_COUNT, TaskState, WakerKey, WakerValue};
+use aya::{
+    Ebpf,
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
+};
+use latprof_common::{
+    CgroupCause, Counter, CpuSwitch, GlobalRecord, HIST_BUCKETS, Histogram, TICK_COUNTER_COUNT,
+    TaskState, WakerKey, WakerValue,
+};
 
-use super::{TaskSnapshot, TickCounts, Waker};
+use super::{Counters, MAX_RETRIES, TaskSnapshot, TickCounts, Waker};
 use crate::probe::{Probe, names};
 
 /// The waker table, summed over CPUs (a waker's name is in the part of the CPU that first
@@ -98,6 +104,137 @@ pub(super) fn task_snapshot(tid: u32, state: &TaskState) -> TaskSnapshot {
         records: state.records[..n].to_vec(),
         task_only: state.task_only,
     }
+}
+
+/// The tables an exit moves records between, read whole and together: the tasks, the global
+/// table, the per-cgroup table and the counters.
+pub(super) struct Tables {
+    pub(super) tasks: Vec<TaskSnapshot>,
+    pub(super) global: Vec<(u64, GlobalRecord)>,
+    pub(super) cgroups: Vec<(CgroupCause, GlobalRecord)>,
+    pub(super) counters: Counters,
+    /// Reads retried because an exit moved records meanwhile.
+    pub(super) retries: u32,
+    /// False: the last read still overlapped a move (after `MAX_RETRIES`).
+    pub(super) settled: bool,
+}
+
+/// Reads the tables: in lazy mode an exit moves a task's records from TASKS to
+/// GLOBAL_LATENCY, and with cgroups to the per-cgroup table; a read that overlaps such a move
+/// would count it twice or not at all, so it is retried.
+pub(super) fn read_tables(ebpf: &Ebpf) -> Result<Tables> {
+    let counters_map: PerCpuArray<&MapData, u64> =
+        PerCpuArray::try_from(ebpf.map(names::MAP_COUNTERS).context("no COUNTERS map")?)?;
+    let tasks_map: BpfHashMap<&MapData, u32, TaskState> =
+        BpfHashMap::try_from(ebpf.map(names::MAP_TASKS).context("no TASKS map")?)?;
+    let global_map: BpfHashMap<&MapData, u64, GlobalRecord> = BpfHashMap::try_from(
+        ebpf.map(names::MAP_GLOBAL_LATENCY)
+            .context("no GLOBAL_LATENCY map")?,
+    )?;
+    let merged_map: PerCpuHashMap<&MapData, u64, GlobalRecord> =
+        PerCpuHashMap::try_from(ebpf.map(names::MAP_MERGED).context("no MERGED map")?)?;
+    let cgroup_map: PerCpuHashMap<&MapData, CgroupCause, GlobalRecord> = PerCpuHashMap::try_from(
+        ebpf.map(names::MAP_CGROUP_LATENCY)
+            .context("no CGROUP_LATENCY map")?,
+    )?;
+
+    let read_counters = || -> Result<Counters> {
+        let mut c = Counters::default();
+        for (i, slot) in c.0.iter_mut().enumerate() {
+            let values = counters_map
+                .get(&u32::try_from(i)?, 0)
+                .context("read COUNTERS")?;
+            *slot = values.iter().sum();
+        }
+        Ok(c)
+    };
+
+    let mut retries = 0;
+    loop {
+        let before = read_counters()?;
+        let mut tasks = Vec::new();
+        for item in &tasks_map {
+            let (tid, state) = item.context("read TASKS")?;
+            tasks.push(task_snapshot(tid, &state));
+        }
+        // The shared table, plus each CPU's part of lazy mode's exit merges (and, on
+        // kernels without compare-and-swap, normal mode's maxima: parts with no count).
+        let mut table: BTreeMap<u64, GlobalRecord> = BTreeMap::new();
+        for item in &global_map {
+            let (id, rec) = item.context("read GLOBAL_LATENCY")?;
+            table.insert(id, rec);
+        }
+        for item in &merged_map {
+            let (id, per_cpu) = item.context("read MERGED")?;
+            for part in per_cpu.iter().filter(|r| r.count > 0 || r.max_ns > 0) {
+                table.entry(id).or_default().merge(part);
+            }
+        }
+        let global: Vec<(u64, GlobalRecord)> = table.into_iter().collect();
+        let mut by_cgroup: BTreeMap<CgroupCause, GlobalRecord> = BTreeMap::new();
+        for item in &cgroup_map {
+            let (key, per_cpu) = item.context("read CGROUP_LATENCY")?;
+            for part in per_cpu.iter().filter(|r| r.count > 0) {
+                by_cgroup.entry(key).or_default().merge(part);
+            }
+        }
+        let cgroups: Vec<(CgroupCause, GlobalRecord)> = by_cgroup.into_iter().collect();
+        let after = read_counters()?;
+        // Exits move records in lazy mode (to the global table) and, with cgroups, in
+        // both modes (to the per-cgroup table).
+        let settled = after.get(Counter::MergesBegun) == before.get(Counter::MergesDone);
+        if settled || retries >= MAX_RETRIES {
+            return Ok(Tables {
+                tasks,
+                global,
+                cgroups,
+                counters: after,
+                retries,
+                settled,
+            });
+        }
+        retries += 1;
+    }
+}
+
+/// The latency histograms, summed over CPUs: by backtrace, and by cgroup and backtrace.
+pub(super) fn read_histograms(
+    ebpf: &Ebpf,
+) -> Result<(BTreeMap<u64, Histogram>, BTreeMap<CgroupCause, Histogram>)> {
+    let mut histograms = BTreeMap::new();
+    let mut cgroup_histograms = BTreeMap::new();
+    let map: PerCpuHashMap<&MapData, CgroupCause, Histogram> = PerCpuHashMap::try_from(
+        ebpf.map(names::MAP_HISTOGRAMS)
+            .context("no HISTOGRAMS map")?,
+    )?;
+    for item in &map {
+        let (key, per_cpu) = item.context("read HISTOGRAMS")?;
+        let mut sum = [0u32; HIST_BUCKETS];
+        for cpu in per_cpu.iter() {
+            for (acc, n) in sum.iter_mut().zip(cpu) {
+                *acc = acc.saturating_add(*n);
+            }
+        }
+        let by_stack: &mut Histogram = histograms.entry(key.stack_id).or_insert([0; HIST_BUCKETS]);
+        for (acc, n) in by_stack.iter_mut().zip(sum) {
+            *acc = acc.saturating_add(n);
+        }
+        cgroup_histograms.insert(key, sum);
+    }
+    Ok((histograms, cgroup_histograms))
+}
+
+/// The kernel's run-time statistics of each loaded program (zero unless turned on): (name,
+/// run time ns, runs).
+pub(super) fn program_stats(ebpf: &Ebpf) -> Vec<(String, u64, u64)> {
+    let mut programs = Vec::new();
+    for (name, program) in ebpf.programs() {
+        if let Ok(info) = program.info() {
+            let ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
+            programs.push((name.to_owned(), ns, info.run_count()));
+        }
+    }
+    programs
 }
 
 #[cfg(test)]

@@ -8,17 +8,17 @@ mod stacks;
 
 pub use hidden::HiddenSleeps;
 pub use maps::comm_str;
-use maps::{read_hidden, read_ticks, read_wakers, task_snapshot};
+use maps::{
+    Tables, program_stats, read_hidden, read_histograms, read_tables, read_ticks, read_wakers,
+};
 pub use snapshot::{Counters, Snapshot, TaskSnapshot, TickCounts, Waker, stack_ids};
 pub use spikes::{Spike, SpikeReader};
 
 use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{Context as _, Result};
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap};
-use latprof_common::{
-    CgroupCause, Counter, D_STATE_SALT, GlobalRecord, HIST_BUCKETS, Histogram, RawStack, TaskState,
-};
+use aya::maps::{HashMap as BpfHashMap, MapData};
+use latprof_common::{CgroupCause, Counter, GlobalRecord, RawStack};
 
 use crate::{
     cgroups::CgroupPath,
@@ -174,160 +174,33 @@ impl Collector {
 
     pub fn snapshot(&mut self, probe: &Probe) -> Result<Snapshot> {
         let ebpf = probe.ebpf();
-        let counters_map: PerCpuArray<&MapData, u64> =
-            PerCpuArray::try_from(ebpf.map(names::MAP_COUNTERS).context("no COUNTERS map")?)?;
-        let tasks_map: BpfHashMap<&MapData, u32, TaskState> =
-            BpfHashMap::try_from(ebpf.map(names::MAP_TASKS).context("no TASKS map")?)?;
-        let global_map: BpfHashMap<&MapData, u64, GlobalRecord> = BpfHashMap::try_from(
-            ebpf.map(names::MAP_GLOBAL_LATENCY)
-                .context("no GLOBAL_LATENCY map")?,
-        )?;
-        let merged_map: PerCpuHashMap<&MapData, u64, GlobalRecord> =
-            PerCpuHashMap::try_from(ebpf.map(names::MAP_MERGED).context("no MERGED map")?)?;
-        let cgroup_map: PerCpuHashMap<&MapData, CgroupCause, GlobalRecord> =
-            PerCpuHashMap::try_from(
-                ebpf.map(names::MAP_CGROUP_LATENCY)
-                    .context("no CGROUP_LATENCY map")?,
-            )?;
-
-        let read_counters = || -> Result<Counters> {
-            let mut c = Counters::default();
-            for (i, slot) in c.0.iter_mut().enumerate() {
-                let values = counters_map
-                    .get(&u32::try_from(i)?, 0)
-                    .context("read COUNTERS")?;
-                *slot = values.iter().sum();
-            }
-            Ok(c)
-        };
-
-        // In lazy mode an exit moves a task's records from TASKS to GLOBAL_LATENCY; a read that
-        // overlaps such a move would count it twice or not at all, so it is retried.
-        let mut retries = 0;
-        let (mut tasks, mut global, cgroups, counters, settled) = loop {
-            let before = read_counters()?;
-            let mut tasks = Vec::new();
-            for item in &tasks_map {
-                let (tid, state) = item.context("read TASKS")?;
-                tasks.push(task_snapshot(tid, &state));
-            }
-            // The shared table, plus each CPU's part of lazy mode's exit merges (and, on
-            // kernels without compare-and-swap, normal mode's maxima: parts with no count).
-            let mut table: BTreeMap<u64, GlobalRecord> = BTreeMap::new();
-            for item in &global_map {
-                let (id, rec) = item.context("read GLOBAL_LATENCY")?;
-                table.insert(id, rec);
-            }
-            for item in &merged_map {
-                let (id, per_cpu) = item.context("read MERGED")?;
-                for part in per_cpu.iter().filter(|r| r.count > 0 || r.max_ns > 0) {
-                    table.entry(id).or_default().merge(part);
-                }
-            }
-            let global: Vec<(u64, GlobalRecord)> = table.into_iter().collect();
-            let mut by_cgroup: BTreeMap<CgroupCause, GlobalRecord> = BTreeMap::new();
-            for item in &cgroup_map {
-                let (key, per_cpu) = item.context("read CGROUP_LATENCY")?;
-                for part in per_cpu.iter().filter(|r| r.count > 0) {
-                    by_cgroup.entry(key).or_default().merge(part);
-                }
-            }
-            let cgroups: Vec<(CgroupCause, GlobalRecord)> = by_cgroup.into_iter().collect();
-            let after = read_counters()?;
-            // Exits move records in lazy mode (to the global table) and, with cgroups, in
-            // both modes (to the per-cgroup table).
-            let settled = after.get(Counter::MergesBegun) == before.get(Counter::MergesDone);
-            if settled || retries >= MAX_RETRIES {
-                break (tasks, global, cgroups, after, settled);
-            }
-            retries += 1;
-        };
-
+        let Tables {
+            mut tasks,
+            mut global,
+            cgroups,
+            counters,
+            retries,
+            settled,
+        } = read_tables(ebpf)?;
         let wakers = if probe.config().wakers {
             read_wakers(probe)?
         } else {
             Vec::new()
         };
-        let stack_map: BpfHashMap<&MapData, u64, RawStack> =
-            BpfHashMap::try_from(ebpf.map(names::MAP_STACKS).context("no STACKS map")?)?;
-        let mut stacks = BTreeMap::new();
-        let mut uninterruptible = std::collections::BTreeSet::new();
-        let waker_stacks = wakers.iter().map(|w| w.key.waker_stack).filter(|&s| s != 0);
-        for id in stack_ids(&global, &tasks)
-            .chain(cgroups.iter().map(|(k, _)| k.stack_id))
-            .chain(wakers.iter().map(|w| w.key.cause))
-            .chain(waker_stacks)
-        {
-            if id >= latprof_common::RESERVED_STACKS || stacks.contains_key(&id) {
-                continue;
-            }
-            let frames = if let Some(frames) = self.stacks.get(&id) {
-                frames.clone()
-            } else if let Some((kernel, user)) = self.cause_parts(probe, id)? {
-                // A cause with a user part: the frames of its kernel part.
-                let frames = self.kernel_frames(&stack_map, kernel)?;
-                self.stacks.insert(id, frames.clone());
-                let _ = user;
-                frames
-            } else {
-                // An uninterruptible sleep's record id is its backtrace's id salted
-                // (`stack_for_state`): the frames are under the plain one.
-                let raw = match stack_map.get(&id, 0) {
-                    Ok(raw) => raw,
-                    Err(plain_missing) => match stack_map.get(&(id ^ D_STATE_SALT), 0) {
-                        Ok(raw) => {
-                            self.uninterruptible.insert(id);
-                            raw
-                        }
-                        Err(_) => return Err(plain_missing).context("read STACKS"),
-                    },
-                };
-                let frames: Vec<u64> = raw.iter().copied().take_while(|&ip| ip != 0).collect();
-                self.stacks.insert(id, frames.clone());
-                frames
-            };
-            if self.uninterruptible.contains(&id) {
-                uninterruptible.insert(id);
-            }
-            stacks.insert(id, frames);
-        }
+        let (stacks, uninterruptible) =
+            self.stacks_of(probe, &global, &tasks, &cgroups, &wakers)?;
         // A hash map iterated while tasks exit (their entries deleted) can return a task twice:
         // the later read of it stays.
         tasks.reverse();
         tasks.sort_by_key(|t| t.tid);
         tasks.dedup_by_key(|t| t.tid);
         global.sort_by_key(|(id, _)| *id);
-        let mut histograms = BTreeMap::new();
-        let mut cgroup_histograms = BTreeMap::new();
-        let mut programs = Vec::new();
-        if self.histograms {
-            let map: PerCpuHashMap<&MapData, CgroupCause, Histogram> = PerCpuHashMap::try_from(
-                ebpf.map(names::MAP_HISTOGRAMS)
-                    .context("no HISTOGRAMS map")?,
-            )?;
-            for item in &map {
-                let (key, per_cpu) = item.context("read HISTOGRAMS")?;
-                let mut sum = [0u32; HIST_BUCKETS];
-                for cpu in per_cpu.iter() {
-                    for (acc, n) in sum.iter_mut().zip(cpu) {
-                        *acc = acc.saturating_add(*n);
-                    }
-                }
-                let by_stack: &mut Histogram =
-                    histograms.entry(key.stack_id).or_insert([0; HIST_BUCKETS]);
-                for (acc, n) in by_stack.iter_mut().zip(sum) {
-                    *acc = acc.saturating_add(n);
-                }
-                cgroup_histograms.insert(key, sum);
-            }
-        }
-        // The kernel's run-time statistics of each loaded program (zero unless turned on).
-        for (name, program) in ebpf.programs() {
-            if let Ok(info) = program.info() {
-                let ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
-                programs.push((name.to_owned(), ns, info.run_count()));
-            }
-        }
+        let (histograms, cgroup_histograms) = if self.histograms {
+            read_histograms(ebpf)?
+        } else {
+            (BTreeMap::new(), BTreeMap::new())
+        };
+        let programs = program_stats(ebpf);
         let cgroup_paths = self.cgroup_paths(&cgroups, &tasks);
         let (user_parts, user_stacks) = self.user_stacks(probe, &stacks)?;
         let mut counters = counters;

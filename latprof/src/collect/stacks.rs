@@ -1,14 +1,17 @@
 //! A record's backtraces: its kernel frames (read once: stack ids are never reused) and, with
 //! `--user-stacks`, its user part, named by the watcher.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{Context as _, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData};
-use latprof_common::{D_STATE_SALT, RawStack};
+use latprof_common::{CgroupCause, D_STATE_SALT, GlobalRecord, RawStack};
 
-use super::{Collector, NAMING_WITHIN};
+use super::{Collector, NAMING_WITHIN, TaskSnapshot, Waker, stack_ids};
 use crate::probe::{Probe, names};
+
+/// Each backtrace's frames, by id.
+type Frames = BTreeMap<u64, Vec<u64>>;
 
 impl Collector {
     /// The (kernel, user) parts of record id `id` where it has a user backtrace
@@ -133,5 +136,62 @@ impl Collector {
             }
         }
         Ok((parts, named))
+    }
+
+    /// The frames of every backtrace the records, the cgroups' table and the wakers name (read
+    /// once: stack ids are never reused), and which record ids are uninterruptible sleeps'.
+    pub(super) fn stacks_of(
+        &mut self,
+        probe: &Probe,
+        global: &[(u64, GlobalRecord)],
+        tasks: &[TaskSnapshot],
+        cgroups: &[(CgroupCause, GlobalRecord)],
+        wakers: &[Waker],
+    ) -> Result<(Frames, BTreeSet<u64>)> {
+        let ebpf = probe.ebpf();
+        let stack_map: BpfHashMap<&MapData, u64, RawStack> =
+            BpfHashMap::try_from(ebpf.map(names::MAP_STACKS).context("no STACKS map")?)?;
+        let mut stacks = BTreeMap::new();
+        let mut uninterruptible = BTreeSet::new();
+        let waker_stacks = wakers.iter().map(|w| w.key.waker_stack).filter(|&s| s != 0);
+        for id in stack_ids(global, tasks)
+            .chain(cgroups.iter().map(|(k, _)| k.stack_id))
+            .chain(wakers.iter().map(|w| w.key.cause))
+            .chain(waker_stacks)
+        {
+            if id >= latprof_common::RESERVED_STACKS || stacks.contains_key(&id) {
+                continue;
+            }
+            let frames = if let Some(frames) = self.stacks.get(&id) {
+                frames.clone()
+            } else if let Some((kernel, user)) = self.cause_parts(probe, id)? {
+                // A cause with a user part: the frames of its kernel part.
+                let frames = self.kernel_frames(&stack_map, kernel)?;
+                self.stacks.insert(id, frames.clone());
+                let _ = user;
+                frames
+            } else {
+                // An uninterruptible sleep's record id is its backtrace's id salted
+                // (`stack_for_state`): the frames are under the plain one.
+                let raw = match stack_map.get(&id, 0) {
+                    Ok(raw) => raw,
+                    Err(plain_missing) => match stack_map.get(&(id ^ D_STATE_SALT), 0) {
+                        Ok(raw) => {
+                            self.uninterruptible.insert(id);
+                            raw
+                        }
+                        Err(_) => return Err(plain_missing).context("read STACKS"),
+                    },
+                };
+                let frames: Vec<u64> = raw.iter().copied().take_while(|&ip| ip != 0).collect();
+                self.stacks.insert(id, frames.clone());
+                frames
+            };
+            if self.uninterruptible.contains(&id) {
+                uninterruptible.insert(id);
+            }
+            stacks.insert(id, frames);
+        }
+        Ok((stacks, uninterruptible))
     }
 }
