@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use latprof_common::GlobalRecord;
+use latprof_common::{GlobalRecord, RESERVED_STACKS, RUNQ_STACK};
 
 use crate::{
     collect::{Snapshot, Spike},
@@ -22,6 +22,65 @@ pub struct Cause {
     pub max_ns: u64,
 }
 
+/// One record id as every view names it (`top`'s rows, `stats`' and `dump`'s exports,
+/// `serve`'s series and profile): its kernel frames, its user frames, its reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Named {
+    pub backtrace: Backtrace,
+    /// With `--user-stacks`: the sleeper's user frames, innermost first (empty: none).
+    pub user: Vec<String>,
+    pub reason: String,
+}
+
+/// Record id `stack` named (see [`Named`]).
+#[must_use]
+pub fn name(
+    stack: u64,
+    snap: &Snapshot,
+    syms: &Kallsyms,
+    reasons: &Reasons,
+    depth: usize,
+) -> Named {
+    let (backtrace, user) = frames_of(stack, snap, syms, depth);
+    Named {
+        reason: reasons.reason(&backtrace),
+        backtrace,
+        user,
+    }
+}
+
+/// The kernel and user frames of record id `stack`: what tells one cause from another.
+fn frames_of(
+    stack: u64,
+    snap: &Snapshot,
+    syms: &Kallsyms,
+    depth: usize,
+) -> (Backtrace, Vec<String>) {
+    let backtrace = Backtrace::of(
+        stack,
+        snap.stacks.get(&stack).map(Vec::as_slice),
+        syms,
+        depth,
+    );
+    (backtrace, user_frames(snap, stack, depth))
+}
+
+/// The kind of sleep record id `stack` holds: "R" waits for the CPU, "D" uninterruptible
+/// sleeps, "S" interruptible ones, "SD" both (the pseudo backtraces: none stored, wakeup
+/// hidden).
+#[must_use]
+pub fn state_of(stack: u64, snap: &Snapshot) -> &'static str {
+    if stack == RUNQ_STACK {
+        "R"
+    } else if snap.uninterruptible.contains(&stack) {
+        "D"
+    } else if stack >= RESERVED_STACKS {
+        "SD"
+    } else {
+        "S"
+    }
+}
+
 /// Names each stack id's cause and merges ids whose cause frames are the same (two raw stacks
 /// that differ only in the dropped frames are one cause). Sorted by total, largest first.
 #[must_use]
@@ -33,14 +92,8 @@ pub fn causes(
 ) -> Vec<Cause> {
     let mut merged: HashMap<(Backtrace, Vec<String>), GlobalRecord> = HashMap::new();
     for (stack, rec) in records {
-        let backtrace = Backtrace::of(
-            stack,
-            snap.stacks.get(&stack).map(Vec::as_slice),
-            syms,
-            depth,
-        );
         merged
-            .entry((backtrace, user_frames(snap, stack, depth)))
+            .entry(frames_of(stack, snap, syms, depth))
             .or_default()
             .add(rec.count, rec.total_ns, rec.max_ns);
     }

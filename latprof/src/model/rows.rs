@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use latprof_common::GlobalRecord;
 
-use super::{causes, user_site};
+use super::{name, user_site};
 use crate::{
     collect::Snapshot,
     reasons::Reasons,
@@ -206,11 +206,8 @@ pub fn rows(records: &[(u64, GlobalRecord)], snap: &Snapshot, ctx: &ViewContext<
     // recording may hold them, all of one reason) compared each new one with every one before.
     let mut by_label: HashMap<String, (Row, HashSet<Trace>)> = HashMap::new();
     for (stack, rec) in records {
-        let cause = causes([(*stack, *rec)], snap, ctx.syms, ctx.depth);
-        let Some(cause) = cause.into_iter().next() else {
-            continue;
-        };
-        let reason = ctx.reasons.reason(&cause.backtrace);
+        let cause = name(*stack, snap, ctx.syms, ctx.reasons, ctx.depth);
+        let reason = cause.reason;
         // Causes that differ only in their user frames are rows of their own: by the frame
         // they wait in beside the reason, or by the whole user backtrace after the kernel's
         // (innermost first, as folded stacks read from the right).

@@ -11,7 +11,7 @@ use std::{
     sync::Arc,
 };
 
-use latprof_common::{HIST_BUCKETS, RESERVED_STACKS, RUNQ_STACK};
+use latprof_common::HIST_BUCKETS;
 
 use crate::{
     collect::Snapshot,
@@ -22,7 +22,7 @@ use crate::{
     },
     probe::{KernelFacts, ProbeConfig},
     reasons::Reasons,
-    symbols::{Backtrace, Kallsyms},
+    symbols::Kallsyms,
 };
 
 /// The reads a window keeps to cover [`MAX_SECONDS`] at one read every `interval` (at least
@@ -343,23 +343,10 @@ impl Accumulator {
         }
         let old_slot = old.map(|n| n.slot);
         let old_named = old.filter(|_| !unnamed).map(Arc::clone);
-        let backtrace = Backtrace::of(
-            stack,
-            snap.stacks.get(&stack).map(Vec::as_slice),
-            syms,
-            self.depth,
-        );
-        let reason = pprof::public_reason(&self.reasons.reason(&backtrace)).to_owned();
-        let state = if stack == RUNQ_STACK {
-            "R"
-        } else if snap.uninterruptible.contains(&stack) {
-            "D"
-        } else if stack >= RESERVED_STACKS {
-            // The pseudo backtraces (none stored, wakeup hidden) hold both kinds.
-            "SD"
-        } else {
-            "S"
-        };
+        // Named as every view names it; what goes out is what a scraper may see.
+        let cause = crate::model::name(stack, snap, syms, &self.reasons, self.depth);
+        let reason = pprof::public_reason(&cause.reason).to_owned();
+        let state = crate::model::state_of(stack, snap);
         // A series keeps its stacks for the whole run (a counter never moves).
         let slot = match old_slot {
             Some(slot) => slot,
@@ -368,10 +355,11 @@ impl Accumulator {
         let user = if unnamed {
             vec![UNNAMED.to_owned()]
         } else {
-            crate::model::user_frames(snap, stack, self.depth)
+            cause.user
         };
         let named = Arc::new(Named {
-            frames: backtrace
+            frames: cause
+                .backtrace
                 .lines()
                 .into_iter()
                 .map(|f| pprof::public_frame(f).to_owned())
@@ -947,5 +935,69 @@ ffffffff81402000 T __lock_text_end
         assert_eq!(all.len(), 1, "{all:?}");
         assert_eq!(all[0].0, last[0].0);
         assert_eq!(all[0].1, 10);
+    }
+
+    /// The three views name causes alike: on one snapshot, `stats`' JSON, `top`'s rows (by
+    /// reason) and `serve`'s series give each reason the same count.
+    #[test]
+    fn stats_top_and_serve_name_causes_alike() {
+        use std::collections::BTreeMap;
+
+        use crate::{
+            export::{Scope, json},
+            model::{self, Group, SortKey, ViewContext},
+        };
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        let reasons = Reasons::builtin();
+        let mut snap = snap(&[(1, 10), (2, 3), (3, 2), (4, 1)], 1);
+        // A pseudo backtrace too: sleeps whose backtrace was not stored.
+        snap.global.push((
+            latprof_common::NO_STACK,
+            GlobalRecord {
+                count: 4,
+                total_ns: 4_000,
+                max_ns: 1_000,
+            },
+        ));
+        let add = |m: &mut BTreeMap<String, u64>, reason: &str, n: u64| {
+            *m.entry(reason.to_owned()).or_default() += n;
+        };
+        let doc: serde_json::Value = serde_json::from_str(&json::render(&Scope {
+            cur: &snap,
+            base: None,
+            pid: None,
+            syms: &syms,
+            reasons: &reasons,
+            depth: 12,
+            info: None,
+            kernel: None,
+            spikes: &[],
+            reader_sleeps: None,
+        }))
+        .expect("stats' JSON");
+        let mut stats = BTreeMap::new();
+        for c in doc["causes"].as_array().expect("causes") {
+            let reason = c["reason"].as_str().expect("a reason");
+            add(&mut stats, reason, c["count"].as_u64().expect("a count"));
+        }
+        let ctx = ViewContext {
+            syms: &syms,
+            reasons: &reasons,
+            depth: 12,
+            group: Group::Reason,
+            sort: SortKey::Total,
+        };
+        let mut top = BTreeMap::new();
+        for row in model::rows(&snap.global, &snap, &ctx) {
+            add(&mut top, &row.reason, row.count);
+        }
+        let mut serve = BTreeMap::new();
+        let mut acc = Accumulator::new(reasons.clone(), 12, 100, "normal");
+        for series in update(&mut acc, &snap).live.series {
+            add(&mut serve, &series.reason, series.count);
+        }
+        assert_eq!(stats.len(), 5, "{stats:?}");
+        assert_eq!(stats, top);
+        assert_eq!(stats, serve);
     }
 }
