@@ -507,6 +507,8 @@ impl Cli {
             waker_stacks: self.waker_stacks,
             user_stacks: self.user_stacks,
             max_user_stacks: self.max_user_stacks,
+            // The session adds them, read with the symbols.
+            percpu: None,
         }
     }
 }

@@ -13,6 +13,19 @@ pub struct Kallsyms {
     sched_text: Range<u64>,
     /// Lock text (spin_lock and friends), which the kernel's stack saving skips as well.
     lock_text: Range<u64>,
+    /// The per-CPU symbols the waker programs place (`--wakers`), read in the same pass.
+    percpu: PercpuSymbols,
+}
+
+/// Addresses of per-CPU variables in /proc/kallsyms (with CONFIG_KALLSYMS_ALL, as on Debian's
+/// kernels); 0: absent, or hidden from this process (kptr_restrict).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PercpuSymbols {
+    pub runqueues: u64,
+    /// Linux 6.14 on, and before 6.2.
+    pub preempt_count: u64,
+    /// Linux 6.2 to 6.14: the preempt count is a member of it.
+    pub pcpu_hot: u64,
 }
 
 impl Kallsyms {
@@ -30,6 +43,7 @@ impl Kallsyms {
     pub fn parse(text: &str) -> Result<Self> {
         let mut syms = Vec::new();
         let mut marks = [0u64; 4];
+        let mut percpu = PercpuSymbols::default();
         for line in text.lines() {
             let mut parts = line.split_whitespace();
             let (Some(addr), Some(kind), Some(name)) = (parts.next(), parts.next(), parts.next())
@@ -47,6 +61,12 @@ impl Kallsyms {
             ];
             if let Some(i) = names.iter().position(|n| *n == name) {
                 marks[i] = addr;
+            }
+            match name {
+                "runqueues" => percpu.runqueues = addr,
+                "__preempt_count" => percpu.preempt_count = addr,
+                "pcpu_hot" => percpu.pcpu_hot = addr,
+                _ => {}
             }
             // Data symbols never appear in backtraces.
             if !matches!(kind, "t" | "T" | "w" | "W") {
@@ -70,6 +90,7 @@ impl Kallsyms {
             syms,
             sched_text: marks[0]..marks[1],
             lock_text: marks[2]..marks[3],
+            percpu,
         })
     }
 
@@ -86,7 +107,14 @@ impl Kallsyms {
             syms,
             sched_text,
             lock_text,
+            percpu: PercpuSymbols::default(),
         }
+    }
+
+    /// The per-CPU symbols read with the table (all 0 in a recording's table).
+    #[must_use]
+    pub fn percpu(&self) -> PercpuSymbols {
+        self.percpu
     }
 
     /// Scheduler text and lock text, the frames a cause skips.
@@ -330,5 +358,22 @@ ffffffffc0000000 t ext4_sync_file\t[ext4]
         // Without any scheduler frame nothing is dropped from the top.
         assert_eq!(k.cause_frames(&raw[5..6], 12), ["hrtimer_nanosleep"]);
         assert_eq!(k.cause_frames(&[], 12), Vec::<String>::new());
+    }
+
+    /// The per-CPU variables the waker programs place come from the same read as the text
+    /// symbols (data symbols, never in a backtrace).
+    #[test]
+    fn per_cpu_symbols_are_read_with_the_table() {
+        let text = format!("{KALLSYMS}0000000000034a00 D runqueues\n0000000000032000 D pcpu_hot\n");
+        let syms = Kallsyms::parse(&text).unwrap();
+        assert_eq!(
+            syms.percpu(),
+            PercpuSymbols {
+                runqueues: 0x34a00,
+                preempt_count: 0,
+                pcpu_hot: 0x32000,
+            }
+        );
+        assert_ne!(syms.name(0x34a00), Some("runqueues"));
     }
 }

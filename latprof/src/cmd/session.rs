@@ -13,7 +13,7 @@ use crate::{
     cli::Cli,
     collect::{Collector, SpikeReader},
     probe::{
-        self, KernelFacts, Probe,
+        self, KernelFacts, Probe, ProbeConfig,
         log::{DebugLog, LogFile},
     },
     symbols::Kallsyms,
@@ -99,7 +99,10 @@ impl Session {
     fn load(cli: &Cli, needs: Needs, log: Option<LogFile>) -> Result<Self> {
         let stop = super::stop_flag()?;
         let syms = Kallsyms::load()?;
-        let mut probe = Probe::attach(cli.probe_config(needs.pid, needs.details, needs.spikes))?;
+        let mut probe = Probe::attach(ProbeConfig {
+            percpu: Some(syms.percpu()),
+            ..cli.probe_config(needs.pid, needs.details, needs.spikes)
+        })?;
         let spikes = if needs.spikes {
             Some(SpikeReader::take(&mut probe)?)
         } else {

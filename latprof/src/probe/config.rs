@@ -50,6 +50,9 @@ pub struct ProbeConfig {
     pub wakeup: Wakeup,
     /// Debugging and the tests' knobs, apart from the user's settings.
     pub debug: DebugConfig,
+    /// The per-CPU symbols of /proc/kallsyms as the session read them with the symbols, so
+    /// that a run reads the file once; `None`: the probe reads them if `--wakers` needs them.
+    pub percpu: Option<crate::symbols::PercpuSymbols>,
     /// Attribute each sleep to its task's cgroup v2 id (where the host mounts cgroup2).
     pub cgroups: bool,
     /// Trace only tasks in these cgroup v2 directories or below them (at most
@@ -123,6 +126,7 @@ impl Default for ProbeConfig {
             spike: None,
             wakeup: Wakeup::Adaptive,
             debug: DebugConfig::default(),
+            percpu: None,
             cgroups: true,
             cgroup_filter: Vec::new(),
             wakers: false,

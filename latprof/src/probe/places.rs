@@ -4,6 +4,7 @@
 use anyhow::Result;
 
 use super::btf;
+use crate::symbols::{Kallsyms, PercpuSymbols};
 
 /// How the waker programs find the context a waking runs in (see `wakers` in the eBPF
 /// crate): all zero where they cannot, and every waking outside a timer callback is the
@@ -22,7 +23,10 @@ pub(super) struct WakerContext {
 /// 6.14), from the BTF's per-CPU section or else from /proc/kallsyms; and the way from a task
 /// to its run queue (`se.cfs_rq->rq`, CONFIG_FAIR_GROUP_SCHED). x86-64 only (elsewhere the
 /// preempt count is in the task). Err says why not.
-pub(super) fn waker_context(btf: &btf::Btf) -> Result<WakerContext, String> {
+pub(super) fn waker_context(
+    btf: &btf::Btf,
+    percpu: Option<PercpuSymbols>,
+) -> Result<WakerContext, String> {
     if !cfg!(target_arch = "x86_64") {
         return Err("the preempt count is read only on x86-64".to_owned());
     }
@@ -51,7 +55,7 @@ pub(super) fn waker_context(btf: &btf::Btf) -> Result<WakerContext, String> {
     };
     let places = match from_btf() {
         Some(p) => p,
-        None => kallsyms_places(btf).ok_or_else(|| {
+        None => kallsyms_places(btf, percpu).ok_or_else(|| {
             "neither the BTF nor /proc/kallsyms places the per-CPU runqueues and preempt count"
                 .to_owned()
         })?,
@@ -68,24 +72,21 @@ pub(super) fn waker_context(btf: &btf::Btf) -> Result<WakerContext, String> {
     })
 }
 
-/// `runqueues` and the preempt count's addresses from /proc/kallsyms (per-CPU symbols are
-/// there with CONFIG_KALLSYMS_ALL, as on Debian's kernels).
-pub(super) fn kallsyms_places(btf: &btf::Btf) -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
-    let find = |name: &str| {
-        text.lines().find_map(|l| {
-            let mut f = l.split_whitespace();
-            let addr = f.next()?;
-            let _kind = f.next()?;
-            (f.next()? == name).then(|| u64::from_str_radix(addr, 16).ok())?
-        })
+/// `runqueues` and the preempt count's addresses from /proc/kallsyms: as the session read it
+/// (`known`), else read now (a probe attached on its own, as the tests do).
+pub(super) fn kallsyms_places(btf: &btf::Btf, known: Option<PercpuSymbols>) -> Option<(u64, u64)> {
+    let percpu = match known {
+        Some(p) => p,
+        None => Kallsyms::load().ok()?.percpu(),
     };
-    let rq = find("runqueues")?;
-    let pc = match find("__preempt_count") {
-        Some(pc) => pc,
-        None => find("pcpu_hot")? + u64::from(btf.member_offset("pcpu_hot", "preempt_count").ok()?),
+    let rq = percpu.runqueues;
+    let pc = if percpu.preempt_count != 0 {
+        percpu.preempt_count
+    } else if percpu.pcpu_hot != 0 {
+        percpu.pcpu_hot + u64::from(btf.member_offset("pcpu_hot", "preempt_count").ok()?)
+    } else {
+        0
     };
-    // Addresses hidden from this process (kptr_restrict) read as 0.
     (rq != 0 && pc != 0).then_some((rq, pc))
 }
 

@@ -91,7 +91,7 @@ pub(super) fn from_config(
     }
     let (task_stack_off, pt_regs_in_stack) = pt_regs_place(btf);
     let context = if config.wakers {
-        waker_context(btf).unwrap_or_else(|why| {
+        waker_context(btf, config.percpu).unwrap_or_else(|why| {
             fallbacks.push(format!(
                 "wakeups from interrupts other than timers are attributed to the task they interrupted: {why}"
             ));
