@@ -491,9 +491,7 @@ fn lazy_reads_during_a_fork_storm_never_go_back() {
 fn fsync_shows_as_uninterruptible_writeback() {
     let _guard = serial();
     let syms = Kallsyms::load().expect("kallsyms");
-    // A directory on a real disk (not tmpfs): the target directory of this build.
-    let dir = std::env::var("LATPROF_FSYNC_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned());
+    let dir = common::disk_dir();
     let mut work = Workload::spawn(&["fsync", "--count", "40", "--dir", &dir]);
     // An interruptible sleep over 1 us is not counted here: what counts is uninterruptible.
     let probe = Probe::attach(ProbeConfig {
@@ -676,8 +674,7 @@ fn stack_cache_gives_the_walked_backtraces() {
     // Two pipe readers sleeping at one place, each syscall at a new random stack offset.
     stack_cache_attempt(&["pingpong", "--count", "2000"], 1000, false);
     // Writes and fsyncs: uninterruptible sleeps at several places in the filesystem.
-    let dir = std::env::var("LATPROF_FSYNC_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned());
+    let dir = common::disk_dir();
     stack_cache_attempt(&["fsync", "--count", "60", "--dir", &dir], 1, false);
 }
 
@@ -689,8 +686,7 @@ fn stack_cache_gives_the_walked_backtraces() {
 fn bounded_stack_cache_gives_the_walked_backtraces() {
     let _guard = serial();
     stack_cache_attempt(&["pingpong", "--count", "2000"], 1000, true);
-    let dir = std::env::var("LATPROF_FSYNC_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned());
+    let dir = common::disk_dir();
     stack_cache_attempt(&["fsync", "--count", "60", "--dir", &dir], 1, true);
 }
 

@@ -80,27 +80,20 @@ fn stats_cli_stops_cleanly_on(signal: i32) {
 fn stats_cli_attempt(signal: i32) {
     let mut work = Workload::spawn(&["sleep", "--count", "50", "--interval", "2ms"]);
     let before = latprof_program_ids();
-    let mut stats = Command::new(LATPROF);
-    if let Some(n) = std::env::var_os("LATPROF_TEST_DROP_SLEEPS") {
-        stats.arg("--debug-drop-sleeps").arg(n);
-    }
-    let mut stats = stats
-        .args([
-            "stats",
-            "--all-sleeps",
-            "--duration",
-            "60s",
-            "--pid",
-            &work.pid().to_string(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn latprof stats");
-    let mut stderr = BufReader::new(stats.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("read stderr");
-    assert!(line.contains("attached"), "first stderr line: {line}");
+    // `start` adds the defect under LATPROF_TEST_DROP_SLEEPS, as to every latprof it runs.
+    let (stats, mut stderr) = common::start(
+        Command::new(LATPROF)
+            .args([
+                "stats",
+                "--all-sleeps",
+                "--duration",
+                "60s",
+                "--pid",
+                &work.pid().to_string(),
+            ])
+            .stdout(Stdio::piped()),
+        "attached",
+    );
     let during: HashSet<u32> = latprof_program_ids().difference(&before).copied().collect();
     assert_eq!(
         during.len(),

@@ -540,9 +540,7 @@ fn state_total(metrics: &str, state: &str) -> u64 {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn states_split_s_d_and_r() {
     let _guard = serial();
-    // A directory on a real disk (not tmpfs): the target directory of this build.
-    let dir = std::env::var("LATPROF_FSYNC_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned());
+    let dir = common::disk_dir();
     let mut work = Workload::spawn(&["fsync", "--count", "30", "--dir", &dir]);
     let pid = work.pid().to_string();
     let serve = Serve::start(&["--pid", &pid, "--all-sleeps"]);

@@ -588,16 +588,12 @@ fn the_name_is_the_current_one() {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn stats_says_what_it_left_out() {
     let _guard = serial();
-    let mut stats = Command::new(LATPROF)
-        .args(["stats", "--duration", "3s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn latprof stats");
-    let mut stderr = BufReader::new(stats.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("read stderr");
-    assert!(line.contains("attached"), "first stderr line: {line}");
+    let (mut stats, mut stderr) = common::start(
+        Command::new(LATPROF)
+            .args(["stats", "--duration", "3s"])
+            .stdout(Stdio::null()),
+        "attached",
+    );
     // Writeback wakes kernel threads (kworkers, the journal) that sleep again.
     let mut work = Workload::spawn(&[
         "fsync",
@@ -634,9 +630,8 @@ fn stats_says_what_it_left_out() {
 fn a_task_first_seen_exiting_is_tracked_and_freed() {
     let _guard = serial();
     let syms = Kallsyms::load().expect("kallsyms");
-    // Direct I/O needs a real disk (not tmpfs): the target directory of this build.
-    let dir = std::env::var("LATPROF_FSYNC_DIR")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned());
+    // Direct I/O needs a real disk (not tmpfs).
+    let dir = common::disk_dir();
     let name = format!("latprof-exiting-{}", std::process::id());
     let groups = common::cgroups::Cgroups::make(&[&name]);
     let mut work = Workload::spawn(&[

@@ -202,6 +202,13 @@ pub fn start(cmd: &mut Command, ready: &str) -> (Child, BufReader<ChildStderr>) 
     (child, stderr)
 }
 
+/// A directory on a real disk (not tmpfs), for fsync and direct I/O: the target directory of
+/// this build, or `LATPROF_FSYNC_DIR`.
+pub fn disk_dir() -> String {
+    std::env::var("LATPROF_FSYNC_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned())
+}
+
 /// The fact `key` of what a workload reported (`Workload::wait_done`), which it must have.
 pub fn fact(facts: &[(String, u64)], key: &str) -> u64 {
     facts
