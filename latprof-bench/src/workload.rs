@@ -168,10 +168,14 @@ pub enum Workload {
     },
     /// In a new folder in `dir`, `count` times: mkdir, create a file, unlink it, rmdir; beside
     /// it a thread that fsyncs the folder every `sync_interval`, so the storm's operations meet
-    /// journal commits in progress.
+    /// journal commits in progress. How often they meet one is the machine's to decide: with
+    /// `min_sleeps`, the storm goes on past `count` (up to 20 times as long) until its thread
+    /// has slept that often.
     Dirs {
         #[arg(long, default_value_t = 500)]
         count: u32,
+        #[arg(long, default_value_t = 0)]
+        min_sleeps: u32,
         #[arg(long)]
         dir: PathBuf,
         #[arg(long, value_parser = time::parse_duration, default_value = "2ms")]
@@ -455,6 +459,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
         Workload::Udp { count, interval } => udp(*count, *interval, finish_with),
         Workload::Dirs {
             count,
+            min_sleeps,
             dir,
             sync_interval,
             cpu,
@@ -465,7 +470,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             }
             let base = dir.join(format!("latprof-dirs-{}", std::process::id()));
             std::fs::create_dir(&base).with_context(|| format!("create {}", base.display()))?;
-            let result = dirs(*count, &base, *sync_interval);
+            let result = dirs(*count, *min_sleeps, &base, *sync_interval);
             let _ = std::fs::remove_dir_all(&base);
             finish();
             result
@@ -787,7 +792,12 @@ fn socket(count: u32, interval: Duration, finish: impl FnOnce(&str)) -> Result<(
 }
 
 /// See `Workload::Dirs`.
-fn dirs(count: u32, base: &std::path::Path, sync_interval: Duration) -> Result<()> {
+fn dirs(
+    count: u32,
+    min_sleeps: u32,
+    base: &std::path::Path,
+    sync_interval: Duration,
+) -> Result<()> {
     let folder = std::fs::File::open(base).with_context(|| format!("open {}", base.display()))?;
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -799,7 +809,12 @@ fn dirs(count: u32, base: &std::path::Path, sync_interval: Duration) -> Result<(
             Ok(())
         });
         let storm = (|| -> Result<()> {
-            for i in 0..count {
+            // The sleeps of this thread since the storm began: its own waits.
+            let before = voluntary_switches();
+            let slept = || u32::try_from(voluntary_switches() - before).unwrap_or(u32::MAX);
+            for i in
+                (0..count.saturating_mul(20)).take_while(|&i| i < count || slept() < min_sleeps)
+            {
                 let sub = base.join(format!("d{i}"));
                 std::fs::create_dir(&sub).with_context(|| format!("mkdir {}", sub.display()))?;
                 let file = sub.join("f");
