@@ -385,26 +385,10 @@ fn check_fsync(out: &str) {
 /// than 1 us (latencytop's rule) and PREEMPT_RT's waits for a sleeping spinlock (no sleep to
 /// latencytop either), from a JSON document and its stderr.
 fn not_sleeps(doc: &Value, stderr: &str) -> u64 {
-    under_1us(stderr)
+    common::under_1us(stderr).unwrap_or_else(|| panic!("no summary line in {stderr}"))
         + doc["counters"]["rtlock_waits"]
             .as_u64()
             .expect("rtlock_waits")
-}
-
-/// The sleeps latprof left out as shorter than 1 us, from its summary line ("N sleeps counted
-/// (X interruptible over the cutoff and Z under 1us not counted)").
-fn under_1us(stderr: &str) -> u64 {
-    stderr
-        .lines()
-        .find_map(|l| {
-            l.split_once(" and ")?
-                .1
-                .strip_suffix(" under 1us not counted)")
-        })
-        .map_or_else(
-            || panic!("no summary line in {stderr}"),
-            |n| num(n, "sleeps under 1us"),
-        )
 }
 
 /// A printed duration (`30ms`, `7.25ms`, `357us`, `1.2s`) in microseconds.

@@ -209,6 +209,22 @@ pub fn disk_dir() -> String {
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_owned())
 }
 
+/// The sleeps latprof left out as shorter than 1 us, from its summary line ("N sleeps counted
+/// (X interruptible over the cutoff and Z under 1us not counted)"). latencytop does not count
+/// them either; a workload counts every sleep it slept, so a count judged against the
+/// workload's own takes them in (a nanosleep that left its CPU only as its timer expired, on a
+/// stalled machine, slept under 1 us).
+pub fn under_1us(stderr: &str) -> Option<u64> {
+    stderr.lines().find_map(|l| {
+        l.split_once(" and ")?
+            .1
+            .strip_suffix(" under 1us not counted)")?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// The fact `key` of what a workload reported (`Workload::wait_done`), which it must have.
 pub fn fact(facts: &[(String, u64)], key: &str) -> u64 {
     facts
@@ -322,7 +338,8 @@ pub struct Tally {
     pub counted: u64,
     pub slept: u64,
     /// The workload's own sleeps reported missing where the kernel hid switches
-    /// (`own_missing`).
+    /// (`own_missing`), and those under 1 us latprof does not count (`under_1us`; the command
+    /// traces the workload only).
     pub missing: u64,
     /// latprof's stderr after its first line.
     pub stderr: String,
@@ -348,7 +365,7 @@ pub fn count_nanosleeps(count: &str, interval: &str, stats: impl FnOnce(&str) ->
     Tally {
         counted: nanosleeps_of(&doc),
         slept,
-        missing: own_missing(&doc, pid),
+        missing: own_missing(&doc, pid) + under_1us(&rest).unwrap_or(0),
         stderr: rest,
     }
 }
