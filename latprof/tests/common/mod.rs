@@ -464,6 +464,14 @@ pub fn reported_missing(text: &str) -> u64 {
     lost + without
 }
 
+/// A pid-filtered probe's sleeps that latprof rightly did not count, for a judgment against a
+/// workload's own count of its sleeps: lost or recovered without a backtrace where the kernel
+/// hid switches (`lost_where_hidden`), and those under 1 us (latencytop's rule; a nanosleep
+/// whose task stalled between arming its timer and leaving the CPU).
+pub fn not_counted(snap: &latprof::collect::Snapshot) -> u64 {
+    lost_where_hidden(snap) + snap.counters.get(latprof_common::Counter::SkippedZero)
+}
+
 /// The same for a snapshot: sleeps lost or recovered without a backtrace, accepted only where
 /// each overlapped a stretch where the kernel hid switches.
 pub fn lost_where_hidden(snap: &latprof::collect::Snapshot) -> u64 {
