@@ -44,12 +44,7 @@ pub fn render_wakers(scope: &super::Scope<'_>) -> String {
             frames.extend(wf);
         }
         frames.push("--".to_owned());
-        let sleeper = crate::symbols::Backtrace::of(
-            w.key.cause,
-            scope.cur.stacks.get(&w.key.cause).map(Vec::as_slice),
-            scope.syms,
-            scope.depth,
-        );
+        let sleeper = model::backtrace_of(w.key.cause, scope.cur, scope.syms, scope.depth);
         frames.extend(sleeper.lines().into_iter().map(str::to_owned));
         *lines.entry(frames.join(";")).or_default() += w.total_ns;
     }

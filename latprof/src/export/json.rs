@@ -223,12 +223,7 @@ fn sleeper_wakers(scope: &Scope<'_>) -> Vec<SleeperWakerJson> {
     }
     let mut out = Vec::new();
     for ((sleeper_pid, cause), ws) in groups {
-        let backtrace = Backtrace::of(
-            cause,
-            scope.cur.stacks.get(&cause).map(Vec::as_slice),
-            scope.syms,
-            scope.depth,
-        );
+        let backtrace = model::backtrace_of(cause, scope.cur, scope.syms, scope.depth);
         let reason = scope.reasons.reason(&backtrace);
         let frames: Vec<String> = backtrace.lines().into_iter().map(str::to_owned).collect();
         for waker in wakers_json(scope, &model::waker_lines(&ws)) {

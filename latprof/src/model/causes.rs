@@ -56,13 +56,22 @@ fn frames_of(
     syms: &Kallsyms,
     depth: usize,
 ) -> (Backtrace, Vec<String>) {
-    let backtrace = Backtrace::of(
+    (
+        backtrace_of(stack, snap, syms, depth),
+        user_frames(snap, stack, depth),
+    )
+}
+
+/// The kernel backtrace of record id `stack`, from the frames `snap` holds (a pseudo
+/// backtrace for the reserved ids, unavailable where none was stored).
+#[must_use]
+pub fn backtrace_of(stack: u64, snap: &Snapshot, syms: &Kallsyms, depth: usize) -> Backtrace {
+    Backtrace::of(
         stack,
         snap.stacks.get(&stack).map(Vec::as_slice),
         syms,
         depth,
-    );
-    (backtrace, user_frames(snap, stack, depth))
+    )
 }
 
 /// The kind of sleep record id `stack` holds: "R" waits for the CPU, "D" uninterruptible
@@ -172,8 +181,7 @@ pub fn spike_reason(
     reasons: &Reasons,
     depth: usize,
 ) -> String {
-    let raw = snap.stacks.get(&spike.stack_id).map(Vec::as_slice);
-    let reason = reasons.reason(&Backtrace::of(spike.stack_id, raw, syms, depth));
+    let reason = reasons.reason(&backtrace_of(spike.stack_id, snap, syms, depth));
     // With --user-stacks: where in the program (as rows are titled).
     match user_site(snap, spike.stack_id, depth) {
         Some(site) => format!("{reason} in {site}"),

@@ -9,8 +9,8 @@ mod rows;
 mod wakers;
 
 pub use causes::{
-    Cause, Named, causes, global_causes, name, process_causes, site_of, spike_reason, state_of,
-    user_frames, user_site,
+    Cause, Named, backtrace_of, causes, global_causes, name, process_causes, site_of, spike_reason,
+    state_of, user_frames, user_site,
 };
 pub use cgroups::{CgroupRow, cgroup_name, cgroups_since, row_histogram_in};
 pub use header::{Header, header};

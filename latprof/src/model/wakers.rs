@@ -7,7 +7,7 @@ use latprof_common::{
     WakerKey, waker_kind_name,
 };
 
-use super::Row;
+use super::{Row, backtrace_of};
 use crate::{
     collect::{Snapshot, Waker},
     symbols::{Backtrace, Kallsyms},
@@ -186,13 +186,10 @@ pub fn cause_wakers(
     let wakers = wakers_since(cur, base, |k| sleeper.is_none_or(|t| t == k.sleeper_tgid));
     let mut by_cause: HashMap<Backtrace, Vec<Waker>> = HashMap::new();
     for w in wakers {
-        let backtrace = Backtrace::of(
-            w.key.cause,
-            cur.stacks.get(&w.key.cause).map(Vec::as_slice),
-            syms,
-            depth,
-        );
-        by_cause.entry(backtrace).or_default().push(w);
+        by_cause
+            .entry(backtrace_of(w.key.cause, cur, syms, depth))
+            .or_default()
+            .push(w);
     }
     by_cause
         .into_iter()
