@@ -80,12 +80,14 @@ impl Probe {
         // Without a cgroup2 file system every task is in its root: nothing to attribute.
         let cgroups_on = config.cgroups && crate::cgroups::mount_point().is_some();
         let cgroups_unavailable = config.cgroups && !cgroups_on;
+        let cache_helpers = settings::cache_helpers(&btf);
         let (globals, debug) = settings::from_config(
             &config,
             &btf,
             &Kernel {
                 filters: filters.len(),
                 cgroups_on,
+                cache_helpers,
             },
             &mut fallbacks,
         )?;
@@ -102,7 +104,7 @@ impl Probe {
                 None
             },
             cache: config.stack_cache && globals.THREAD_SP_OFF != 0,
-            cache_helpers: settings::cache_helpers(&btf) && !config.debug.bounded_cache,
+            cache_helpers: cache_helpers && !config.debug.bounded_cache,
         };
         let (mut ebpf, variant) =
             Self::load_best(&globals, &debug, &config, &support, &mut fallbacks)?;

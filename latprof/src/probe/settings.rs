@@ -52,10 +52,12 @@ latprof_common::debug_settings!(
 );
 
 /// What the kernel side of a run has besides the config: the `--cgroup` directories opened,
-/// and whether cgroups are attributed (the host mounts cgroup2).
+/// whether cgroups are attributed (the host mounts cgroup2), and whether the stack cache's
+/// best form has its helpers (`cache_helpers`).
 pub(super) struct Kernel {
     pub(super) filters: usize,
     pub(super) cgroups_on: bool,
+    pub(super) cache_helpers: bool,
 }
 
 /// `DEBUG_HIDE_WAKEUPS`'s bit that leaves the wakeups it hides out of the `HIDDEN` log.
@@ -82,7 +84,7 @@ pub(super) fn from_config(
     if config.stack_cache && config.btf_wakeup {
         if thread_sp_off == 0 {
             fallbacks.push("stack cache off: it knows only x86-64's kernel stacks".to_owned());
-        } else if !cache_helpers(btf) {
+        } else if !kernel.cache_helpers {
             fallbacks.push(
                 "stack cache learnt in a bounded loop: this kernel lacks bpf_loop (Linux 5.17) or bpf_task_pt_regs (5.15)"
                     .to_owned(),
