@@ -104,7 +104,8 @@ const ZSTD_LEVEL: i32 = 9;
 /// Why a recording ended when its disk filled up (its end frame).
 pub const DISK_FULL: &str = "the disk was full";
 
-/// Room kept for the end frame under `--max-size`.
+/// Room kept for the end frame: under `--max-size`, and on the disk, taken before each frame
+/// (`reserve`).
 const END_ROOM: u64 = 64;
 
 /// Cuts `file` back to `size` bytes and writes from there on.
@@ -283,6 +284,18 @@ impl Writer {
         if let Err(e) = reserve(&self.file, self.size, bytes.len() as u64 + END_ROOM) {
             return Err(self.disk_full(&e));
         }
+        self.write_reserved(bytes)
+    }
+
+    /// The file's end frame, saying `reason`: into the room the frame before reserved, with
+    /// none taken after it (nothing follows).
+    fn write_end(&mut self, reason: &str) -> Result<()> {
+        let end = self.end_frame(reason);
+        self.write_reserved(&end)
+    }
+
+    /// Writes `bytes` where the file ends (its room already taken).
+    fn write_reserved(&mut self, bytes: &[u8]) -> Result<()> {
         if let Err(e) = self
             .file
             .write_all(bytes)
@@ -384,8 +397,7 @@ impl Writer {
 
     /// Closes the current file (it stays a complete recording) and starts a new one.
     fn rotate(&mut self) -> Result<()> {
-        let end = self.end_frame("rotated");
-        self.write_frame(&end)?;
+        self.write_end("rotated")?;
         let numbered = |n: u32| PathBuf::from(format!("{}.{n}", self.path.display()));
         if self.options.keep == 0 {
             let _ = std::fs::remove_file(&self.path);
@@ -410,8 +422,8 @@ impl Writer {
 
     /// A frame that could not be written: the file is cut back to its last whole frame, so that
     /// it ends where the recording does, not inside a frame (which readers take for a recorder
-    /// killed mid-write). Out of space, the room the cut frees takes an end frame that says so
-    /// where it can, and the error says the disk is full: not a bare errno.
+    /// killed mid-write). Out of space, the room the frame before reserved takes an end frame
+    /// that says so (`disk_full`), and the error says the disk is full: not a bare errno.
     fn failed(&mut self, e: &std::io::Error) -> anyhow::Error {
         // The write may have put part of the frame there: cut, and write from the cut on.
         cut(&mut self.file, self.size);
@@ -450,8 +462,7 @@ impl Writer {
 
     /// Marks the recording as cleanly finished.
     pub fn finish(mut self, reason: &str) -> Result<Stats> {
-        let end = self.end_frame(reason);
-        self.write_frame(&end)?;
+        self.write_end(reason)?;
         Ok(self.stats)
     }
 }
