@@ -315,6 +315,7 @@ impl App {
         self.baseline = baseline;
         self.pending = None;
         self.refresh();
+        self.derive();
     }
 
     pub(super) fn apply(&mut self, snap: Snapshot) {
@@ -323,6 +324,7 @@ impl App {
         }
         self.prev = self.cur.replace(snap);
         self.refresh();
+        self.derive();
     }
 
     fn ctx(&self) -> ViewContext<'_> {
@@ -335,8 +337,10 @@ impl App {
         }
     }
 
-    /// Recomputes every view from the snapshots and the settings.
-    pub fn refresh(&mut self) {
+    /// Recomputes the rows of every pane from the snapshots and the settings (`derive` then
+    /// computes what the panes show beside them: after a snapshot here, after a key in
+    /// `handle_key`, so once each).
+    pub(super) fn refresh(&mut self) {
         let (Some(cur), Some(first)) = (self.cur.as_ref(), self.first.as_ref()) else {
             return;
         };
@@ -400,7 +404,6 @@ impl App {
                 });
             }
         }
-        self.derive();
     }
 
     /// Derives what the panes show beside the rows (`derived`) from the state.
