@@ -113,10 +113,13 @@ pub enum Counter {
     /// neither an interruptible nor an uninterruptible sleep, not counted by latencytop nor by
     /// latprof; counted here so that a task's voluntary switches add up.
     RtlockWaits,
+    /// Sleeps under 1 us (in `SkippedZero`) not logged to `HIDDEN` with their process: the log
+    /// was over half full, its room kept for the gaps.
+    ShortUnlogged,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::RtlockWaits as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::ShortUnlogged as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -164,6 +167,7 @@ impl Counter {
         Self::CausePartsFull,
         Self::UserStackTruncated,
         Self::RtlockWaits,
+        Self::ShortUnlogged,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -213,6 +217,7 @@ impl Counter {
             Self::CausePartsFull => "cause_parts_full",
             Self::UserStackTruncated => "user_stack_truncated",
             Self::RtlockWaits => "rtlock_waits",
+            Self::ShortUnlogged => "short_unlogged",
         }
     }
 
@@ -246,6 +251,9 @@ impl Counter {
             }
             Self::CausePartsFull => {
                 Some("kernel + user causes not told apart: their table was full")
+            }
+            Self::ShortUnlogged => {
+                Some("sleeps under 1us not told by process: the hidden-switch log was half full")
             }
             Self::HiddenLogFull => {
                 Some("hidden-switch events lost: their log was full (lost sleeps go unchecked)")

@@ -45,6 +45,10 @@ pub const HIDDEN_WAKER_UNSEEN: u32 = 5;
 /// raced the making of its entry, not something the kernel hid.
 pub const HIDDEN_WAKER_RACED: u32 = 6;
 
+/// `tid`'s sleep from `start_ns` to `end_ns` was shorter than `MIN_SLEEP_NS` and not counted
+/// (like latencytop): logged so that each process is told what its numbers leave out.
+pub const HIDDEN_SLEEP_SHORT: u32 = 7;
+
 /// What the kernel hid and what that cost, sent through the `HIDDEN` ring buffer so that user
 /// space can check that each sleep lost or recovered overlapped a gap it saw.
 #[repr(C)]

@@ -3,15 +3,15 @@
 //! names are user space's (`latprof/src/probe/names.rs`): do not rename them.
 
 use aya_ebpf::{
-    bindings::BPF_RB_NO_WAKEUP,
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_NO_WAKEUP},
     helpers::bpf_get_smp_processor_id,
     macros::map,
     maps::{Array, CgroupArray, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latprof_common::{
     CACHE_FRAMES, COUNTER_COUNT, CachedStack, CauseParts, CgroupCause, Counter, CpuSwitch,
-    GlobalRecord, HiddenEvent, Histogram, RawStack, STACK_REGION, StackCache, TICK_COUNTER_COUNT,
-    TaskState, TickCounter, UserStack, WakerKey, WakerValue,
+    GlobalRecord, HIDDEN_SLEEP_SHORT, HiddenEvent, Histogram, RawStack, STACK_REGION, StackCache,
+    TICK_COUNTER_COUNT, TaskState, TickCounter, UserStack, WakerKey, WakerValue,
 };
 
 /// Words of `STACK_COPY`: the part of a sleeping task's stack the stack cache reads.
@@ -107,7 +107,9 @@ pub(crate) static LAST_SWITCH: PerCpuArray<CpuSwitch> = PerCpuArray::with_max_en
 /// (`HiddenEvent`); user space matches them. Sent without waking the reader, which drains it
 /// at each snapshot.
 #[map]
-pub(crate) static HIDDEN: RingBuf = RingBuf::with_byte_size(128 * 1024, 0);
+pub(crate) static HIDDEN: RingBuf = RingBuf::with_byte_size(HIDDEN_BYTES, 0);
+/// `HIDDEN`'s size.
+const HIDDEN_BYTES: u32 = 128 * 1024;
 /// 1 once any CPU saw a hidden switch (`note_switch`): from then on each sleep keeps the run
 /// time and wait its recovery needs; before, that cost is not paid. Written once, read by
 /// every sleep: the cache line stays shared.
@@ -164,6 +166,20 @@ pub(crate) fn log_hidden(kind: u32, ids: u64, start_ns: u64, end_ns: u64, woken_
     };
     if HIDDEN.output(&event, u64::from(BPF_RB_NO_WAKEUP)).is_err() {
         count(Counter::HiddenLogFull);
+    }
+}
+
+/// A sleep of `ids` from `start_ns` to `end_ns`, shorter than `MIN_SLEEP_NS`: not counted, like
+/// latencytop (`SkippedZero`), and logged to `HIDDEN` so that its process is told what its
+/// numbers leave out, while the log is at most half full: its room goes to the gaps first
+/// (`ShortUnlogged` past that). Rare: a task woken within a microsecond of leaving its CPU.
+#[inline(never)]
+pub(crate) fn short_sleep(ids: u64, start_ns: u64, end_ns: u64) {
+    count(Counter::SkippedZero);
+    if HIDDEN.query(u64::from(BPF_RB_AVAIL_DATA)) > u64::from(HIDDEN_BYTES / 2) {
+        count(Counter::ShortUnlogged);
+    } else {
+        log_hidden(HIDDEN_SLEEP_SHORT, ids, start_ns, end_ns, 0);
     }
 }
 

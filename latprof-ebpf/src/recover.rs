@@ -18,7 +18,7 @@ use latprof_common::{
 
 use crate::{
     account::{account, has_mm, sleep_in_global_with},
-    maps::{HIDING_SEEN, count, ids, log_hidden},
+    maps::{HIDING_SEEN, count, ids, log_hidden, short_sleep},
     settings::{
         DEBUG_HIDE_WAKEUPS, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, TASK_EXEC_RUNTIME_OFF,
         TASK_RUN_DELAY_OFF, USER_STACKS_ON, read_field,
@@ -87,7 +87,7 @@ pub(crate) fn recover<const CAS: bool>(tid: u32, entry: &mut TaskState, task: *c
     }
     let delta = woken - entry.sleep_start_ns;
     match sleep_verdict(kind, delta, MIN_SLEEP_NS.load(), INTER_CUTOFF_NS.load()) {
-        SleepVerdict::TooShort => count(Counter::SkippedZero),
+        SleepVerdict::TooShort => short_sleep(ids(tid, entry.tgid), entry.sleep_start_ns, woken),
         SleepVerdict::OverCutoff => count(Counter::SkippedCutoff),
         SleepVerdict::Count => {
             let stack = if entry.sleep_stack == DEFERRED_STACK {

@@ -16,7 +16,7 @@ use latprof_common::{
 use crate::{
     account::{account, sleep_in_global},
     debug::anomaly,
-    maps::{TASKS, count, ids, log_hidden},
+    maps::{TASKS, count, ids, log_hidden, short_sleep},
     settings::{
         DEBUG_CHECKS, DEBUG_DROP_SLEEPS, DEBUG_HIDE_WAKEUPS, FILTER_TGID, INTER_CUTOFF_NS,
         MIN_SLEEP_NS, RUNQ, SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, USER_STACKS_ON, WAKERS_ON,
@@ -182,7 +182,7 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
     let delta = now.saturating_sub(entry.sleep_start_ns);
     let verdict = sleep_verdict(kind, delta, MIN_SLEEP_NS.load(), INTER_CUTOFF_NS.load());
     match verdict {
-        SleepVerdict::TooShort => count(Counter::SkippedZero),
+        SleepVerdict::TooShort => short_sleep(ids(tid, entry.tgid), entry.sleep_start_ns, now),
         SleepVerdict::OverCutoff => count(Counter::SkippedCutoff),
         // `--debug-drop-sleeps`: lost without a trace.
         SleepVerdict::Count if dropped_on_purpose() => {}

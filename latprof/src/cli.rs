@@ -144,6 +144,10 @@ pub struct Cli {
     /// passes no prev_state (before 5.18), even where it does (for tests).
     #[arg(long, global = true, hide = true)]
     pub debug_state_from_task: bool,
+    /// Leave out sleeps shorter than DURATION instead of 1us (latencytop's rule): makes the
+    /// rare sleeps under the floor common, for the tests of how they are told by process.
+    #[arg(long, global = true, hide = true, value_parser = time::parse_duration, value_name = "DURATION")]
+    pub debug_min_sleep: Option<Duration>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -499,6 +503,7 @@ impl Cli {
                 hide_unlogged: self.debug_hide_unlogged,
                 drop_sleeps: self.debug_drop_sleeps,
                 state_from_task: self.debug_state_from_task,
+                min_sleep: self.debug_min_sleep,
             },
             cgroups: !self.debug_no_cgroups,
             cgroup_filter: self.cgroup.clone(),

@@ -88,9 +88,10 @@ struct Ran {
 impl Ran {
     /// Judges workload `i`'s `counted` nanosleeps: every one it slept, counted once, short
     /// only by its own sleeps lost or recovered without a backtrace (`blind`: its cgroup's,
-    /// which holds only it) where the kernel hid the wakeup.
+    /// which holds only it) where the kernel hid the wakeup, and its own under 1 us.
     fn judge(&self, i: usize, counted: u64, blind: u64) {
-        let missing = common::own_lost(&self.err, self.pids[i]) + blind;
+        let pid = self.pids[i];
+        let missing = common::own_lost(&self.err, pid) + common::own_short(&self.err, pid) + blind;
         if let Err(why) = common::exact_count(counted, self.slept[i], missing) {
             panic!("workload {i}: {why}\n{}\n{}", self.out, self.err);
         }
@@ -324,7 +325,9 @@ fn json_and_folded_name_the_cgroup() {
             assert_eq!(ours["path"], format!("/{name}"));
             assert_eq!(ours["removed"], false);
             // Each of its 20 nanosleeps that slept, counted once.
-            let missing = common::own_lost(&err, pid) + common::recovered_blind(ours);
+            let missing = common::own_lost(&err, pid)
+                + common::own_short(&err, pid)
+                + common::recovered_blind(ours);
             if let Err(why) = common::exact_count(common::nanosleeps_of(ours), slept, missing) {
                 panic!("{why}: {text}\n{err}");
             }
@@ -376,7 +379,7 @@ fn a_recording_keeps_a_removed_cgroup() {
     assert!(!dir.exists(), "{} still there", dir.display());
     std::thread::sleep(Duration::from_millis(500));
     let (_, rest) = common::interrupt(recorder, stderr);
-    let own_lost = common::own_lost(&rest, work_pid);
+    let own_missing = common::own_lost(&rest, work_pid) + common::own_short(&rest, work_pid);
 
     let dump = |format: &str| {
         let out = Command::new(LATPROF)
@@ -397,8 +400,8 @@ fn a_recording_keeps_a_removed_cgroup() {
     assert_eq!(s.place, format!("/{name}, removed"), "{text}");
     let n = s.nanosleeps();
     // Each of its sleeps, counted once; short only by its own lost or recovered without a
-    // backtrace (its cgroup's) where the kernel hid the wakeup.
-    if let Err(why) = common::exact_count(n, slept, own_lost + s.recovered_blind()) {
+    // backtrace (its cgroup's) where the kernel hid the wakeup, or under 1 us.
+    if let Err(why) = common::exact_count(n, slept, own_missing + s.recovered_blind()) {
         panic!("{why}\n{text}\n{rest}");
     }
 

@@ -4,9 +4,11 @@
 //!
 //! What latprof counts, against each workload's own count: nanosleeps in both modes and
 //! every program variant, reads during exit and fork storms, fsync, a pipe ping-pong, the stack
-//! cache against walked backtraces, the cutoff, and full kernel tables counted, never silent.
+//! cache against walked backtraces, the cutoff and the 1 us floor, and full kernel tables
+//! counted, never silent.
 use std::{
     collections::{HashMap, HashSet},
+    process::{Command, Stdio},
     time::Duration,
 };
 
@@ -728,6 +730,56 @@ fn inter_cutoff_and_all_sleeps() {
             assert_eq!(count + lost, slept, "cutoff {cutoff:?}: {causes:#?}");
         }
     }
+}
+
+/// Sleeps under latencytop's 1 us floor are not counted, and each process is told how many
+/// of its own were left out, in JSON's `hidden` and on stderr (the allowance of a count judged
+/// on a machine-wide run). They are rare; a floor raised to 50 ms (`--debug-min-sleep`) makes
+/// each 2 ms nanosleep one: every one the workload slept is left out, by its own pid, or lost
+/// where the kernel hid its wakeup, or (stalled past 50 ms) counted.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn sleeps_under_the_floor_are_told_by_process() {
+    let _guard = serial();
+    let mut work = Workload::spawn(&["sleep", "--count", "40", "--interval", "2ms"]);
+    let pid = work.pid();
+    let (stats, stderr) = common::start(
+        Command::new(common::LATPROF)
+            .args(["--debug-min-sleep", "50ms", "stats", "--all-sleeps"])
+            .args([
+                "--pid",
+                &pid.to_string(),
+                "--format",
+                "json",
+                "--duration",
+                "60s",
+            ])
+            .stdout(Stdio::piped()),
+        "attached",
+    );
+    work.go();
+    // Its nanosleeps are the only sleeps of it that end: its wait for the release is open.
+    let slept = work.wait_fact("slept");
+    let (out, rest) = common::interrupt(stats, stderr);
+    work.release();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("latprof's JSON");
+    let short = common::own_hidden(&doc, pid, "under_1us");
+    let counters = &doc["counters"];
+    assert_eq!(
+        (&counters["skipped_zero"], &counters["short_unlogged"]),
+        (&serde_json::json!(short), &serde_json::json!(0)),
+        "every sleep left out is told by its process: {}\n{rest}",
+        doc["hidden"]
+    );
+    assert_eq!(common::own_short(&rest, pid), short, "{rest}");
+    let counted = common::nanosleeps_of(&doc);
+    assert_eq!(
+        counted + common::own_missing(&doc, pid),
+        slept,
+        "{counted} counted, {short} left out: {}\n{rest}",
+        doc["hidden"]
+    );
+    assert!(short > 0, "none left out: {rest}");
 }
 
 #[test]

@@ -918,7 +918,8 @@ fn user_frames_outlive_the_process_and_its_binary() {
     // The recorder watched the whole machine: only the server's own lost sleeps excuse a
     // missing one (one recovered without its kernel backtrace keeps its user frames, and is
     // counted below).
-    let missing = common::own_lost(&rec_summary, server_pid);
+    let missing =
+        common::own_lost(&rec_summary, server_pid) + common::own_short(&rec_summary, server_pid);
     std::fs::remove_file(&server).expect("delete the server's binary");
 
     // The recording itself: the sleeps under this server's frames (its file, as it mapped it:

@@ -666,7 +666,9 @@ fn go_pprof_reads_the_profiles() {
         .output()
         .expect("latprof dump");
     let own: serde_json::Value = serde_json::from_slice(&own.stdout).expect("dump's JSON");
-    let missing = common::own_lost(&rest, work.pid()) + common::recovered_blind(&own);
+    let missing = common::own_lost(&rest, work.pid())
+        + common::own_short(&rest, work.pid())
+        + common::recovered_blind(&own);
     if let Err(why) = common::exact_count(count, slept, missing) {
         panic!("dump --format pprof of {frames:?}: {why}");
     }

@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result, bail};
 use super::session::{self, Needs, Session};
 use crate::{
     cli::{Cli, RecordArgs},
-    collect::Spike,
+    collect::{Snapshot, Spike},
     probe::KernelFacts,
     store::{
         KEY_EVERY, RecordingInfo,
@@ -154,7 +154,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     let max_spikes = args.max_spikes;
     // What the last snapshot lost or approximated, said when the recording ends (as stats
     // does): a recording's reader sees the counters, the person who ran it sees this.
-    let mut losses = Vec::new();
+    let mut end_lines = Vec::new();
     // Set for the last snapshot: it waits for every user backtrace to be named.
     let last = std::cell::Cell::new(false);
     let mut save =
@@ -174,7 +174,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
                 collector.patient();
             }
             let snap = collector.snapshot(&probe)?;
-            losses = snap.losses();
+            end_lines = said_at_end(&snap);
             writer.append(&snap, &syms)
         };
     // Bytes of the file after its first snapshot (header and first key frame).
@@ -220,10 +220,21 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     drop(run_time_stats);
     let stats = writer.finish(reason)?;
     summary(&stats, reason, started, args.interval, first_bytes);
-    for loss in losses {
-        eprintln!("latprof: warning: {loss}");
+    for line in end_lines {
+        eprintln!("latprof: {line}");
     }
     Ok(())
+}
+
+/// What the last snapshot leaves to say after the summary: the sleeps under 1 us not counted
+/// by process, then the warnings.
+fn said_at_end(snap: &Snapshot) -> Vec<String> {
+    let warnings = snap.losses().into_iter().map(|l| format!("warning: {l}"));
+    snap.hidden
+        .short_by_process()
+        .into_iter()
+        .chain(warnings)
+        .collect()
 }
 
 /// The recording's first line: where, how often, in which mode, for how long.

@@ -108,6 +108,9 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         c.get(Counter::SkippedCutoff),
         c.get(Counter::SkippedZero),
     );
+    if let Some(line) = snap.hidden.short_by_process() {
+        eprintln!("latprof: {line}");
+    }
     let (kthreads, no_mm) = (c.get(Counter::KthreadSleeps), c.get(Counter::NoMmSleeps));
     if args.pid.is_none() && kthreads + no_mm > 0 {
         eprintln!(

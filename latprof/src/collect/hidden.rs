@@ -23,7 +23,7 @@ use aya::{
 };
 use latprof_common::{
     CpuSwitch, HIDDEN_GAP, HIDDEN_GAP_DEBUG, HIDDEN_SLEEP_LOST, HIDDEN_SLEEP_RECOVERED,
-    HIDDEN_WAKER_RACED, HIDDEN_WAKER_UNSEEN, HiddenEvent,
+    HIDDEN_SLEEP_SHORT, HIDDEN_WAKER_RACED, HIDDEN_WAKER_UNSEEN, HiddenEvent,
 };
 
 use crate::probe::names;
@@ -75,6 +75,9 @@ pub struct ProcessHidden {
     /// Counted, with waker "unseen": a task's first traced sleep, whose waking may have come
     /// before latprof made its entry.
     pub waker_raced: u64,
+    /// Not counted: shorter than 1 us, like latencytop (not the kernel's doing; told here so
+    /// that the process's numbers add up to the sleeps it slept).
+    pub short: u64,
 }
 
 impl ProcessHidden {
@@ -85,6 +88,7 @@ impl ProcessHidden {
             lost: self.lost.saturating_sub(base.lost),
             waker_unseen: self.waker_unseen.saturating_sub(base.waker_unseen),
             waker_raced: self.waker_raced.saturating_sub(base.waker_raced),
+            short: self.short.saturating_sub(base.short),
         }
     }
 }
@@ -126,6 +130,24 @@ impl HiddenSleeps {
         self.by_pid.get(&pid).copied().unwrap_or_default()
     }
 
+    /// The line naming the processes whose sleeps under 1 us latprof left out, with how many
+    /// (`None`: none). Not a warning: latencytop leaves them out too.
+    #[must_use]
+    pub fn short_by_process(&self) -> Option<String> {
+        let by_pid: Vec<String> = self
+            .by_pid
+            .iter()
+            .filter(|(_, p)| p.short > 0)
+            .map(|(pid, p)| format!("pid {pid} ({})", p.short))
+            .collect();
+        (!by_pid.is_empty()).then(|| {
+            format!(
+                "sleeps under 1us not counted, by process: {}",
+                shown(&by_pid)
+            )
+        })
+    }
+
     /// The warning lines for sleeps the check could not put in a gap.
     #[must_use]
     pub fn losses(&self) -> Vec<String> {
@@ -154,17 +176,9 @@ impl HiddenSleeps {
             })
             .collect();
         if !by_pid.is_empty() {
-            // Enough for every process a run's hidden stretches touched here (one to three).
-            const SHOWN: usize = 64;
-            let more = by_pid.len().saturating_sub(SHOWN);
             out.push(format!(
-                "lost sleeps and unseen wakings, by process: {}{}",
-                by_pid[..by_pid.len().min(SHOWN)].join(", "),
-                if more > 0 {
-                    format!(" and {more} more")
-                } else {
-                    String::new()
-                }
+                "lost sleeps and unseen wakings, by process: {}",
+                shown(&by_pid)
             ));
         }
         if self.unseen_unexplained > 0 {
@@ -179,6 +193,19 @@ impl HiddenSleeps {
                 self.waiting
             ));
         }
+        out
+    }
+}
+
+/// `items` joined, the first 64 of them (enough for every process a run's hidden stretches
+/// touched here: one to three), and how many more.
+fn shown(items: &[String]) -> String {
+    const SHOWN: usize = 64;
+    let more = items.len().saturating_sub(SHOWN);
+    let out = items[..items.len().min(SHOWN)].join(", ");
+    if more > 0 {
+        format!("{out} and {more} more")
+    } else {
         out
     }
 }
@@ -213,6 +240,10 @@ impl Check {
             HIDDEN_GAP_DEBUG => {
                 self.out.debug_gaps += 1;
                 self.add_gap(e.start_ns, e.end_ns);
+            }
+            HIDDEN_SLEEP_SHORT => {
+                // Nothing to check: latprof left it out, the kernel hid nothing.
+                self.process(e.tgid).short += 1;
             }
             HIDDEN_WAKER_RACED => {
                 // Nothing to check against the gaps: the task's first traced sleep.
@@ -482,7 +513,8 @@ mod tests {
             ProcessHidden {
                 lost: 2,
                 waker_unseen: 1,
-                waker_raced: 0
+                waker_raced: 0,
+                short: 0,
             }
         );
         assert_eq!(r.of(50).waker_raced, 1);
@@ -500,6 +532,29 @@ mod tests {
             ),
             "{losses:?}"
         );
+    }
+
+    #[test]
+    fn short_sleeps_are_told_by_process_and_judged_against_nothing() {
+        let mut c = Check::default();
+        assert_eq!(c.result().short_by_process(), None);
+        for (tgid, tid) in [(40, 41), (40, 42), (7, 7)] {
+            c.event(&HiddenEvent {
+                kind: HIDDEN_SLEEP_SHORT,
+                tgid,
+                ..lost(tid, 100, 100)
+            });
+        }
+        let r = c.result();
+        assert_eq!((r.of(40).short, r.of(7).short), (2, 1));
+        assert_eq!((r.of(40).lost, r.waiting, r.unexplained), (0, 0, 0));
+        // Not a loss: no warning line, a line of its own.
+        assert_eq!(r.losses(), Vec::<String>::new());
+        assert_eq!(
+            r.short_by_process().as_deref(),
+            Some("sleeps under 1us not counted, by process: pid 7 (1), pid 40 (2)")
+        );
+        assert_eq!(r.of(40).since(r.of(40)), ProcessHidden::default());
     }
 
     #[test]

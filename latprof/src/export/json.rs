@@ -180,6 +180,9 @@ pub struct HiddenJson {
     /// Counted with waker "unseen": a task's first traced sleep, whose waking may have come
     /// before latprof made the task's entry.
     pub waker_first_sleep: u64,
+    /// Not counted: shorter than 1 us, as latencytop leaves them out (the document's
+    /// `skipped_zero`, by process).
+    pub under_1us: u64,
 }
 
 fn wakers_json(scope: &Scope<'_>, lines: &[model::WakerLine]) -> Vec<WakerJson> {
@@ -277,7 +280,8 @@ fn causes_json(
         .collect()
 }
 
-/// Each process's hidden wakeups over the interval (only `--pid`'s with one).
+/// Each process's hidden wakeups and sleeps under 1 us over the interval (only `--pid`'s
+/// with any).
 fn hidden(scope: &Scope<'_>) -> Vec<HiddenJson> {
     scope
         .cur
@@ -296,9 +300,10 @@ fn hidden(scope: &Scope<'_>) -> Vec<HiddenJson> {
                 lost: n.lost,
                 waker_unseen: n.waker_unseen,
                 waker_first_sleep: n.waker_raced,
+                under_1us: n.short,
             }
         })
-        .filter(|h| h.lost + h.waker_unseen + h.waker_first_sleep > 0)
+        .filter(|h| h.lost + h.waker_unseen + h.waker_first_sleep + h.under_1us > 0)
         .collect()
 }
 

@@ -94,6 +94,9 @@ pub struct DebugConfig {
     /// Read a switching-out task's state from the task as on kernels whose `sched_switch` has
     /// no `prev_state`, even where it has (tests that path).
     pub state_from_task: bool,
+    /// Leave out sleeps shorter than this instead of latencytop's 1 us (`None`), so that
+    /// tests can make them.
+    pub min_sleep: Option<Duration>,
 }
 
 /// Cgroups `--cgroup` can name (the kernel's filter array).

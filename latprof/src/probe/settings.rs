@@ -116,7 +116,9 @@ pub(super) fn from_config(
         // With a pid filter the user asked for that process, kernel thread or not.
         SKIP_KTHREADS: u32::from(config.pid.is_none()),
         INTER_CUTOFF_NS: config.inter_cutoff.map_or(u64::MAX, latencytop_cutoff_ns),
-        MIN_SLEEP_NS: LATENCYTOP_UNIT_NS,
+        MIN_SLEEP_NS: config.debug.min_sleep.map_or(LATENCYTOP_UNIT_NS, |d| {
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+        }),
         // btf_trace_sched_switch(void *data, bool preempt, prev, next[, prev_state]).
         SWITCH_HAS_PREV_STATE: u32::from(
             !config.debug.state_from_task && btf.fn_pointer_arity("btf_trace_sched_switch")? >= 5,

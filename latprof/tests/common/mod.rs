@@ -277,13 +277,14 @@ pub fn recovered_blind(holder: &serde_json::Value) -> u64 {
 }
 
 /// What process `pid` lacks in a `stats --format json` document `doc`: its own sleeps that
-/// latprof lost where the kernel hid their wakeup (`hidden`'s `lost`), and its own sleeps it
+/// latprof lost where the kernel hid their wakeup (`hidden`'s `lost`), its own sleeps it
 /// recovered without their backtrace (under "[wakeup hidden from tracing]": the process's
-/// causes while it lives, the document's with `--pid`). Nothing another process lost counts:
-/// a test's allowance is its workload's own. Each such sleep was checked against the hidden
-/// switches (`lost_where_hidden`/`reported_lost` fail on any other).
+/// causes while it lives, the document's with `--pid`), and its own sleeps under 1 us, which
+/// latencytop does not count either (`hidden`'s `under_1us`). Nothing another process lost
+/// counts: a test's allowance is its workload's own. Each lost or recovered sleep was checked
+/// against the hidden switches (`lost_where_hidden`/`reported_lost` fail on any other).
 pub fn own_missing(doc: &serde_json::Value, pid: u32) -> u64 {
-    let lost = own_hidden(doc, pid, "lost");
+    let lost = own_hidden(doc, pid, "lost") + own_hidden(doc, pid, "under_1us");
     let pid = u64::from(pid);
     let holder = if doc["pid"].as_u64() == Some(pid) {
         Some(doc)
@@ -337,9 +338,8 @@ pub fn nanosleeps_of(value: &serde_json::Value) -> u64 {
 pub struct Tally {
     pub counted: u64,
     pub slept: u64,
-    /// The workload's own sleeps reported missing where the kernel hid switches
-    /// (`own_missing`), and those under 1 us latprof does not count (`under_1us`; the command
-    /// traces the workload only).
+    /// The workload's own sleeps reported missing where the kernel hid switches, and those
+    /// under 1 us latprof does not count (`own_missing`).
     pub missing: u64,
     /// latprof's stderr after its first line.
     pub stderr: String,
@@ -365,7 +365,7 @@ pub fn count_nanosleeps(count: &str, interval: &str, stats: impl FnOnce(&str) ->
     Tally {
         counted: nanosleeps_of(&doc),
         slept,
-        missing: own_missing(&doc, pid) + under_1us(&rest).unwrap_or(0),
+        missing: own_missing(&doc, pid),
         stderr: rest,
     }
 }
@@ -417,6 +417,23 @@ pub fn reported_lost(text: &str) -> u64 {
 /// any other).
 pub fn own_lost(text: &str, pid: u32) -> u64 {
     own_in_text(text, pid).0
+}
+
+/// Process `pid`'s sleeps under 1 us, which latprof (like latencytop) does not count, from
+/// the stderr `text` of `stats` or `record` ("sleeps under 1us not counted, by process: pid P
+/// (N), ...").
+pub fn own_short(text: &str, pid: u32) -> u64 {
+    let want = format!("pid {pid} (");
+    text.lines()
+        .find_map(|l| {
+            l.split_once("under 1us not counted, by process: ")
+                .map(|(_, r)| r)
+        })
+        .and_then(|line| {
+            line.split("), ")
+                .find_map(|item| item.strip_prefix(&want)?.trim_end_matches(')').parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// Process `pid`'s (lost, waker unseen) sleeps where the kernel hid their wakeup or waking (the
