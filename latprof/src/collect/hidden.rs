@@ -17,16 +17,12 @@
 use std::{collections::BTreeMap, sync::Mutex, thread, time::Duration};
 
 use anyhow::{Context as _, Result};
-use aya::{
-    Ebpf,
-    maps::{MapData, PerCpuArray, RingBuf},
-};
 use latprof_common::{
-    CpuSwitch, HIDDEN_GAP, HIDDEN_GAP_DEBUG, HIDDEN_SLEEP_LOST, HIDDEN_SLEEP_RECOVERED,
-    HIDDEN_SLEEP_SHORT, HIDDEN_WAKER_RACED, HIDDEN_WAKER_UNSEEN, HiddenEvent,
+    HIDDEN_GAP, HIDDEN_GAP_DEBUG, HIDDEN_SLEEP_LOST, HIDDEN_SLEEP_RECOVERED, HIDDEN_SLEEP_SHORT,
+    HIDDEN_WAKER_RACED, HIDDEN_WAKER_UNSEEN, HiddenEvent,
 };
 
-use crate::probe::names;
+use crate::probe::Maps;
 
 /// Gaps kept, merged where they overlap; past this the two oldest merge into one (a coarser
 /// past, never a forgotten one).
@@ -358,34 +354,30 @@ pub struct Log {
 impl Log {
     /// Reads what the kernel logged since the last call and judges what it can; where sleeps
     /// wait on a CPU with no seen switch since, visits each online CPU once and judges again.
-    pub fn read(&self, ebpf: &Ebpf) -> Result<HiddenSleeps> {
+    pub fn read(&self, maps: &Maps) -> Result<HiddenSleeps> {
         let mut check = self
             .check
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let cpus = crate::cpus::online();
-        drain(ebpf, &cpus, &mut check)?;
+        drain(maps, &cpus, &mut check)?;
         if !check.waiting.is_empty() {
             visit(&cpus);
-            drain(ebpf, &cpus, &mut check)?;
+            drain(maps, &cpus, &mut check)?;
         }
         Ok(check.result())
     }
 }
 
 /// One pass: the CPUs' last seen switches, then the log, then the verdicts.
-fn drain(ebpf: &Ebpf, cpus: &[usize], check: &mut Check) -> Result<()> {
-    let map: PerCpuArray<&MapData, CpuSwitch> = PerCpuArray::try_from(
-        ebpf.map(names::MAP_LAST_SWITCH)
-            .context("no LAST_SWITCH map")?,
-    )?;
-    let last = map.get(&0, 0).context("read LAST_SWITCH")?;
+fn drain(maps: &Maps, cpus: &[usize], check: &mut Check) -> Result<()> {
+    let last = maps.last_switch.get(&0, 0).context("read LAST_SWITCH")?;
     let seen_until = cpus
         .iter()
         .map(|&c| last.get(c).map_or(0, |s| s.last_ns))
         .min()
         .unwrap_or(0);
-    let mut ring = RingBuf::try_from(ebpf.map(names::MAP_HIDDEN).context("no HIDDEN map")?)?;
+    let mut ring = maps.hidden();
     while let Some(item) = ring.next() {
         if item.len() >= size_of::<HiddenEvent>() {
             // SAFETY: the kernel wrote a whole HiddenEvent (size checked); the read is

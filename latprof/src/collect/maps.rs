@@ -6,34 +6,32 @@ use std::collections::BTreeMap;
 use anyhow::{Context as _, Result};
 use aya::{
     Ebpf,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
+    maps::{MapData, PerCpuHashMap},
 };
 use latprof_common::{
-    CgroupCause, Counter, CpuSwitch, GlobalRecord, HIST_BUCKETS, Histogram, TICK_COUNTER_COUNT,
-    TaskState, WakerKey, WakerValue,
+    CgroupCause, Counter, GlobalRecord, HIST_BUCKETS, Histogram, TICK_COUNTER_COUNT, TaskState,
+    WakerKey, WakerValue,
 };
 
 use super::{Counters, MAX_RETRIES, TaskSnapshot, TickCounts, Waker};
-use crate::probe::{Probe, names};
+use crate::probe::{Maps, names};
 
 /// The waker table, summed over CPUs (a waker's name is in the part of the CPU that first
 /// saw it; the others are zero-filled).
-pub(super) fn read_wakers(probe: &Probe) -> Result<Vec<Waker>> {
+pub(super) fn read_wakers(maps: &Maps) -> Result<Vec<Waker>> {
     let mut out: BTreeMap<WakerKey, Waker> = BTreeMap::new();
-    for name in [names::MAP_WAKERS, names::MAP_WAKERS_OTHER] {
-        let map: PerCpuHashMap<&MapData, WakerKey, WakerValue> = PerCpuHashMap::try_from(
-            probe
-                .ebpf()
-                .map(name)
-                .with_context(|| format!("no {name} map"))?,
-        )?;
-        read_waker_map(&map, &mut out).with_context(|| format!("read {name}"))?;
+    for (map, name) in maps
+        .wakers
+        .iter()
+        .zip([names::MAP_WAKERS, names::MAP_WAKERS_OTHER])
+    {
+        read_waker_map(map, &mut out).with_context(|| format!("read {name}"))?;
     }
     Ok(out.into_values().filter(|w| w.count > 0).collect())
 }
 
 pub(super) fn read_waker_map(
-    map: &PerCpuHashMap<&MapData, WakerKey, WakerValue>,
+    map: &PerCpuHashMap<MapData, WakerKey, WakerValue>,
     out: &mut BTreeMap<WakerKey, Waker>,
 ) -> Result<()> {
     for item in map {
@@ -55,9 +53,8 @@ pub(super) fn read_waker_map(
 }
 
 /// The per-CPU tick counters.
-pub(super) fn read_ticks(probe: &Probe) -> Result<Vec<TickCounts>> {
-    let map: PerCpuArray<&MapData, u64> =
-        PerCpuArray::try_from(probe.ebpf().map(names::MAP_TICKS).context("no TICKS map")?)?;
+pub(super) fn read_ticks(maps: &Maps) -> Result<Vec<TickCounts>> {
+    let map = &maps.ticks;
     let mut out: Vec<TickCounts> = Vec::new();
     for i in 0..TICK_COUNTER_COUNT {
         let values = map.get(&i, 0).context("read TICKS")?;
@@ -72,14 +69,8 @@ pub(super) fn read_ticks(probe: &Probe) -> Result<Vec<TickCounts>> {
 }
 
 /// Each CPU's last hidden task (0: none).
-pub(super) fn read_hidden(probe: &Probe) -> Result<Vec<(u32, String)>> {
-    let map: PerCpuArray<&MapData, CpuSwitch> = PerCpuArray::try_from(
-        probe
-            .ebpf()
-            .map(names::MAP_LAST_SWITCH)
-            .context("no LAST_SWITCH map")?,
-    )?;
-    let values = map.get(&0, 0).context("read LAST_SWITCH")?;
+pub(super) fn read_hidden(maps: &Maps) -> Result<Vec<(u32, String)>> {
+    let values = maps.last_switch.get(&0, 0).context("read LAST_SWITCH")?;
     Ok(values
         .iter()
         .map(|s| (s.hidden_tid, comm_str(&s.hidden_comm)))
@@ -122,21 +113,15 @@ pub(super) struct Tables {
 /// Reads the tables: in lazy mode an exit moves a task's records from TASKS to
 /// GLOBAL_LATENCY, and with cgroups to the per-cgroup table; a read that overlaps such a move
 /// would count it twice or not at all, so it is retried.
-pub(super) fn read_tables(ebpf: &Ebpf) -> Result<Tables> {
-    let counters_map: PerCpuArray<&MapData, u64> =
-        PerCpuArray::try_from(ebpf.map(names::MAP_COUNTERS).context("no COUNTERS map")?)?;
-    let tasks_map: BpfHashMap<&MapData, u32, TaskState> =
-        BpfHashMap::try_from(ebpf.map(names::MAP_TASKS).context("no TASKS map")?)?;
-    let global_map: BpfHashMap<&MapData, u64, GlobalRecord> = BpfHashMap::try_from(
-        ebpf.map(names::MAP_GLOBAL_LATENCY)
-            .context("no GLOBAL_LATENCY map")?,
-    )?;
-    let merged_map: PerCpuHashMap<&MapData, u64, GlobalRecord> =
-        PerCpuHashMap::try_from(ebpf.map(names::MAP_MERGED).context("no MERGED map")?)?;
-    let cgroup_map: PerCpuHashMap<&MapData, CgroupCause, GlobalRecord> = PerCpuHashMap::try_from(
-        ebpf.map(names::MAP_CGROUP_LATENCY)
-            .context("no CGROUP_LATENCY map")?,
-    )?;
+pub(super) fn read_tables(maps: &Maps) -> Result<Tables> {
+    let Maps {
+        counters: counters_map,
+        tasks: tasks_map,
+        global: global_map,
+        merged: merged_map,
+        cgroups: cgroup_map,
+        ..
+    } = maps;
 
     let read_counters = || -> Result<Counters> {
         let mut c = Counters::default();
@@ -153,18 +138,18 @@ pub(super) fn read_tables(ebpf: &Ebpf) -> Result<Tables> {
     loop {
         let before = read_counters()?;
         let mut tasks = Vec::new();
-        for item in &tasks_map {
+        for item in tasks_map {
             let (tid, state) = item.context("read TASKS")?;
             tasks.push(task_snapshot(tid, &state));
         }
         // The shared table, plus each CPU's part of lazy mode's exit merges (and, on
         // kernels without compare-and-swap, normal mode's maxima: parts with no count).
         let mut table: BTreeMap<u64, GlobalRecord> = BTreeMap::new();
-        for item in &global_map {
+        for item in global_map {
             let (id, rec) = item.context("read GLOBAL_LATENCY")?;
             table.insert(id, rec);
         }
-        for item in &merged_map {
+        for item in merged_map {
             let (id, per_cpu) = item.context("read MERGED")?;
             for part in per_cpu.iter().filter(|r| r.count > 0 || r.max_ns > 0) {
                 table.entry(id).or_default().merge(part);
@@ -172,7 +157,7 @@ pub(super) fn read_tables(ebpf: &Ebpf) -> Result<Tables> {
         }
         let global: Vec<(u64, GlobalRecord)> = table.into_iter().collect();
         let mut by_cgroup: BTreeMap<CgroupCause, GlobalRecord> = BTreeMap::new();
-        for item in &cgroup_map {
+        for item in cgroup_map {
             let (key, per_cpu) = item.context("read CGROUP_LATENCY")?;
             for part in per_cpu.iter().filter(|r| r.count > 0) {
                 by_cgroup.entry(key).or_default().merge(part);
@@ -199,15 +184,11 @@ pub(super) fn read_tables(ebpf: &Ebpf) -> Result<Tables> {
 
 /// The latency histograms, summed over CPUs: by backtrace, and by cgroup and backtrace.
 pub(super) fn read_histograms(
-    ebpf: &Ebpf,
+    maps: &Maps,
 ) -> Result<(BTreeMap<u64, Histogram>, BTreeMap<CgroupCause, Histogram>)> {
     let mut histograms = BTreeMap::new();
     let mut cgroup_histograms = BTreeMap::new();
-    let map: PerCpuHashMap<&MapData, CgroupCause, Histogram> = PerCpuHashMap::try_from(
-        ebpf.map(names::MAP_HISTOGRAMS)
-            .context("no HISTOGRAMS map")?,
-    )?;
-    for item in &map {
+    for item in &maps.histograms {
         let (key, per_cpu) = item.context("read HISTOGRAMS")?;
         let mut sum = [0u32; HIST_BUCKETS];
         for cpu in per_cpu.iter() {

@@ -16,14 +16,10 @@ pub use spikes::{Spike, SpikeReader};
 
 use std::collections::{BTreeMap, HashMap};
 
-use anyhow::{Context as _, Result};
-use aya::maps::{HashMap as BpfHashMap, MapData};
-use latprof_common::{CgroupCause, Counter, GlobalRecord, RawStack};
+use anyhow::Result;
+use latprof_common::{CgroupCause, Counter, GlobalRecord};
 
-use crate::{
-    cgroups::CgroupPath,
-    probe::{Probe, names},
-};
+use crate::{cgroups::CgroupPath, probe::Probe};
 
 /// Reads snapshots; keeps the backtraces it has read (stack ids are never reused).
 #[derive(Default)]
@@ -95,7 +91,7 @@ impl Collector {
     /// Drains the probe's hidden-switch log and judges what it can, between snapshots (the log
     /// holds a few thousand events: a long run on a kernel that hides much would fill it).
     pub fn drain_hidden(&self, probe: &Probe) -> Result<HiddenSleeps> {
-        self.hidden.read(probe.ebpf())
+        self.hidden.read(probe.maps())
     }
 
     /// One backtrace by id (cached): for a reader that needs a few, not a whole snapshot.
@@ -103,15 +99,10 @@ impl Collector {
         if let Some(frames) = self.stacks.get(&id) {
             return Ok(Some(frames.clone()));
         }
-        let map: BpfHashMap<&MapData, u64, RawStack> = BpfHashMap::try_from(
-            probe
-                .ebpf()
-                .map(names::MAP_STACKS)
-                .context("no STACKS map")?,
-        )?;
+        let map = &probe.maps().stacks;
         // A cause with a user part (--user-stacks): the frames of its kernel part.
-        if let Some((kernel, _)) = self.cause_parts(probe, id)? {
-            let frames = self.kernel_frames(&map, kernel)?;
+        if let Some((kernel, _)) = self.cause_parts(probe, id) {
+            let frames = self.kernel_frames(map, kernel)?;
             self.stacks.insert(id, frames.clone());
             return Ok(Some(frames));
         }
@@ -173,7 +164,7 @@ impl Collector {
     }
 
     pub fn snapshot(&mut self, probe: &Probe) -> Result<Snapshot> {
-        let ebpf = probe.ebpf();
+        let maps = probe.maps();
         let Tables {
             mut tasks,
             mut global,
@@ -181,9 +172,9 @@ impl Collector {
             counters,
             retries,
             settled,
-        } = read_tables(ebpf)?;
+        } = read_tables(maps)?;
         let wakers = if probe.config().wakers {
-            read_wakers(probe)?
+            read_wakers(maps)?
         } else {
             Vec::new()
         };
@@ -196,13 +187,13 @@ impl Collector {
         tasks.dedup_by_key(|t| t.tid);
         global.sort_by_key(|(id, _)| *id);
         let (histograms, cgroup_histograms) = if self.histograms {
-            read_histograms(ebpf)?
+            read_histograms(maps)?
         } else {
             (BTreeMap::new(), BTreeMap::new())
         };
-        let programs = program_stats(ebpf);
+        let programs = program_stats(probe.ebpf());
         let cgroup_paths = self.cgroup_paths(&cgroups, &tasks);
-        let (user_parts, user_stacks) = self.user_stacks(probe, &stacks)?;
+        let (user_parts, user_stacks) = self.user_stacks(probe, &stacks);
         let mut counters = counters;
         if let Some(watcher) = &self.watcher {
             counters.0[Counter::UserStackTruncated as usize] = watcher.truncated();
@@ -221,10 +212,10 @@ impl Collector {
             histograms,
             cgroup_histograms,
             programs,
-            ticks: read_ticks(probe)?,
-            hidden_tids: read_hidden(probe)?,
+            ticks: read_ticks(maps)?,
+            hidden_tids: read_hidden(maps)?,
             // After the counters: every lost or recovered sleep they count is in the log.
-            hidden: self.hidden.read(ebpf)?,
+            hidden: self.hidden.read(maps)?,
             wakers,
             unsettled: !settled,
             user_parts,

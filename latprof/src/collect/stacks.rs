@@ -8,7 +8,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 use latprof_common::{CgroupCause, D_STATE_SALT, GlobalRecord, RawStack};
 
 use super::{Collector, NAMING_WITHIN, TaskSnapshot, Waker, stack_ids};
-use crate::probe::{Probe, names};
+use crate::probe::Probe;
 
 /// Each backtrace's frames, by id.
 type Frames = BTreeMap<u64, Vec<u64>>;
@@ -16,19 +16,14 @@ type Frames = BTreeMap<u64, Vec<u64>>;
 impl Collector {
     /// The (kernel, user) parts of record id `id` where it has a user backtrace
     /// (`--user-stacks`); an uninterruptible sleep's id is salted (`stack_for_state`).
-    pub(super) fn cause_parts(&mut self, probe: &Probe, id: u64) -> Result<Option<(u64, u64)>> {
+    pub(super) fn cause_parts(&mut self, probe: &Probe, id: u64) -> Option<(u64, u64)> {
         if !probe.config().user_stacks {
-            return Ok(None);
+            return None;
         }
         if let Some(parts) = self.parts.get(&id) {
-            return Ok(Some(*parts));
+            return Some(*parts);
         }
-        let map: BpfHashMap<&MapData, u64, latprof_common::CauseParts> = BpfHashMap::try_from(
-            probe
-                .ebpf()
-                .map(names::MAP_CAUSE_PARTS)
-                .context("no CAUSE_PARTS map")?,
-        )?;
+        let map = &probe.maps().cause_parts;
         let found = if let Ok(p) = map.get(&id, 0) {
             Some(p)
         } else if let Ok(p) = map.get(&(id ^ D_STATE_SALT), 0) {
@@ -37,10 +32,10 @@ impl Collector {
         } else {
             None
         };
-        Ok(found.map(|p| {
+        found.map(|p| {
             self.parts.insert(id, (p.kernel, p.user));
             (p.kernel, p.user)
-        }))
+        })
     }
 
     /// The named user frames of record id `id` (a spike's), where it has a user part
@@ -50,7 +45,7 @@ impl Collector {
         probe: &Probe,
         id: u64,
     ) -> Result<Option<Vec<crate::ustacks::UserFrame>>> {
-        let Some((_, user)) = self.cause_parts(probe, id)? else {
+        let Some((_, user)) = self.cause_parts(probe, id) else {
             return Ok(None);
         };
         if let Some(frames) = self.user_frames.get(&user) {
@@ -59,12 +54,7 @@ impl Collector {
         let Some(watcher) = &self.watcher else {
             return Ok(None);
         };
-        let map: BpfHashMap<&MapData, u64, latprof_common::UserStack> = BpfHashMap::try_from(
-            probe
-                .ebpf()
-                .map(names::MAP_USER_STACKS)
-                .context("no USER_STACKS map")?,
-        )?;
+        let map = &probe.maps().user_stacks;
         let Ok(raw) = map.get(&user, 0) else {
             return Ok(None);
         };
@@ -79,7 +69,7 @@ impl Collector {
     /// The frames of kernel backtrace `id` (cached).
     pub(super) fn kernel_frames(
         &mut self,
-        map: &BpfHashMap<&MapData, u64, RawStack>,
+        map: &BpfHashMap<MapData, u64, RawStack>,
         id: u64,
     ) -> Result<Vec<u64>> {
         if let Some(frames) = self.stacks.get(&id) {
@@ -98,26 +88,21 @@ impl Collector {
         &mut self,
         probe: &Probe,
         stacks: &BTreeMap<u64, Vec<u64>>,
-    ) -> Result<(
+    ) -> (
         BTreeMap<u64, u64>,
         BTreeMap<u64, Vec<crate::ustacks::UserFrame>>,
-    )> {
+    ) {
         let mut parts = BTreeMap::new();
         let mut named = BTreeMap::new();
         let Some(watcher) = &self.watcher else {
-            return Ok((parts, named));
+            return (parts, named);
         };
         for id in stacks.keys() {
             if let Some(&(_, user)) = self.parts.get(id) {
                 parts.insert(*id, user);
             }
         }
-        let map: BpfHashMap<&MapData, u64, latprof_common::UserStack> = BpfHashMap::try_from(
-            probe
-                .ebpf()
-                .map(names::MAP_USER_STACKS)
-                .context("no USER_STACKS map")?,
-        )?;
+        let map = &probe.maps().user_stacks;
         let mut unnamed: Vec<crate::ustacks::watch::Unnamed> = Vec::new();
         for &user in parts.values() {
             if self.user_frames.contains_key(&user) || unnamed.iter().any(|u| u.id == user) {
@@ -135,7 +120,7 @@ impl Collector {
                 named.insert(user, frames.clone());
             }
         }
-        Ok((parts, named))
+        (parts, named)
     }
 
     /// The frames of every backtrace the records, the cgroups' table and the wakers name (read
@@ -148,9 +133,7 @@ impl Collector {
         cgroups: &[(CgroupCause, GlobalRecord)],
         wakers: &[Waker],
     ) -> Result<(Frames, BTreeSet<u64>)> {
-        let ebpf = probe.ebpf();
-        let stack_map: BpfHashMap<&MapData, u64, RawStack> =
-            BpfHashMap::try_from(ebpf.map(names::MAP_STACKS).context("no STACKS map")?)?;
+        let stack_map = &probe.maps().stacks;
         let mut stacks = BTreeMap::new();
         let mut uninterruptible = BTreeSet::new();
         let waker_stacks = wakers.iter().map(|w| w.key.waker_stack).filter(|&s| s != 0);
@@ -164,9 +147,9 @@ impl Collector {
             }
             let frames = if let Some(frames) = self.stacks.get(&id) {
                 frames.clone()
-            } else if let Some((kernel, user)) = self.cause_parts(probe, id)? {
+            } else if let Some((kernel, user)) = self.cause_parts(probe, id) {
                 // A cause with a user part: the frames of its kernel part.
-                let frames = self.kernel_frames(&stack_map, kernel)?;
+                let frames = self.kernel_frames(stack_map, kernel)?;
                 self.stacks.insert(id, frames.clone());
                 let _ = user;
                 frames

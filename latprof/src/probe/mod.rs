@@ -6,6 +6,7 @@ mod config;
 pub mod facts;
 mod load;
 pub mod log;
+mod maps;
 pub mod memory;
 pub mod names;
 mod places;
@@ -15,6 +16,7 @@ pub mod verifier;
 
 pub use config::{DebugConfig, Mode, ProbeConfig, Wakeup, latencytop_cutoff_ns};
 pub use facts::KernelFacts;
+pub use maps::Maps;
 pub use variant::{Backtraces, Variant};
 
 use std::os::fd::AsRawFd as _;
@@ -53,6 +55,8 @@ pub fn check_privileges() -> Result<(), crate::Error> {
 /// A loaded and attached latprof session.
 pub struct Probe {
     ebpf: Ebpf,
+    /// The maps the snapshots read, taken out of `ebpf` at attach.
+    maps: Maps,
     config: ProbeConfig,
     ticks: Vec<(&'static str, bool)>,
     variant: Variant,
@@ -131,6 +135,7 @@ impl Probe {
         } else {
             None
         };
+        let maps = Maps::take(&mut ebpf)?;
         // The wakers first: a sleep that starts once the latency programs run finds its
         // waking watched.
         if config.wakers {
@@ -141,6 +146,7 @@ impl Probe {
         let ticks = attach_tick_programs(&mut ebpf)?;
         Ok(Self {
             ebpf,
+            maps,
             config,
             ticks,
             variant,
@@ -200,6 +206,12 @@ impl Probe {
     #[must_use]
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
+    }
+
+    /// The maps the snapshots read.
+    #[must_use]
+    pub fn maps(&self) -> &Maps {
+        &self.maps
     }
 
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
