@@ -210,7 +210,8 @@ pub fn readable_name(path: &str) -> String {
         return "/".to_owned();
     };
     let container = parts.iter().enumerate().rev().find_map(|(i, p)| {
-        let (runtime, id) = container_of(p)?;
+        let (runtime, id, what) = container_of(p)?;
+        let id = format!("{}{what}", &id[..12]);
         // A bare id (cgroupfs drivers): docker's below `docker`, containerd's (`ctr`,
         // nerdctl) below its namespace (`/default/<id>`, `/k8s.io/<id>`); below a pod the
         // runtime is not in the path.
@@ -239,12 +240,24 @@ pub fn readable_name(path: &str) -> String {
     }
 }
 
-/// A container runtime and short id from one path component: `docker-<id>.scope`,
+/// The full (64 hex digits) id of the innermost container in a cgroup's path below the
+/// cgroup2 mount, as other tools give it (OpenTelemetry's `container.id`, cAdvisor); `None`
+/// where the path has none. The readable name shows its first 12.
+#[must_use]
+pub fn container_id(path: &str) -> Option<String> {
+    path.split('/')
+        .rev()
+        .find_map(container_of)
+        .map(|(_, id, _)| id)
+}
+
+/// A container runtime, its full id and what the component is of it (`" (conmon)"`, or
+/// nothing) from one path component: `docker-<id>.scope`,
 /// `cri-containerd-<id>.scope`, `crio-<id>.scope`, `libpod-<id>.scope` (systemd driver) or a bare
 /// 64-hex id (cgroupfs driver, under `docker/`, a containerd namespace or a pod). The monitor
 /// cri-o and podman run beside each container (`crio-conmon-<id>.scope`) is that container's,
 /// marked `(conmon)`.
-fn container_of(part: &str) -> Option<(&'static str, String)> {
+fn container_of(part: &str) -> Option<(&'static str, String, &'static str)> {
     const PREFIXES: [(&str, &str, &str); 8] = [
         ("docker-", "docker", ""),
         ("cri-containerd-", "containerd", ""),
@@ -260,7 +273,7 @@ fn container_of(part: &str) -> Option<(&'static str, String)> {
         if let Some(id) = base.strip_prefix(prefix)
             && is_container_id(id)
         {
-            return Some((runtime, format!("{}{what}", &id[..12])));
+            return Some((runtime, id.to_owned(), what));
         }
     }
     None
@@ -295,6 +308,25 @@ mod tests {
 
     const ID: &str = "4c1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8";
     const UID: &str = "0f7c5a1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b";
+
+    #[test]
+    fn the_full_container_id_is_found() {
+        assert_eq!(
+            container_id(&format!("/system.slice/docker-{ID}.scope")).as_deref(),
+            Some(ID)
+        );
+        assert_eq!(
+            container_id(&format!(
+                "/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{ID}.scope",
+                UID.replace('-', "_")
+            ))
+            .as_deref(),
+            Some(ID)
+        );
+        assert_eq!(container_id(&format!("/docker/{ID}")).as_deref(), Some(ID));
+        assert_eq!(container_id("/system.slice/nginx.service"), None);
+        assert_eq!(container_id(&format!("/docker-{}.scope", &ID[..63])), None);
+    }
 
     #[test]
     fn systemd_units_and_slices() {

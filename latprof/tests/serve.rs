@@ -11,7 +11,7 @@ use std::{
     io::{BufReader, Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
     path::{Path, PathBuf},
-    process::{Child, ChildStderr, Command, Stdio},
+    process::{Child, Command, Stdio},
     sync::{
         Arc, MutexGuard,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -24,289 +24,15 @@ mod common;
 use common::{
     LATPROF, Workload,
     probe::{assert_unloaded, latprof_program_ids},
+    serve::{
+        NANOSLEEP, Serve, count, free_port, http_get, missing, missing_so_far, nanosleeps, sample,
+        temp_dir,
+    },
 };
-
-const NANOSLEEP: &str = "Application requested delay";
 
 /// One test at a time: program ids, loopback ports and the machine's CPUs are shared.
 fn serial() -> MutexGuard<'static, ()> {
     common::serial("the serve tests")
-}
-
-/// A loopback port nobody listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-fn temp_dir(what: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "latprof-serve-{what}-{}-{}",
-        std::process::id(),
-        latprof::time::monotonic_ns()
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-/// An HTTP answer.
-struct Reply {
-    status: u16,
-    content_type: String,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// A test's own minimal HTTP/1.1 client (one request, `Connection: close`).
-fn http_get(addr: SocketAddr, path: &str, accept: Option<&str>) -> Reply {
-    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    let accept = accept.map_or_else(String::new, |a| format!("Accept: {a}\r\n"));
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
-    )
-    .expect("send request");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read reply");
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(&raw)));
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut body = raw[split + 4..].to_vec();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {head}"));
-    let header = |name: &str| {
-        head.lines()
-            .filter_map(|l| l.split_once(':'))
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.trim().to_owned())
-    };
-    if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        let mut out = Vec::new();
-        let mut rest = body.as_slice();
-        loop {
-            let eol = rest
-                .windows(2)
-                .position(|w| w == b"\r\n")
-                .expect("chunk size");
-            let size = usize::from_str_radix(
-                String::from_utf8_lossy(&rest[..eol])
-                    .split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim(),
-                16,
-            )
-            .expect("chunk size");
-            rest = &rest[eol + 2..];
-            if size == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[..size]);
-            rest = &rest[size + 2..];
-        }
-        body = out;
-    }
-    Reply {
-        status,
-        content_type: header("content-type").unwrap_or_default(),
-        body,
-    }
-}
-
-/// The value of the sample named exactly `series` (name and labels as rendered) in a text
-/// exposition.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (name, value) = l.rsplit_once(' ')?;
-        (name == series).then(|| value.parse().expect("a number"))
-    })
-}
-
-#[expect(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    reason = "counts exposed as floats, far below 2^52"
-)]
-fn count(text: &str, series: &str) -> u64 {
-    sample(text, series).map_or(0, |v| v as u64)
-}
-
-/// Sleeps the metrics say were lost or recovered without their backtrace; accepted only
-/// where the kernel hid switches and the check of each against the hidden switches explained
-/// them all (as `common::lost_where_hidden`).
-fn missing(metrics: &str) -> u64 {
-    check_hidden(metrics);
-    missing_so_far(metrics)
-}
-
-/// The sleeps lost or recovered without a backtrace so far, unchecked: for polls, where a
-/// sleep may still wait for its verdict (`missing` checks it once the wait is over).
-fn missing_so_far(metrics: &str) -> u64 {
-    count(
-        metrics,
-        "latprof_pipeline_events_total{counter=\"sleep_lost\"}",
-    ) + count(
-        metrics,
-        // Under 1 us: not counted (`common::under_1us`); every serve here traces one pid.
-        "latprof_pipeline_events_total{counter=\"skipped_zero\"}",
-    ) + count(
-        metrics,
-        "latprof_sleeps_total{reason=\"[wakeup hidden from tracing]\",state=\"SD\"}",
-    )
-}
-
-/// Every sleep lost or recovered overlapped a stretch where the kernel hid switches (latprof
-/// checks each one and exports the verdicts), as `common::lost_where_hidden` requires.
-fn check_hidden(metrics: &str) {
-    let c = |name: &str| {
-        let series = format!("latprof_pipeline_events_total{{counter=\"{name}\"}}");
-        assert!(
-            sample(metrics, &series).is_some(),
-            "no {series} in\n{metrics}"
-        );
-        count(metrics, &series)
-    };
-    let (lost, recovered, hidden) = (c("sleep_lost"), c("sleeps_recovered"), c("switches_hidden"));
-    let (explained, unexplained) = (c("hidden_sleeps_explained"), c("hidden_sleeps_unexplained"));
-    assert!(
-        sample(metrics, "latprof_hidden_sleeps_waiting").is_some(),
-        "no latprof_hidden_sleeps_waiting in\n{metrics}"
-    );
-    let waiting = count(metrics, "latprof_hidden_sleeps_waiting");
-    assert_eq!(
-        (unexplained, waiting, c("hidden_log_full")),
-        (0, 0, 0),
-        "sleeps lost or recovered that no hidden switch explains (unexplained, waiting, log full)"
-    );
-    assert!(
-        explained >= lost + recovered,
-        "{lost} lost and {recovered} recovered, {explained} checked"
-    );
-    assert!(
-        lost + recovered == 0 || hidden > 0,
-        "{lost} sleeps lost and {recovered} recovered but no switch was hidden"
-    );
-}
-
-fn nanosleeps(metrics: &str) -> u64 {
-    count(
-        metrics,
-        &format!("latprof_sleeps_total{{reason=\"{NANOSLEEP}\",state=\"S\"}}"),
-    )
-}
-
-/// A running `latprof serve`; killed if a test leaves it running.
-struct Serve {
-    child: Option<Child>,
-    addr: SocketAddr,
-    stderr: Option<BufReader<ChildStderr>>,
-}
-
-impl Serve {
-    fn start(args: &[&str]) -> Self {
-        Self::start_with_fd_limit(args, None)
-    }
-
-    /// As `start`, under a soft and hard RLIMIT_NOFILE of `nofile` where given.
-    fn start_with_fd_limit(args: &[&str], nofile: Option<u64>) -> Self {
-        use std::os::unix::process::CommandExt as _;
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-        let mut cmd = Command::new(LATPROF);
-        cmd.args(["serve", "--listen", &addr.to_string()])
-            .args(args)
-            .stdout(Stdio::null());
-        if let Some(n) = nofile {
-            let limit = libc::rlimit {
-                rlim_cur: n,
-                rlim_max: n,
-            };
-            // SAFETY: setrlimit is async-signal-safe; it runs in the child before exec.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) == 0 {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::last_os_error())
-                    }
-                });
-            }
-        }
-        let (child, stderr) = common::start(&mut cmd, "serving");
-        Self {
-            child: Some(child),
-            addr,
-            stderr: Some(stderr),
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
-    fn get(&self, path: &str) -> Reply {
-        http_get(self.addr, path, None)
-    }
-
-    fn metrics(&self) -> String {
-        let r = self.get("/metrics");
-        assert_eq!(r.status, 200, "{}", r.text());
-        r.text()
-    }
-
-    /// Polls /metrics until `done` holds for it; fails after `secs` with the last text.
-    fn wait_for(&self, secs: u64, what: &str, done: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            let text = self.metrics();
-            if done(&text) {
-                return text;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what} not seen in {secs}s:\n{text}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// Sends `signal`; returns the exit status and what latprof wrote to stderr after its
-    /// first line.
-    fn stop(mut self, signal: i32) -> (std::process::ExitStatus, String) {
-        let mut child = self.child.take().expect("running");
-        let pid = i32::try_from(child.id()).expect("pid");
-        // SAFETY: signalling our own child.
-        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
-        let status = child.wait().expect("wait for latprof serve");
-        let mut rest = String::new();
-        if let Some(mut stderr) = self.stderr.take() {
-            let _ = stderr.read_to_string(&mut rest);
-        }
-        (status, rest)
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// Ids of the BPF programs process `pid` holds a descriptor of (a program's or its link's:
@@ -439,13 +165,48 @@ fn prometheus_count(mode: &str) {
     let mut work = Workload::spawn(&["sleep", "--count", "1000", "--interval", "2ms"]);
     let pid = work.pid().to_string();
     let serve = Serve::start(&["--mode", mode, "--pid", &pid, "--all-sleeps"]);
+    let first = serve.metrics();
     assert!(
-        serve.metrics().contains(&format!(
-            "latprof_info{{version=\"{}\",mode=\"{mode}\"}} 1",
+        first.contains(&format!("latprof_mode_info{{mode=\"{mode}\"}} 1")),
+        "latprof_mode_info says another mode than {mode}"
+    );
+    assert!(
+        first.contains(&format!(
+            "latprof_build_info{{version=\"{}\",revision=\"",
             env!("CARGO_PKG_VERSION")
         )),
-        "latprof_info says another mode than {mode}"
+        "no latprof_build_info:\n{first}"
     );
+    // latprof's own process, as every exporter gives it: its own pid's numbers.
+    let own = |name: &str| sample(&first, name).unwrap_or_else(|| panic!("no {name}:\n{first}"));
+    let rss_kib = std::fs::read_to_string(format!("/proc/{}/status", serve.pid()))
+        .expect("status")
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")?
+                .trim()
+                .strip_suffix(" kB")?
+                .parse::<f64>()
+                .ok()
+        })
+        .expect("VmRSS");
+    let rss = own("process_resident_memory_bytes");
+    assert!(
+        rss > 0.25 * rss_kib * 1024.0 && rss < 4.0 * rss_kib * 1024.0,
+        "process_resident_memory_bytes {rss}, VmRSS {rss_kib} kB"
+    );
+    let fds = own("process_open_fds");
+    assert!(fds >= 3.0 && fds <= own("process_max_fds"), "{first}");
+    let started = own("process_start_time_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    assert!(
+        started <= now + 1.0 && started > now - 600.0,
+        "started {started}, now {now}"
+    );
+    assert!(own("process_cpu_seconds_total") >= 0.0);
     let prometheus = Prometheus::start(serve.addr);
     // The first scrape lands before the workload starts: the counter starts at zero.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -589,14 +350,14 @@ fn go_pprof_reads_the_profiles() {
     let (count, frames) = go_pprof_nanosleep(&file, &dir);
     assert_eq!(count, expected, "go tool pprof's count of {frames:?}");
     assert!(frames.iter().any(|f| f == "do_syscall_64"), "{frames:?}");
-    // One second ago nothing of it ended.
+    // The next pull holds what ended since this one: nothing of it.
     std::thread::sleep(Duration::from_secs(3));
     let r = serve.get("/debug/pprof/offcpu?seconds=1");
     std::fs::write(&file, &r.body).expect("write profile");
     assert_eq!(
         go_pprof_nanosleep(&file, &dir).0,
         0,
-        "sleeps of the last second"
+        "sleeps since the previous pull"
     );
     drop(serve);
     work.release();
@@ -698,8 +459,14 @@ fn profile_carries_user_frames() {
     // profile, the earlier reads' sleeps too.
     let file = dir.join("offcpu.pb.gz");
     let deadline = Instant::now() + Duration::from_secs(30);
+    let mut tries = 0;
     let (count, frames) = loop {
-        let r = serve.get("/debug/pprof/offcpu?seconds=60");
+        // A scraper of its own each time: each pull is a first one, of the last 60 s (a pull
+        // continues from the same scraper's previous one).
+        tries += 1;
+        let r = serve.get(&format!(
+            "/debug/pprof/offcpu?seconds=60&scraper=try-{tries}"
+        ));
         assert_eq!(r.status, 200, "{}", r.text());
         std::fs::write(&file, &r.body).expect("write profile");
         let (count, frames) = go_pprof_nanosleep(&file, &dir);
@@ -835,8 +602,8 @@ fn formats_parse_and_bad_requests_are_refused() {
     );
     // Series, seconds, histogram, folded, cgroup sleeps, cgroup seconds, folded cgroups,
     // pipeline, hidden sleeps waiting, dropped, runs, run time, CPU events, table entries and
-    // capacity, collections, info.
-    assert_eq!(families, 17, "{om}");
+    // capacity, collections, mode; the six process_* families and build info.
+    assert_eq!(families, 24, "{om}");
     for needed in [
         "latprof_sleeps_total{reason=\"Waiting for CPU\",state=\"R\"}",
         "latprof_folded_cgroups",
@@ -844,6 +611,8 @@ fn formats_parse_and_bad_requests_are_refused() {
         "latprof_pipeline_events_total{counter=\"spikes_dropped\"}",
         "latprof_cpu_events_total{cpu=\"0\",event=\"switch\"}",
         "latprof_table_entries{table=\"tasks\"}",
+        "process_cpu_seconds_total",
+        "process_max_fds",
     ] {
         assert!(sample(&prom, needed).is_some(), "no {needed} in\n{prom}");
     }
@@ -960,11 +729,7 @@ fn runs_with_only_the_units_capabilities() {
         .args(["--pid", &pid, "--all-sleeps"])
         .stdout(Stdio::null());
     let (child, stderr) = common::start(&mut cmd, "serving");
-    let serve = Serve {
-        child: Some(child),
-        addr: addr.parse().expect("addr"),
-        stderr: Some(stderr),
-    };
+    let serve = Serve::adopt(child, stderr, addr.parse().expect("addr"));
     let status = std::fs::read_to_string(format!("/proc/{}/status", serve.pid())).expect("status");
     let eff = status
         .lines()

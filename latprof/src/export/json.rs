@@ -149,6 +149,8 @@ pub struct CgroupJson {
     pub name: String,
     /// Below the cgroup2 mount; absent if latprof never saw it in the file system.
     pub path: Option<String>,
+    /// The full id of the container it is (64 hex digits), where its path names one.
+    pub container_id: Option<String>,
     pub removed: bool,
     pub count: u64,
     pub total_ns: u64,
@@ -371,6 +373,7 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
                 id: row.id,
                 causes: causes_json(scope, row.records, &HashMap::new()),
                 name: row.name,
+                container_id: row.path.as_deref().and_then(crate::cgroups::container_id),
                 path: row.path,
                 removed: row.removed,
                 count: row.count,

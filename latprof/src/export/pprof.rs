@@ -7,7 +7,7 @@
 use std::{collections::HashMap, io::Write as _};
 
 use flate2::{Compression, write::GzEncoder};
-use prost::Message as _;
+use prost::Message;
 
 /// `perftools.profiles.Profile` (the fields latprof writes).
 #[derive(Clone, PartialEq, prost::Message)]
@@ -248,18 +248,47 @@ pub fn encode(samples: &[Sample<'_>], start_ns: u64, duration_ns: u64) -> Vec<u8
     gz.finish().unwrap_or_default()
 }
 
+/// A gzipped profile read back (as `encode` writes it, or any pprof file).
+///
+/// # Errors
+/// Not gzip, or not a `perftools.profiles.Profile`.
+pub fn decode(gz: &[u8]) -> anyhow::Result<Profile> {
+    use std::io::Read as _;
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(gz).read_to_end(&mut raw)?;
+    Ok(Profile::decode(raw.as_slice())?)
+}
+
+impl Profile {
+    /// The string at `index` of the table ("" where there is none).
+    #[must_use]
+    pub fn string(&self, index: i64) -> &str {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.string_table.get(i))
+            .map_or("", String::as_str)
+    }
+
+    /// The function names of `sample`'s frames, innermost first.
+    #[must_use]
+    pub fn frame_names(&self, sample: &SampleMsg) -> Vec<&str> {
+        sample
+            .location_id
+            .iter()
+            .filter_map(|id| self.location.iter().find(|l| l.id == *id))
+            .flat_map(|l| &l.line)
+            .filter_map(|line| self.function.iter().find(|f| f.id == line.function_id))
+            .map(|f| self.string(f.name))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::io::Read as _;
-
     use super::*;
 
     fn decode(gz: &[u8]) -> Profile {
-        let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(gz)
-            .read_to_end(&mut raw)
-            .expect("gzip");
-        Profile::decode(raw.as_slice()).expect("protobuf")
+        super::decode(gz).expect("a profile")
     }
 
     #[test]

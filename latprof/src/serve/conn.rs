@@ -374,9 +374,11 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits) -> std
 /// Serves one connection until it ends or a limit ends it.
 async fn connection(stream: TcpStream, router: Router, activity: Arc<Activity>, limits: Limits) {
     let born = Instant::now();
+    let peer = super::Peer(stream.peer_addr().ok().map(|a| a.ip()));
     let service = {
         let activity = Arc::clone(&activity);
-        hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(peer);
             let busy = Busy::new(&activity);
             let mut router = router.clone();
             async move {

@@ -2,12 +2,13 @@
 //! value the collection published ([`state::Published`]); none of them waits for the
 //! collection or holds anything it needs, so a slow, stuck or numerous client cannot stall it.
 pub mod conn;
+pub mod pulls;
 pub mod state;
 
 use std::{sync::Arc, time::Duration};
 
 use axum::{
-    Router,
+    Extension, Router,
     extract::{RawQuery, State},
     http::{HeaderMap, StatusCode, Uri, header},
     response::{IntoResponse, Response},
@@ -24,6 +25,8 @@ pub struct Shared {
     pub latest: watch::Receiver<Arc<Published>>,
     /// How often the collection reads; /healthz fails when the latest read is much older.
     pub interval: Duration,
+    /// Each scraper's previous profile pull.
+    pub pulls: Arc<pulls::Pulls>,
 }
 
 impl Shared {
@@ -51,6 +54,7 @@ pub fn channel(first: Published, interval: Duration) -> (Publisher, Shared) {
         Shared {
             latest: rx,
             interval,
+            pulls: Arc::default(),
         },
     )
 }
@@ -135,7 +139,7 @@ const INDEX: &str = "<!DOCTYPE html>
 <h1>latprof serve</h1>
 <ul>
 <li><a href=\"/metrics\">/metrics</a>: Prometheus metrics (OpenMetrics 1.0 when the Accept header asks for application/openmetrics-text, else Prometheus text 0.0.4)</li>
-<li><a href=\"/debug/pprof/offcpu?seconds=10\">/debug/pprof/offcpu?seconds=N</a>: the sleeps that ended in the last N seconds (from one --interval to 300, default 10) as a gzipped pprof profile</li>
+<li><a href=\"/debug/pprof/offcpu?seconds=10\">/debug/pprof/offcpu?seconds=N</a>: the sleeps that ended since this scraper's previous pull (its first: in the last N seconds, from one --interval to 300, default 10) as a gzipped pprof profile</li>
 <li><a href=\"/healthz\">/healthz</a>: ok while the kernel's tables are being read</li>
 </ul>
 </body></html>
@@ -168,7 +172,8 @@ async fn metrics(State(shared): State<Shared>, headers: HeaderMap) -> Response {
             .unwrap_or(""),
     );
     let latest = shared.latest();
-    let body = openmetrics::render_live(&latest.live, flavor);
+    let process = openmetrics::Process::now();
+    let body = openmetrics::render_live(&latest.live, process.as_ref(), flavor);
     ([(header::CONTENT_TYPE, flavor.content_type())], body).into_response()
 }
 
@@ -183,48 +188,71 @@ pub fn min_seconds(interval: Duration) -> u32 {
         .clamp(1, MAX_SECONDS)
 }
 
-/// `seconds` of `/debug/pprof/offcpu` from its query, percent-decoded (other keys are
-/// ignored, as Go's handlers ignore them), from `min` to [`MAX_SECONDS`].
-pub fn profile_seconds(query: Option<&str>, min: u32) -> Result<u32, String> {
-    let decode = |s: &str| {
-        percent_encoding::percent_decode_str(&s.replace('+', " "))
-            .decode_utf8_lossy()
-            .into_owned()
-    };
-    let mut seconds = 10.max(min);
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if decode(key) != "seconds" {
-            continue;
-        }
-        let value = decode(value);
-        let max = MAX_SECONDS;
-        seconds = value
-            .parse::<u32>()
-            .ok()
-            .filter(|s| (min..=max).contains(s))
-            .ok_or_else(|| {
-                let shown: String = crate::text::printable(&value).chars().take(40).collect();
-                let why = if min > 1 {
-                    format!(" (one read of the kernel's tables every {min}s)")
-                } else {
-                    String::new()
-                };
-                format!("seconds must be a whole number from {min} to {max}{why}, not '{shown}'")
-            })?;
-    }
-    Ok(seconds)
+/// A query's key or value, percent-decoded.
+fn decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(&s.replace('+', " "))
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
-async fn offcpu(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Response {
+/// The address a request came from, put in its extensions by the connection.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub Option<std::net::IpAddr>);
+
+/// `seconds` of `/debug/pprof/offcpu` from its query, percent-decoded (other keys are
+/// ignored, as Go's handlers ignore them, and so are later `seconds`, as Go's `FormValue`
+/// takes the first: Parca can send it twice), from `min` to [`MAX_SECONDS`].
+pub fn profile_seconds(query: Option<&str>, min: u32) -> Result<u32, String> {
+    let first = query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+        .find(|(key, _)| decode(key) == "seconds");
+    let Some((_, value)) = first else {
+        return Ok(10.max(min));
+    };
+    let value = decode(value);
+    let max = MAX_SECONDS;
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|s| (min..=max).contains(s))
+        .ok_or_else(|| {
+            let shown: String = crate::text::printable(&value).chars().take(40).collect();
+            let why = if min > 1 {
+                format!(" (one read of the kernel's tables every {min}s)")
+            } else {
+                String::new()
+            };
+            format!("seconds must be a whole number from {min} to {max}{why}, not '{shown}'")
+        })
+}
+
+/// The sleeps that ended since this scraper's previous pull (`pulls`), or in the last
+/// `seconds` for its first.
+async fn offcpu(
+    State(shared): State<Shared>,
+    RawQuery(query): RawQuery,
+    peer: Option<Extension<Peer>>,
+    headers: HeaderMap,
+) -> Response {
     let seconds = match profile_seconds(query.as_deref(), min_seconds(shared.interval)) {
         Ok(s) => s,
         Err(why) => return text(StatusCode::BAD_REQUEST, format!("{why}\n")),
     };
+    let agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let who = pulls::scraper_name(query.as_deref(), peer.and_then(|Extension(p)| p.0), agent);
     let latest = shared.latest();
     let now = crate::time::monotonic_ns();
+    let span = shared
+        .pulls
+        .next(&who, seconds, now, latest.window_from_ns(), latest.taken_ns);
     // Encoding is CPU work: off the threads that answer the other requests.
-    match tokio::task::spawn_blocking(move || latest.profile(seconds, now)).await {
+    match tokio::task::spawn_blocking(move || latest.profile(span.after_ns)).await {
         Ok(body) => (
             [
                 (header::CONTENT_TYPE, "application/octet-stream"),
@@ -266,6 +294,8 @@ mod tests {
         // Percent-encoded, as any URL may be.
         assert_eq!(profile_seconds(Some("seconds=%33%30"), 1), Ok(30));
         assert_eq!(profile_seconds(Some("%73econds=7"), 1), Ok(7));
+        // The first seconds only (Parca can repeat it).
+        assert_eq!(profile_seconds(Some("seconds=10&seconds=x"), 1), Ok(10));
         for bad in [
             "seconds=0",
             "seconds=301",

@@ -68,6 +68,8 @@ impl Named {
 /// What one read added: per backtrace, the sleeps that ended since the read before.
 #[derive(Debug, Default)]
 pub struct Delta {
+    /// CLOCK_MONOTONIC of the read before (0 for the first: since the probe attached).
+    pub from_ns: u64,
     /// CLOCK_MONOTONIC of the read.
     pub taken_ns: u64,
     pub samples: Vec<(Arc<Named>, u64, u64)>,
@@ -86,14 +88,19 @@ pub struct Published {
 }
 
 impl Published {
-    /// The profile of the sleeps that ended in the last `seconds` (by the reads that saw them
-    /// end), gzipped pprof.
+    /// Where the window reaches back to: it holds every read taken after this
+    /// (CLOCK_MONOTONIC).
     #[must_use]
-    pub fn profile(&self, seconds: u32, now_ns: u64) -> Vec<u8> {
-        let span = u64::from(seconds) * 1_000_000_000;
-        let since = now_ns.saturating_sub(span);
+    pub fn window_from_ns(&self) -> u64 {
+        self.window.first().map_or(self.taken_ns, |d| d.from_ns)
+    }
+
+    /// The profile of the sleeps that the reads taken after `after_ns` (CLOCK_MONOTONIC) saw
+    /// end, up to the latest read, gzipped pprof.
+    #[must_use]
+    pub fn profile(&self, after_ns: u64) -> Vec<u8> {
         let mut merged: HashMap<(&[String], &str), (u64, u64)> = HashMap::new();
-        for delta in self.window.iter().filter(|d| d.taken_ns > since) {
+        for delta in self.window.iter().filter(|d| d.taken_ns > after_ns) {
             for (named, count, ns) in &delta.samples {
                 let named = named.current();
                 let e = merged
@@ -113,8 +120,17 @@ impl Published {
             })
             .collect();
         samples.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.frames.cmp(&b.frames)));
-        let end = self.wall_ns;
-        pprof::encode(&samples, end.saturating_sub(span), span)
+        // From the first read it holds (or the time asked for) to the latest, in wall time.
+        let from = self
+            .window
+            .iter()
+            .find(|d| d.taken_ns > after_ns)
+            .map_or(
+                after_ns,
+                |d| if d.from_ns == 0 { after_ns } else { d.from_ns },
+            );
+        let span = self.taken_ns.saturating_sub(from);
+        pprof::encode(&samples, self.wall_ns.saturating_sub(span), span)
     }
 }
 
@@ -156,6 +172,8 @@ pub struct Accumulator {
     cgroup_order: Vec<String>,
     /// Cgroups folded into "other".
     cgroups_folded: u64,
+    /// The full container id of each label that names a container (a series of its own).
+    container_ids: std::collections::BTreeMap<String, String>,
 }
 
 /// The default of `--max-cgroups`.
@@ -185,6 +203,7 @@ impl Accumulator {
             cgroup_unnamed: HashSet::new(),
             cgroup_order: Vec::new(),
             cgroups_folded: 0,
+            container_ids: std::collections::BTreeMap::new(),
         }
     }
 
@@ -243,6 +262,7 @@ impl Accumulator {
         for id in found {
             self.cgroup_unnamed.remove(&id);
             let label = Self::cgroup_label_of(snap, id);
+            self.note_container(snap, id, &label);
             let old = self.cgroup_label.insert(id, Some(label.clone())).flatten();
             // `cgroup ID` was this cgroup's alone: its name takes its place (or, where the
             // name is a series already, its place goes).
@@ -269,6 +289,7 @@ impl Accumulator {
                 if !known {
                     self.cgroup_order.push(label.clone());
                 }
+                self.note_container(snap, id, &label);
                 if snap.cgroup_paths.get(&id).is_none_or(|p| p.path.is_none()) {
                     self.cgroup_unnamed.insert(id);
                 }
@@ -303,6 +324,14 @@ impl Accumulator {
             out.push((OTHER.to_owned(), c, n));
         }
         out
+    }
+
+    /// Keeps the full id of the container cgroup `id` is, for its series' `label`.
+    fn note_container(&mut self, snap: &Snapshot, id: u64, label: &str) {
+        let path = snap.cgroup_paths.get(&id).and_then(|p| p.path.as_deref());
+        if let Some(full) = path.and_then(crate::cgroups::container_id) {
+            self.container_ids.insert(label.to_owned(), full);
+        }
     }
 
     fn slot(&mut self, reason: &str, state: &'static str) -> usize {
@@ -392,6 +421,7 @@ impl Accumulator {
         config: &ProbeConfig,
     ) -> Published {
         let mut delta = Delta {
+            from_ns: self.window.back().map_or(0, |d| d.taken_ns),
             taken_ns: snap.taken_ns,
             samples: Vec::new(),
         };
@@ -458,6 +488,7 @@ impl Accumulator {
                 folded: self.folded.len() as u64,
                 cgroups,
                 cgroups_folded: self.cgroups_folded,
+                container_ids: self.container_ids.clone(),
                 counters: snap.counters.clone(),
                 hidden: snap.hidden.clone(),
                 programs: snap.programs.clone(),
@@ -623,7 +654,7 @@ ffffffff81402000 T __lock_text_end
         assert_eq!(p.live.series[2].count, 2);
         assert_eq!(p.window.len(), 2);
         // Rendered: each series' cumulative buckets end at +Inf.
-        let text = render_live(&p.live, Flavor::Prometheus);
+        let text = render_live(&p.live, None, Flavor::Prometheus);
         assert!(
             text.contains("latprof_sleeps_total{reason=\"other\",state=\"SD\"} 2\n"),
             "{text}"
@@ -637,7 +668,7 @@ ffffffff81402000 T __lock_text_end
             text.contains("# TYPE latprof_sleeps_total counter"),
             "{text}"
         );
-        let om = render_live(&p.live, Flavor::OpenMetrics);
+        let om = render_live(&p.live, None, Flavor::OpenMetrics);
         assert!(om.contains("# TYPE latprof_sleeps counter"), "{om}");
         assert!(om.ends_with("# EOF\n"));
     }
@@ -655,14 +686,56 @@ ffffffff81402000 T __lock_text_end
             pprof::Profile::decode(raw.as_slice()).unwrap()
         };
         // The last second (now: 2.5 s): 3 more nanosleeps and 4 of stack 2.
-        let last = decode(p.profile(1, 2_500_000_000));
+        let last = decode(p.profile(1_500_000_000));
         let mut counts: Vec<i64> = last.sample.iter().map(|s| s.value[0]).collect();
         counts.sort_unstable();
         assert_eq!(counts, [3, 4]);
-        let all = decode(p.profile(300, 2_500_000_000));
+        let all = decode(p.profile(0));
         let mut counts: Vec<i64> = all.sample.iter().map(|s| s.value[0]).collect();
         counts.sort_unstable();
         assert_eq!(counts, [4, 13]);
+    }
+
+    /// Parca's pull (9 s every 10 s) and Alloy's (14 s every 15 s), each continuing from its
+    /// previous one: over 130 s of reads every second, each with a known number of new
+    /// sleeps, the pulled profiles add up to every sleep once, and each says what it spans.
+    #[test]
+    fn continued_pulls_hold_every_sleep_once() {
+        use crate::serve::pulls::Pulls;
+        let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal");
+        let pulls = Pulls::default();
+        let (mut total, mut pulled) = (0u64, [0i64; 2]);
+        let mut spans = [0i64; 2];
+        for t in 1..=130u64 {
+            // t new sleeps at second t: every read differs.
+            total += t;
+            let p = update(&mut acc, &snap(&[(1, total)], t));
+            for (i, (who, every, seconds)) in [("parca", 10, 9), ("alloy", 15, 14)]
+                .into_iter()
+                .enumerate()
+            {
+                // The first pull before any sleep of interest: at the first read.
+                if t % every != 0 && t != 1 {
+                    continue;
+                }
+                let now = t * 1_000_000_000 + 300_000_000;
+                let span = pulls.next(who, seconds, now, p.window_from_ns(), p.taken_ns);
+                let mut raw = Vec::new();
+                flate2::read::GzDecoder::new(p.profile(span.after_ns).as_slice())
+                    .read_to_end(&mut raw)
+                    .unwrap();
+                let profile = pprof::Profile::decode(raw.as_slice()).unwrap();
+                pulled[i] += profile.sample.iter().map(|s| s.value[0]).sum::<i64>();
+                if span.continued {
+                    spans[i] += profile.duration_nanos;
+                }
+            }
+        }
+        // Up to the last pull of each (at 130 s Parca's, at 120 s Alloy's).
+        let upto = |last: u64| i64::try_from((1..=last).sum::<u64>()).unwrap();
+        assert_eq!(pulled, [upto(130), upto(120)]);
+        assert_eq!(spans, [129_000_000_000, 119_000_000_000]);
+        assert_eq!(total, 130 * 131 / 2);
     }
 
     #[test]
@@ -694,7 +767,7 @@ ffffffff81402000 T __lock_text_end
             p = update(&mut acc, &s);
         }
         assert_eq!(p.window.len(), 3000);
-        let profile = p.profile(300, 4000 * 100_000_000);
+        let profile = p.profile(100 * 1_000_000_000);
         let mut raw = Vec::new();
         flate2::read::GzDecoder::new(profile.as_slice())
             .read_to_end(&mut raw)
@@ -737,7 +810,7 @@ ffffffff81402000 T __lock_text_end
             ]
         );
         assert_eq!(p.live.cgroups_folded, 2);
-        let text = render_live(&p.live, Flavor::OpenMetrics);
+        let text = render_live(&p.live, None, Flavor::OpenMetrics);
         assert!(
             text.contains("latprof_cgroup_sleeps_total{cgroup=\"other\"} 8"),
             "{text}"
@@ -745,6 +818,41 @@ ffffffff81402000 T __lock_text_end
     }
     /// Two cgroups of one name share a series, a cgroup named "other" does not pass for the
     /// folded ones, and one whose path was unknown takes its name once found: no label twice.
+    /// A container's series carries its full id (what other tools join on), beside the short
+    /// one in its name; another cgroup's has none.
+    #[test]
+    fn a_container_series_carries_its_full_id() {
+        use crate::cgroups::CgroupPath;
+        const ID: &str = "4c1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8";
+        let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal");
+        let mut s = snap_in_cgroups(&[(20, 50), (21, 40)], 1);
+        for (id, path) in [
+            (20, format!("/system.slice/docker-{ID}.scope")),
+            (21, "/system.slice/nginx.service".to_owned()),
+        ] {
+            s.cgroup_paths.insert(
+                id,
+                CgroupPath {
+                    path: Some(path),
+                    removed: false,
+                },
+            );
+        }
+        let p = update(&mut acc, &s);
+        let text = render_live(&p.live, None, Flavor::Prometheus);
+        assert!(
+            text.contains(&format!(
+                "latprof_cgroup_sleeps_total{{cgroup=\"docker:{}\",container_id=\"{ID}\"}} 50",
+                &ID[..12]
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("latprof_cgroup_sleeps_total{cgroup=\"nginx.service\"} 40"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn cgroup_labels_are_never_repeated() {
         use crate::cgroups::CgroupPath;
@@ -806,7 +914,7 @@ ffffffff81402000 T __lock_text_end
         assert_eq!(p.live.cgroups[0].1, 95);
         assert_eq!(p.live.cgroups[3].1, 7);
         assert_eq!(p.live.cgroups_folded, 1);
-        let text = render_live(&p.live, Flavor::Prometheus);
+        let text = render_live(&p.live, None, Flavor::Prometheus);
         let series: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("latprof_cgroup_sleeps_total{"))
@@ -832,11 +940,11 @@ ffffffff81402000 T __lock_text_end
             p.live.series
         );
         for flavor in [Flavor::Prometheus, Flavor::OpenMetrics] {
-            let text = render_live(&p.live, flavor);
+            let text = render_live(&p.live, None, flavor);
             assert!(!text.contains("0x") && !text.contains("ffffffff"), "{text}");
         }
         let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(p.profile(300, 2_000_000_000).as_slice())
+        flate2::read::GzDecoder::new(p.profile(0).as_slice())
             .read_to_end(&mut raw)
             .unwrap();
         let profile = pprof::Profile::decode(raw.as_slice()).unwrap();
@@ -890,14 +998,14 @@ ffffffff81402000 T __lock_text_end
         let mut s = snap(&[(1, 5)], 1);
         s.user_parts = [(1, 100)].into();
         let p = update(&mut acc, &s);
-        let text = render_live(&p.live, Flavor::Prometheus);
+        let text = render_live(&p.live, None, Flavor::Prometheus);
         assert!(
             text.contains(
                 "latprof_sleeps_total{reason=\"Application requested delay\",state=\"S\"} 5\n"
             ),
             "{text}"
         );
-        let first = traces(&decode(p.profile(300, 1_500_000_000)));
+        let first = traces(&decode(p.profile(0)));
         assert_eq!(first.len(), 1, "{first:?}");
         assert_eq!(
             first[0].0.last().map(String::as_str),
@@ -919,7 +1027,7 @@ ffffffff81402000 T __lock_text_end
         let p = update(&mut acc, &s);
         assert_eq!(p.live.series.len(), 1, "{:?}", p.live.series);
         assert_eq!(p.live.series[0].count, 10);
-        let last = traces(&decode(p.profile(1, 3_500_000_000)));
+        let last = traces(&decode(p.profile(2_500_000_000)));
         assert_eq!(last.len(), 1, "{last:?}");
         assert!(
             last[0]
@@ -931,7 +1039,7 @@ ffffffff81402000 T __lock_text_end
         assert!(!last[0].0.iter().any(|f| f == UNNAMED), "{last:?}");
         // A profile over all three reads shows every sleep under the name, the unnamed reads'
         // too: one sample of 10.
-        let all = traces(&decode(p.profile(300, 3_500_000_000)));
+        let all = traces(&decode(p.profile(0)));
         assert_eq!(all.len(), 1, "{all:?}");
         assert_eq!(all[0].0, last[0].0);
         assert_eq!(all[0].1, 10);

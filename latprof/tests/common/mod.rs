@@ -10,6 +10,7 @@ use std::{
 
 pub mod cgroups;
 pub mod probe;
+pub mod serve;
 pub mod ustacks;
 pub mod vm;
 

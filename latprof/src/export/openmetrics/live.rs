@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use latprof_common::{Counter, HIST_BUCKETS};
 
-use super::{Flavor, cpu_events, family_in, hidden_sleeps, label, seconds};
+use super::{Flavor, Process, cpu_events, family_in, hidden_sleeps, label, seconds};
 use crate::{
     collect::{Counters, HiddenSleeps},
     export::counters::CpuTicks,
@@ -36,6 +36,8 @@ pub struct Live {
     pub cgroups: Vec<(String, u64, u64)>,
     /// Cgroups folded into `cgroup="other"`.
     pub cgroups_folded: u64,
+    /// The full id of each cgroup label that names a container (`container_id` label).
+    pub container_ids: std::collections::BTreeMap<String, String>,
     pub counters: Counters,
     /// The check of lost and recovered sleeps against the switches the kernel hid.
     pub hidden: HiddenSleeps,
@@ -54,14 +56,15 @@ fn bucket_le(i: usize) -> String {
     seconds((1u64 << (i + 1)) * 1000)
 }
 
-/// The live exposition in `flavor`.
+/// The live exposition in `flavor`, with latprof's own `process` (read at the scrape).
 #[must_use]
-pub fn render_live(live: &Live, flavor: Flavor) -> String {
+pub fn render_live(live: &Live, process: Option<&Process>, flavor: Flavor) -> String {
     let mut out = String::with_capacity(256 + live.series.len() * 3000);
     series(&mut out, live, flavor);
     cgroups(&mut out, live, flavor);
     pipeline(&mut out, live, flavor);
     tables(&mut out, live, flavor);
+    super::process::render(&mut out, process, flavor);
     if flavor == Flavor::OpenMetrics {
         out.push_str("# EOF\n");
     }
@@ -142,6 +145,15 @@ fn series(out: &mut String, live: &Live, flavor: Flavor) {
     let _ = writeln!(out, "latprof_folded_series {}", live.folded);
 }
 
+/// A cgroup series' labels: its name, and the full id of the container it is, where it is one
+/// (one id per name: the series stay as many as `--max-cgroups`).
+fn cgroup_labels(live: &Live, name: &str) -> String {
+    match live.container_ids.get(name) {
+        Some(id) => format!("cgroup=\"{}\",container_id=\"{}\"", label(name), label(id)),
+        None => format!("cgroup=\"{}\"", label(name)),
+    }
+}
+
 /// Each cgroup's sleeps and time; how many were folded.
 fn cgroups(out: &mut String, live: &Live, flavor: Flavor) {
     family_in(
@@ -155,8 +167,8 @@ fn cgroups(out: &mut String, live: &Live, flavor: Flavor) {
     for (name, count, _) in &live.cgroups {
         let _ = writeln!(
             out,
-            "latprof_cgroup_sleeps_total{{cgroup=\"{}\"}} {count}",
-            label(name)
+            "latprof_cgroup_sleeps_total{{{}}} {count}",
+            cgroup_labels(live, name)
         );
     }
     family_in(
@@ -170,8 +182,8 @@ fn cgroups(out: &mut String, live: &Live, flavor: Flavor) {
     for (name, _, ns) in &live.cgroups {
         let _ = writeln!(
             out,
-            "latprof_cgroup_sleep_seconds_total{{cgroup=\"{}\"}} {}",
-            label(name),
+            "latprof_cgroup_sleep_seconds_total{{{}}} {}",
+            cgroup_labels(live, name),
             seconds(*ns)
         );
     }
@@ -263,7 +275,7 @@ fn pipeline(out: &mut String, live: &Live, flavor: Flavor) {
     cpu_events(out, &live.cpus);
 }
 
-/// latprof's kernel tables, reads and version.
+/// latprof's kernel tables, reads and mode.
 fn tables(out: &mut String, live: &Live, flavor: Flavor) {
     family_in(
         flavor,
@@ -299,15 +311,10 @@ fn tables(out: &mut String, live: &Live, flavor: Flavor) {
     family_in(
         flavor,
         out,
-        "latprof_info",
+        "latprof_mode_info",
         "gauge",
         None,
-        "latprof's version and mode.",
+        "latprof's mode (lazy: per-task data merged at exit; normal: global data on every sleep) (1).",
     );
-    let _ = writeln!(
-        out,
-        "latprof_info{{version=\"{}\",mode=\"{}\"}} 1",
-        env!("CARGO_PKG_VERSION"),
-        live.mode
-    );
+    let _ = writeln!(out, "latprof_mode_info{{mode=\"{}\"}} 1", live.mode);
 }

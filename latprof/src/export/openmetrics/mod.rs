@@ -3,8 +3,10 @@
 //! EOF` at the end. `render_live`: what `latprof serve` answers at /metrics, per reason and
 //! state, with histograms and latprof's health, in OpenMetrics 1.0 or Prometheus text 0.0.4.
 mod live;
+mod process;
 
 pub use live::{Live, Series, render_live};
+pub use process::Process;
 
 use std::fmt::Write as _;
 
