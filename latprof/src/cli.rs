@@ -36,6 +36,11 @@ pub struct Cli {
     /// event also updates the global table (latencytop's mode 1).
     #[arg(long, global = true, help_heading = "Probe", value_enum, default_value_t = Mode::Lazy)]
     pub mode: Mode,
+    /// The sample labels of pprof profiles (stats and dump --format pprof, serve): `state`,
+    /// `reason`, both (comma-separated) or `none`. The reason is each sample's root frame
+    /// whatever this says; as a label it is a series per reason to a fleet backend.
+    #[arg(long, global = true, help_heading = "Output", value_parser = parse_labels, default_value = "state", value_name = "LIST")]
+    pub profile_labels: crate::export::pprof::Labels,
     /// Frames shown per backtrace [default: 12; replay and dump: the recording's].
     #[arg(long, global = true, help_heading = "Probe", value_parser = clap::value_parser!(u16).range(1..=127))]
     pub stack_depth: Option<u16>,
@@ -516,6 +521,30 @@ impl Cli {
             percpu: None,
         }
     }
+}
+
+/// `--profile-labels`: `state`, `reason`, both comma-separated, or `none`.
+fn parse_labels(text: &str) -> Result<crate::export::pprof::Labels, String> {
+    let mut labels = crate::export::pprof::Labels {
+        state: false,
+        reason: false,
+    };
+    if text == "none" {
+        return Ok(labels);
+    }
+    for part in text.split(',') {
+        match part.trim() {
+            "state" => labels.state = true,
+            "reason" => labels.reason = true,
+            other => {
+                return Err(format!(
+                    "'{}' is no profile label: state, reason, or none",
+                    crate::text::printable(other)
+                ));
+            }
+        }
+    }
+    Ok(labels)
 }
 
 #[cfg(test)]

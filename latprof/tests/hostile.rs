@@ -144,6 +144,7 @@ fn key_frame_info() -> Enc {
     e.bool(false); // wakers (format 6)
     e.bool(false); // waker stacks
     e.bool(false); // user stacks (format 7)
+    e.str(""); // the kernel's build id (format 8)
     e
 }
 

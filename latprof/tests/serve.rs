@@ -484,9 +484,107 @@ fn profile_carries_user_frames() {
         kernel.is_some() && user > kernel,
         "the workload's own frame after the kernel's: {frames:?}"
     );
+    profile_shape(&std::fs::read(&file).expect("the profile"), &dir);
     drop(serve);
     work.release();
     std::fs::remove_dir_all(&dir).expect("remove temp dir");
+}
+
+/// The shape fleet backends read (issue 28), in a profile of the workload's nanosleeps with
+/// user frames: the kernel's mapping with the kernel's build id, the workload binary's own
+/// mapping with its path and build id, bare function names with their source file and line,
+/// the reason as the root frame, the state as a label; `go tool pprof -functions` lists the
+/// workload's function once, `-lines` with its source line.
+fn profile_shape(gz: &[u8], home: &Path) {
+    let p = latprof::export::pprof::decode(gz).expect("a profile");
+    let sample = p
+        .sample
+        .iter()
+        .find(|s| p.frame_names(s).contains(&"hrtimer_nanosleep"))
+        .expect("a nanosleep sample");
+    let labels: Vec<(&str, &str)> = sample
+        .label
+        .iter()
+        .map(|l| (p.string(l.key), p.string(l.str)))
+        .collect();
+    assert_eq!(labels, [("state", "S")]);
+    assert_eq!(
+        p.frame_names(sample).last(),
+        Some(&NANOSLEEP),
+        "the reason is the root"
+    );
+    let at = |id: u64| p.location.iter().find(|l| l.id == id).expect("location");
+    let mapping = |id: u64| p.mapping.iter().find(|m| m.id == id).expect("mapping");
+    let function = |id: u64| p.function.iter().find(|f| f.id == id).expect("function");
+    let kernel_id = std::fs::read("/sys/kernel/notes")
+        .ok()
+        .and_then(|n| latprof::probe::facts::gnu_build_id(&n))
+        .expect("this kernel's build id");
+    let workload = common::workload_bin();
+    let mut seen_kernel = false;
+    let mut own = None;
+    for &id in &sample.location_id {
+        let loc = at(id);
+        let m = mapping(loc.mapping_id);
+        let f = function(loc.line[0].function_id);
+        let name = p.string(f.name);
+        assert!(m.has_functions, "{m:?}");
+        assert!(!name.contains(" ("), "a bare function name: {name}");
+        if name == "hrtimer_nanosleep" {
+            assert_eq!(p.string(m.filename), "[kernel.kallsyms]");
+            assert_eq!(p.string(m.build_id), kernel_id);
+            seen_kernel = true;
+        }
+        if name.starts_with("latprof_bench::workload::nanosleep") {
+            own = Some((name, p.string(f.filename), loc.line[0].line, m));
+        }
+    }
+    assert!(seen_kernel);
+    let (name, file, line, m) = own.expect("the workload's own frame");
+    assert_eq!(
+        std::path::Path::new(p.string(m.filename)),
+        workload,
+        "{m:?}"
+    );
+    assert!(
+        !p.string(m.build_id).is_empty(),
+        "the workload binary's build id"
+    );
+    assert!(m.has_filenames && m.has_line_numbers, "{m:?}");
+    let rust = std::path::Path::new(file)
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("rs"));
+    assert!(rust && line > 0, "{name} at {file}:{line}");
+    let go = |view: &str| -> String {
+        let path = home.join("shape.pb.gz");
+        std::fs::write(&path, gz).expect("write");
+        let out = Command::new("go")
+            .args([
+                "tool",
+                "pprof",
+                "-top",
+                "-nodecount=1000",
+                view,
+                "-sample_index=sleeps",
+            ])
+            .arg(&path)
+            .env("HOME", home)
+            .env("PPROF_TMPDIR", home)
+            .output()
+            .expect("go tool pprof");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let functions = go("-functions");
+    let rows = functions.lines().filter(|l| l.ends_with(name)).count();
+    assert_eq!(rows, 1, "{name} once in -functions:\n{functions}");
+    let lines = go("-lines");
+    let at_line = format!("{name} {file}:{line}");
+    assert!(lines.contains(&at_line), "{at_line} in -lines:\n{lines}");
 }
 
 /// The nanosleep samples `go tool pprof -traces` shows in `file`: their count (summed) and
@@ -511,7 +609,11 @@ fn go_pprof_nanosleep(file: &Path, home: &Path) -> (u64, Vec<String>) {
         let mut count = None;
         let mut frames = Vec::new();
         for line in block.lines().map(str::trim).filter(|l| !l.is_empty()) {
-            if line.starts_with("reason:") || line.starts_with('-') {
+            // A sample's labels (`state:[S]`) and separators are no frames.
+            let label = line
+                .split_once(":[")
+                .is_some_and(|(key, _)| key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+            if label || line.starts_with('-') {
                 continue;
             }
             let mut words = line.split_whitespace();

@@ -87,6 +87,7 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
         depth,
         info: Some(&rec.info),
         kernel: Some(&rec.info.kernel),
+        labels: cli.profile_labels,
         spikes: &spikes,
         reader_sleeps: Some(rec.spikes_until(cur.taken_ns, 0).1),
     };

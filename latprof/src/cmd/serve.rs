@@ -42,6 +42,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         cli.mode.as_str(),
     )
     .with_max_cgroups(args.max_cgroups as usize)
+    .with_labels(cli.profile_labels)
     .with_interval(args.interval);
     let first = acc.update(
         &collector.snapshot(&session.probe)?,

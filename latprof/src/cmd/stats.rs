@@ -82,6 +82,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         depth: usize::from(cli.depth()),
         info: None,
         kernel: Some(&kernel),
+        labels: cli.profile_labels,
         spikes: &[],
         reader_sleeps: None,
     };

@@ -13,42 +13,8 @@ pub fn render(format: Format, scope: &Scope<'_>) -> Vec<u8> {
         Format::Json => super::json::render(scope).into_bytes(),
         Format::Folded => folded(scope).into_bytes(),
         Format::Openmetrics => metrics(scope).into_bytes(),
-        Format::Pprof => profile(scope),
+        Format::Pprof => super::profiles::by_cgroup(scope),
     }
-}
-
-/// A pprof profile whose samples have the cgroup's name as their outermost frame.
-fn profile(scope: &Scope<'_>) -> Vec<u8> {
-    let mut owned: Vec<(String, Vec<String>, String, u64, u64)> = Vec::new();
-    for row in rows(scope, true) {
-        for c in model::causes(row.records, scope.cur, scope.syms, scope.depth) {
-            let mut frames: Vec<String> =
-                c.backtrace.lines().into_iter().map(str::to_owned).collect();
-            frames.push(row.name.clone());
-            owned.push((
-                row.name.clone(),
-                frames,
-                scope.reasons.reason(&c.backtrace),
-                c.count,
-                c.total_ns,
-            ));
-        }
-    }
-    let samples: Vec<super::pprof::Sample<'_>> = owned
-        .iter()
-        .map(
-            |(_, frames, reason, count, total_ns)| super::pprof::Sample {
-                frames: frames.iter().map(String::as_str).collect(),
-                reason,
-                count: *count,
-                total_ns: *total_ns,
-            },
-        )
-        .collect();
-    let (start, duration) = scope.base.map_or((scope.cur.wall_ns, 0), |b| {
-        (b.wall_ns, scope.cur.wall_ns.saturating_sub(b.wall_ns))
-    });
-    super::pprof::encode(&samples, start, duration)
 }
 
 /// The cgroups in scope: `--pid` narrows nothing here (a process's cgroups are its own).
@@ -270,6 +236,7 @@ ffffffff81401000 T __sched_text_end
             depth: 12,
             info: None,
             kernel: None,
+            labels: crate::export::pprof::Labels::default(),
             spikes: &[],
             reader_sleeps: None,
         };
@@ -366,9 +333,16 @@ cgroup 300;pipe_read 2
         assert_eq!(
             frames,
             [
-                (vec!["hrtimer_nanosleep", "nginx.service"], 3),
-                (vec!["pipe_read", "odd\"dir\\x;y"], 5),
-                (vec!["pipe_read", "cgroup 300"], 1),
+                (
+                    vec![
+                        "hrtimer_nanosleep",
+                        "Application requested delay",
+                        "nginx.service"
+                    ],
+                    3
+                ),
+                (vec!["pipe_read", "Waiting for a pipe", "odd\"dir\\x;y"], 5),
+                (vec!["pipe_read", "Waiting for a pipe", "cgroup 300"], 1),
             ]
         );
     }

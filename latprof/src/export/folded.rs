@@ -16,7 +16,12 @@ pub fn render(causes: &[Cause]) -> String {
         }
         // Off-CPU flame graphs: the user frames outermost (from main in), then the kernel's
         // down to the function that chose to sleep.
-        let mut frames: Vec<String> = c.user.iter().rev().map(|f| f.replace(';', ":")).collect();
+        let mut frames: Vec<String> = c
+            .user
+            .iter()
+            .rev()
+            .map(|f| f.name.replace(';', ":"))
+            .collect();
         frames.extend(c.backtrace.lines().into_iter().rev().map(str::to_owned));
         let _ = writeln!(out, "{} {us}", frames.join(";"));
     }

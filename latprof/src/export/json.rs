@@ -269,7 +269,7 @@ fn causes_json(
                 kind,
                 average_ns: c.total_ns.checked_div(c.count).unwrap_or(0),
                 frames: c.backtrace.lines().into_iter().map(str::to_owned).collect(),
-                user_frames: c.user.clone(),
+                user_frames: crate::model::user_names(&c.user),
                 wakers: wakers
                     .get(&c.backtrace)
                     .map(|lines| wakers_json(scope, lines))

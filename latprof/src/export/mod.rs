@@ -6,6 +6,7 @@ pub mod folded;
 pub mod json;
 pub mod openmetrics;
 pub mod pprof;
+pub mod profiles;
 pub mod text;
 
 use latprof_common::{GlobalRecord, RUNQ_STACK};
@@ -56,6 +57,8 @@ pub struct Scope<'a> {
     pub info: Option<&'a RecordingInfo>,
     /// The kernel's tick facts (from the recording, or of this machine).
     pub kernel: Option<&'a crate::probe::KernelFacts>,
+    /// The sample labels of pprof profiles (`--profile-labels`).
+    pub labels: pprof::Labels,
     /// Spike events of the interval (a recording's), oldest first.
     pub spikes: &'a [crate::collect::Spike],
     /// The spike reader's sleeps by `cur` (a recording's).
@@ -103,34 +106,6 @@ pub fn render(format: Format, scope: &Scope<'_>) -> Vec<u8> {
         Format::Json => json::render(scope).into_bytes(),
         Format::Folded => folded::render(&scope.causes(true)).into_bytes(),
         Format::Openmetrics => openmetrics::render(scope).into_bytes(),
-        Format::Pprof => {
-            let causes = scope.causes(true);
-            let reasons: Vec<String> = causes
-                .iter()
-                .map(|c| scope.reasons.reason(&c.backtrace))
-                .collect();
-            let samples: Vec<pprof::Sample<'_>> = causes
-                .iter()
-                .zip(&reasons)
-                .map(|(c, reason)| pprof::Sample {
-                    // Innermost first: the kernel's, then the user frames outward.
-                    frames: c
-                        .backtrace
-                        .lines()
-                        .into_iter()
-                        .chain(c.user.iter().map(String::as_str))
-                        .collect(),
-                    reason,
-                    count: c.count,
-                    total_ns: c.total_ns,
-                })
-                .collect();
-            // Between two snapshots the profile covers their interval; a single one, everything
-            // since the collection began (its length unknown here).
-            let (start, duration) = scope.base.map_or((scope.cur.wall_ns, 0), |b| {
-                (b.wall_ns, scope.cur.wall_ns.saturating_sub(b.wall_ns))
-            });
-            pprof::encode(&samples, start, duration)
-        }
+        Format::Pprof => profiles::by_cause(scope),
     }
 }

@@ -71,8 +71,15 @@ pub struct Mapping {
     pub id: u64,
     #[prost(int64, tag = "5")]
     pub filename: i64,
+    /// The GNU build id, in hex.
+    #[prost(int64, tag = "6")]
+    pub build_id: i64,
     #[prost(bool, tag = "7")]
     pub has_functions: bool,
+    #[prost(bool, tag = "8")]
+    pub has_filenames: bool,
+    #[prost(bool, tag = "9")]
+    pub has_line_numbers: bool,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -89,6 +96,8 @@ pub struct Location {
 pub struct Line {
     #[prost(uint64, tag = "1")]
     pub function_id: u64,
+    #[prost(int64, tag = "2")]
+    pub line: i64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -99,16 +108,101 @@ pub struct Function {
     pub name: i64,
     #[prost(int64, tag = "3")]
     pub system_name: i64,
+    #[prost(int64, tag = "4")]
+    pub filename: i64,
+}
+
+/// Where a frame's code is: each place is a `Mapping` of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Place<'a> {
+    /// The kernel (`[kernel.kallsyms]`, with the kernel's build id).
+    Kernel,
+    /// A file a process mapped: its path as the process saw it and its GNU build id (hex;
+    /// empty: none).
+    File { path: &'a str, build_id: &'a str },
+    /// Code in no file: JIT code, the vDSO's neighbours, a frame not named.
+    Anonymous,
+    /// A frame latprof adds at the root: the reason, a cgroup (`[latprof]`).
+    Latprof,
+}
+
+/// One frame: its name as the views show it (a user frame's may end in ` (file:line)`) and
+/// where its code is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Frame<'a> {
+    pub name: &'a str,
+    pub place: Place<'a>,
+}
+
+impl<'a> Frame<'a> {
+    #[must_use]
+    pub fn kernel(name: &'a str) -> Self {
+        Self {
+            name,
+            place: Place::Kernel,
+        }
+    }
+
+    #[must_use]
+    pub fn user(frame: &'a crate::ustacks::UserFrame) -> Self {
+        Self {
+            name: &frame.name,
+            place: if frame.module.is_empty() {
+                Place::Anonymous
+            } else {
+                Place::File {
+                    path: &frame.module,
+                    build_id: &frame.build_id,
+                }
+            },
+        }
+    }
+
+    #[must_use]
+    pub fn latprof(name: &'a str) -> Self {
+        Self {
+            name,
+            place: Place::Latprof,
+        }
+    }
 }
 
 /// One backtrace's numbers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample<'a> {
-    /// Innermost first (the function that chose to sleep first).
-    pub frames: Vec<&'a str>,
+    /// Innermost first (the function that chose to sleep first), the reason outermost (then,
+    /// by cgroup, the cgroup): flame graphs group by it at no series' cost.
+    pub frames: Vec<Frame<'a>>,
     pub reason: &'a str,
+    /// "S", "D", "SD" or "R" (`model::state_of`).
+    pub state: &'a str,
     pub count: u64,
     pub total_ns: u64,
+}
+
+/// The sample labels a profile carries (`--profile-labels`): each distinct value is a series
+/// to a fleet backend (Pyroscope), so the reason, one of dozens, is a root frame by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Labels {
+    pub state: bool,
+    pub reason: bool,
+}
+
+impl Default for Labels {
+    fn default() -> Self {
+        Self {
+            state: true,
+            reason: false,
+        }
+    }
+}
+
+/// What a profile needs beside its samples.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Shape<'a> {
+    /// The kernel's GNU build id in hex (`/sys/kernel/notes`); empty: not known.
+    pub kernel_build_id: &'a str,
+    pub labels: Labels,
 }
 
 /// A frame as a profile names it: an address the symbols did not name (printed `0x...`) is a
@@ -163,73 +257,167 @@ fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// The profile of `samples`, starting at `start_ns` (ns since the Unix epoch) and lasting
-/// `duration_ns` (0: unknown).
+/// A user frame's name split into its function and, where the binary's DWARF gave them, its
+/// source file and line: `wait_for_request (server.c:21)` -> (`wait_for_request`,
+/// `server.c`, 21).
 #[must_use]
-pub fn profile(samples: &[Sample<'_>], start_ns: u64, duration_ns: u64) -> Profile {
-    let mut strings = Strings::new();
-    let value_type = |strings: &mut Strings, t: &str, unit: &str| ValueType {
-        r#type: strings.id(t),
+pub fn source_of(name: &str) -> (&str, &str, i64) {
+    let split = name.strip_suffix(')').and_then(|n| {
+        // The first " (": a path may hold one, a function name does not.
+        let (function, place) = n.split_once(" (")?;
+        let (file, line) = place.rsplit_once(':')?;
+        Some((function, file, line.parse().ok()?))
+    });
+    split.unwrap_or((name, "", 0))
+}
+
+/// The tables a profile's frames go in: each place a mapping, each (function, file) a
+/// function, each (place, frame) a location, every string once.
+#[derive(Default)]
+struct Tables<'a> {
+    strings: Strings,
+    mappings: HashMap<Place<'a>, usize>,
+    mapping: Vec<Mapping>,
+    functions: HashMap<(&'a str, &'a str), u64>,
+    function: Vec<Function>,
+    locations: HashMap<Frame<'a>, u64>,
+    location: Vec<Location>,
+}
+
+impl<'a> Tables<'a> {
+    fn mapping(&mut self, place: Place<'a>, kernel_build_id: &str) -> usize {
+        if let Some(&i) = self.mappings.get(&place) {
+            return i;
+        }
+        let (name, build_id) = match place {
+            Place::Kernel => ("[kernel.kallsyms]", kernel_build_id),
+            Place::File { path, build_id } => (path, build_id),
+            Place::Anonymous => ("[anon]", ""),
+            Place::Latprof => ("[latprof]", ""),
+        };
+        let i = self.mapping.len();
+        self.mapping.push(Mapping {
+            id: i as u64 + 1,
+            filename: self.strings.id(name),
+            build_id: self.strings.id(build_id),
+            // Named already: no backend symbolizes them again.
+            has_functions: true,
+            has_filenames: false,
+            has_line_numbers: false,
+        });
+        self.mappings.insert(place, i);
+        i
+    }
+
+    /// The location of `frame` (ids from 1), by what goes out of it.
+    fn location(&mut self, frame: Frame<'a>, kernel_build_id: &str) -> u64 {
+        let frame = Frame {
+            name: match frame.place {
+                Place::Kernel => public_frame(frame.name),
+                Place::Latprof => public_reason(frame.name),
+                Place::File { .. } | Place::Anonymous => frame.name,
+            },
+            ..frame
+        };
+        if let Some(&id) = self.locations.get(&frame) {
+            return id;
+        }
+        let m = self.mapping(frame.place, kernel_build_id);
+        let (name, file, line) = match frame.place {
+            Place::Kernel | Place::Latprof => (frame.name, "", 0),
+            Place::File { .. } | Place::Anonymous => source_of(frame.name),
+        };
+        if !file.is_empty() {
+            self.mapping[m].has_filenames = true;
+        }
+        if line > 0 {
+            self.mapping[m].has_line_numbers = true;
+        }
+        let function_id = if let Some(&id) = self.functions.get(&(name, file)) {
+            id
+        } else {
+            let id = self.function.len() as u64 + 1;
+            let name_id = self.strings.id(name);
+            self.function.push(Function {
+                id,
+                name: name_id,
+                system_name: name_id,
+                filename: self.strings.id(file),
+            });
+            self.functions.insert((name, file), id);
+            id
+        };
+        let id = self.location.len() as u64 + 1;
+        self.location.push(Location {
+            id,
+            mapping_id: self.mapping[m].id,
+            line: vec![Line { function_id, line }],
+        });
+        self.locations.insert(frame, id);
+        id
+    }
+}
+
+/// The profile of `samples`, starting at `start_ns` (ns since the Unix epoch) and lasting
+/// `duration_ns` (0: unknown): one mapping per place (the kernel with its build id, each
+/// binary with its path and build id), bare function names with their source file, lines in
+/// the locations, and the sample labels `shape` asks for.
+#[must_use]
+pub fn profile(
+    samples: &[Sample<'_>],
+    start_ns: u64,
+    duration_ns: u64,
+    shape: &Shape<'_>,
+) -> Profile {
+    let mut t = Tables {
+        strings: Strings::new(),
+        ..Tables::default()
+    };
+    let value_type = |strings: &mut Strings, ty: &str, unit: &str| ValueType {
+        r#type: strings.id(ty),
         unit: strings.id(unit),
     };
     let sample_type = vec![
-        value_type(&mut strings, "sleeps", "count"),
-        value_type(&mut strings, "off_cpu", "nanoseconds"),
+        value_type(&mut t.strings, "sleeps", "count"),
+        value_type(&mut t.strings, "off_cpu", "nanoseconds"),
     ];
     // The nanoseconds: what a flame graph of off-CPU time shows first.
-    let default_sample_type = strings.id("off_cpu");
-    let period_type = Some(value_type(&mut strings, "sleeps", "count"));
-    let mapping = vec![Mapping {
-        id: 1,
-        filename: strings.id("[kernel.kallsyms]"),
-        has_functions: true,
-    }];
-    let reason_key = strings.id("reason");
-    // One function and one location per distinct name (ids from 1).
-    let mut locations: HashMap<&str, u64> = HashMap::new();
-    let mut location = Vec::new();
-    let mut function = Vec::new();
+    let default_sample_type = t.strings.id("off_cpu");
+    let period_type = Some(value_type(&mut t.strings, "sleeps", "count"));
+    let (state_key, reason_key) = (t.strings.id("state"), t.strings.id("reason"));
     let mut sample = Vec::with_capacity(samples.len());
     for s in samples {
-        let mut ids = Vec::with_capacity(s.frames.len());
-        for frame in &s.frames {
-            let name = public_frame(frame);
-            let id = if let Some(&id) = locations.get(name) {
-                id
-            } else {
-                let id = location.len() as u64 + 1;
-                let name_id = strings.id(name);
-                function.push(Function {
-                    id,
-                    name: name_id,
-                    system_name: name_id,
-                });
-                location.push(Location {
-                    id,
-                    mapping_id: 1,
-                    line: vec![Line { function_id: id }],
-                });
-                locations.insert(name, id);
-                id
-            };
-            ids.push(id);
+        let location_id = s
+            .frames
+            .iter()
+            .map(|&f| t.location(f, shape.kernel_build_id))
+            .collect();
+        let mut label = Vec::new();
+        if shape.labels.state {
+            label.push(Label {
+                key: state_key,
+                str: t.strings.id(s.state),
+            });
+        }
+        if shape.labels.reason {
+            label.push(Label {
+                key: reason_key,
+                str: t.strings.id(public_reason(s.reason)),
+            });
         }
         sample.push(SampleMsg {
-            location_id: ids,
+            location_id,
             value: vec![signed(s.count), signed(s.total_ns)],
-            label: vec![Label {
-                key: reason_key,
-                str: strings.id(public_reason(s.reason)),
-            }],
+            label,
         });
     }
     Profile {
         sample_type,
         sample,
-        mapping,
-        location,
-        function,
-        string_table: strings.table,
+        mapping: t.mapping,
+        location: t.location,
+        function: t.function,
+        string_table: t.strings.table,
         time_nanos: signed(start_ns),
         duration_nanos: signed(duration_ns),
         period_type,
@@ -240,8 +428,13 @@ pub fn profile(samples: &[Sample<'_>], start_ns: u64, duration_ns: u64) -> Profi
 
 /// The profile, encoded and gzipped as pprof files and `/debug/pprof` endpoints are.
 #[must_use]
-pub fn encode(samples: &[Sample<'_>], start_ns: u64, duration_ns: u64) -> Vec<u8> {
-    let raw = profile(samples, start_ns, duration_ns).encode_to_vec();
+pub fn encode(
+    samples: &[Sample<'_>],
+    start_ns: u64,
+    duration_ns: u64,
+    shape: &Shape<'_>,
+) -> Vec<u8> {
+    let raw = profile(samples, start_ns, duration_ns, shape).encode_to_vec();
     let mut gz = GzEncoder::new(Vec::with_capacity(raw.len() / 2), Compression::fast());
     // Writing to a Vec cannot fail.
     let _ = gz.write_all(&raw);
@@ -291,65 +484,236 @@ mod tests {
         super::decode(gz).expect("a profile")
     }
 
+    fn kernel<'a>(names: &[&'a str], reason: &'a str) -> Vec<Frame<'a>> {
+        names
+            .iter()
+            .map(|n| Frame::kernel(n))
+            .chain([Frame::latprof(reason)])
+            .collect()
+    }
+
     #[test]
     fn samples_round_trip_with_names_and_no_addresses() {
         let samples = [
             Sample {
-                frames: vec!["hrtimer_nanosleep", "common_nsleep", "do_syscall_64"],
+                frames: kernel(
+                    &["hrtimer_nanosleep", "common_nsleep", "do_syscall_64"],
+                    "Application requested delay",
+                ),
                 reason: "Application requested delay",
+                state: "S",
                 count: 200,
                 total_ns: 413_755_000,
             },
             Sample {
-                frames: vec!["pipe_read", "0xffffffff81234567", "do_syscall_64"],
+                frames: kernel(
+                    &["pipe_read", "0xffffffff81234567", "do_syscall_64"],
+                    "Reading from a pipe",
+                ),
                 reason: "Reading from a pipe",
+                state: "S",
                 count: 3,
                 total_ns: 9_000,
             },
             // No rule knows it and its first frame has no name: its reason is that address.
             Sample {
-                frames: vec!["0xffffffffc0123456", "do_syscall_64"],
+                frames: kernel(
+                    &["0xffffffffc0123456", "do_syscall_64"],
+                    "[0xffffffffc0123456]",
+                ),
                 reason: "[0xffffffffc0123456]",
+                state: "D",
                 count: 1,
                 total_ns: 5_000,
             },
         ];
-        let p = decode(&encode(&samples, 1_700_000_000_000_000_000, 10_000_000_000));
-        let s = |i: i64| p.string_table[usize::try_from(i).unwrap()].as_str();
+        let shape = Shape {
+            kernel_build_id: "00112233",
+            labels: Labels {
+                state: true,
+                reason: true,
+            },
+        };
+        let p = decode(&encode(
+            &samples,
+            1_700_000_000_000_000_000,
+            10_000_000_000,
+            &shape,
+        ));
         assert_eq!(p.string_table[0], "");
         assert_eq!(p.sample.len(), 3);
         assert_eq!(p.sample[0].value, [200, 413_755_000]);
-        assert_eq!(s(p.sample_type[1].unit), "nanoseconds");
-        let names = |sample: &SampleMsg| -> Vec<&str> {
-            sample
-                .location_id
+        assert_eq!(p.string(p.sample_type[1].unit), "nanoseconds");
+        assert_eq!(
+            p.frame_names(&p.sample[0]),
+            [
+                "hrtimer_nanosleep",
+                "common_nsleep",
+                "do_syscall_64",
+                "Application requested delay"
+            ]
+        );
+        assert_eq!(
+            p.frame_names(&p.sample[1]),
+            [
+                "pipe_read",
+                "[unknown]",
+                "do_syscall_64",
+                "Reading from a pipe"
+            ]
+        );
+        // do_syscall_64 is one location shared by all, so is [unknown]; the reasons are three
+        // more (the unknown one apart: another mapping).
+        assert_eq!(p.location.len(), 8);
+        let labels = |i: usize| -> Vec<(&str, &str)> {
+            p.sample[i]
+                .label
                 .iter()
-                .map(|id| {
-                    let loc = &p.location[usize::try_from(*id).unwrap() - 1];
-                    assert_eq!(loc.id, *id);
-                    let f = &p.function[usize::try_from(loc.line[0].function_id).unwrap() - 1];
-                    s(f.name)
-                })
+                .map(|l| (p.string(l.key), p.string(l.str)))
                 .collect()
         };
         assert_eq!(
-            names(&p.sample[0]),
-            ["hrtimer_nanosleep", "common_nsleep", "do_syscall_64"]
+            labels(1),
+            [("state", "S"), ("reason", "Reading from a pipe")]
         );
+        assert_eq!(labels(2), [("state", "D"), ("reason", "[unknown]")]);
         assert_eq!(
-            names(&p.sample[1]),
-            ["pipe_read", "[unknown]", "do_syscall_64"]
+            p.frame_names(&p.sample[2]),
+            ["[unknown]", "do_syscall_64", "[unknown]"]
         );
-        // do_syscall_64 is one location shared by both.
-        assert_eq!(p.location.len(), 5);
-        assert_eq!(s(p.sample[1].label[0].str), "Reading from a pipe");
-        assert_eq!(s(p.sample[2].label[0].str), "[unknown]");
-        assert_eq!(names(&p.sample[2]), ["[unknown]", "do_syscall_64"]);
         assert!(
             p.string_table.iter().all(|t| !t.contains("0x")),
             "{:?}",
             p.string_table
         );
         assert_eq!(p.duration_nanos, 10_000_000_000);
+        // The kernel's mapping with its build id, the reasons' apart.
+        let files: Vec<(&str, &str, bool)> = p
+            .mapping
+            .iter()
+            .map(|m| (p.string(m.filename), p.string(m.build_id), m.has_functions))
+            .collect();
+        assert_eq!(
+            files,
+            [
+                ("[kernel.kallsyms]", "00112233", true),
+                ("[latprof]", "", true)
+            ]
+        );
+        // No label asked for: none.
+        let bare = decode(&encode(&samples, 0, 0, &Shape::default()));
+        assert!(
+            bare.sample.iter().all(|s| s.label.len() == 1),
+            "state only by default"
+        );
+        let none = Shape {
+            labels: Labels {
+                state: false,
+                reason: false,
+            },
+            ..Shape::default()
+        };
+        assert!(
+            decode(&encode(&samples, 0, 0, &none))
+                .sample
+                .iter()
+                .all(|s| s.label.is_empty())
+        );
+    }
+
+    /// User frames: one mapping per file with its build id, bare function names with their
+    /// source file, the line in the location; code in no file under `[anon]`.
+    #[test]
+    fn user_frames_have_a_mapping_per_binary_and_lines() {
+        let frame = |name: &str, module: &str, build_id: &str| crate::ustacks::UserFrame {
+            name: name.to_owned(),
+            module: module.to_owned(),
+            build_id: build_id.to_owned(),
+            offset: 0,
+            named: true,
+        };
+        let user = [
+            frame(
+                "__GI___libc_read",
+                "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                "aa11",
+            ),
+            frame("wait_for_request (server.c:21)", "/srv/server", "bb22"),
+            frame("serve (server.c:40)", "/srv/server", "bb22"),
+            frame("wait_for_request (server.c:23)", "/srv/server", "bb22"),
+            frame("LazyCompile:*work", "", ""),
+        ];
+        let frames: Vec<Frame<'_>> = [Frame::kernel("pipe_read")]
+            .into_iter()
+            .chain(user.iter().map(Frame::user))
+            .chain([Frame::latprof("Reading from a pipe")])
+            .collect();
+        let samples = [Sample {
+            frames,
+            reason: "Reading from a pipe",
+            state: "S",
+            count: 1,
+            total_ns: 10,
+        }];
+        let p = decode(&encode(&samples, 0, 0, &Shape::default()));
+        let mapping = |id: u64| &p.mapping[usize::try_from(id).unwrap() - 1];
+        let located: Vec<(&str, &str, i64, &str, &str)> = p.sample[0]
+            .location_id
+            .iter()
+            .map(|id| {
+                let loc = &p.location[usize::try_from(*id).unwrap() - 1];
+                let f = &p.function[usize::try_from(loc.line[0].function_id).unwrap() - 1];
+                let m = mapping(loc.mapping_id);
+                (
+                    p.string(f.name),
+                    p.string(f.filename),
+                    loc.line[0].line,
+                    p.string(m.filename),
+                    p.string(m.build_id),
+                )
+            })
+            .collect();
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        assert_eq!(
+            located,
+            [
+                ("pipe_read", "", 0, "[kernel.kallsyms]", ""),
+                ("__GI___libc_read", "", 0, libc, "aa11"),
+                ("wait_for_request", "server.c", 21, "/srv/server", "bb22"),
+                ("serve", "server.c", 40, "/srv/server", "bb22"),
+                ("wait_for_request", "server.c", 23, "/srv/server", "bb22"),
+                ("LazyCompile:*work", "", 0, "[anon]", ""),
+                ("Reading from a pipe", "", 0, "[latprof]", ""),
+            ]
+        );
+        // wait_for_request is one function at two lines; the server one mapping.
+        assert_eq!(p.function.len(), 6);
+        assert_eq!(p.mapping.len(), 5);
+        let server = p
+            .mapping
+            .iter()
+            .find(|m| p.string(m.filename) == "/srv/server")
+            .unwrap();
+        assert!(server.has_functions && server.has_filenames && server.has_line_numbers);
+        let libc = p
+            .mapping
+            .iter()
+            .find(|m| p.string(m.filename) == libc)
+            .unwrap();
+        assert!(libc.has_functions && !libc.has_filenames);
+    }
+
+    #[test]
+    fn source_lines_are_split_from_names() {
+        assert_eq!(
+            source_of("wait_for_request (server.c:21)"),
+            ("wait_for_request", "server.c", 21)
+        );
+        assert_eq!(source_of("f (a (b).c:7)"), ("f", "a (b).c", 7));
+        assert_eq!(
+            source_of("(anonymous namespace)::f"),
+            ("(anonymous namespace)::f", "", 0)
+        );
+        assert_eq!(source_of("g (x.c:nope)"), ("g (x.c:nope)", "", 0));
     }
 }

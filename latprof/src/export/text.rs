@@ -22,7 +22,7 @@ pub fn latency_stats(causes: &[Cause]) -> String {
             out.push_str(" |");
             for f in &c.user {
                 out.push(' ');
-                out.push_str(f);
+                out.push_str(&f.name);
             }
         }
         out.push('\n');
@@ -68,7 +68,9 @@ mod tests {
     #[test]
     fn user_frames_follow_a_bar() {
         let causes = [Cause {
-            user: vec!["__libc_read".into(), "main".into()],
+            user: ["__libc_read", "main"]
+                .map(crate::ustacks::UserFrame::marker)
+                .to_vec(),
             backtrace: Backtrace::Frames(vec!["pipe_read".into()]),
             count: 2,
             total_ns: 4_000,

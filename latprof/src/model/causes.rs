@@ -9,14 +9,16 @@ use crate::{
     collect::{Snapshot, Spike},
     reasons::Reasons,
     symbols::{Backtrace, Kallsyms},
+    ustacks::UserFrame,
 };
 
 /// One cause as a user sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cause {
     pub backtrace: Backtrace,
-    /// With `--user-stacks`: the sleeper's user frames, innermost first (empty: none).
-    pub user: Vec<String>,
+    /// With `--user-stacks`: the sleeper's user frames, innermost first (empty: none); each
+    /// with the file it is in (a cause is told apart by their names: see `user_names`).
+    pub user: Vec<UserFrame>,
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
@@ -28,7 +30,7 @@ pub struct Cause {
 pub struct Named {
     pub backtrace: Backtrace,
     /// With `--user-stacks`: the sleeper's user frames, innermost first (empty: none).
-    pub user: Vec<String>,
+    pub user: Vec<UserFrame>,
     pub reason: String,
 }
 
@@ -55,7 +57,7 @@ fn frames_of(
     snap: &Snapshot,
     syms: &Kallsyms,
     depth: usize,
-) -> (Backtrace, Vec<String>) {
+) -> (Backtrace, Vec<UserFrame>) {
     (
         backtrace_of(stack, snap, syms, depth),
         user_frames(snap, stack, depth),
@@ -99,16 +101,20 @@ pub fn causes(
     syms: &Kallsyms,
     depth: usize,
 ) -> Vec<Cause> {
-    let mut merged: HashMap<(Backtrace, Vec<String>), GlobalRecord> = HashMap::new();
+    // By the frames' names: two calls on one source line (two return addresses) are one.
+    let mut merged: HashMap<(Backtrace, Vec<String>), (Vec<UserFrame>, GlobalRecord)> =
+        HashMap::new();
     for (stack, rec) in records {
+        let (backtrace, user) = frames_of(stack, snap, syms, depth);
         merged
-            .entry(frames_of(stack, snap, syms, depth))
-            .or_default()
+            .entry((backtrace, user_names(&user)))
+            .or_insert_with(|| (user, GlobalRecord::default()))
+            .1
             .add(rec.count, rec.total_ns, rec.max_ns);
     }
     let mut out: Vec<Cause> = merged
         .into_iter()
-        .map(|((backtrace, user), r)| Cause {
+        .map(|((backtrace, _), (user, r))| Cause {
             backtrace,
             user,
             count: r.count,
@@ -120,22 +126,31 @@ pub fn causes(
         b.total_ns
             .cmp(&a.total_ns)
             .then_with(|| a.backtrace.cmp(&b.backtrace))
-            .then_with(|| a.user.cmp(&b.user))
+            .then_with(|| user_names(&a.user).cmp(&user_names(&b.user)))
     });
     out
 }
 
 /// The user frames of record id `stack` (`--user-stacks`), at most `depth`; empty without.
-/// A backtrace not named yet shows its addresses' count only as unnamed.
+/// A backtrace not named yet is one frame, `NOT_NAMED_YET`.
 #[must_use]
-pub fn user_frames(snap: &Snapshot, stack: u64, depth: usize) -> Vec<String> {
+pub fn user_frames(snap: &Snapshot, stack: u64, depth: usize) -> Vec<UserFrame> {
     let Some(user) = snap.user_parts.get(&stack) else {
         return Vec::new();
     };
     snap.user_stacks.get(user).map_or_else(
-        || vec!["[user frames not named yet]".to_owned()],
-        |frames| frames.iter().take(depth).map(|f| f.name.clone()).collect(),
+        || vec![UserFrame::marker(NOT_NAMED_YET)],
+        |frames| frames.iter().take(depth).cloned().collect(),
     )
+}
+
+/// The frame that stands for user frames not named yet.
+pub const NOT_NAMED_YET: &str = "[user frames not named yet]";
+
+/// The names of user frames, as every text view shows them.
+#[must_use]
+pub fn user_names(frames: &[UserFrame]) -> Vec<String> {
+    frames.iter().map(|f| f.name.clone()).collect()
 }
 
 /// The user frame a row is titled by (`--user-stacks`): the innermost one outside the C

@@ -9,8 +9,8 @@ mod rows;
 mod wakers;
 
 pub use causes::{
-    Cause, Named, backtrace_of, causes, global_causes, name, process_causes, site_of, spike_reason,
-    state_of, user_frames, user_site,
+    Cause, NOT_NAMED_YET, Named, backtrace_of, causes, global_causes, name, process_causes,
+    site_of, spike_reason, state_of, user_frames, user_names, user_site,
 };
 pub use cgroups::{CgroupRow, cgroup_name, cgroups_since, row_histogram_in};
 pub use header::{Header, header};

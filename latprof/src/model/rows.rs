@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use latprof_common::GlobalRecord;
 
-use super::{name, user_site};
+use super::{name, user_names, user_site};
 use crate::{
     collect::Snapshot,
     reasons::Reasons,
@@ -218,7 +218,11 @@ pub fn rows(records: &[(u64, GlobalRecord)], snap: &Snapshot, ctx: &ViewContext<
             },
             Group::Backtrace if cause.user.is_empty() => cause.backtrace.join(" "),
             Group::Backtrace => {
-                format!("{} | {}", cause.backtrace.join(" "), cause.user.join(" "))
+                format!(
+                    "{} | {}",
+                    cause.backtrace.join(" "),
+                    user_names(&cause.user).join(" ")
+                )
             }
         };
         let (row, traces) = by_label.entry(label.clone()).or_insert_with(|| {
@@ -231,7 +235,7 @@ pub fn rows(records: &[(u64, GlobalRecord)], snap: &Snapshot, ctx: &ViewContext<
         });
         let trace = Trace {
             kernel: cause.backtrace,
-            user: cause.user,
+            user: user_names(&cause.user),
         };
         if traces.insert(trace.clone()) {
             row.backtraces.push(trace);

@@ -1,5 +1,6 @@
 //! Facts of the kernel's tick and time accounting: its configuration (HZ, NO_HZ_FULL,
 //! VIRT_CPU_ACCOUNTING_GEN, CONTEXT_TRACKING_USER) and which CPUs are nohz_full.
+use std::fmt::Write as _;
 use std::io::Read as _;
 
 use serde::Serialize;
@@ -25,6 +26,9 @@ pub struct KernelFacts {
     pub programs_cost: Option<String>,
     /// Why each better variant did not load.
     pub fallbacks: Vec<String>,
+    /// The kernel's GNU build id in hex, from /sys/kernel/notes (profiles' kernel mapping);
+    /// `None`: not known (no such file, recordings before format 8).
+    pub build_id: Option<String>,
 }
 
 /// `y`/`m` -> true, `# CONFIG_X is not set` -> false, absent -> None.
@@ -91,12 +95,71 @@ pub fn kernel_facts(probe: &super::Probe) -> KernelFacts {
     facts.programs = Some(probe.variant().short());
     facts.programs_cost = Some(probe.variant().describe());
     facts.fallbacks = probe.fallbacks().to_vec();
+    facts.build_id = std::fs::read("/sys/kernel/notes")
+        .ok()
+        .and_then(|notes| gnu_build_id(&notes));
     facts
+}
+
+/// The GNU build id (hex) in a sequence of ELF notes, as /sys/kernel/notes holds them: each a
+/// name size, a descriptor size and a type (4 bytes each, native order), then the name and
+/// the descriptor, each padded to 4 bytes. The build id is type 3 (`NT_GNU_BUILD_ID`), name
+/// "GNU".
+#[must_use]
+pub fn gnu_build_id(notes: &[u8]) -> Option<String> {
+    const NT_GNU_BUILD_ID: u32 = 3;
+    let word = |at: usize| -> Option<u32> {
+        Some(u32::from_ne_bytes(notes.get(at..at + 4)?.try_into().ok()?))
+    };
+    let pad = |n: usize| n.div_ceil(4) * 4;
+    let mut at = 0;
+    while at + 12 <= notes.len() {
+        let namesz = usize::try_from(word(at)?).ok()?;
+        let descsz = usize::try_from(word(at + 4)?).ok()?;
+        let kind = word(at + 8)?;
+        let name = notes.get(at + 12..at + 12 + namesz)?;
+        let desc_at = at + 12 + pad(namesz);
+        let desc = notes.get(desc_at..desc_at + descsz)?;
+        if kind == NT_GNU_BUILD_ID && name == b"GNU\0" && !desc.is_empty() {
+            return Some(desc.iter().fold(String::new(), |mut hex, b| {
+                let _ = write!(hex, "{b:02x}");
+                hex
+            }));
+        }
+        at = desc_at + pad(descsz);
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_build_id_is_read_from_the_notes() {
+        let note = |kind: u32, name: &[u8], desc: &[u8]| -> Vec<u8> {
+            let mut out = Vec::new();
+            let len = |b: &[u8]| u32::try_from(b.len()).unwrap();
+            for w in [len(name), len(desc), kind] {
+                out.extend_from_slice(&w.to_ne_bytes());
+            }
+            out.extend_from_slice(name);
+            out.resize(out.len().div_ceil(4) * 4, 0);
+            out.extend_from_slice(desc);
+            out.resize(out.len().div_ceil(4) * 4, 0);
+            out
+        };
+        // A Xen note first (as x86 kernels have), then the build id.
+        let mut notes = note(6, b"Xen\0", &[1, 2, 3]);
+        notes.extend(note(3, b"GNU\0", &[0xde, 0xad, 0xbe, 0xef, 0x01]));
+        assert_eq!(gnu_build_id(&notes).as_deref(), Some("deadbeef01"));
+        assert_eq!(gnu_build_id(&notes[..notes.len() - 4]), None);
+        assert_eq!(gnu_build_id(&[]), None);
+        // This machine's, where it has one: 20 bytes (SHA-1).
+        if let Ok(mine) = std::fs::read("/sys/kernel/notes") {
+            assert_eq!(gnu_build_id(&mine).map(|id| id.len()), Some(40));
+        }
+    }
 
     #[test]
     fn config_options() {

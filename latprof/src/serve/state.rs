@@ -44,10 +44,12 @@ pub const OTHER: &str = "other";
 /// map, a busy CPU): named by a later read once its name comes.
 pub const UNNAMED: &str = "[unnamed]";
 
-/// One backtrace as it is exposed: function names only, its reason, its state.
+/// One backtrace as it is exposed: function names only (the kernel's; the user frames' with
+/// their files), its reason, its state.
 #[derive(Debug)]
 pub struct Named {
-    pub frames: Vec<String>,
+    pub kernel: Vec<String>,
+    pub user: Vec<crate::ustacks::UserFrame>,
     pub reason: String,
     pub state: &'static str,
     /// Index into the series.
@@ -85,9 +87,20 @@ pub struct Published {
     /// CLOCK_MONOTONIC and CLOCK_REALTIME of the latest read.
     pub taken_ns: u64,
     pub wall_ns: u64,
+    /// The kernel's build id (the profiles' kernel mapping; empty: not known).
+    pub kernel_build_id: Arc<str>,
+    /// The profiles' sample labels (`--profile-labels`).
+    pub labels: pprof::Labels,
 }
 
 impl Published {
+    fn shape(&self) -> pprof::Shape<'_> {
+        pprof::Shape {
+            kernel_build_id: &self.kernel_build_id,
+            labels: self.labels,
+        }
+    }
+
     /// Where the window reaches back to: it holds every read taken after this
     /// (CLOCK_MONOTONIC).
     #[must_use]
@@ -99,27 +112,41 @@ impl Published {
     /// end, up to the latest read, gzipped pprof.
     #[must_use]
     pub fn profile(&self, after_ns: u64) -> Vec<u8> {
-        let mut merged: HashMap<(&[String], &str), (u64, u64)> = HashMap::new();
+        let mut merged: HashMap<*const Named, (&Named, u64, u64)> = HashMap::new();
         for delta in self.window.iter().filter(|d| d.taken_ns > after_ns) {
             for (named, count, ns) in &delta.samples {
                 let named = named.current();
                 let e = merged
-                    .entry((named.frames.as_slice(), named.reason.as_str()))
-                    .or_default();
-                e.0 += count;
-                e.1 += ns;
+                    .entry(std::ptr::from_ref(named))
+                    .or_insert((named, 0, 0));
+                e.1 += count;
+                e.2 += ns;
             }
         }
         let mut samples: Vec<pprof::Sample<'_>> = merged
-            .into_iter()
-            .map(|((frames, reason), (count, total_ns))| pprof::Sample {
-                frames: frames.iter().map(String::as_str).collect(),
-                reason,
+            .into_values()
+            .map(|(named, count, total_ns)| pprof::Sample {
+                // Innermost first: the kernel's, the user frames outward, the reason.
+                frames: named
+                    .kernel
+                    .iter()
+                    .map(|f| pprof::Frame::kernel(f))
+                    .chain(named.user.iter().map(pprof::Frame::user))
+                    .chain([pprof::Frame::latprof(&named.reason)])
+                    .collect(),
+                reason: &named.reason,
+                state: named.state,
                 count,
                 total_ns,
             })
             .collect();
-        samples.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.frames.cmp(&b.frames)));
+        samples.sort_by(|a, b| {
+            let (fa, fb) = (
+                a.frames.iter().map(|f| f.name),
+                b.frames.iter().map(|f| f.name),
+            );
+            b.total_ns.cmp(&a.total_ns).then_with(|| fa.cmp(fb))
+        });
         // From the first read it holds (or the time asked for) to the latest, in wall time.
         let from = self
             .window
@@ -130,7 +157,12 @@ impl Published {
                 |d| if d.from_ns == 0 { after_ns } else { d.from_ns },
             );
         let span = self.taken_ns.saturating_sub(from);
-        pprof::encode(&samples, self.wall_ns.saturating_sub(span), span)
+        pprof::encode(
+            &samples,
+            self.wall_ns.saturating_sub(span),
+            span,
+            &self.shape(),
+        )
     }
 }
 
@@ -172,6 +204,8 @@ pub struct Accumulator {
     cgroup_order: Vec<String>,
     /// Cgroups folded into "other".
     cgroups_folded: u64,
+    /// The profiles' sample labels.
+    labels: pprof::Labels,
     /// The full container id of each label that names a container (a series of its own).
     container_ids: std::collections::BTreeMap<String, String>,
 }
@@ -203,6 +237,7 @@ impl Accumulator {
             cgroup_unnamed: HashSet::new(),
             cgroup_order: Vec::new(),
             cgroups_folded: 0,
+            labels: pprof::Labels::default(),
             container_ids: std::collections::BTreeMap::new(),
         }
     }
@@ -211,6 +246,13 @@ impl Accumulator {
     #[must_use]
     pub fn with_interval(mut self, interval: std::time::Duration) -> Self {
         self.window_len = window_reads(interval);
+        self
+    }
+
+    /// The profiles' sample labels (`--profile-labels`).
+    #[must_use]
+    pub fn with_labels(mut self, labels: pprof::Labels) -> Self {
+        self.labels = labels;
         self
     }
 
@@ -382,18 +424,18 @@ impl Accumulator {
             None => self.slot(&reason, state),
         };
         let user = if unnamed {
-            vec![UNNAMED.to_owned()]
+            vec![crate::ustacks::UserFrame::marker(UNNAMED)]
         } else {
             cause.user
         };
         let named = Arc::new(Named {
-            frames: cause
+            kernel: cause
                 .backtrace
                 .lines()
                 .into_iter()
                 .map(|f| pprof::public_frame(f).to_owned())
-                .chain(user)
                 .collect(),
+            user,
             reason,
             state,
             slot,
@@ -536,6 +578,8 @@ impl Accumulator {
             window: self.window.iter().cloned().collect(),
             taken_ns: snap.taken_ns,
             wall_ns: snap.wall_ns,
+            kernel_build_id: kernel.build_id.as_deref().unwrap_or("").into(),
+            labels: self.labels,
         }
     }
 }
@@ -1007,8 +1051,9 @@ ffffffff81402000 T __lock_text_end
         );
         let first = traces(&decode(p.profile(0)));
         assert_eq!(first.len(), 1, "{first:?}");
+        // The reason is the root frame; the unnamed user frames under it.
         assert_eq!(
-            first[0].0.last().map(String::as_str),
+            first[0].0.iter().rev().nth(1).map(String::as_str),
             Some(UNNAMED),
             "{first:?}"
         );
@@ -1030,9 +1075,11 @@ ffffffff81402000 T __lock_text_end
         let last = traces(&decode(p.profile(2_500_000_000)));
         assert_eq!(last.len(), 1, "{last:?}");
         assert!(
-            last[0]
-                .0
-                .ends_with(&["wait_for_request".to_owned(), "main".to_owned()]),
+            last[0].0.ends_with(&[
+                "wait_for_request".to_owned(),
+                "main".to_owned(),
+                "Application requested delay".to_owned()
+            ]),
             "{last:?}"
         );
         assert_eq!(last[0].1, 3);
@@ -1079,6 +1126,7 @@ ffffffff81402000 T __lock_text_end
             depth: 12,
             info: None,
             kernel: None,
+            labels: crate::export::pprof::Labels::default(),
             spikes: &[],
             reader_sleeps: None,
         }))

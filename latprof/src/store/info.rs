@@ -161,6 +161,9 @@ impl RecordingInfo {
         if version >= 7 {
             e.bool(self.user_stacks);
         }
+        if version >= 8 {
+            e.str(self.kernel.build_id.as_deref().unwrap_or(""));
+        }
     }
 
     pub(super) fn decode(d: &mut Dec<'_>, version: u16) -> Result<Self, FormatError> {
@@ -200,6 +203,10 @@ impl RecordingInfo {
         }
         if version >= 7 {
             info.user_stacks = d.bool()?;
+        }
+        if version >= 8 {
+            let id = d.str()?;
+            info.kernel.build_id = (!id.is_empty()).then_some(id);
         }
         Ok(info)
     }

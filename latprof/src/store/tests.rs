@@ -51,6 +51,7 @@ pub fn info() -> RecordingInfo {
             programs: Some("walk at wakeup, no CAS".into()),
             programs_cost: Some("backtraces walked at wakeup".into()),
             fallbacks: vec!["no bpf_loop".into(), "no BPF compare-and-swap".into()],
+            build_id: Some("0123456789abcdef0123456789abcdef01234567".into()),
             ..Default::default()
         },
         sched_text,
@@ -601,8 +602,8 @@ fn user_frames_come_back_as_named_at_record_time() {
     assert_eq!(first.user_parts.len(), 1);
     assert!(first.user_stacks.is_empty());
     assert_eq!(
-        crate::model::user_frames(&first, sleeper, 12),
-        ["[user frames not named yet]"]
+        crate::model::user_names(&crate::model::user_frames(&first, sleeper, 12)),
+        [crate::model::NOT_NAMED_YET]
     );
     for i in [1, 2, 4, 59, 60, 61, 100, 129] {
         let s = r.snapshot(i).unwrap();
@@ -612,7 +613,7 @@ fn user_frames_come_back_as_named_at_record_time() {
             "snapshot {i}"
         );
         assert_eq!(
-            crate::model::user_frames(&s, sleeper, 3),
+            crate::model::user_names(&crate::model::user_frames(&s, sleeper, 3)),
             ["__GI___libc_read", "wait_for_request", "serve_requests"]
         );
         // The fsyncer's, cut short: the mark survives.
@@ -628,9 +629,10 @@ fn user_frames_come_back_as_named_at_record_time() {
         let causes = crate::model::global_causes(&s, &r.syms, 12);
         assert!(
             i < 2
-                || causes
-                    .iter()
-                    .any(|c| c.user.last().map(String::as_str) == Some(crate::ustacks::TRUNCATED)),
+                || causes.iter().any(|c| c
+                    .user
+                    .last()
+                    .is_some_and(crate::ustacks::UserFrame::is_truncated)),
             "snapshot {i}: {causes:?}"
         );
     }

@@ -49,8 +49,14 @@ impl UserFrame {
     /// The mark that ends a backtrace whose outer frames are unknown.
     #[must_use]
     pub fn truncated() -> Self {
+        Self::marker(TRUNCATED)
+    }
+
+    /// A frame that is a mark (`[truncated]`, frames not named yet): no file, no symbol.
+    #[must_use]
+    pub fn marker(name: &str) -> Self {
         Self {
-            name: TRUNCATED.to_owned(),
+            name: name.to_owned(),
             module: String::new(),
             build_id: String::new(),
             offset: 0,
