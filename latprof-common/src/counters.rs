@@ -93,8 +93,8 @@ pub enum Counter {
     /// Counted sleeps whose waker found the waker table full: counted under their cause's
     /// `other` waker (a table of its own), or only here when that one was full too.
     WakerTableFull,
-    /// Entries of tasks first seen while exiting that were still there when the task was
-    /// freed (made by a sleep after `sched_process_exit`), removed then.
+    /// Entries of tasks first seen while exiting (made by a sleep after `sched_process_exit`),
+    /// removed at the task's last switch (or, where that was not seen, when it was freed).
     ExitingFreed,
     /// Walks that returned no user frame (a task without a user context, or a fault at once).
     UserStackEmpty,

@@ -70,6 +70,32 @@ fn try_sched_process_free<const CAS: bool>(ctx: &RawTracePointContext) -> Result
     Ok(0)
 }
 
+/// The task switching out (current) is dead (`TASK_DEAD`: it never runs again). The entry of
+/// a task first seen while exiting goes now, as at `sched_process_exit`, in the task's own
+/// context: `sched_process_free`, an RCU grace period later in whatever task then runs, is
+/// skipped where the kernel hides that task from tracing (this host does for some of its
+/// service threads), and the entry then outlived its task. Entries made before
+/// `sched_process_exit` are gone by now; only `TASK_FLAG_EXITING` ones can be left.
+#[inline(always)]
+pub(crate) fn switched_out_dead<const CAS: bool>(ctx: &RawTracePointContext, now: u64) {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+        return;
+    };
+    // SAFETY: the dead task is current; only its own events write its entry.
+    let entry = unsafe { &mut *entry };
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    if entry.flags & TASK_FLAG_EXITING == 0 || entry.task_low != task as u64 as u32 {
+        return;
+    }
+    count(Counter::ExitingFreed);
+    if entry.sleep_kind != SLEEP_NONE {
+        // Running now, so not asleep: that sleep's wakeup was hidden.
+        recover::<CAS>(tid, entry, task, now);
+    }
+    retire::<CAS>(ctx, tid, entry);
+}
+
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn sched_process_exit(ctx: RawTracePointContext) -> i32 {
     try_sched_process_exit::<true>(&ctx).unwrap_or(1)

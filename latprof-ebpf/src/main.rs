@@ -13,7 +13,8 @@
 //! # Programs
 //!
 //! * `sched_switch` ([`switch`]): the task coming in stops waiting for a CPU (run-queue
-//!   latency, when `RUNQ`); a task leaving the CPU in S or D state starts a sleep.
+//!   latency, when `RUNQ`); a task leaving the CPU in S or D state starts a sleep; a task
+//!   leaving it dead takes an entry made after `sched_process_exit` with it ([`exit`]).
 //! * `sched_wakeup` ([`wakeup`]): the sleep ends. It is filtered as latencytop does, and a
 //!   counted one is accounted ([`account`]) into the task's own records, the per-cause
 //!   histograms and, in normal mode, the global table; one of at least `SPIKE_NS` also goes to
@@ -21,7 +22,8 @@
 //! * `sched_process_exit` ([`exit`]): in lazy mode the task's records are merged into this
 //!   CPU's part of the global table; in both modes the task's entry is freed.
 //! * `sched_process_free` ([`exit`]): the entry of a task first seen while exiting, made
-//!   after `sched_process_exit`, goes when the task is freed.
+//!   after `sched_process_exit`, goes when the task is freed, where its last switch was not
+//!   seen.
 //! * `task_rename` ([`rename`]): a tracked task's name follows exec and renames.
 //! * `local_timer_entry`, `tick_stop`, `user_enter`, `user_exit` ([`ticks`]): per-CPU counts
 //!   of ticks, tick-stop outcomes and their reasons, and user-mode transitions.

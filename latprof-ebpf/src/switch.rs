@@ -19,6 +19,7 @@ use latprof_common::{
 use crate::{
     account::{account, runq_in_global},
     debug::anomaly,
+    exit::switched_out_dead,
     maps::{
         CGROUP_FILTER, COUNTERS, HIDING_SEEN, LAST_SWITCH, SCRATCH, TASKS, count, ids, log_hidden,
         tick_count,
@@ -79,6 +80,11 @@ fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, 
     }
 
     if kind == SLEEP_NONE {
+        if state & TASK_DEAD != 0 {
+            // Its last switch: an entry made after its exit began goes with it.
+            switched_out_dead::<CAS>(ctx, now);
+            return Ok(0);
+        }
         if preempt & 1 == 0 && state & TASK_RTLOCK_WAIT != 0 && traced(bpf_get_current_pid_tgid()) {
             // PREEMPT_RT's wait for a sleeping spinlock: a voluntary switch, but neither an
             // interruptible nor an uninterruptible sleep, which latencytop does not count
@@ -89,6 +95,9 @@ fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, 
     }
     switch_out::<CAS>(ctx, kind, now)
 }
+
+/// `TASK_DEAD`: the task's last switch (`do_task_dead`).
+const TASK_DEAD: u64 = 0x80;
 
 /// `TASK_RTLOCK_WAIT` (Linux 5.15 on, used by PREEMPT_RT only; unused before).
 const TASK_RTLOCK_WAIT: u64 = 0x1000;

@@ -47,7 +47,8 @@ const EBPF: &[&[&str]] = &[
     &["debug", "stacks", "ustacks", "spikes", "ticks", "rename"],
     &["stack_cache", "wakers", "account"],
     &["recover"],
-    &["exit", "switch"],
+    &["exit"],
+    &["switch"],
     &["wakeup"],
 ];
 
