@@ -10,7 +10,7 @@ use std::{
     collections::HashSet,
     io::{BufReader, Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, Stdio},
     sync::{
         Arc, MutexGuard,
@@ -25,8 +25,8 @@ use common::{
     LATPROF, Workload,
     probe::{assert_unloaded, latprof_program_ids},
     serve::{
-        NANOSLEEP, Serve, count, free_port, http_get, missing, missing_so_far, nanosleeps, sample,
-        temp_dir,
+        NANOSLEEP, Prometheus, Serve, count, free_port, http_get, missing, missing_so_far,
+        nanosleeps, sample, temp_dir,
     },
 };
 
@@ -48,103 +48,6 @@ fn programs_held_by(pid: u32) -> HashSet<u32> {
                 .collect::<Vec<u32>>()
         })
         .collect()
-}
-
-/// A Prometheus server of the test's own, scraping `target` every second.
-struct Prometheus {
-    child: Child,
-    addr: SocketAddr,
-    dir: PathBuf,
-}
-
-impl Prometheus {
-    fn start(target: SocketAddr) -> Self {
-        let dir = temp_dir("prometheus");
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
-                 scrape_configs:\n  - job_name: latprof\n    static_configs:\n      - targets: ['{target}']\n"
-            ),
-        )
-        .expect("write prometheus.yml");
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={addr}"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("log")).expect("log file"))
-            .spawn()
-            .expect("prometheus (cargo xtask test installs Debian's prometheus package)");
-        let p = Self { child, addr, dir };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(p.addr).is_err()
-            || http_get(p.addr, "/-/ready", None).status != 200
-        {
-            assert!(
-                Instant::now() < deadline,
-                "prometheus did not get ready: {}",
-                std::fs::read_to_string(p.dir.join("log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        p
-    }
-
-    /// An instant query's samples: (labels, value).
-    fn query(&self, promql: &str) -> Vec<(serde_json::Value, f64)> {
-        let encoded: String = promql
-            .bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() || b"_.-~".contains(&b) {
-                    char::from(b).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect();
-        let r = http_get(self.addr, &format!("/api/v1/query?query={encoded}"), None);
-        assert_eq!(r.status, 200, "query {promql}: {}", r.text());
-        let json: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
-        json["data"]["result"]
-            .as_array()
-            .expect("result")
-            .iter()
-            .map(|s| {
-                let v = s["value"][1]
-                    .as_str()
-                    .expect("value")
-                    .parse()
-                    .expect("number");
-                (s["metric"].clone(), v)
-            })
-            .collect()
-    }
-
-    /// The single value of `promql`, if it has one.
-    #[expect(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        reason = "counts as floats, far below 2^52"
-    )]
-    fn value(&self, promql: &str) -> Option<u64> {
-        let samples = self.query(promql);
-        assert!(samples.len() <= 1, "{promql}: {samples:?}");
-        samples.first().map(|(_, v)| *v as u64)
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// 1000 x nanosleep(2 ms) under `latprof serve --pid`, in lazy and in normal mode; a real
@@ -207,7 +110,7 @@ fn prometheus_count(mode: &str) {
         "started {started}, now {now}"
     );
     assert!(own("process_cpu_seconds_total") >= 0.0);
-    let prometheus = Prometheus::start(serve.addr);
+    let prometheus = Prometheus::start(&[serve.addr]);
     // The first scrape lands before the workload starts: the counter starts at zero.
     let deadline = Instant::now() + Duration::from_secs(30);
     while prometheus.value("up{job=\"latprof\"}") != Some(1) {

@@ -313,3 +313,102 @@ pub fn nanosleeps(metrics: &str) -> u64 {
         &format!("latprof_sleeps_total{{reason=\"{NANOSLEEP}\",state=\"S\"}}"),
     )
 }
+
+/// A Prometheus server of the test's own, scraping `targets` every second (job `latprof`).
+pub struct Prometheus {
+    child: Child,
+    pub addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    pub fn start(targets: &[SocketAddr]) -> Self {
+        let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        let dir = temp_dir("prometheus");
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+                 scrape_configs:\n  - job_name: latprof\n    static_configs:\n      - targets: [{}]\n",
+                targets.join(", ")
+            ),
+        )
+        .expect("write prometheus.yml");
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("log")).expect("log file"))
+            .spawn()
+            .expect("prometheus (cargo xtask test installs Debian's prometheus package)");
+        let p = Self { child, addr, dir };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(p.addr).is_err()
+            || http_get(p.addr, "/-/ready", None).status != 200
+        {
+            assert!(
+                Instant::now() < deadline,
+                "prometheus did not get ready: {}",
+                std::fs::read_to_string(p.dir.join("log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    /// An instant query's samples: (labels, value).
+    pub fn query(&self, promql: &str) -> Vec<(serde_json::Value, f64)> {
+        let encoded: String = promql
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"_.-~".contains(&b) {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        let r = http_get(self.addr, &format!("/api/v1/query?query={encoded}"), None);
+        assert_eq!(r.status, 200, "query {promql}: {}", r.text());
+        let json: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
+        json["data"]["result"]
+            .as_array()
+            .expect("result")
+            .iter()
+            .map(|s| {
+                let v = s["value"][1]
+                    .as_str()
+                    .expect("value")
+                    .parse()
+                    .expect("number");
+                (s["metric"].clone(), v)
+            })
+            .collect()
+    }
+
+    /// The single value of `promql`, if it has one.
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "counts as floats, far below 2^52"
+    )]
+    pub fn value(&self, promql: &str) -> Option<u64> {
+        let samples = self.query(promql);
+        assert!(samples.len() <= 1, "{promql}: {samples:?}");
+        samples.first().map(|(_, v)| *v as u64)
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
