@@ -114,7 +114,8 @@ pub enum Counter {
     /// latprof; counted here so that a task's voluntary switches add up.
     RtlockWaits,
     /// Sleeps under 1 us (in `SkippedZero`) not logged to `HIDDEN` with their process: the log
-    /// was over half full, its room kept for the gaps.
+    /// was over half full, its room kept for the gaps. No loss: they were not to be counted;
+    /// only whose they were is not told.
     ShortUnlogged,
 }
 
@@ -251,9 +252,6 @@ impl Counter {
             }
             Self::CausePartsFull => {
                 Some("kernel + user causes not told apart: their table was full")
-            }
-            Self::ShortUnlogged => {
-                Some("sleeps under 1us not told by process: the hidden-switch log was half full")
             }
             Self::HiddenLogFull => {
                 Some("hidden-switch events lost: their log was full (lost sleeps go unchecked)")

@@ -257,20 +257,6 @@ fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// A user frame's name split into its function and, where the binary's DWARF gave them, its
-/// source file and line: `wait_for_request (server.c:21)` -> (`wait_for_request`,
-/// `server.c`, 21).
-#[must_use]
-pub fn source_of(name: &str) -> (&str, &str, i64) {
-    let split = name.strip_suffix(')').and_then(|n| {
-        // The first " (": a path may hold one, a function name does not.
-        let (function, place) = n.split_once(" (")?;
-        let (file, line) = place.rsplit_once(':')?;
-        Some((function, file, line.parse().ok()?))
-    });
-    split.unwrap_or((name, "", 0))
-}
-
 /// The tables a profile's frames go in: each place a mapping, each (function, file) a
 /// function, each (place, frame) a location, every string once.
 #[derive(Default)]
@@ -325,7 +311,7 @@ impl<'a> Tables<'a> {
         let m = self.mapping(frame.place, kernel_build_id);
         let (name, file, line) = match frame.place {
             Place::Kernel | Place::Latprof => (frame.name, "", 0),
-            Place::File { .. } | Place::Anonymous => source_of(frame.name),
+            Place::File { .. } | Place::Anonymous => crate::ustacks::resolve::source_of(frame.name),
         };
         if !file.is_empty() {
             self.mapping[m].has_filenames = true;
@@ -705,11 +691,20 @@ mod tests {
 
     #[test]
     fn source_lines_are_split_from_names() {
+        use crate::ustacks::resolve::{function, source_of};
         assert_eq!(
             source_of("wait_for_request (server.c:21)"),
             ("wait_for_request", "server.c", 21)
         );
-        assert_eq!(source_of("f (a (b).c:7)"), ("f", "a (b).c", 7));
+        // A demangled C++ name holds " (" of its own.
+        let run = "std::thread::_State_impl<std::tuple<void (*)(int), int> >::_M_run()";
+        let named = format!("{run} (/usr/include/c++/12/bits/std_thread.h:211)");
+        assert_eq!(
+            source_of(&named),
+            (run, "/usr/include/c++/12/bits/std_thread.h", 211)
+        );
+        assert_eq!(function(&named), run);
+        assert_eq!(source_of(run), (run, "", 0));
         assert_eq!(
             source_of("(anonymous namespace)::f"),
             ("(anonymous namespace)::f", "", 0)

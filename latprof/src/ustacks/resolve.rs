@@ -381,7 +381,22 @@ fn with_line(sym: &blazesym::symbolize::Sym<'_>) -> String {
 /// A frame's function without the source line (`with_line`).
 #[must_use]
 pub fn function(name: &str) -> &str {
-    name.split_once(" (").map_or(name, |(f, _)| f)
+    source_of(name).0
+}
+
+/// A frame's name split into its function and, where `with_line` added them, its source file
+/// and line: `wait_for_request (server.c:21)` -> (`wait_for_request`, `server.c`, 21); (`name`,
+/// "", 0) otherwise. From the end: the suffix is added last, and a demangled C++ name may hold
+/// " (" itself (`std::tuple<void (*)(int)>::_M_run()`).
+#[must_use]
+pub fn source_of(name: &str) -> (&str, &str, i64) {
+    let split = name.strip_suffix(')').and_then(|n| {
+        let (rest, line) = n.rsplit_once(':')?;
+        let line: i64 = line.parse().ok().filter(|l| *l > 0)?;
+        let (function, file) = rest.rsplit_once(" (")?;
+        Some((function, file, line))
+    });
+    split.unwrap_or((name, "", 0))
 }
 
 /// Whether `bytes` (those before a return address) end in an x86-64 call: `call rel32` or an
