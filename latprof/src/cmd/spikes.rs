@@ -122,6 +122,9 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
         "latprof: {total} spikes; submitted {submitted}, reader wakeups sent {woken}, suppressed {suppressed}, dropped {dropped}, reader sleeps {}",
         reader.sleeps
     );
+    if let Some(line) = last.hidden.short_by_process() {
+        eprintln!("latprof: {line}");
+    }
     for loss in last.losses() {
         eprintln!("latprof: warning: {loss}");
     }
