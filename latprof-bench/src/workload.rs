@@ -216,8 +216,8 @@ pub enum Workload {
         #[arg(long, value_parser = time::parse_duration, default_value = "2s")]
         time: Duration,
     },
-    /// `count` short-lived threads, `batch` alive at a time, each sleeping `sleep` once before
-    /// it exits: a storm of exits in one process (a `--pid` filter sees them all, unlike the
+    /// `count` short-lived threads named `storm`, `batch` alive at a time, each sleeping `sleep`
+    /// once before it exits: a storm of exits in one process (a `--pid` filter sees them all, unlike the
     /// children of `forks`). Reports `slept=N`, the threads' sleeps that really slept.
     ExitStorm {
         #[arg(long, default_value_t = 2000)]
@@ -1240,6 +1240,7 @@ fn exit_storm(count: u32, batch: u32, sleep: Duration) -> Result<i64> {
         let threads: Vec<_> = (0..n)
             .map(|_| {
                 std::thread::Builder::new()
+                    .name("storm".to_owned())
                     .stack_size(64 * 1024)
                     .spawn(move || {
                         let before = voluntary_switches();

@@ -117,10 +117,13 @@ pub enum Counter {
     /// was over half full, its room kept for the gaps. No loss: they were not to be counted;
     /// only whose they were is not told.
     ShortUnlogged,
+    /// Exiting tasks whose records were not sent through `EXITED`: it was full. Their last
+    /// sleeps go out in profiles without process and thread labels (counted all the same).
+    ExitsUnlogged,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::ShortUnlogged as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::ExitsUnlogged as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -169,6 +172,7 @@ impl Counter {
         Self::UserStackTruncated,
         Self::RtlockWaits,
         Self::ShortUnlogged,
+        Self::ExitsUnlogged,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -219,6 +223,7 @@ impl Counter {
             Self::UserStackTruncated => "user_stack_truncated",
             Self::RtlockWaits => "rtlock_waits",
             Self::ShortUnlogged => "short_unlogged",
+            Self::ExitsUnlogged => "exits_unlogged",
         }
     }
 

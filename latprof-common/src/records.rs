@@ -253,5 +253,21 @@ const _: () = assert!(
         == 168 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
 );
 
+/// A task's records as it exited, sent through the `EXITED` ring buffer (in both modes) so
+/// that user space can say which process and thread each sleep was, after the task is gone.
+/// `records[nr_records..]` are not written.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExitedTask {
+    pub tid: u32,
+    pub tgid: u32,
+    pub nr_records: u32,
+    /// As `TaskState::task_only`: those records stay out of the global table.
+    pub task_only: u32,
+    pub comm: [u8; 16],
+    pub records: [LatencyRecord; TASK_RECORDS],
+}
+const _: () = assert!(size_of::<ExitedTask>() == 32 + size_of::<LatencyRecord>() * TASK_RECORDS);
+
 // One bit of `task_only` per record.
 const _: () = assert!(TASK_RECORDS <= 32);

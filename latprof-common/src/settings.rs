@@ -82,6 +82,8 @@ macro_rules! settings {
             /// 1: each sleep is attributed to its task's cgroup v2 id (records keyed by it, the per-cgroup
             /// table filled at exit); 0: every cgroup id is 0 and the reads are dead code.
             CGROUPS_ON: u32 = 0,
+            /// 1: each exiting task's records are sent through `EXITED` (profiles' pid and thread labels).
+            EXITS_ON: u32 = 0,
             /// How many slots of `CGROUP_FILTER` hold a cgroup (`--cgroup`); 0: no filter (dead code).
             FILTER_CGROUPS: u32 = 0,
             /// 1: each counted sleep is added to its waker in `WAKERS` (`sched_waking` notes it).

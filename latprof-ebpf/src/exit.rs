@@ -5,21 +5,22 @@
 //! on floors of their own.
 
 use aya_ebpf::{
+    bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
 use latprof_common::{
-    CgroupCause, Counter, HIDDEN_SLEEP_LOST, MODE_LAZY, SLEEP_NONE, TASK_FLAG_EXITING,
+    CgroupCause, Counter, ExitedTask, HIDDEN_SLEEP_LOST, MODE_LAZY, SLEEP_NONE, TASK_FLAG_EXITING,
     TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState,
 };
 
 use crate::{
     account::{cgroup_add, merged_add},
     debug::anomaly,
-    maps::{TASKS, count, ids, log_hidden},
+    maps::{EXITED, TASKS, count, ids, log_hidden},
     recover::recover,
-    settings::{CGROUPS_ON, DEBUG_CHECKS, MODE, SKIP_KTHREADS, TASK_PID_OFF, read_field},
+    settings::{CGROUPS_ON, DEBUG_CHECKS, EXITS_ON, MODE, SKIP_KTHREADS, TASK_PID_OFF, read_field},
 };
 
 /// A task is freed (an RCU grace period after it was reaped): the entry of a task first seen
@@ -130,10 +131,14 @@ fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result
     Ok(0)
 }
 
-/// The end of a task's entry: in lazy mode its records merge into the global table, with
-/// cgroups into the per-cgroup table; then the entry goes.
+/// The end of a task's entry: its records are sent to user space (with `EXITS_ON`); in lazy
+/// mode they merge into the global table, with cgroups into the per-cgroup table; then the
+/// entry goes.
 #[inline(always)]
 fn retire<const CAS: bool>(ctx: &RawTracePointContext, tid: u32, entry: &TaskState) {
+    if EXITS_ON.load() == 1 && entry.nr_records > 0 {
+        send_exited(tid, entry);
+    }
     let lazy = MODE.load() == MODE_LAZY;
     // The per-cgroup table takes exited tasks' records in both modes (normal mode puts only
     // the global table on the hot path).
@@ -182,4 +187,31 @@ fn retire<const CAS: bool>(ctx: &RawTracePointContext, tid: u32, entry: &TaskSta
         }
         let _ = TASKS.remove(&tid);
     }
+}
+
+/// Sends the task's records through `EXITED` (its last sleeps, counted since user space last
+/// read the task, are then told by process and thread): only the records it has are written.
+#[inline(always)]
+fn send_exited(tid: u32, entry: &TaskState) {
+    let Some(mut slot) = EXITED.reserve::<ExitedTask>(0) else {
+        count(Counter::ExitsUnlogged);
+        return;
+    };
+    let out = slot.as_mut_ptr();
+    let n = entry.nr_records as usize;
+    // SAFETY: `out` is the reserved slot, written field by field before it is submitted.
+    unsafe {
+        (*out).tid = tid;
+        (*out).tgid = entry.tgid;
+        (*out).nr_records = entry.nr_records;
+        (*out).task_only = entry.task_only;
+        (*out).comm = entry.comm;
+        for i in 0..TASK_RECORDS {
+            if i >= n {
+                break;
+            }
+            (*out).records[i] = entry.records[i];
+        }
+    }
+    slot.submit(u64::from(BPF_RB_NO_WAKEUP));
 }

@@ -110,6 +110,11 @@ pub(crate) static LAST_SWITCH: PerCpuArray<CpuSwitch> = PerCpuArray::with_max_en
 pub(crate) static HIDDEN: RingBuf = RingBuf::with_byte_size(HIDDEN_BYTES, 0);
 /// `HIDDEN`'s size.
 const HIDDEN_BYTES: u32 = 128 * 1024;
+/// Each exiting task's records (`ExitedTask`, with `EXITS_ON`), so that user space can tell
+/// which process and thread slept after the task is gone. Sent without waking the reader,
+/// which drains it at each snapshot; full, an exit is counted in `ExitsUnlogged`.
+#[map]
+pub(crate) static EXITED: RingBuf = RingBuf::with_byte_size(512 * 1024, 0);
 /// 1 once any CPU saw a hidden switch (`note_switch`): from then on each sleep keeps the run
 /// time and wait its recovery needs; before, that cost is not paid. Written once, read by
 /// every sleep: the cache line stays shared.

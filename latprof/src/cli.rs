@@ -36,10 +36,11 @@ pub struct Cli {
     /// event also updates the global table (latencytop's mode 1).
     #[arg(long, global = true, help_heading = "Probe", value_enum, default_value_t = Mode::Lazy)]
     pub mode: Mode,
-    /// The sample labels of pprof profiles (stats and dump --format pprof, serve): `state`,
-    /// `reason`, both (comma-separated) or `none`. The reason is each sample's root frame
-    /// whatever this says; as a label it is a series per reason to a fleet backend.
-    #[arg(long, global = true, help_heading = "Output", value_parser = parse_labels, default_value = "state", value_name = "LIST")]
+    /// The sample labels of pprof profiles (stats and dump --format pprof, serve), comma-
+    /// separated: `state`, `pid`, `thread_name`, `container_id` (the full id), `reason`, or
+    /// `none`. The reason is each sample's root frame whatever this says; as a label it is a
+    /// series per reason to a fleet backend.
+    #[arg(long, global = true, help_heading = "Output", value_parser = parse_labels, default_value = "state,pid,thread_name,container_id", value_name = "LIST")]
     pub profile_labels: crate::export::pprof::Labels,
     /// Frames shown per backtrace [default: 12; replay and dump: the recording's].
     #[arg(long, global = true, help_heading = "Probe", value_parser = clap::value_parser!(u16).range(1..=127))]
@@ -83,6 +84,10 @@ pub struct Cli {
     /// Do not attribute sleeps to cgroups (measures what that costs).
     #[arg(long, global = true, hide = true)]
     pub debug_no_cgroups: bool,
+    /// Do not send exiting tasks' records to user space (measures what that costs; profiles
+    /// then tell no exited task's sleeps by thread).
+    #[arg(long, global = true, hide = true)]
+    pub debug_no_exit_log: bool,
     /// Tasks tracked at once (kernel table size).
     #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
@@ -409,8 +414,9 @@ pub struct TopArgs {
 /// with its own settings, and refuse those flags rather than ignore them. A global flag added
 /// later is refused there until this table says it applies.
 const RECORDING_FLAGS: &[(&str, &[&str])] = &[
-    // The frames shown per backtrace; folded waker chains (dump --format folded).
-    ("dump", &["stack_depth", "wakers"]),
+    // The frames shown per backtrace; folded waker chains (dump --format folded); pprof's
+    // sample labels (dump --format pprof).
+    ("dump", &["stack_depth", "wakers", "profile_labels"]),
     ("replay", &["stack_depth"]),
 ];
 
@@ -464,7 +470,11 @@ where
             return Err(refuse(format!(
                 "{} {are} for the commands that probe the kernel: {name} shows what the recording holds, with its settings, and would ignore {them} (of the global flags it takes {})",
                 ignored.join(", "),
-                takes.join(" and ")
+                match takes.split_last() {
+                    Some((last, rest)) if !rest.is_empty() =>
+                        format!("{} and {last}", rest.join(", ")),
+                    _ => takes.join(""),
+                }
             )));
         }
     }
@@ -511,6 +521,7 @@ impl Cli {
                 min_sleep: self.debug_min_sleep,
             },
             cgroups: !self.debug_no_cgroups,
+            exits: !self.debug_no_exit_log,
             cgroup_filter: self.cgroup.clone(),
             wakers: self.wakers_on(),
             max_wakers: self.max_wakers,
@@ -523,26 +534,27 @@ impl Cli {
     }
 }
 
-/// `--profile-labels`: `state`, `reason`, both comma-separated, or `none`.
+/// `--profile-labels`: labels comma-separated, or `none`.
 fn parse_labels(text: &str) -> Result<crate::export::pprof::Labels, String> {
-    let mut labels = crate::export::pprof::Labels {
-        state: false,
-        reason: false,
-    };
+    let mut labels = crate::export::pprof::Labels::NONE;
     if text == "none" {
         return Ok(labels);
     }
     for part in text.split(',') {
-        match part.trim() {
-            "state" => labels.state = true,
-            "reason" => labels.reason = true,
+        let slot = match part.trim() {
+            "state" => &mut labels.state,
+            "reason" => &mut labels.reason,
+            "pid" => &mut labels.pid,
+            "thread_name" => &mut labels.thread_name,
+            "container_id" => &mut labels.container_id,
             other => {
                 return Err(format!(
-                    "'{}' is no profile label: state, reason, or none",
+                    "'{}' is no profile label: state, pid, thread_name, container_id, reason, or none",
                     crate::text::printable(other)
                 ));
             }
-        }
+        };
+        *slot = true;
     }
     Ok(labels)
 }
@@ -679,7 +691,10 @@ mod tests {
         }
         let err = refused(&["dump", "f", "--mode", "normal", "--include-self"]);
         assert!(err.contains("--mode, --include-self are for"), "{err}");
-        assert!(err.contains("--stack-depth and --wakers"), "{err}");
+        assert!(
+            err.contains("--stack-depth, --wakers and --profile-labels"),
+            "{err}"
+        );
         let ok = |args: &[&str]| {
             parse_from(std::iter::once("latprof").chain(args.iter().copied())).unwrap()
         };
@@ -688,6 +703,11 @@ mod tests {
             Some(3)
         );
         assert!(ok(&["--wakers", "dump", "f", "--format", "folded"]).wakers);
+        assert!(
+            !ok(&["dump", "f", "--profile-labels", "pid"])
+                .profile_labels
+                .state
+        );
         ok(&["replay", "f", "--stack-depth", "3"]);
         // The live commands take them all.
         ok(&[

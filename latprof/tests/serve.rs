@@ -387,7 +387,7 @@ fn profile_carries_user_frames() {
         kernel.is_some() && user > kernel,
         "the workload's own frame after the kernel's: {frames:?}"
     );
-    profile_shape(&std::fs::read(&file).expect("the profile"), &dir);
+    profile_shape(&std::fs::read(&file).expect("the profile"), &pid, &dir);
     drop(serve);
     work.release();
     std::fs::remove_dir_all(&dir).expect("remove temp dir");
@@ -396,9 +396,10 @@ fn profile_carries_user_frames() {
 /// The shape fleet backends read (issue 28), in a profile of the workload's nanosleeps with
 /// user frames: the kernel's mapping with the kernel's build id, the workload binary's own
 /// mapping with its path and build id, bare function names with their source file and line,
-/// the reason as the root frame, the state as a label; `go tool pprof -functions` lists the
-/// workload's function once, `-lines` with its source line.
-fn profile_shape(gz: &[u8], home: &Path) {
+/// the reason as the root frame, the state, the workload's pid and its thread's name as
+/// labels (no container: it runs in none); `go tool pprof -functions` lists the workload's
+/// function once, `-lines` with its source line.
+fn profile_shape(gz: &[u8], pid: &str, home: &Path) {
     let p = latprof::export::pprof::decode(gz).expect("a profile");
     let sample = p
         .sample
@@ -410,7 +411,15 @@ fn profile_shape(gz: &[u8], home: &Path) {
         .iter()
         .map(|l| (p.string(l.key), p.string(l.str)))
         .collect();
-    assert_eq!(labels, [("state", "S")]);
+    // The kernel's name of the workload's thread: its first 15 bytes.
+    assert_eq!(
+        labels,
+        [
+            ("state", "S"),
+            ("pid", pid),
+            ("thread_name", "latprof-workloa")
+        ]
+    );
     assert_eq!(
         p.frame_names(sample).last(),
         Some(&NANOSLEEP),

@@ -93,15 +93,13 @@ fn next_tick(next: Instant, interval: Duration, now: Instant) -> Instant {
 }
 
 pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
-    if args.interval < Duration::from_millis(10) {
-        bail!("--interval must be at least 10ms");
-    }
-    check_output(args)?;
+    check_args(args)?;
     let details = !args.lean;
     let needs = Needs {
         details,
         spikes: true,
         run_time_stats: true,
+        exit_log: true,
         ..Needs::default()
     };
     session::preflight(cli, &needs)?;
@@ -252,8 +250,12 @@ fn say_recording(cli: &Cli, args: &RecordArgs) {
 
 /// Says before anything loads (a second or two) that the output cannot be created, or that
 /// `--rotate` would replace files without `--force`.
-fn check_output(args: &RecordArgs) -> Result<()> {
-    // Say so before loading anything: loading takes a second or two.
+/// The interval and the output's folder, refused before anything loads (loading takes a
+/// second or two).
+fn check_args(args: &RecordArgs) -> Result<()> {
+    if args.interval < Duration::from_millis(10) {
+        bail!("--interval must be at least 10ms");
+    }
     let dir = args
         .output
         .parent()

@@ -26,6 +26,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         pid: args.pid,
         details: true,
         run_time_stats: true,
+        exit_log: cli.profile_labels.threads(),
         ..Needs::default()
     };
     // What latprof cannot do, and a port it cannot have, are said before anything loads.
@@ -102,6 +103,9 @@ fn collect(
         let left = next.saturating_duration_since(Instant::now());
         if !left.is_zero() {
             std::thread::sleep(left.min(Duration::from_millis(100)));
+            // The exited tasks' log holds a few hundred: a storm of exits between two reads
+            // would fill it (its exits then go out without their thread's labels).
+            collector.drain_exits(&session.probe);
             continue;
         }
         next += args.interval;

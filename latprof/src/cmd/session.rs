@@ -52,6 +52,9 @@ pub struct Needs {
     pub owns_terminal: bool,
     /// latprof's own cost per program run: the kernel counts run time while the session lives.
     pub run_time_stats: bool,
+    /// Each exiting task's records sent to user space, for pprof's thread labels (costs at
+    /// each exit: only commands that write profiles, or recordings that may, ask for it).
+    pub exit_log: bool,
 }
 
 /// Everything a live command works with. Dropping it detaches the programs.
@@ -99,9 +102,11 @@ impl Session {
     fn load(cli: &Cli, needs: Needs, log: Option<LogFile>) -> Result<Self> {
         let stop = super::stop_flag()?;
         let syms = Kallsyms::load()?;
+        let config = cli.probe_config(needs.pid, needs.details, needs.spikes);
         let mut probe = Probe::attach(ProbeConfig {
             percpu: Some(syms.percpu()),
-            ..cli.probe_config(needs.pid, needs.details, needs.spikes)
+            exits: config.exits && needs.exit_log,
+            ..config
         })?;
         let spikes = if needs.spikes {
             Some(SpikeReader::take(&mut probe)?)

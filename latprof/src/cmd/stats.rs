@@ -25,6 +25,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         Needs {
             pid: args.pid,
             run_time_stats: args.counters,
+            exit_log: args.format == export::Format::Pprof && cli.profile_labels.threads(),
             ..Needs::default()
         },
     )?;
@@ -51,6 +52,8 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         }
         std::thread::sleep(left.min(Duration::from_millis(50)));
         session.log.flush();
+        // The exited tasks' log holds a few hundred.
+        collector.drain_exits(&session.probe);
         if checked.elapsed() >= Duration::from_secs(1) {
             // Drains the hidden-switch log, which holds a few thousand events: a long run on
             // a kernel that hides much would fill it before the end.

@@ -1,11 +1,13 @@
 //! Reads the probe's maps into a [`Snapshot`]: raw cumulative numbers, nothing derived; and
 //! the spike ring buffer into [`Spike`]s.
+mod exits;
 pub mod hidden;
 mod maps;
 mod snapshot;
 pub mod spikes;
 mod stacks;
 
+pub use exits::{ExitKey, Exits};
 pub use hidden::HiddenSleeps;
 pub use maps::comm_str;
 use maps::{
@@ -43,6 +45,8 @@ pub struct Collector {
     /// The check of lost and recovered sleeps against hidden switches: it drains the probe's
     /// `HIDDEN` log, so one collector reads a probe.
     hidden: hidden::Log,
+    /// The exited tasks' records, summed from the probe's `EXITED` log.
+    exits: Exits,
     /// With `--user-stacks`: the thread that reads processes' memory maps and names frames
     /// (`watch_users`).
     watcher: Option<crate::ustacks::Watcher>,
@@ -94,6 +98,11 @@ impl Collector {
         self.hidden.read(probe.maps())
     }
 
+    /// Drains the probe's log of exited tasks between snapshots (it holds a few hundred).
+    pub fn drain_exits(&mut self, probe: &Probe) {
+        self.exits.drain(probe.maps());
+    }
+
     /// One backtrace by id (cached): for a reader that needs a few, not a whole snapshot.
     pub fn stack(&mut self, probe: &Probe, id: u64) -> Result<Option<Vec<u64>>> {
         if let Some(frames) = self.stacks.get(&id) {
@@ -119,6 +128,7 @@ impl Collector {
         &mut self,
         cgroups: &[(CgroupCause, GlobalRecord)],
         tasks: &[TaskSnapshot],
+        exited: &BTreeMap<ExitKey, GlobalRecord>,
     ) -> BTreeMap<u64, CgroupPath> {
         let ids: std::collections::BTreeSet<u64> = cgroups
             .iter()
@@ -128,6 +138,7 @@ impl Collector {
                     .iter()
                     .flat_map(|t| t.records.iter().map(|r| r.cgroup)),
             )
+            .chain(exited.keys().map(|k| k.cgroup))
             .filter(|&id| id != 0)
             .collect();
         if ids.is_empty() {
@@ -173,6 +184,11 @@ impl Collector {
             retries,
             settled,
         } = read_tables(maps)?;
+        // Right after the tables: every exit they merged is in the log (a task is logged
+        // before its entry goes), and those of tasks they still hold wait for the next.
+        let live: std::collections::HashSet<u32> = tasks.iter().map(|t| t.tid).collect();
+        self.exits.drain_holding(maps, &live);
+        let exited = self.exits.snapshot();
         let wakers = if probe.config().wakers {
             read_wakers(maps)?
         } else {
@@ -192,7 +208,7 @@ impl Collector {
             (BTreeMap::new(), BTreeMap::new())
         };
         let programs = program_stats(probe.ebpf());
-        let cgroup_paths = self.cgroup_paths(&cgroups, &tasks);
+        let cgroup_paths = self.cgroup_paths(&cgroups, &tasks, &exited);
         let (user_parts, user_stacks) = self.user_stacks(probe, &stacks);
         let mut counters = counters;
         if let Some(watcher) = &self.watcher {
@@ -204,6 +220,7 @@ impl Collector {
             tasks,
             global,
             cgroups,
+            exited,
             counters,
             stacks,
             retries,

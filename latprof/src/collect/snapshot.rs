@@ -117,6 +117,9 @@ pub struct Snapshot {
     /// The kernel's per-cgroup table: exited tasks' records (both modes), sorted by key.
     /// [`Snapshot::cgroup_records`] adds the live tasks'.
     pub cgroups: Vec<(CgroupCause, GlobalRecord)>,
+    /// Exited tasks' records (those of the global table) by process, thread name, cgroup and
+    /// cause, summed since the collector began (`collect::exits`).
+    pub exited: std::sync::Arc<BTreeMap<super::ExitKey, GlobalRecord>>,
     pub counters: Counters,
     /// Raw kernel backtraces (instruction pointers, innermost first) of every stack id above.
     pub stacks: BTreeMap<u64, Vec<u64>>,

@@ -300,49 +300,51 @@ cgroup 300;pipe_read 2
         assert!(text.ends_with("\n# EOF\n"), "{text}");
     }
 
-    /// pprof: each sample's outermost frame is its cgroup's name.
+    /// A sample as the test sees it: frames, labels, count.
+    type Seen<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, i64);
+
+    /// pprof: each sample's outermost frame is its cgroup's name; the live task's sleep is
+    /// told by its pid and name, the exited tasks' (no exit logged here) untold.
     #[test]
     fn pprof_samples_end_at_their_cgroup() {
-        use std::io::Read as _;
-
-        use prost::Message as _;
-
-        let gz = rendered(Format::Pprof);
-        let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(gz.as_slice())
-            .read_to_end(&mut raw)
-            .expect("gzip");
-        let p = super::super::pprof::Profile::decode(raw.as_slice()).expect("protobuf");
-        let name = |i: i64| p.string_table[usize::try_from(i).unwrap()].as_str();
-        let frames: Vec<(Vec<&str>, i64)> = p
+        let p = super::super::pprof::decode(&rendered(Format::Pprof)).expect("a profile");
+        let samples: Vec<Seen<'_>> = p
             .sample
             .iter()
             .map(|s| {
-                let names = s
-                    .location_id
+                let labels = s
+                    .label
                     .iter()
-                    .map(|id| {
-                        let loc = &p.location[usize::try_from(*id).unwrap() - 1];
-                        let f = &p.function[usize::try_from(loc.line[0].function_id).unwrap() - 1];
-                        name(f.name)
-                    })
+                    .map(|l| (p.string(l.key), p.string(l.str)))
                     .collect();
-                (names, s.value[0])
+                (p.frame_names(s), labels, s.value[0])
             })
             .collect();
+        let nginx = vec![
+            "hrtimer_nanosleep",
+            "Application requested delay",
+            "nginx.service",
+        ];
+        let state = ("state", "S");
         assert_eq!(
-            frames,
+            samples,
             [
                 (
-                    vec![
-                        "hrtimer_nanosleep",
-                        "Application requested delay",
-                        "nginx.service"
-                    ],
-                    3
+                    nginx.clone(),
+                    vec![state, ("pid", "10"), ("thread_name", "t")],
+                    1
                 ),
-                (vec!["pipe_read", "Waiting for a pipe", "odd\"dir\\x;y"], 5),
-                (vec!["pipe_read", "Waiting for a pipe", "cgroup 300"], 1),
+                (nginx, vec![state], 2),
+                (
+                    vec!["pipe_read", "Waiting for a pipe", "odd\"dir\\x;y"],
+                    vec![state],
+                    5
+                ),
+                (
+                    vec!["pipe_read", "Waiting for a pipe", "cgroup 300"],
+                    vec![state],
+                    1
+                ),
             ]
         );
     }

@@ -176,6 +176,8 @@ pub struct Sample<'a> {
     pub reason: &'a str,
     /// "S", "D", "SD" or "R" (`model::state_of`).
     pub state: &'a str,
+    /// Whose sleeps these are (`None`: not told, or no thread label asked for).
+    pub thread: Option<&'a Thread>,
     pub count: u64,
     pub total_ns: u64,
 }
@@ -183,9 +185,51 @@ pub struct Sample<'a> {
 /// The sample labels a profile carries (`--profile-labels`): each distinct value is a series
 /// to a fleet backend (Pyroscope), so the reason, one of dozens, is a root frame by default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "one switch per label, as the flag lists them"
+)]
 pub struct Labels {
     pub state: bool,
     pub reason: bool,
+    pub pid: bool,
+    pub thread_name: bool,
+    pub container_id: bool,
+}
+
+impl Labels {
+    /// No label at all.
+    pub const NONE: Self = Self {
+        state: false,
+        reason: false,
+        pid: false,
+        thread_name: false,
+        container_id: false,
+    };
+
+    /// Whether any label shows whose sleeps a sample is (its thread).
+    #[must_use]
+    pub fn threads(&self) -> bool {
+        self.pid || self.thread_name || self.container_id
+    }
+
+    /// `thread` with only what these labels show of it (`None`: they show nothing of it), so
+    /// that samples are merged by what tells them apart.
+    #[must_use]
+    pub fn mask(&self, thread: Thread) -> Option<Thread> {
+        if !self.threads() {
+            return None;
+        }
+        Some(Thread {
+            pid: if self.pid { thread.pid } else { 0 },
+            name: if self.thread_name {
+                thread.name
+            } else {
+                String::new()
+            },
+            container: thread.container.filter(|_| self.container_id),
+        })
+    }
 }
 
 impl Default for Labels {
@@ -193,8 +237,21 @@ impl Default for Labels {
         Self {
             state: true,
             reason: false,
+            pid: true,
+            thread_name: true,
+            container_id: true,
         }
     }
+}
+
+/// Whose sleeps a sample is: the process, the thread's name and the full id of the container
+/// it ran in (`pid`, `thread_name` and `container_id` labels; 0, empty and `None` go out as no
+/// label).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Thread {
+    pub pid: u32,
+    pub name: String,
+    pub container: Option<String>,
 }
 
 /// What a profile needs beside its samples.
@@ -344,6 +401,27 @@ impl<'a> Tables<'a> {
     }
 }
 
+impl Tables<'_> {
+    /// The labels of `thread` that `labels` ask for.
+    fn thread_labels(&mut self, thread: &Thread, labels: Labels, out: &mut Vec<Label>) {
+        let mut push = |key: &str, value: &str| {
+            out.push(Label {
+                key: self.strings.id(key),
+                str: self.strings.id(value),
+            });
+        };
+        if labels.pid && thread.pid != 0 {
+            push("pid", &thread.pid.to_string());
+        }
+        if labels.thread_name && !thread.name.is_empty() {
+            push("thread_name", &thread.name);
+        }
+        if let Some(id) = thread.container.as_deref().filter(|_| labels.container_id) {
+            push("container_id", id);
+        }
+    }
+}
+
 /// The profile of `samples`, starting at `start_ns` (ns since the Unix epoch) and lasting
 /// `duration_ns` (0: unknown): one mapping per place (the kernel with its build id, each
 /// binary with its path and build id), bare function names with their source file, lines in
@@ -390,6 +468,9 @@ pub fn profile(
                 key: reason_key,
                 str: t.strings.id(public_reason(s.reason)),
             });
+        }
+        if let Some(thread) = s.thread {
+            t.thread_labels(thread, shape.labels, &mut label);
         }
         sample.push(SampleMsg {
             location_id,
@@ -488,6 +569,7 @@ mod tests {
                 ),
                 reason: "Application requested delay",
                 state: "S",
+                thread: None,
                 count: 200,
                 total_ns: 413_755_000,
             },
@@ -498,6 +580,7 @@ mod tests {
                 ),
                 reason: "Reading from a pipe",
                 state: "S",
+                thread: None,
                 count: 3,
                 total_ns: 9_000,
             },
@@ -509,6 +592,7 @@ mod tests {
                 ),
                 reason: "[0xffffffffc0123456]",
                 state: "D",
+                thread: None,
                 count: 1,
                 total_ns: 5_000,
             },
@@ -518,6 +602,7 @@ mod tests {
             labels: Labels {
                 state: true,
                 reason: true,
+                ..Labels::NONE
             },
         };
         let p = decode(&encode(
@@ -586,25 +671,92 @@ mod tests {
                 ("[latprof]", "", true)
             ]
         );
-        // No label asked for: none.
-        let bare = decode(&encode(&samples, 0, 0, &Shape::default()));
-        assert!(
-            bare.sample.iter().all(|s| s.label.len() == 1),
-            "state only by default"
-        );
-        let none = Shape {
-            labels: Labels {
-                state: false,
-                reason: false,
-            },
-            ..Shape::default()
+    }
+
+    /// A sample's thread goes out as the labels asked for: pid, thread name and the full
+    /// container id, each left out where unknown or not asked for.
+    #[test]
+    fn threads_are_labelled_as_asked() {
+        let id = "0123456789abcdef".repeat(4);
+        let in_container = Thread {
+            pid: 4242,
+            name: "worker 1".to_owned(),
+            container: Some(id.clone()),
         };
-        assert!(
-            decode(&encode(&samples, 0, 0, &none))
-                .sample
+        let on_host = Thread {
+            pid: 7,
+            name: "sshd".to_owned(),
+            container: None,
+        };
+        let sample = |thread| Sample {
+            frames: kernel(&["pipe_read"], "Reading from a pipe"),
+            reason: "Reading from a pipe",
+            state: "S",
+            thread,
+            count: 1,
+            total_ns: 10,
+        };
+        let samples = [
+            sample(Some(&in_container)),
+            sample(Some(&on_host)),
+            sample(None),
+        ];
+        let labels_of = |labels: Labels| -> Vec<Vec<(String, String)>> {
+            let p = decode(&encode(
+                &samples,
+                0,
+                0,
+                &Shape {
+                    labels,
+                    ..Shape::default()
+                },
+            ));
+            p.sample
                 .iter()
-                .all(|s| s.label.is_empty())
+                .map(|s| {
+                    s.label
+                        .iter()
+                        .map(|l| (p.string(l.key).to_owned(), p.string(l.str).to_owned()))
+                        .collect()
+                })
+                .collect()
+        };
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            labels_of(Labels::default()),
+            [
+                pairs(&[
+                    ("state", "S"),
+                    ("pid", "4242"),
+                    ("thread_name", "worker 1"),
+                    ("container_id", &id)
+                ]),
+                pairs(&[("state", "S"), ("pid", "7"), ("thread_name", "sshd")]),
+                pairs(&[("state", "S")]),
+            ]
         );
+        let pid_only = Labels {
+            pid: true,
+            ..Labels::NONE
+        };
+        assert_eq!(
+            labels_of(pid_only),
+            [pairs(&[("pid", "4242")]), pairs(&[("pid", "7")]), vec![]]
+        );
+        // Masked to what the labels show: threads alike in it merge.
+        assert_eq!(
+            pid_only.mask(in_container.clone()),
+            Some(Thread {
+                pid: 4242,
+                ..Thread::default()
+            })
+        );
+        assert_eq!(Labels::NONE.mask(in_container.clone()), None);
+        assert!(labels_of(Labels::NONE).iter().all(Vec::is_empty));
     }
 
     /// User frames: one mapping per file with its build id, bare function names with their
@@ -638,6 +790,7 @@ mod tests {
             frames,
             reason: "Reading from a pipe",
             state: "S",
+            thread: None,
             count: 1,
             total_ns: 10,
         }];

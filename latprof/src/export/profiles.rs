@@ -1,6 +1,7 @@
 //! The pprof profiles of `stats` and `dump` (`--format pprof`): one sample per kernel
-//! backtrace, user frames and state of the records in scope, the reason as the root frame (and
-//! by cgroup, the cgroup's name above it), each frame under the mapping of its file.
+//! backtrace, user frames, state and thread of the records in scope, the reason as the root
+//! frame (and by cgroup, the cgroup's name above it), each frame under the mapping of its
+//! file.
 use std::collections::HashMap;
 
 use latprof_common::GlobalRecord;
@@ -16,41 +17,93 @@ struct Owned {
     state: &'static str,
     /// By cgroup: the cgroup's name (the outermost frame).
     cgroup: Option<String>,
+    /// Whose sleeps, as the labels show it (`None`: not told).
+    thread: Option<pprof::Thread>,
     count: u64,
     total_ns: u64,
 }
 
-/// Adds `records` to `out`, merged where every view names them alike (and the state is the
-/// same: an uninterruptible sleep and an interruptible one of one backtrace are two samples).
+/// Each cause's sleeps in scope told by thread (none where no label shows a thread).
+fn thread_parts(scope: &Scope<'_>) -> HashMap<u64, Vec<(model::ThreadKey, GlobalRecord)>> {
+    if !scope.labels.threads() {
+        return HashMap::new();
+    }
+    let base = scope.base.map(model::ThreadBase::of);
+    let mut parts = model::threads(scope.cur, base.as_ref());
+    if let Some(pid) = scope.pid {
+        for v in parts.values_mut() {
+            v.retain(|(k, _)| k.tgid == pid);
+        }
+    }
+    parts
+}
+
+/// A thread's labels: its process, name and full container id.
+fn thread_of(scope: &Scope<'_>, key: &model::ThreadKey) -> Option<pprof::Thread> {
+    let container = scope
+        .cur
+        .cgroup_paths
+        .get(&key.cgroup)
+        .and_then(|p| p.path.as_deref())
+        .and_then(crate::cgroups::container_id);
+    scope.labels.mask(pprof::Thread {
+        pid: key.tgid,
+        name: key.name.clone(),
+        container,
+    })
+}
+
+/// Adds `records` to `out`, split by thread (`parts`, those of `cgroup` only where given),
+/// merged where every view names them alike and the state and thread are the same (an
+/// uninterruptible sleep and an interruptible one of one backtrace are two samples).
 fn add(
     scope: &Scope<'_>,
     records: impl IntoIterator<Item = (u64, GlobalRecord)>,
-    cgroup: Option<&str>,
+    parts: &HashMap<u64, Vec<(model::ThreadKey, GlobalRecord)>>,
+    cgroup: Option<(u64, &str)>,
     out: &mut Vec<Owned>,
 ) {
-    let mut at: HashMap<(Backtrace, Vec<String>, &'static str), usize> = HashMap::new();
+    type Key = (Backtrace, Vec<String>, &'static str, Option<pprof::Thread>);
+    let mut at: HashMap<Key, usize> = HashMap::new();
     for (stack, rec) in records {
         let named = model::name(stack, scope.cur, scope.syms, scope.reasons, scope.depth);
         let state = model::state_of(stack, scope.cur);
-        let key = (
-            named.backtrace.clone(),
-            model::user_names(&named.user),
-            state,
-        );
-        let i = *at.entry(key).or_insert_with(|| {
-            out.push(Owned {
-                kernel: named.backtrace,
-                user: named.user,
-                reason: named.reason,
+        let mine: Vec<(model::ThreadKey, GlobalRecord)> = parts
+            .get(&stack)
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| cgroup.is_none_or(|(id, _)| k.cgroup == id))
+            .cloned()
+            .collect();
+        let (told, (rest_count, rest_ns)) = model::split(rec.count, rec.total_ns, &mine);
+        let pieces = told
+            .into_iter()
+            .map(|(k, c, n)| (thread_of(scope, k), c, n))
+            .chain([(None, rest_count, rest_ns)])
+            .filter(|&(_, c, n)| c > 0 || n > 0);
+        for (thread, count, total_ns) in pieces {
+            let key = (
+                named.backtrace.clone(),
+                model::user_names(&named.user),
                 state,
-                cgroup: cgroup.map(str::to_owned),
-                count: 0,
-                total_ns: 0,
+                thread.clone(),
+            );
+            let i = *at.entry(key).or_insert_with(|| {
+                out.push(Owned {
+                    kernel: named.backtrace.clone(),
+                    user: named.user.clone(),
+                    reason: named.reason.clone(),
+                    state,
+                    cgroup: cgroup.map(|(_, name)| name.to_owned()),
+                    thread,
+                    count: 0,
+                    total_ns: 0,
+                });
+                out.len() - 1
             });
-            out.len() - 1
-        });
-        out[i].count += rec.count;
-        out[i].total_ns += rec.total_ns;
+            out[i].count += count;
+            out[i].total_ns += total_ns;
+        }
     }
 }
 
@@ -71,6 +124,7 @@ fn encode(scope: &Scope<'_>, owned: &[Owned]) -> Vec<u8> {
                 .collect(),
             reason: &o.reason,
             state: o.state,
+            thread: o.thread.as_ref(),
             count: o.count,
             total_ns: o.total_ns,
         })
@@ -94,7 +148,13 @@ fn encode(scope: &Scope<'_>, owned: &[Owned]) -> Vec<u8> {
 #[must_use]
 pub fn by_cause(scope: &Scope<'_>) -> Vec<u8> {
     let mut owned = Vec::new();
-    add(scope, scope.records(), None, &mut owned);
+    add(
+        scope,
+        scope.records(),
+        &thread_parts(scope),
+        None,
+        &mut owned,
+    );
     encode(scope, &owned)
 }
 
@@ -102,8 +162,15 @@ pub fn by_cause(scope: &Scope<'_>) -> Vec<u8> {
 #[must_use]
 pub fn by_cgroup(scope: &Scope<'_>) -> Vec<u8> {
     let mut owned = Vec::new();
+    let parts = thread_parts(scope);
     for row in model::cgroups_since(scope.cur, scope.base, true) {
-        add(scope, row.records, Some(&row.name), &mut owned);
+        add(
+            scope,
+            row.records,
+            &parts,
+            Some((row.id, &row.name)),
+            &mut owned,
+        );
     }
     encode(scope, &owned)
 }

@@ -1,11 +1,13 @@
 //! Snapshot -> what a view shows: causes named by their frames, merged and sorted (causes.rs);
 //! rows of a selection since a base (rows.rs); processes (processes.rs); the header
-//! (header.rs); cgroups (cgroups.rs); wakers (wakers.rs).
+//! (header.rs); cgroups (cgroups.rs); wakers (wakers.rs); a window's sleeps by thread
+//! (threads.rs).
 mod causes;
 mod cgroups;
 mod header;
 mod processes;
 mod rows;
+mod threads;
 mod wakers;
 
 pub use causes::{
@@ -19,6 +21,7 @@ pub use rows::{
     Group, Row, SortKey, Trace, ViewContext, global_since, process_since, row_histogram, rows,
     selection_rows, since, task_records,
 };
+pub use threads::{ThreadBase, ThreadKey, split, threads};
 pub use wakers::{
     WakerId, WakerLine, cause_wakers, row_wakers, waker_frames, waker_lines, wakers_since,
 };

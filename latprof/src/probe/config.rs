@@ -55,6 +55,9 @@ pub struct ProbeConfig {
     pub percpu: Option<crate::symbols::PercpuSymbols>,
     /// Attribute each sleep to its task's cgroup v2 id (where the host mounts cgroup2).
     pub cgroups: bool,
+    /// Send each exiting task's records to user space, so that profiles can label its last
+    /// sleeps with its process and thread.
+    pub exits: bool,
     /// Trace only tasks in these cgroup v2 directories or below them (at most
     /// `MAX_CGROUP_FILTERS`), filtered in the kernel.
     pub cgroup_filter: Vec<std::path::PathBuf>,
@@ -131,6 +134,7 @@ impl Default for ProbeConfig {
             debug: DebugConfig::default(),
             percpu: None,
             cgroups: true,
+            exits: true,
             cgroup_filter: Vec::new(),
             wakers: false,
             max_wakers: 8192,

@@ -44,12 +44,14 @@ pub struct Maps {
     pub last_switch: PerCpuArray<MapData, CpuSwitch>,
     /// The hidden-switch log; its reader drains it (one at a time).
     hidden: Mutex<RingBuf<MapData>>,
+    /// Exited tasks' records; its reader drains it (one at a time).
+    exited: Mutex<RingBuf<MapData>>,
 }
 
 impl Maps {
     /// The maps taken (the rest stay in the object: the programs' own, and those other
     /// readers take for themselves).
-    pub const NAMES: [&str; 14] = [
+    pub const NAMES: [&str; 15] = [
         names::MAP_COUNTERS,
         names::MAP_TICKS,
         names::MAP_TASKS,
@@ -64,6 +66,7 @@ impl Maps {
         names::MAP_WAKERS_OTHER,
         names::MAP_LAST_SWITCH,
         names::MAP_HIDDEN,
+        names::MAP_EXITED,
     ];
 
     /// Takes every map of `NAMES` out of `ebpf`.
@@ -85,12 +88,18 @@ impl Maps {
             ],
             last_switch: take(ebpf, names::MAP_LAST_SWITCH)?,
             hidden: Mutex::new(take(ebpf, names::MAP_HIDDEN)?),
+            exited: Mutex::new(take(ebpf, names::MAP_EXITED)?),
         })
     }
 
     /// The hidden-switch log, for its one reader at a time.
     pub fn hidden(&self) -> MutexGuard<'_, RingBuf<MapData>> {
         self.hidden.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The exited tasks' log, for its one reader at a time.
+    pub fn exited(&self) -> MutexGuard<'_, RingBuf<MapData>> {
+        self.exited.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -41,6 +41,8 @@ pub const MAP_SCRATCH: &str = "SCRATCH";
 pub const MAP_HIDING_SEEN: &str = "HIDING_SEEN";
 /// Gaps the kernel hid and the sleeps lost or recovered in them (`HiddenEvent`s).
 pub const MAP_HIDDEN: &str = "HIDDEN";
+/// Each exiting task's records (`ExitedTask`s).
+pub const MAP_EXITED: &str = "EXITED";
 /// Per cgroup and cause: exited tasks' records (`CgroupCause` -> `GlobalRecord`, per CPU).
 pub const MAP_CGROUP_LATENCY: &str = "CGROUP_LATENCY";
 /// `--cgroup`'s cgroups (a cgroup array).
@@ -58,7 +60,7 @@ pub const MAP_USER_BUF: &str = "USER_BUF";
 pub const MAP_CAUSE_PARTS: &str = "CAUSE_PARTS";
 pub const MAP_USER_SEEN: &str = "USER_SEEN";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 29] = [
+pub const MAPS: [&str; 30] = [
     MAP_USER_STACKS,
     MAP_USER_BUF,
     MAP_CAUSE_PARTS,
@@ -86,6 +88,7 @@ pub const MAPS: [&str; 29] = [
     MAP_LAST_SWITCH,
     MAP_HIDING_SEEN,
     MAP_HIDDEN,
+    MAP_EXITED,
     MAP_CGROUP_LATENCY,
     MAP_CGROUP_FILTER,
 ];

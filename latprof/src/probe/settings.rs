@@ -150,6 +150,7 @@ pub(super) fn from_config(
         TASK_EXEC_RUNTIME_OFF: exec_runtime_off,
         TASK_RUN_DELAY_OFF: run_delay_off,
         CGROUPS_ON: u32::from(kernel.cgroups_on),
+        EXITS_ON: u32::from(config.exits),
         FILTER_CGROUPS: u32::try_from(kernel.filters).unwrap_or(u32::MAX),
         WAKERS_ON: u32::from(config.wakers),
         WAKER_STACKS: u32::from(config.wakers && config.waker_stacks),

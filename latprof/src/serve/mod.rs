@@ -4,6 +4,7 @@
 pub mod conn;
 pub mod pulls;
 pub mod state;
+mod threads;
 
 use std::{sync::Arc, time::Duration};
 

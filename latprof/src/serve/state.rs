@@ -74,8 +74,11 @@ pub struct Delta {
     pub from_ns: u64,
     /// CLOCK_MONOTONIC of the read.
     pub taken_ns: u64,
-    pub samples: Vec<(Arc<Named>, u64, u64)>,
+    pub samples: Vec<Part>,
 }
+
+/// A backtrace's sleeps of one thread (`None`: not told) in a read: count and nanoseconds.
+pub type Part = (Arc<Named>, Option<Arc<pprof::Thread>>, u64, u64);
 
 /// The value HTTP handlers read: immutable once published.
 #[derive(Debug, Default)]
@@ -112,20 +115,22 @@ impl Published {
     /// end, up to the latest read, gzipped pprof.
     #[must_use]
     pub fn profile(&self, after_ns: u64) -> Vec<u8> {
-        let mut merged: HashMap<*const Named, (&Named, u64, u64)> = HashMap::new();
+        type Key = (*const Named, Option<*const pprof::Thread>);
+        let mut merged: HashMap<Key, (&Named, Option<&pprof::Thread>, u64, u64)> = HashMap::new();
         for delta in self.window.iter().filter(|d| d.taken_ns > after_ns) {
-            for (named, count, ns) in &delta.samples {
+            for (named, thread, count, ns) in &delta.samples {
                 let named = named.current();
+                let thread = thread.as_deref();
                 let e = merged
-                    .entry(std::ptr::from_ref(named))
-                    .or_insert((named, 0, 0));
-                e.1 += count;
-                e.2 += ns;
+                    .entry((std::ptr::from_ref(named), thread.map(std::ptr::from_ref)))
+                    .or_insert((named, thread, 0, 0));
+                e.2 += count;
+                e.3 += ns;
             }
         }
         let mut samples: Vec<pprof::Sample<'_>> = merged
             .into_values()
-            .map(|(named, count, total_ns)| pprof::Sample {
+            .map(|(named, thread, count, total_ns)| pprof::Sample {
                 // Innermost first: the kernel's, the user frames outward, the reason.
                 frames: named
                     .kernel
@@ -136,6 +141,7 @@ impl Published {
                     .collect(),
                 reason: &named.reason,
                 state: named.state,
+                thread,
                 count,
                 total_ns,
             })
@@ -145,7 +151,10 @@ impl Published {
                 a.frames.iter().map(|f| f.name),
                 b.frames.iter().map(|f| f.name),
             );
-            b.total_ns.cmp(&a.total_ns).then_with(|| fa.cmp(fb))
+            b.total_ns
+                .cmp(&a.total_ns)
+                .then_with(|| fa.cmp(fb))
+                .then_with(|| a.thread.cmp(&b.thread))
         });
         // From the first read it holds (or the time asked for) to the latest, in wall time.
         let from = self
@@ -208,6 +217,8 @@ pub struct Accumulator {
     labels: pprof::Labels,
     /// The full container id of each label that names a container (a series of its own).
     container_ids: std::collections::BTreeMap<String, String>,
+    /// Each read's sleeps told by thread (the profiles' thread labels).
+    threads: super::threads::Threads,
 }
 
 /// The default of `--max-cgroups`.
@@ -239,6 +250,7 @@ impl Accumulator {
             cgroups_folded: 0,
             labels: pprof::Labels::default(),
             container_ids: std::collections::BTreeMap::new(),
+            threads: super::threads::Threads::default(),
         }
     }
 
@@ -454,21 +466,13 @@ impl Accumulator {
         named
     }
 
-    /// Takes in one read of the kernel's tables and returns what to publish.
-    pub fn update(
-        &mut self,
-        snap: &Snapshot,
-        syms: &Kallsyms,
-        kernel: &KernelFacts,
-        config: &ProbeConfig,
-    ) -> Published {
-        let mut delta = Delta {
-            from_ns: self.window.back().map_or(0, |d| d.taken_ns),
-            taken_ns: snap.taken_ns,
-            samples: Vec::new(),
-        };
+    /// What each backtrace added since the read before, told by thread as far as the
+    /// tasks' own records and the exited tasks' log go (the rest untold).
+    fn parts(&mut self, snap: &Snapshot, syms: &Kallsyms) -> Vec<Part> {
+        let mut out = Vec::new();
         let mut records: Vec<_> = snap.global_records().into_iter().collect();
         records.sort_unstable_by_key(|(stack, _)| *stack);
+        let threads = self.threads.read(snap, self.labels);
         for (stack, rec) in records {
             let named = self.named(stack, snap, syms);
             let total = self.totals.entry(stack).or_default();
@@ -477,10 +481,34 @@ impl Accumulator {
                 rec.total_ns.saturating_sub(total.1),
             );
             *total = (total.0.max(rec.count), total.1.max(rec.total_ns));
-            if dc > 0 {
-                delta.samples.push((named, dc, dn));
+            if dc == 0 {
+                continue;
+            }
+            let parts = threads.get(&stack).map_or(&[][..], Vec::as_slice);
+            let (told, rest) = crate::model::split(dc, dn, parts);
+            for (thread, c, n) in told {
+                out.push((Arc::clone(&named), Some(Arc::clone(thread)), c, n));
+            }
+            if rest.0 > 0 || rest.1 > 0 {
+                out.push((named, None, rest.0, rest.1));
             }
         }
+        out
+    }
+
+    /// Takes in one read of the kernel's tables and returns what to publish.
+    pub fn update(
+        &mut self,
+        snap: &Snapshot,
+        syms: &Kallsyms,
+        kernel: &KernelFacts,
+        config: &ProbeConfig,
+    ) -> Published {
+        let delta = Delta {
+            from_ns: self.window.back().map_or(0, |d| d.taken_ns),
+            taken_ns: snap.taken_ns,
+            samples: self.parts(snap, syms),
+        };
         for (stack, h) in &snap.histograms {
             // Only backtraces the records named: the histograms are read after the records, so
             // a backtrace first seen between the two reads waits for the next read.

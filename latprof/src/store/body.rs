@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     cgroups::CgroupPath,
-    collect::{TaskSnapshot, TickCounts, Waker},
+    collect::{ExitKey, TaskSnapshot, TickCounts, Waker},
     probe::Mode,
     ustacks::UserFrame,
 };
@@ -57,6 +57,18 @@ pub struct Body {
     /// User backtraces first seen here, named at record time, innermost first (version 7 on):
     /// a replay opens no binary, so it needs neither root, the process nor its files.
     pub user_stacks: Vec<(u64, Vec<UserFrame>)>,
+    /// The exited tasks' sums by process, thread name, cgroup and cause, as the global table
+    /// (version 9 on).
+    pub exited_gone: Vec<ExitKey>,
+    pub exited: Vec<(ExitKey, GlobalRecord)>,
+}
+
+/// A thread's name as the kernel holds it (at most 16 bytes, zeros after its end).
+fn comm_bytes(name: &str) -> [u8; 16] {
+    let mut comm = [0u8; 16];
+    let n = name.len().min(16);
+    comm[..n].copy_from_slice(&name.as_bytes()[..n]);
+    comm
 }
 
 fn encode_waker_key(e: &mut Enc, k: &WakerKey) {
@@ -174,6 +186,57 @@ impl Body {
         if version >= 7 {
             self.encode_user(e);
         }
+        if version >= 9 {
+            self.encode_exited(e);
+        }
+    }
+
+    /// The exited tasks' sums (version 9 on).
+    fn encode_exited(&self, e: &mut Enc) {
+        let key = |e: &mut Enc, k: &ExitKey| {
+            e.u32(k.tgid);
+            e.str(&k.thread_name());
+            e.u64(k.cgroup);
+            e.u64(k.stack_id);
+        };
+        e.usize(self.exited_gone.len());
+        for k in &self.exited_gone {
+            key(e, k);
+        }
+        e.usize(self.exited.len());
+        for (k, r) in &self.exited {
+            key(e, k);
+            e.u64(r.count);
+            e.u64(r.total_ns);
+            e.u64(r.max_ns);
+        }
+    }
+
+    /// `encode_exited`'s.
+    fn decode_exited(&mut self, d: &mut Dec<'_>) -> Result<(), FormatError> {
+        let key = |d: &mut Dec<'_>| -> Result<ExitKey, FormatError> {
+            Ok(ExitKey {
+                tgid: d.u32()?,
+                comm: comm_bytes(&d.str()?),
+                cgroup: d.u64()?,
+                stack_id: d.u64()?,
+            })
+        };
+        for _ in 0..d.len(4, size_of::<ExitKey>())? {
+            self.exited_gone.push(key(d)?);
+        }
+        for _ in 0..d.len(7, size_of::<(ExitKey, GlobalRecord)>())? {
+            let k = key(d)?;
+            self.exited.push((
+                k,
+                GlobalRecord {
+                    count: d.u64()?,
+                    total_ns: d.u64()?,
+                    max_ns: d.u64()?,
+                },
+            ));
+        }
+        Ok(())
     }
 
     /// The user backtraces: the files they name once each (path and build id, which every
@@ -360,6 +423,9 @@ impl Body {
         }
         if version >= 7 {
             b.decode_user(d)?;
+        }
+        if version >= 9 {
+            b.decode_exited(d)?;
         }
         Ok(b)
     }

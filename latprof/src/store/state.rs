@@ -7,7 +7,7 @@ use latprof_common::{CgroupCause, GlobalRecord, Histogram, WakerKey};
 use super::body::Body;
 use crate::{
     cgroups::CgroupPath,
-    collect::{Counters, Snapshot, TaskSnapshot, Waker},
+    collect::{Counters, ExitKey, Snapshot, TaskSnapshot, Waker},
     ustacks::UserFrame,
 };
 
@@ -20,6 +20,7 @@ pub struct State {
     histograms: BTreeMap<u64, Histogram>,
     stacks: HashMap<u64, Vec<u64>>,
     cgroups: BTreeMap<CgroupCause, GlobalRecord>,
+    exited: BTreeMap<ExitKey, GlobalRecord>,
     paths: BTreeMap<u64, CgroupPath>,
     wakers: BTreeMap<WakerKey, Waker>,
     user_parts: HashMap<u64, u64>,
@@ -53,6 +54,10 @@ impl State {
             self.cgroups.remove(&k);
         }
         self.cgroups.extend(body.cgroups);
+        for k in body.exited_gone {
+            self.exited.remove(&k);
+        }
+        self.exited.extend(body.exited);
         for id in body.paths_gone {
             self.paths.remove(&id);
         }
@@ -102,6 +107,7 @@ impl State {
             tasks,
             global,
             cgroups: self.cgroups.iter().map(|(k, v)| (*k, *v)).collect(),
+            exited: std::sync::Arc::new(self.exited.clone()),
             cgroup_paths: self.paths.clone(),
             counters,
             stacks,

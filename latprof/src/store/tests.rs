@@ -147,6 +147,42 @@ pub fn snapshots(n: u64) -> Vec<Snapshot> {
                     },
                 );
             }
+            // Exited tasks' sums (format 9): one thread's, then a second thread's.
+            if i >= 1 {
+                let mut comm = [0u8; 16];
+                comm[..6].copy_from_slice(b"worker");
+                let mut exited = std::collections::BTreeMap::new();
+                exited.insert(
+                    crate::collect::ExitKey {
+                        tgid: 77,
+                        comm,
+                        cgroup: 4002,
+                        stack_id: 1,
+                    },
+                    GlobalRecord {
+                        count: i,
+                        total_ns: 1_000 * i,
+                        max_ns: 1_000,
+                    },
+                );
+                if i >= 3 {
+                    comm[..6].copy_from_slice(b"helper");
+                    exited.insert(
+                        crate::collect::ExitKey {
+                            tgid: 78,
+                            comm,
+                            cgroup: 0,
+                            stack_id: 2,
+                        },
+                        GlobalRecord {
+                            count: 1,
+                            total_ns: 9_000,
+                            max_ns: 9_000,
+                        },
+                    );
+                }
+                s.exited = std::sync::Arc::new(exited);
+            }
             s.cgroup_paths.insert(
                 4001,
                 crate::cgroups::CgroupPath {
@@ -299,6 +335,16 @@ pub fn named(snap: &Snapshot, syms: &Kallsyms) -> Snapshot {
         k.stack_id = id(k.stack_id);
     }
     out.cgroups.sort_unstable_by_key(|(k, _)| *k);
+    out.exited = std::sync::Arc::new(
+        snap.exited
+            .iter()
+            .map(|(k, r)| {
+                let mut k = *k;
+                k.stack_id = id(k.stack_id);
+                (k, *r)
+            })
+            .collect(),
+    );
     out.histograms = snap.histograms.iter().map(|(k, h)| (id(*k), *h)).collect();
     for w in &mut out.wakers {
         w.key.cause = id(w.key.cause);
@@ -712,8 +758,10 @@ fn without_wakers(snap: &mut Snapshot) {
     snap.stacks.remove(&3);
 }
 
-/// `snap` as a recording before format 7 keeps it: no user backtraces.
+/// `snap` as a recording before format 7 keeps it: no user backtraces (nor, before 9, the
+/// exited tasks' sums).
 fn without_user_stacks(snap: &mut Snapshot) {
+    snap.exited = std::sync::Arc::default();
     snap.user_parts.clear();
     snap.user_stacks.clear();
 }
@@ -753,6 +801,8 @@ fn writer_body(snap: &Snapshot) -> Body {
             .iter()
             .map(|(k, v)| (*k, v.clone()))
             .collect(),
+        exited_gone: Vec::new(),
+        exited: snap.exited.iter().map(|(k, v)| (*k, *v)).collect(),
     }
 }
 
@@ -762,11 +812,11 @@ fn bad_files_are_refused_with_one_line() {
     assert_eq!(msg(Vec::new()), "empty file, not a latprof recording");
     assert!(msg(b"Latency Top version : v0.1\n".to_vec()).starts_with("not a latprof recording"));
     let mut future = record(&snapshots(2), Options::default());
-    future[8] = 9;
+    future[8] = 10;
     assert_eq!(
         msg(future),
         format!(
-            "recording format version 9 is newer than this latprof reads (up to {VERSION}); use a newer latprof"
+            "recording format version 10 is newer than this latprof reads (up to {VERSION}); use a newer latprof"
         )
     );
     let mut only_header = MAGIC.to_vec();

@@ -51,6 +51,7 @@ impl Writer {
             self.global.clear();
             self.histograms.clear();
             self.cgroups.clear();
+            self.exited.clear();
             self.paths.clear();
             self.wakers.clear();
             self.stacks_written.clear();
@@ -130,20 +131,7 @@ impl Writer {
         let (gone, changed) = diff(&mut self.histograms, histograms.into_iter());
         body.hist_gone = gone;
         body.histograms = changed;
-        let cgroups: Vec<_> = snap
-            .cgroups
-            .iter()
-            .map(|(k, r)| {
-                let key = CgroupCause {
-                    cgroup: k.cgroup,
-                    stack_id: self.public_id(k.stack_id),
-                };
-                (key, *r)
-            })
-            .collect();
-        let (gone, changed) = diff(&mut self.cgroups, cgroups.into_iter());
-        body.cgroup_gone = gone;
-        body.cgroups = changed;
+        self.exited_and_cgroups(snap, &mut body);
         let paths = snap.cgroup_paths.iter().map(|(id, p)| (*id, p.clone()));
         let (gone, changed) = diff(&mut self.paths, paths);
         body.paths_gone = gone;
@@ -164,6 +152,36 @@ impl Writer {
         body.wakers_gone = gone;
         body.wakers = changed.into_iter().map(|(_, w)| w).collect();
         body
+    }
+
+    /// The per-cgroup table's and the exited tasks' changes.
+    fn exited_and_cgroups(&mut self, snap: &Snapshot, body: &mut Body) {
+        let cgroups: Vec<_> = snap
+            .cgroups
+            .iter()
+            .map(|(k, r)| {
+                let key = CgroupCause {
+                    cgroup: k.cgroup,
+                    stack_id: self.public_id(k.stack_id),
+                };
+                (key, *r)
+            })
+            .collect();
+        let (gone, changed) = diff(&mut self.cgroups, cgroups.into_iter());
+        body.cgroup_gone = gone;
+        body.cgroups = changed;
+        let exited: Vec<_> = snap
+            .exited
+            .iter()
+            .map(|(k, r)| {
+                let mut key = *k;
+                key.stack_id = self.public_id(k.stack_id);
+                (key, *r)
+            })
+            .collect();
+        let (gone, changed) = diff(&mut self.exited, exited.into_iter());
+        body.exited_gone = gone;
+        body.exited = changed;
     }
 }
 
