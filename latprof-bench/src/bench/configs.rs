@@ -24,6 +24,9 @@ pub(super) enum Config {
     /// latprof normal without cgroup attribution: normal mode's exit merge into the per-cgroup
     /// table and its per-event record search, against `Normal`.
     NormalNoCgroups,
+    /// latprof lazy without the exited tasks' log (the hidden `--debug-no-exit-log`): what
+    /// sending each exiting task's records to user space costs is lazy's time less this one's.
+    LazyNoExitLog,
     /// latprof lazy with waker attribution (`--wakers`): what attributing each sleep to its
     /// waker costs is this one's time less lazy's.
     LazyWakers,
@@ -58,11 +61,12 @@ pub(super) const MAIN_CONFIGS: [Config; 7] = [
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
 /// lazy and normal together on the fork storm, and the spikes.
-pub(super) const EXTRA_CONFIGS: [Config; 12] = [
+pub(super) const EXTRA_CONFIGS: [Config; 13] = [
     Config::LazyDebug,
     Config::LazyWalk,
     Config::LazyNoCgroups,
     Config::NormalNoCgroups,
+    Config::LazyNoExitLog,
     Config::LazyWakers,
     Config::LazyWakerStacks,
     Config::LazyUserStacks,
@@ -94,6 +98,7 @@ impl Config {
             Self::LazyWalk => "lazy-walk",
             Self::LazyNoCgroups => "lazy-nocgroups",
             Self::NormalNoCgroups => "normal-nocgroups",
+            Self::LazyNoExitLog => "lazy-noexitlog",
             Self::LazyWakers => "lazy-wakers",
             Self::LazyWakerStacks => "lazy-wakerstacks",
             Self::LazyUserStacks => "lazy-ustacks",
@@ -126,6 +131,11 @@ impl Config {
             Self::LazyNoCgroups => {
                 let mut c = Command::new(latprof);
                 c.args(["--debug-no-cgroups", "stats", "--duration", "1h"]);
+                c
+            }
+            Self::LazyNoExitLog => {
+                let mut c = Command::new(latprof);
+                c.args(["--debug-no-exit-log", "stats", "--duration", "1h"]);
                 c
             }
             Self::NormalNoCgroups => {
@@ -220,6 +230,7 @@ impl Config {
                 | Self::LazyWalk
                 | Self::LazyNoCgroups
                 | Self::NormalNoCgroups
+                | Self::LazyNoExitLog
                 | Self::LazyWakers
                 | Self::LazyWakerStacks
                 | Self::LazyUserStacks
@@ -239,6 +250,7 @@ impl Config {
             | Self::LazyWalk
             | Self::LazyNoCgroups
             | Self::NormalNoCgroups
+            | Self::LazyNoExitLog
             | Self::LazyWakers
             | Self::LazyWakerStacks
             | Self::LazyUserStacks
@@ -324,9 +336,11 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
                     Config::Paired,
                     Config::PairedLazy,
                     Config::PairedNormal,
-                    // Every fork's exit merges its records into the per-cgroup table.
+                    // Every fork's exit merges its records into the per-cgroup table, and
+                    // sends them to user space.
                     Config::LazyNoCgroups,
                     Config::NormalNoCgroups,
+                    Config::LazyNoExitLog,
                 ])
                 .collect(),
         },
