@@ -6,11 +6,7 @@
 //! threads' name, every counted sleep once, none left untold.
 //!
 //! Root only: `#[ignore]`d for a plain `cargo test`, run by `cargo xtask test`.
-use std::{
-    collections::BTreeMap,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{collections::BTreeMap, process::Command};
 
 mod common;
 
@@ -148,16 +144,7 @@ fn a_recording_tells_exited_threads_apart() {
     let recording = dir.join("run.lpr");
     let mut work = Workload::spawn(&STORM);
     let pid = work.pid();
-    let mut cmd = Command::new(LATPROF);
-    cmd.args(["record", "--all-sleeps", "--interval", "200ms", "-o"])
-        .arg(&recording)
-        .stdout(Stdio::null());
-    let (child, stderr) = common::start(&mut cmd, "recording to");
-    work.go();
-    let slept = work.wait_fact("slept");
-    // A snapshot after the storm holds all of it.
-    std::thread::sleep(Duration::from_millis(600));
-    let (_, rest) = common::interrupt(child, stderr);
+    let (slept, rest) = common::record_while(&mut work, &recording);
     work.release();
     let dump = |labels: &str| -> Vec<u8> {
         let out = Command::new(LATPROF)

@@ -296,16 +296,7 @@ fn go_pprof_reads_the_profiles() {
     let mut work = Workload::spawn(&["sleep", "--count", "100", "--interval", "2ms"]);
     let pid = work.pid().to_string();
     let recording = dir.join("run.lpr");
-    let mut cmd = Command::new(LATPROF);
-    cmd.args(["record", "--all-sleeps", "--interval", "200ms", "-o"])
-        .arg(&recording)
-        .stdout(Stdio::null());
-    let (child, stderr) = common::start(&mut cmd, "recording to");
-    work.go();
-    let slept = work.wait_fact("slept");
-    // A snapshot after the work holds all of it.
-    std::thread::sleep(Duration::from_millis(600));
-    let (_, rest) = common::interrupt(child, stderr);
+    let (slept, rest) = common::record_while(&mut work, &recording);
     let dump = Command::new(LATPROF)
         .arg("dump")
         .arg(&recording)

@@ -71,58 +71,32 @@ pub fn threads(
         cgroup,
     };
     // A task whose records did not change adds nothing: most tasks, most reads.
-    let mut unchanged = std::collections::HashSet::new();
-    for t in global_tasks(cur) {
-        if base.tasks.get(&t.tid).is_some_and(|b| {
-            b.records == t.records && b.task_only == t.task_only && b.comm == t.comm
-        }) {
-            unchanged.insert(t.tid);
-            continue;
-        }
-        for rec in t.global_records() {
-            add(
-                rec.stack_id,
-                key(t.tgid, &t.comm, rec.cgroup),
-                rec.count,
-                rec.total_ns,
-                1,
-            );
-        }
-    }
-    for t in base.tasks.values().filter(|t| !unchanged.contains(&t.tid)) {
-        // A task that lived at the base: what it had then is the base's, whether it lives
-        // on (in `cur.tasks`) or exited since (its whole sum in the exited tasks', if its exit
-        // was logged).
-        for rec in t.global_records() {
-            add(
-                rec.stack_id,
-                key(t.tgid, &t.comm, rec.cgroup),
-                rec.count,
-                rec.total_ns,
-                -1,
-            );
+    let unchanged: std::collections::HashSet<u32> = global_tasks(cur)
+        .filter(|t| {
+            base.tasks.get(&t.tid).is_some_and(|b| {
+                b.records == t.records && b.task_only == t.task_only && b.comm == t.comm
+            })
+        })
+        .map(|t| t.tid)
+        .collect();
+    // What a task lived with at the base was the base's, whether it lives on (in `cur`) or
+    // exited since (its whole sum then in the exited tasks', if its exit was logged).
+    let tasks = [
+        (global_tasks(cur).collect::<Vec<_>>(), 1),
+        (base.tasks.values().collect(), -1),
+    ];
+    for (list, sign) in tasks {
+        for t in list.into_iter().filter(|t| !unchanged.contains(&t.tid)) {
+            for rec in t.global_records() {
+                let k = key(t.tgid, &t.comm, rec.cgroup);
+                add(rec.stack_id, k, rec.count, rec.total_ns, sign);
+            }
         }
     }
-    for (k, rec) in cur.exited.iter() {
-        if k.tgid != ExitKey::UNTOLD {
-            add(
-                k.stack_id,
-                key(k.tgid, &k.thread_name(), k.cgroup),
-                rec.count,
-                rec.total_ns,
-                1,
-            );
-        }
-    }
-    for (k, rec) in base.exited.iter() {
-        if k.tgid != ExitKey::UNTOLD {
-            add(
-                k.stack_id,
-                key(k.tgid, &k.thread_name(), k.cgroup),
-                rec.count,
-                rec.total_ns,
-                -1,
-            );
+    for (exited, sign) in [(&cur.exited, 1), (&base.exited, -1)] {
+        for (k, rec) in exited.iter().filter(|(k, _)| k.tgid != ExitKey::UNTOLD) {
+            let key = key(k.tgid, &k.thread_name(), k.cgroup);
+            add(k.stack_id, key, rec.count, rec.total_ns, sign);
         }
     }
     let mut out: HashMap<u64, Vec<(ThreadKey, GlobalRecord)>> = HashMap::new();

@@ -371,6 +371,22 @@ pub fn count_nanosleeps(count: &str, interval: &str, stats: impl FnOnce(&str) ->
     }
 }
 
+/// `latprof record --all-sleeps` of the whole machine into `recording` (a snapshot every
+/// 200 ms) while `work` runs: returns its `slept=` and the recorder's stderr after its first
+/// line. The recorder stops 600 ms after the work, so that a snapshot holds all of it.
+pub fn record_while(work: &mut Workload, recording: &std::path::Path) -> (u64, String) {
+    let mut cmd = Command::new(LATPROF);
+    cmd.args(["record", "--all-sleeps", "--interval", "200ms", "-o"])
+        .arg(recording)
+        .stdout(Stdio::null());
+    let (child, stderr) = start(&mut cmd, "recording to");
+    work.go();
+    let slept = work.wait_fact("slept");
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let (_, rest) = interrupt(child, stderr);
+    (slept, rest)
+}
+
 /// Stops a latprof command with SIGINT; it must exit 0. Returns its output and the stderr
 /// after the first line.
 pub fn interrupt(child: Child, mut stderr: BufReader<ChildStderr>) -> (Output, String) {
