@@ -386,7 +386,8 @@ fn profile_carries_user_frames() {
 
 /// The shape fleet backends read (issue 28), in a profile of the workload's nanosleeps with
 /// user frames: the kernel's mapping with the kernel's build id, the workload binary's own
-/// mapping with its path and build id, bare function names with their source file and line,
+/// mapping with its path and build id, bare function names with their source file, entry line
+/// and line,
 /// the reason as the root frame, the state, the workload's pid and its thread's name as
 /// labels (no container: it runs in none); `go tool pprof -functions` lists the workload's
 /// function once, `-lines` with its source line.
@@ -440,6 +441,7 @@ fn profile_shape(gz: &[u8], pid: &str, home: &Path) {
         }
         if name.starts_with("latprof_bench::workload::nanosleep") {
             own = Some((name, p.string(f.filename), loc.line[0].line, m));
+            assert!(f.start_line > 0, "{name}: no entry line");
         }
     }
     assert!(seen_kernel);

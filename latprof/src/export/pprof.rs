@@ -110,6 +110,9 @@ pub struct Function {
     pub system_name: i64,
     #[prost(int64, tag = "4")]
     pub filename: i64,
+    /// The line of the function's entry (0: not known).
+    #[prost(int64, tag = "5")]
+    pub start_line: i64,
 }
 
 /// Where a frame's code is: each place is a `Mapping` of its own.
@@ -132,6 +135,8 @@ pub enum Place<'a> {
 pub struct Frame<'a> {
     pub name: &'a str,
     pub place: Place<'a>,
+    /// Its function's entry line (user frames with DWARF; 0: not known).
+    pub start_line: u32,
 }
 
 impl<'a> Frame<'a> {
@@ -140,6 +145,7 @@ impl<'a> Frame<'a> {
         Self {
             name,
             place: Place::Kernel,
+            start_line: 0,
         }
     }
 
@@ -155,6 +161,7 @@ impl<'a> Frame<'a> {
                     build_id: &frame.build_id,
                 }
             },
+            start_line: frame.start_line,
         }
     }
 
@@ -163,6 +170,7 @@ impl<'a> Frame<'a> {
         Self {
             name,
             place: Place::Latprof,
+            start_line: 0,
         }
     }
 }
@@ -386,6 +394,7 @@ impl<'a> Tables<'a> {
                 name: name_id,
                 system_name: name_id,
                 filename: self.strings.id(file),
+                start_line: i64::from(frame.start_line),
             });
             self.functions.insert((name, file), id);
             id
@@ -760,7 +769,7 @@ mod tests {
     }
 
     /// User frames: one mapping per file with its build id, bare function names with their
-    /// source file, the line in the location; code in no file under `[anon]`.
+    /// source file and entry line, the line in the location; code in no file under `[anon]`.
     #[test]
     fn user_frames_have_a_mapping_per_binary_and_lines() {
         let frame = |name: &str, module: &str, build_id: &str| crate::ustacks::UserFrame {
@@ -769,6 +778,12 @@ mod tests {
             build_id: build_id.to_owned(),
             offset: 0,
             named: true,
+            // The entry lines of server.c's functions.
+            start_line: match name.split_once(' ') {
+                Some(("wait_for_request", _)) => 18,
+                Some(("serve", _)) => 35,
+                _ => 0,
+            },
         };
         let user = [
             frame(
@@ -825,8 +840,16 @@ mod tests {
                 ("Reading from a pipe", "", 0, "[latprof]", ""),
             ]
         );
-        // wait_for_request is one function at two lines; the server one mapping.
+        // wait_for_request is one function at two lines, from its entry line; the server one
+        // mapping.
         assert_eq!(p.function.len(), 6);
+        let starts: Vec<(&str, i64)> = p
+            .function
+            .iter()
+            .filter(|f| f.start_line > 0)
+            .map(|f| (p.string(f.name), f.start_line))
+            .collect();
+        assert_eq!(starts, [("wait_for_request", 18), ("serve", 35)]);
         assert_eq!(p.mapping.len(), 5);
         let server = p
             .mapping

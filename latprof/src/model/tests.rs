@@ -158,6 +158,7 @@ fn user_frame(name: &str, module: &str) -> crate::ustacks::UserFrame {
         build_id: String::new(),
         offset: 0x1000,
         named: true,
+        start_line: 0,
     }
 }
 

@@ -1038,6 +1038,7 @@ ffffffff81402000 T __lock_text_end
             build_id: String::new(),
             offset: 0x1000,
             named: true,
+            start_line: 0,
         };
         let decode = |gz: Vec<u8>| {
             let mut raw = Vec::new();

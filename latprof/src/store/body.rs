@@ -184,7 +184,7 @@ impl Body {
             self.encode_wakers(e);
         }
         if version >= 7 {
-            self.encode_user(e);
+            self.encode_user(e, version);
         }
         if version >= 9 {
             self.encode_exited(e);
@@ -242,7 +242,7 @@ impl Body {
     /// The user backtraces: the files they name once each (path and build id, which every
     /// frame in a file shares), then each frame as its name, file, offset and whether the
     /// name is a symbol's.
-    fn encode_user(&self, e: &mut Enc) {
+    fn encode_user(&self, e: &mut Enc, version: u16) {
         let mut modules: Vec<(&str, &str)> = Vec::new();
         let mut index: HashMap<(&str, &str), usize> = HashMap::new();
         for (_, frames) in &self.user_stacks {
@@ -273,11 +273,14 @@ impl Body {
                 e.usize(index[&(f.module.as_str(), f.build_id.as_str())]);
                 e.u64(f.offset);
                 e.bool(f.named);
+                if version >= 9 {
+                    e.u32(f.start_line);
+                }
             }
         }
     }
 
-    fn decode_user(&mut self, d: &mut Dec<'_>) -> Result<(), FormatError> {
+    fn decode_user(&mut self, d: &mut Dec<'_>, version: u16) -> Result<(), FormatError> {
         let mut modules = Vec::new();
         for _ in 0..d.len(2, size_of::<(String, String)>())? {
             modules.push((d.str()?, d.str()?));
@@ -309,6 +312,7 @@ impl Body {
                     build_id: build_id.clone(),
                     offset: d.u64()?,
                     named: d.bool()?,
+                    start_line: if version >= 9 { d.u32()? } else { 0 },
                 });
             }
             self.user_stacks.push((id, frames));
@@ -422,7 +426,7 @@ impl Body {
             b.decode_wakers(d)?;
         }
         if version >= 7 {
-            b.decode_user(d)?;
+            b.decode_user(d, version)?;
         }
         if version >= 9 {
             b.decode_exited(d)?;

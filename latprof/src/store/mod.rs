@@ -32,7 +32,8 @@ pub const MAGIC: [u8; 8] = *b"\x7fLATPROF";
 /// cgroups: each task record's cgroup id, the per-cgroup table and the cgroups' paths; 6 the
 /// wakers (the waker table, and each spike's waker); 7 user backtraces (`--user-stacks`): each
 /// record id's user backtrace and each user backtrace's frames as named at record time; 8 the
-/// kernel's build id; 9 the exited tasks' sums by process, thread name, cgroup and cause.
+/// kernel's build id; 9 the exited tasks' sums by process, thread name, cgroup and cause, and
+/// each user frame's function's entry line.
 pub const VERSION: u16 = 9;
 pub const FILE_HEADER_LEN: usize = 12;
 pub const SYNC: [u8; 4] = *b"LPF\x1e";

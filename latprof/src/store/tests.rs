@@ -256,6 +256,12 @@ fn user_frame(name: &str, module: &str, offset: u64) -> crate::ustacks::UserFram
         },
         offset,
         named: !name.contains("+0x"),
+        // Format 9 on: the function's entry line.
+        start_line: if name.contains("+0x") {
+            0
+        } else {
+            u32::try_from(offset % 1000).unwrap() + 1
+        },
     }
 }
 
@@ -708,6 +714,7 @@ fn a_long_file_name_shared_by_many_frames_is_charged_for_each_copy() {
             build_id: String::new(),
             offset,
             named: false,
+            start_line: 0,
         })
         .collect();
     let body = Body {

@@ -812,6 +812,7 @@ mod tests {
             build_id: String::new(),
             offset: 0x1000,
             named: true,
+            start_line: 0,
         };
         snap.user_parts.insert(2, 7);
         snap.user_stacks.insert(

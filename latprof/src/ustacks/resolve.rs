@@ -43,6 +43,9 @@ pub struct UserFrame {
     pub offset: u64,
     /// Whether `name` is a symbol's.
     pub named: bool,
+    /// The source line of the function's entry (its first instruction's, from DWARF): pprof's
+    /// `Function.start_line`; 0 where not known.
+    pub start_line: u32,
 }
 
 impl UserFrame {
@@ -61,6 +64,7 @@ impl UserFrame {
             build_id: String::new(),
             offset: 0,
             named: false,
+            start_line: 0,
         }
     }
 
@@ -80,7 +84,10 @@ pub struct Resolver {
     generation: u64,
     /// (device, inode, file offset) -> name, so that a file shared by processes (libc) is
     /// read once per place.
-    names: HashMap<(u64, u64, u64), Option<String>>,
+    names: HashMap<(u64, u64, u64), Option<(String, u32)>>,
+    /// Each function's entry line, by (device, inode, symbol address): the frames of one
+    /// function share it.
+    entries: HashMap<(u64, u64, u64), u32>,
     /// (device, inode, file offset) -> whether the bytes before it are a call instruction.
     calls: HashMap<(u64, u64, u64), bool>,
     /// (device, inode) -> the binary's unwind information (`None`: it has none).
@@ -114,6 +121,7 @@ impl Resolver {
             processes,
             generation: 0,
             names: HashMap::new(),
+            entries: HashMap::new(),
             calls: HashMap::new(),
             cfi: HashMap::new(),
             truncated: 0,
@@ -149,6 +157,7 @@ impl Resolver {
             let generation = table.generation();
             let keeps = |dev: u64, ino: u64| table.keeps((dev, ino));
             self.names.retain(|(dev, ino, _), _| keeps(*dev, *ino));
+            self.entries.retain(|(dev, ino, _), _| keeps(*dev, *ino));
             self.calls.retain(|(dev, ino, _), _| keeps(*dev, *ino));
             self.cfi.retain(|(dev, ino), _| keeps(*dev, *ino));
             drop(table);
@@ -301,6 +310,7 @@ impl Resolver {
                 module,
                 build_id: String::new(),
                 offset,
+                start_line: 0,
             });
         }
         let offset = m.file_offset(look);
@@ -310,6 +320,7 @@ impl Resolver {
             build_id: String::new(),
             offset,
             named: false,
+            start_line: 0,
         };
         let Some(module) = view.files.get(&m.start).cloned() else {
             return Some(fallback);
@@ -319,21 +330,37 @@ impl Resolver {
             return None;
         }
         let symbolizer = &self.symbolizer;
+        let entries = &mut self.entries;
         let name = self
             .names
             .entry((module.dev, module.ino, offset))
             .or_insert_with(|| {
                 // DWARF where it may be read; where it cannot (damaged, or refused by
                 // blazesym), the ELF symbols alone.
-                let named = |dwarf: bool| {
+                let named = |dwarf: bool, at: Input<u64>| {
                     let mut elf = Elf::new(module.fd_path());
                     elf.debug_syms = dwarf;
-                    symbolizer.symbolize_single(&Source::Elf(elf), Input::FileOffset(offset))
+                    symbolizer.symbolize_single(&Source::Elf(elf), at)
                 };
-                match named(module.dwarf) {
-                    Ok(Symbolized::Sym(sym)) => Some(with_line(&sym)),
-                    Err(_) if module.dwarf => match named(false) {
-                        Ok(Symbolized::Sym(sym)) => Some(with_line(&sym)),
+                // The function's entry line: its first instruction's, where DWARF gave this
+                // address a line.
+                let mut entry_line = |sym: &blazesym::symbolize::Sym<'_>| -> u32 {
+                    if sym.code_info.is_none() {
+                        return 0;
+                    }
+                    *entries
+                        .entry((module.dev, module.ino, sym.addr))
+                        .or_insert_with(|| match named(true, Input::VirtOffset(sym.addr)) {
+                            Ok(Symbolized::Sym(entry)) => {
+                                entry.code_info.and_then(|c| c.line).unwrap_or(0)
+                            }
+                            _ => 0,
+                        })
+                };
+                match named(module.dwarf, Input::FileOffset(offset)) {
+                    Ok(Symbolized::Sym(sym)) => Some((with_line(&sym), entry_line(&sym))),
+                    Err(_) if module.dwarf => match named(false, Input::FileOffset(offset)) {
+                        Ok(Symbolized::Sym(sym)) => Some((with_line(&sym), 0)),
                         _ => None,
                     },
                     _ => None,
@@ -341,9 +368,10 @@ impl Resolver {
             })
             .clone();
         Some(match name {
-            Some(name) => UserFrame {
+            Some((name, start_line)) => UserFrame {
                 name,
                 named: true,
+                start_line,
                 ..fallback
             },
             None => fallback,
@@ -475,6 +503,7 @@ fn gone(addr: u64) -> UserFrame {
         build_id: String::new(),
         offset: addr,
         named: false,
+        start_line: 0,
     }
 }
 
