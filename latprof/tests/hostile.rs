@@ -576,9 +576,9 @@ fn distinct_backtraces(len: usize, n: u64) -> Vec<u8> {
         e.u64(1000);
         e.u64(1000);
     }
-    for _ in 0..12 {
+    for _ in 0..14 {
         // histograms gone, histograms, ticks, cgroups gone, cgroups, paths gone, paths,
-        // wakers gone, wakers, user files, user parts, user backtraces
+        // wakers gone, wakers, user files, user parts, user backtraces, exited gone, exited
         e.usize(0);
     }
     recording(&[frame(KIND_KEY, &e.buf, true)])

@@ -15,7 +15,9 @@ use crate::{
     model::{ThreadBase, threads},
 };
 
-/// Threads kept for sharing past this: those no read in the window holds go.
+/// Distinct threads the window may tell: past this, those no read in the window holds go,
+/// and while all are held, a new thread's sleeps go out untold (a machine that starts and
+/// ends thousands of processes a second would otherwise keep each one for the whole window).
 const KEEP_THREADS: usize = 4096;
 
 /// What the reads before left: the base of the next, and the threads the window's reads share.
@@ -23,6 +25,8 @@ const KEEP_THREADS: usize = 4096;
 pub struct Threads {
     base: Option<ThreadBase>,
     known: HashMap<Thread, Arc<Thread>>,
+    /// Whether this read already dropped the threads no read holds (once a read is enough).
+    pruned: bool,
 }
 
 impl Threads {
@@ -40,9 +44,7 @@ impl Threads {
         }
         let parts = threads(snap, self.base.as_ref());
         self.base = Some(ThreadBase::of(snap));
-        if self.known.len() > KEEP_THREADS {
-            self.known.retain(|_, t| Arc::strong_count(t) > 1);
-        }
+        self.pruned = false;
         for (stack, parts) in parts {
             let mut merged: BTreeMap<Thread, GlobalRecord> = BTreeMap::default();
             for (key, rec) in parts {
@@ -64,16 +66,27 @@ impl Threads {
             }
             let interned = merged
                 .into_iter()
-                .map(|(thread, rec)| {
-                    let shared = self
-                        .known
-                        .entry(thread)
-                        .or_insert_with_key(|t| Arc::new(t.clone()));
-                    (Arc::clone(shared), rec)
-                })
+                .filter_map(|(thread, rec)| Some((self.intern(thread)?, rec)))
                 .collect();
             out.insert(stack, interned);
         }
         out
+    }
+
+    /// `thread` shared with the reads that told it before; `None` past [`KEEP_THREADS`].
+    fn intern(&mut self, thread: Thread) -> Option<Arc<Thread>> {
+        if let Some(known) = self.known.get(&thread) {
+            return Some(Arc::clone(known));
+        }
+        if self.known.len() >= KEEP_THREADS && !self.pruned {
+            self.known.retain(|_, t| Arc::strong_count(t) > 1);
+            self.pruned = true;
+        }
+        if self.known.len() >= KEEP_THREADS {
+            return None;
+        }
+        let shared = Arc::new(thread.clone());
+        self.known.insert(thread, Arc::clone(&shared));
+        Some(shared)
     }
 }
