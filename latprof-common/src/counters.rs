@@ -120,10 +120,13 @@ pub enum Counter {
     /// Exiting tasks whose records were not sent through `EXITED`: it was full. Their last
     /// sleeps go out in profiles without process and thread labels (counted all the same).
     ExitsUnlogged,
+    /// `--debug-checks`: writes to data every CPU shares, from the programs (`shared.rs` in
+    /// the eBPF crate): 0 in lazy mode's steady state.
+    DebugSharedWrites,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::ExitsUnlogged as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::DebugSharedWrites as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -173,6 +176,7 @@ impl Counter {
         Self::RtlockWaits,
         Self::ShortUnlogged,
         Self::ExitsUnlogged,
+        Self::DebugSharedWrites,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -224,6 +228,7 @@ impl Counter {
             Self::RtlockWaits => "rtlock_waits",
             Self::ShortUnlogged => "short_unlogged",
             Self::ExitsUnlogged => "exits_unlogged",
+            Self::DebugSharedWrites => "debug_shared_writes",
         }
     }
 

@@ -12,6 +12,7 @@ use latprof_common::{
 use crate::{
     maps::{CGROUP_LATENCY, GLOBAL_LATENCY, HISTOGRAMS, MERGED, count},
     settings::{CGROUPS_ON, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, read_field},
+    shared,
 };
 
 // A record index is masked (rule 2 of the verifier rules in `stack_cache`).
@@ -168,6 +169,7 @@ pub(crate) fn cgroup_add(key: &CgroupCause, n: u64, total_ns: u64, max_ns: u64) 
             total_ns,
             max_ns,
         };
+        shared::write();
         if CGROUP_LATENCY
             .insert(key, &first, u64::from(BPF_NOEXIST))
             .is_err()
@@ -184,6 +186,7 @@ fn histogram_add(key: &CgroupCause, delta: u64) {
         hist
     } else {
         let zero: Histogram = [0; HIST_BUCKETS];
+        shared::write();
         let _ = HISTOGRAMS.insert(key, &zero, u64::from(BPF_NOEXIST));
         let Some(hist) = HISTOGRAMS.get_ptr_mut(key) else {
             count(Counter::HistTableFull);
@@ -212,6 +215,7 @@ pub(crate) fn merged_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max
             total_ns,
             max_ns,
         };
+        shared::write();
         if MERGED
             .insert(&stack, &first, u64::from(BPF_NOEXIST))
             .is_err()
@@ -225,6 +229,7 @@ pub(crate) fn merged_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max
 /// Adds to the global record of `stack`: the one structure every CPU shares.
 #[inline(always)]
 fn global_add<const CAS: bool>(stack: u64, n: u64, total_ns: u64, max_ns: u64) {
+    shared::write();
     let rec = if let Some(rec) = GLOBAL_LATENCY.get_ptr_mut(&stack) {
         rec
     } else {
@@ -284,6 +289,7 @@ fn merged_max(stack: u64, max_ns: u64) {
             total_ns: 0,
             max_ns,
         };
+        shared::write();
         if MERGED
             .insert(&stack, &first, u64::from(BPF_NOEXIST))
             .is_err()

@@ -21,6 +21,7 @@ use crate::{
     maps::{EXITED, TASKS, count, ids, log_hidden},
     recover::recover,
     settings::{CGROUPS_ON, DEBUG_CHECKS, EXITS_ON, MODE, SKIP_KTHREADS, TASK_PID_OFF, read_field},
+    shared,
 };
 
 /// A task is freed (an RCU grace period after it was reaped): the entry of a task first seen
@@ -170,6 +171,7 @@ fn retire<const CAS: bool>(ctx: &RawTracePointContext, tid: u32, entry: &TaskSta
                 );
             }
         }
+        shared::write();
         let _ = TASKS.remove(&tid);
         if lazy {
             count(Counter::ExitMerges);
@@ -185,6 +187,7 @@ fn retire<const CAS: bool>(ctx: &RawTracePointContext, tid: u32, entry: &TaskSta
                 u64::from(entry.nr_records),
             );
         }
+        shared::write();
         let _ = TASKS.remove(&tid);
     }
 }

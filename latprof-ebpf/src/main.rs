@@ -60,6 +60,7 @@
 //!
 //! * [`settings`]: the `Global`s the loader fixes for a run, so the verifier drops the
 //!   branches a run does not use. [`maps`]: every map, and the counters' helpers.
+//! * [`shared`]: `--debug-checks`' count of writes to data every CPU shares.
 //! * [`debug`]: `--debug-checks`, counted and logged anomalies, absent from the programs
 //!   without the flag.
 //! * [`stacks`] (walk and store kernel backtraces), [`stack_cache`] (backtraces without a
@@ -106,6 +107,7 @@ mod maps;
 mod recover;
 mod rename;
 mod settings;
+mod shared;
 mod spikes;
 mod stack_cache;
 mod stacks;

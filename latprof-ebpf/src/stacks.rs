@@ -12,6 +12,7 @@ use latprof_common::{Counter, NO_STACK, RawStack, STACK_FRAMES, stack_hash};
 use crate::{
     maps::{STACK_BUF, STACKS, WALKED_FRAMES, count},
     settings::STACK_WALK_FRAMES,
+    shared,
 };
 
 /// Walks the current kernel stack and stores it; returns its id, or `NO_STACK`.
@@ -61,6 +62,7 @@ fn store_stack(buf: *mut RawStack, len: i64) -> u64 {
         return id;
     }
     // SAFETY: as above.
+    shared::write();
     match STACKS.insert(&id, unsafe { &*buf }, u64::from(BPF_NOEXIST)) {
         // -EEXIST: another CPU stored the same stack first.
         Ok(()) | Err(-17) => id,

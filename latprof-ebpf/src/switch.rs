@@ -30,6 +30,7 @@ use crate::{
         SELF_TGID, STACK_AT_WAKEUP, SWITCH_HAS_PREV_STATE, TASK_COMM_OFF, TASK_FLAGS_OFF,
         TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF, USER_STACKS_ON, read_field,
     },
+    shared,
     spikes::spike,
     stacks::take_stack,
     ustacks,
@@ -133,8 +134,13 @@ fn note_switch(ctx: &RawTracePointContext, now: u64) {
         count(Counter::SwitchesHidden);
         // From now on sleeps keep what recovering them needs (see `recover`).
         if let Some(seen) = HIDING_SEEN.get_ptr_mut(0) {
-            // SAFETY: a u32 in an array map; a racing writer writes the same 1.
-            unsafe { *seen = 1 };
+            // SAFETY: a u32 in an array map; a racing writer writes the same 1. Written once:
+            // every sleep reads it, and a write would take its cache line from every CPU.
+            unsafe {
+                if *seen == 0 {
+                    *seen = 1;
+                }
+            }
         }
         // The task the CPU ran when latprof stopped seeing it (it may have exited since: a
         // failed read leaves the last name).
@@ -312,6 +318,7 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
         for e in 0..CACHE_ENTRIES {
             cache.entries[e].words = 0;
         }
+        shared::write();
         if TASKS
             .insert(&tid, &*template, u64::from(BPF_NOEXIST))
             .is_err()

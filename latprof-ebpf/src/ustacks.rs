@@ -22,6 +22,7 @@ use crate::{
         PT_REGS_IP_OFF, PT_REGS_SP_OFF, TASK_EXEC_ID_OFF, TASK_MM_OFF, TASK_STACK_OFF,
         USER_WALK_FRAMES, read_field,
     },
+    shared,
 };
 
 /// The layout of the address space `mm` (`layout_key`); 0 where it is unreadable, or not
@@ -117,6 +118,7 @@ pub(crate) fn take(tid: u32, tgid: u32, task: *const u8, entry: &mut TaskState) 
     if buf.sp == 0 || unsafe { bpf_probe_read_user_buf(buf.sp as *const u8, window) }.is_err() {
         buf.sp = 0;
     }
+    shared::write();
     match USER_STACKS.insert(&id, buf, u64::from(BPF_NOEXIST)) {
         Ok(()) => {
             let seen = UserSeen {
@@ -193,6 +195,7 @@ pub(crate) fn cause(kernel: u64, user: u64, entry: &mut TaskState) -> u64 {
     }
     if CAUSE_PARTS.get_ptr(&id).is_none() {
         let parts = CauseParts { kernel, user };
+        shared::write();
         match CAUSE_PARTS.insert(&id, &parts, u64::from(BPF_NOEXIST)) {
             Ok(()) | Err(-17) => {}
             Err(_) => {

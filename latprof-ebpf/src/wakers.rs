@@ -35,6 +35,7 @@ use crate::{
         CFS_RQ_RQ_OFF, PC_FROM_RQ, RQ_CPU_OFF, TASK_CFS_RQ_OFF, TASK_PID_OFF, TASK_SOFTIRQ_CNT_OFF,
         WAKER_STACKS, WAKERS_ON, read_field,
     },
+    shared,
     stacks::take_stack,
 };
 
@@ -266,6 +267,7 @@ pub(crate) fn add(entry: &TaskState, kind: u32, cause: u64, delta: u64, tid: u32
         max_ns: delta,
         comm: if task { entry.waker_comm } else { [0; 16] },
     };
+    shared::write();
     if WAKERS.insert(&key, &value, u64::from(BPF_NOEXIST)).is_ok() {
         return;
     }
@@ -285,6 +287,7 @@ pub(crate) fn add(entry: &TaskState, kind: u32, cause: u64, delta: u64, tid: u32
             ..value
         };
         // Full too: the counter is all that is left of it.
+        shared::write();
         let _ = WAKERS_OTHER.insert(&other, &value, u64::from(BPF_NOEXIST));
     }
 }

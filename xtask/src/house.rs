@@ -44,6 +44,7 @@ const LATPROF: &[&[&str]] = &[
 /// The eBPF crate's floors, lowest first; `main` and `lib` stand above them all.
 const EBPF: &[&[&str]] = &[
     &["settings", "maps"],
+    &["shared"],
     &["debug", "stacks", "ustacks", "spikes", "ticks", "rename"],
     &["stack_cache", "wakers", "account"],
     &["recover"],
