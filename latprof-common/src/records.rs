@@ -269,5 +269,12 @@ pub struct ExitedTask {
 }
 const _: () = assert!(size_of::<ExitedTask>() == 32 + size_of::<LatencyRecord>() * TASK_RECORDS);
 
+/// Whether record `i` of a task is its own and stays out of the global table (bit i of its
+/// `task_only`, as `TaskState::task_only`, `ExitedTask::task_only`).
+#[must_use]
+pub const fn task_only(task_only: u32, i: usize) -> bool {
+    i < 32 && (task_only >> i) & 1 != 0
+}
+
 // One bit of `task_only` per record.
 const _: () = assert!(TASK_RECORDS <= 32);

@@ -85,7 +85,7 @@ impl Exits {
         let sums = Arc::make_mut(&mut self.sums);
         for (i, rec) in task.records[..n].iter().enumerate() {
             // A record kept to the task reaches no global table.
-            if i < 32 && (task.task_only >> i) & 1 != 0 {
+            if latprof_common::task_only(task.task_only, i) {
                 continue;
             }
             let mut key = ExitKey {

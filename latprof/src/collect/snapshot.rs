@@ -99,7 +99,7 @@ impl TaskSnapshot {
         self.records
             .iter()
             .enumerate()
-            .filter(|(i, _)| !(*i < 32 && (self.task_only >> i) & 1 != 0))
+            .filter(|(i, _)| !latprof_common::task_only(self.task_only, *i))
             .map(|(_, rec)| rec)
     }
 }

@@ -38,18 +38,18 @@ fn thread_parts(scope: &Scope<'_>) -> HashMap<u64, Vec<(model::ThreadKey, Global
     parts
 }
 
-/// A thread's labels: its process, name and full container id.
-fn thread_of(scope: &Scope<'_>, key: &model::ThreadKey) -> Option<pprof::Thread> {
-    let container = scope
-        .cur
-        .cgroup_paths
-        .get(&key.cgroup)
-        .and_then(|p| p.path.as_deref())
-        .and_then(crate::cgroups::container_id);
-    scope.labels.mask(pprof::Thread {
+/// A thread as `labels` show it: its process, name and the full id of the container its
+/// cgroup is (in `snap`'s paths); `None` where no label shows a thread (serve's too).
+#[must_use]
+pub fn thread_of(
+    snap: &crate::collect::Snapshot,
+    labels: pprof::Labels,
+    key: &model::ThreadKey,
+) -> Option<pprof::Thread> {
+    labels.mask(pprof::Thread {
         pid: key.tgid,
         name: key.name.clone(),
-        container,
+        container: model::container_id(snap, key.cgroup),
     })
 }
 
@@ -78,7 +78,7 @@ fn add(
         let (told, (rest_count, rest_ns)) = model::split(rec.count, rec.total_ns, &mine);
         let pieces = told
             .into_iter()
-            .map(|(k, c, n)| (thread_of(scope, k), c, n))
+            .map(|(k, c, n)| (thread_of(scope.cur, scope.labels, k), c, n))
             .chain([(None, rest_count, rest_ns)])
             .filter(|&(_, c, n)| c > 0 || n > 0);
         for (thread, count, total_ns) in pieces {

@@ -14,6 +14,16 @@ pub fn cgroup_name(snap: &Snapshot, id: u64) -> String {
         .map_or_else(|| format!("cgroup {id}"), crate::cgroups::readable_name)
 }
 
+/// The full id of the container cgroup `id` is (or is in), from the snapshot's paths; `None`
+/// where its path is unknown or names no container.
+#[must_use]
+pub fn container_id(snap: &Snapshot, id: u64) -> Option<String> {
+    snap.cgroup_paths
+        .get(&id)
+        .and_then(|p| p.path.as_deref())
+        .and_then(crate::cgroups::container_id)
+}
+
 /// The latency histogram of a row in one cgroup (live snapshots keep them per cgroup;
 /// recordings only summed, and then this is empty).
 #[must_use]

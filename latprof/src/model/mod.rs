@@ -14,7 +14,7 @@ pub use causes::{
     Cause, NOT_NAMED_YET, Named, backtrace_of, causes, global_causes, name, process_causes,
     site_of, spike_reason, state_of, user_frames, user_names, user_site,
 };
-pub use cgroups::{CgroupRow, cgroup_name, cgroups_since, row_histogram_in};
+pub use cgroups::{CgroupRow, cgroup_name, cgroups_since, container_id, row_histogram_in};
 pub use header::{Header, header};
 pub use processes::{ProcLine, processes, row_processes};
 pub use rows::{

@@ -93,11 +93,21 @@ pub fn threads(
             }
         }
     }
-    for (exited, sign) in [(&cur.exited, 1), (&base.exited, -1)] {
-        for (k, rec) in exited.iter().filter(|(k, _)| k.tgid != ExitKey::UNTOLD) {
-            let key = key(k.tgid, &k.thread_name(), k.cgroup);
-            add(k.stack_id, key, rec.count, rec.total_ns, sign);
-        }
+    // The exited sums where the two ends differ (most keys are the same at both: a dead
+    // process's sums never change).
+    let (now, then) = (&cur.exited, &base.exited);
+    let changed = now
+        .iter()
+        .filter(|(k, rec)| then.get(k) != Some(rec))
+        .map(|(k, rec)| (k, rec, 1))
+        .chain(
+            then.iter()
+                .filter(|(k, rec)| now.get(k) != Some(rec))
+                .map(|(k, rec)| (k, rec, -1)),
+        );
+    for (k, rec, sign) in changed.filter(|(k, _, _)| k.tgid != ExitKey::UNTOLD) {
+        let key = key(k.tgid, &k.thread_name(), k.cgroup);
+        add(k.stack_id, key, rec.count, rec.total_ns, sign);
     }
     let mut out: HashMap<u64, Vec<(ThreadKey, GlobalRecord)>> = HashMap::new();
     for ((stack, key), a) in acc {

@@ -382,8 +382,7 @@ impl Accumulator {
 
     /// Keeps the full id of the container cgroup `id` is, for its series' `label`.
     fn note_container(&mut self, snap: &Snapshot, id: u64, label: &str) {
-        let path = snap.cgroup_paths.get(&id).and_then(|p| p.path.as_deref());
-        if let Some(full) = path.and_then(crate::cgroups::container_id) {
+        if let Some(full) = crate::model::container_id(snap, id) {
             self.container_ids.insert(label.to_owned(), full);
         }
     }

@@ -48,17 +48,7 @@ impl Threads {
         for (stack, parts) in parts {
             let mut merged: BTreeMap<Thread, GlobalRecord> = BTreeMap::default();
             for (key, rec) in parts {
-                let container = snap
-                    .cgroup_paths
-                    .get(&key.cgroup)
-                    .and_then(|p| p.path.as_deref())
-                    .and_then(crate::cgroups::container_id);
-                let thread = Thread {
-                    pid: key.tgid,
-                    name: key.name,
-                    container,
-                };
-                if let Some(thread) = labels.mask(thread) {
+                if let Some(thread) = crate::export::profiles::thread_of(snap, labels, &key) {
                     let r = merged.entry(thread).or_default();
                     r.count += rec.count;
                     r.total_ns += rec.total_ns;
