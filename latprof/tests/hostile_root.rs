@@ -16,7 +16,7 @@ use std::{
 
 mod common;
 
-use common::{LATPROF, TempDir};
+use common::{LATPROF, TempDir, tmux::Tmux};
 
 /// A directory for this test binary's programs, readable and enterable by `nobody`.
 fn bin_dir() -> &'static Path {
@@ -625,40 +625,17 @@ fn top_and_replay_leave_when_their_terminal_goes() {
         ("top", format!("{LATPROF} top")),
         ("replay", format!("{LATPROF} replay {}", rec.display())),
     ] {
-        let session = format!("latprof-hangup-{}-{what}", std::process::id());
-        let status = Command::new("tmux")
-            .args(["new-session", "-d", "-s", &session, "-x", "100", "-y", "30"])
-            .arg(&command)
-            .status()
-            .expect("tmux");
-        assert!(status.success());
+        let tmux = Tmux::start(&command);
         // latprof's pid once its screen is up: the pane's command, or its child where a
         // shell runs it.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let pid = loop {
-            let out = Command::new("tmux")
-                .args(["list-panes", "-t", &session, "-F", "#{pane_pid}"])
-                .output()
-                .unwrap();
-            let screen = Command::new("tmux")
-                .args(["capture-pane", "-p", "-t", &session])
-                .output()
-                .unwrap();
-            let screen = String::from_utf8_lossy(&screen.stdout);
-            let pane: Option<u32> = String::from_utf8_lossy(&out.stdout).trim().parse().ok();
-            if let Some(pid) = pane.and_then(latprof_at)
-                && screen.contains("Global causes")
-            {
-                break pid;
+        let pid = tmux.wait_until(|screen| {
+            let pane: Option<u32> = tmux.display("#{pane_pid}").parse().ok();
+            match pane.and_then(latprof_at) {
+                Some(pid) if screen.contains("Global causes") => Ok(pid),
+                _ => Err(format!("{what} did not start")),
             }
-            assert!(Instant::now() < deadline, "{what} did not start:\n{screen}");
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        let status = Command::new("tmux")
-            .args(["kill-session", "-t", &session])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        });
+        tmux.close();
         let gone = Instant::now() + Duration::from_secs(2);
         while Path::new(&format!("/proc/{pid}")).exists() {
             let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();

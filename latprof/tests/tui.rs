@@ -4,116 +4,12 @@
 //! Needs root and tmux; `cargo xtask test` runs it (`#[ignore]`d for a plain `cargo test`).
 use std::{
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 mod common;
 
-use common::LATPROF;
-
-struct Tmux {
-    session: String,
-}
-
-impl Tmux {
-    fn start(command: &str) -> Self {
-        // One at a time: two `new-session`s that both start the tmux server race for its
-        // socket, and one fails ("tmux new-session failed", seen in a fresh-clone run).
-        static SERVER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let session = format!("latprof-test-{}-{n}", std::process::id());
-        let _one = SERVER
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let status = Command::new("tmux")
-            .args([
-                "new-session",
-                "-d",
-                "-s",
-                &session,
-                "-x",
-                "100",
-                "-y",
-                "30",
-                command,
-            ])
-            .status()
-            .expect("tmux (install it, or run `cargo xtask test`)");
-        assert!(status.success(), "tmux new-session failed");
-        Self { session }
-    }
-
-    fn screen(&self) -> String {
-        let out = Command::new("tmux")
-            .args(["capture-pane", "-p", "-t", &self.session])
-            .output()
-            .expect("tmux capture-pane");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let status = Command::new("tmux")
-            .args(["send-keys", "-t", &self.session])
-            .args(keys)
-            .status()
-            .expect("tmux send-keys");
-        assert!(status.success());
-    }
-
-    /// Waits until the screen contains all of `needles` (at most 20 s).
-    fn wait_for(&self, needles: &[&str]) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let screen = self.screen();
-            if needles.iter().all(|n| screen.contains(n)) {
-                return screen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "waited for {needles:?}, screen:\n{screen}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Waits until `check` accepts the screen (at most 20 s) and returns what it found; the
-    /// panic says why the last screen was refused. A capture may catch a frame half drawn:
-    /// the next one is checked again.
-    fn wait_until<T>(&self, check: impl Fn(&str) -> Result<T, String>) -> T {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let screen = self.screen();
-            match check(&screen) {
-                Ok(found) => return found,
-                Err(why) => assert!(Instant::now() < deadline, "{why}, screen:\n{screen}"),
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn alternate_screen(&self) -> bool {
-        let out = Command::new("tmux")
-            .args([
-                "display-message",
-                "-p",
-                "-t",
-                &self.session,
-                "#{alternate_on}",
-            ])
-            .output()
-            .expect("tmux display-message");
-        String::from_utf8_lossy(&out.stdout).trim() == "1"
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.session])
-            .status();
-    }
-}
+use common::{LATPROF, tmux::Tmux};
 
 struct Workload(Child);
 
@@ -364,11 +260,7 @@ fn a_hangup_gives_the_terminal_back() {
         "{LATPROF} top --interval 300ms; echo LATPROF-EXIT=$?; echo MODES $(stty -a | tr ' ;' '\\n\\n' | grep -x -e -icanon -e icanon -e -echo -e echo); sleep 60"
     ));
     tmux.wait_for(&["Global causes"]);
-    let pane = Command::new("tmux")
-        .args(["display-message", "-p", "-t", &tmux.session, "#{pane_pid}"])
-        .output()
-        .expect("tmux display-message");
-    let pane = String::from_utf8_lossy(&pane.stdout).trim().to_owned();
+    let pane = tmux.display("#{pane_pid}");
     let status = Command::new("pkill")
         .args(["-HUP", "-P", &pane, "-x", "latprof"])
         .status()

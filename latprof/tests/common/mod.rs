@@ -11,6 +11,7 @@ use std::{
 pub mod cgroups;
 pub mod probe;
 pub mod serve;
+pub mod tmux;
 pub mod ustacks;
 pub mod vm;
 
