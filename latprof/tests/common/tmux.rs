@@ -12,6 +12,8 @@ use std::{
 pub struct Tmux {
     socket: String,
     session: String,
+    /// The server's socket file, which tmux leaves behind when its server is killed.
+    socket_path: String,
 }
 
 impl Tmux {
@@ -20,9 +22,10 @@ impl Tmux {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let session = format!("latprof-test-{}-{n}", std::process::id());
-        let tmux = Self {
+        let mut tmux = Self {
             socket: session.clone(),
             session,
+            socket_path: String::new(),
         };
         let status = tmux
             .command()
@@ -40,6 +43,7 @@ impl Tmux {
             .status()
             .expect("tmux (install it, or run `cargo xtask test`)");
         assert!(status.success(), "tmux new-session failed");
+        tmux.socket_path = tmux.display("#{socket_path}");
         tmux
     }
 
@@ -123,5 +127,8 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = self.command().arg("kill-server").status();
+        if !self.socket_path.is_empty() {
+            let _ = std::fs::remove_file(&self.socket_path);
+        }
     }
 }
