@@ -62,6 +62,19 @@ fn quick_bench_runs_end_to_end() {
             "{program} missing: {per_program}"
         );
     }
+    // The floor: do-nothing programs on latprof's hooks ran, and each of latprof's programs is
+    // set against the one on its hook.
+    let switch: Vec<&str> = md
+        .lines()
+        .skip_while(|l| !l.starts_with("### pingpong: each program against the floor"))
+        .find(|l| l.starts_with("| sched_switch |"))
+        .unwrap_or_else(|| panic!("no floor row for sched_switch:\n{md}"))
+        .split('|')
+        .map(str::trim)
+        .collect();
+    let floor: f64 = switch[3].parse().expect("floor ns");
+    let lazy: f64 = switch[4].parse().expect("lazy ns");
+    assert!(floor > 0.0 && lazy > 0.0, "{switch:?}");
     assert!(md.contains("## Targets"), "{md}");
     let json = std::fs::read_to_string(out.join("bench.json")).expect("bench.json");
     // Valid JSON (serde_json wrote it), with a lazy result whose ratio is a number.

@@ -58,6 +58,8 @@
 //!
 //! Each file, lowest floor first (a file uses only those above it in this list):
 //!
+//! * [`floor`]: programs that do nothing, one per hook, for the benchmark's floor
+//!   (`--debug-floor`).
 //! * [`settings`]: the `Global`s the loader fixes for a run, so the verifier drops the
 //!   branches a run does not use. [`maps`]: every map, and the counters' helpers.
 //! * [`shared`]: `--debug-checks`' count of writes to data every CPU shares.
@@ -103,6 +105,7 @@
 mod account;
 mod debug;
 mod exit;
+mod floor;
 mod maps;
 mod recover;
 mod rename;

@@ -88,6 +88,10 @@ pub struct Cli {
     /// then tell no exited task's sleeps by thread).
     #[arg(long, global = true, hide = true)]
     pub debug_no_exit_log: bool,
+    /// Attach do-nothing programs on latprof's hooks instead of its own (the benchmark's
+    /// floor: what the kernel charges for any program there); nothing is measured.
+    #[arg(long, global = true, hide = true)]
+    pub debug_floor: bool,
     /// Tasks tracked at once (kernel table size).
     #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
@@ -519,6 +523,7 @@ impl Cli {
                 drop_sleeps: self.debug_drop_sleeps,
                 state_from_task: self.debug_state_from_task,
                 min_sleep: self.debug_min_sleep,
+                floor: self.debug_floor,
             },
             cgroups: !self.debug_no_cgroups,
             exits: !self.debug_no_exit_log,

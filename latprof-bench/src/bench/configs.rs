@@ -8,6 +8,9 @@ use std::{
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Config {
     None,
+    /// Do-nothing programs on latprof's hooks (`--debug-floor`): the kernel's cost of running
+    /// any program there, which latprof's own are measured against.
+    Floor,
     Lazy,
     Normal,
     Offcputime,
@@ -49,8 +52,9 @@ pub(super) enum Config {
 }
 
 /// The configurations of the main workloads.
-pub(super) const MAIN_CONFIGS: [Config; 7] = [
+pub(super) const MAIN_CONFIGS: [Config; 8] = [
     Config::None,
+    Config::Floor,
     Config::Lazy,
     Config::Normal,
     Config::Offcputime,
@@ -88,6 +92,7 @@ impl Config {
     pub(super) fn name(self) -> &'static str {
         match self {
             Self::None => "none",
+            Self::Floor => "floor",
             Self::Lazy => "lazy",
             Self::Normal => "normal",
             Self::Offcputime => "offcputime",
@@ -131,6 +136,11 @@ impl Config {
             Self::LazyNoCgroups => {
                 let mut c = Command::new(latprof);
                 c.args(["--debug-no-cgroups", "stats", "--duration", "1h"]);
+                c
+            }
+            Self::Floor => {
+                let mut c = Command::new(latprof);
+                c.args(["--debug-floor", "stats", "--duration", "1h"]);
                 c
             }
             Self::LazyNoExitLog => {
@@ -225,6 +235,7 @@ impl Config {
         matches!(
             self,
             Self::Lazy
+                | Self::Floor
                 | Self::Normal
                 | Self::LazyDebug
                 | Self::LazyWalk
@@ -244,6 +255,7 @@ impl Config {
     pub(super) fn available(self) -> bool {
         match self {
             Self::None
+            | Self::Floor
             | Self::Lazy
             | Self::Normal
             | Self::LazyDebug

@@ -4,6 +4,7 @@
 //! invocation; never asserts timings.
 mod builds;
 mod configs;
+mod floor;
 mod measure;
 mod report;
 mod serve;
@@ -32,7 +33,7 @@ pub struct BenchArgs {
     /// Where bench.md and bench.json go.
     #[arg(long, default_value = "target/bench")]
     pub out: PathBuf,
-    /// Only these configurations (none, lazy, normal, offcputime, runqlat, bpftrace, perf-sched,
+    /// Only these configurations (none, floor, lazy, normal, offcputime, runqlat, bpftrace, perf-sched,
     /// lazy-debug, lazy-walk, lazy-nocgroups, normal-nocgroups, lazy-wakers, lazy-wakerstacks,
     /// lazy-ustacks, lazy+normal,
     /// spikes-adaptive, spikes-always).
@@ -101,6 +102,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 || matches!(
                     c,
                     Config::None
+                        | Config::Floor
                         | Config::Lazy
                         | Config::Normal
                         | Config::Paired

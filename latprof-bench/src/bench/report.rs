@@ -232,6 +232,7 @@ pub(super) fn report(
                 let _ = writeln!(md, "\n{} per program: {}.", config.name(), parts.join(", "));
             }
         }
+        md.push_str(&super::floor::table(w, work, samples));
     }
     let _ = writeln!(md, "\n## Targets\n");
     let targets = targets(works, &summaries);

@@ -100,6 +100,9 @@ pub struct DebugConfig {
     /// Leave out sleeps shorter than this instead of latencytop's 1 us (`None`), so that
     /// tests can make them.
     pub min_sleep: Option<Duration>,
+    /// Attach the floor instead of latprof's programs: on each of their hooks a program of
+    /// the same type that does nothing (`--debug-floor`, for the benchmark).
+    pub floor: bool,
 }
 
 /// Cgroups `--cgroup` can name (the kernel's filter array).

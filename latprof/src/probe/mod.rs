@@ -4,6 +4,7 @@ mod attach;
 pub mod btf;
 mod config;
 pub mod facts;
+mod floor;
 mod load;
 pub mod log;
 mod maps;
@@ -136,14 +137,18 @@ impl Probe {
             None
         };
         let maps = Maps::take(&mut ebpf)?;
-        // The wakers first: a sleep that starts once the latency programs run finds its
-        // waking watched.
-        if config.wakers {
-            attach_waker_programs(&mut ebpf, &mut fallbacks)?;
-        }
-        attach_variant(&mut ebpf, variant)?;
-        attach_rename(&mut ebpf, &mut fallbacks)?;
-        let ticks = attach_tick_programs(&mut ebpf)?;
+        let ticks = if config.debug.floor {
+            floor::attach_floor(&mut ebpf, variant, config.wakers, support.btf.as_ref())?
+        } else {
+            // The wakers first: a sleep that starts once the latency programs run finds its
+            // waking watched.
+            if config.wakers {
+                attach_waker_programs(&mut ebpf, &mut fallbacks)?;
+            }
+            attach_variant(&mut ebpf, variant)?;
+            attach_rename(&mut ebpf, &mut fallbacks)?;
+            attach_tick_programs(&mut ebpf)?
+        };
         Ok(Self {
             ebpf,
             maps,
@@ -245,6 +250,9 @@ mod tests {
             .collect();
         assert_eq!(maps, names::MAPS.into_iter().collect());
         let programs: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
-        assert_eq!(programs, names::PROGRAMS.into_iter().collect());
+        let named = names::PROGRAMS
+            .into_iter()
+            .chain(names::FLOOR_PROGRAMS.map(|(p, _)| p));
+        assert_eq!(programs, named.collect());
     }
 }

@@ -169,6 +169,27 @@ pub const PROGRAMS: [&str; 23] = [
     PROG_USER_EXIT,
     PROG_TASK_RENAME,
 ];
+/// The floor (`--debug-floor`, for the benchmark): for each hook latprof uses, a program of
+/// the same type that does nothing, as (program, hook). `floor_wakeup_btf` is the BTF
+/// tracepoint's; every other is a raw tracepoint.
+pub const FLOOR_PROGRAMS: [(&str, &str); 15] = [
+    ("floor_switch", "sched_switch"),
+    ("floor_wakeup", "sched_wakeup"),
+    (FLOOR_WAKEUP_BTF, "sched_wakeup"),
+    ("floor_exit", "sched_process_exit"),
+    ("floor_free", "sched_process_free"),
+    ("floor_rename", "task_rename"),
+    ("floor_timer", "local_timer_entry"),
+    ("floor_tick_stop", "tick_stop"),
+    ("floor_user_ent", "user_enter"),
+    ("floor_user_exit", "user_exit"),
+    ("floor_waking", "sched_waking"),
+    ("floor_hrt_entry", "hrtimer_expire_entry"),
+    ("floor_hrt_exit", "hrtimer_expire_exit"),
+    ("floor_tmr_entry", "timer_expire_entry"),
+    ("floor_tmr_exit", "timer_expire_exit"),
+];
+pub const FLOOR_WAKEUP_BTF: &str = "floor_wakeup_btf";
 /// Programs a session has loaded besides the tick programs: the three latency programs, the
 /// free program and the rename program.
 pub const LOADED_PROGRAMS: usize = 5;
