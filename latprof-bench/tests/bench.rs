@@ -75,6 +75,16 @@ fn quick_bench_runs_end_to_end() {
     let floor: f64 = switch[3].parse().expect("floor ns");
     let lazy: f64 = switch[4].parse().expect("lazy ns");
     assert!(floor > 0.0 && lazy > 0.0, "{switch:?}");
+    // The breakdown: lazy without its backtraces costs less than lazy, per wakeup.
+    let stack: Vec<&str> = md
+        .lines()
+        .skip_while(|l| !l.starts_with("### pingpong: what each part of lazy's programs costs"))
+        .find(|l| l.starts_with("| stack |"))
+        .unwrap_or_else(|| panic!("no breakdown row for the backtraces:\n{md}"))
+        .split('|')
+        .map(str::trim)
+        .collect();
+    let _: f64 = stack[3].parse().expect("ns per switch");
     assert!(md.contains("## Targets"), "{md}");
     let json = std::fs::read_to_string(out.join("bench.json")).expect("bench.json");
     // Valid JSON (serde_json wrote it), with a lazy result whose ratio is a number.

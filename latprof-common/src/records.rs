@@ -62,6 +62,18 @@ pub const MODE_LAZY: u32 = 0;
 /// `Global` value of `MODE`: every accounted sleep also updates the global table.
 pub const MODE_NORMAL: u32 = 1;
 
+/// `DEBUG_SKIP`'s parts (the benchmark's breakdown, `--debug-skip`): a counted sleep's
+/// backtrace (its cause is then "unavailable").
+pub const SKIP_STACK: u32 = 1;
+/// Accounting: records, histograms and tables (sleeps and run-queue waits are timed, not kept).
+pub const SKIP_ACCOUNT: u32 = 1 << 1;
+/// The pipeline and tick counters.
+pub const SKIP_COUNTERS: u32 = 1 << 2;
+/// `sched_switch`'s check for switches the kernel ran no program for.
+pub const SKIP_SWITCH_CHECK: u32 = 1 << 3;
+/// The read of a sleeper's memory map (latencytop's rule for the global table).
+pub const SKIP_MM: u32 = 1 << 4;
+
 /// `TaskState::sleep_kind`: not sleeping (or the sleep is not being tracked).
 pub const SLEEP_NONE: u32 = 0;
 

@@ -125,6 +125,10 @@ macro_rules! debug_settings {
             DEBUG_DROP_SLEEPS: u32 = 0,
             /// 1: count (and log) consistency anomalies; 0: the checks are dead code the verifier removes.
             DEBUG_CHECKS: u32 = 0,
+            /// The benchmark's breakdown: each `SKIP_*` bit set leaves one part of the hot programs'
+            /// work out (the rest is dead code the verifier removes), so that what the part costs is
+            /// the run's time less that of the run without it; 0: all parts run.
+            DEBUG_SKIP: u32 = 0,
             /// 1: `sched_switch` reads past a map value, which every verifier rejects: the tests' way to
             /// see how latprof reports a rejection. 0: dead code the verifier removes.
             FORCE_REJECT: u32 = 0,

@@ -6,12 +6,12 @@ use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
 use aya_ebpf::bindings::BPF_NOEXIST;
 use latprof_common::{
     CgroupCause, Counter, GlobalRecord, HIST_BUCKETS, Histogram, LatencyRecord, MODE_LAZY,
-    MODE_NORMAL, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState, hist_bucket,
+    MODE_NORMAL, SKIP_ACCOUNT, SKIP_MM, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState, hist_bucket,
 };
 
 use crate::{
     maps::{CGROUP_LATENCY, GLOBAL_LATENCY, HISTOGRAMS, MERGED, count},
-    settings::{CGROUPS_ON, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, read_field},
+    settings::{CGROUPS_ON, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, read_field, skipped},
     shared,
 };
 
@@ -35,6 +35,9 @@ pub(crate) fn sleep_in_global(entry: &TaskState, task: *const u8) -> bool {
 /// this check existed).
 #[inline(always)]
 pub(crate) fn has_mm(task: *const u8) -> bool {
+    if skipped(SKIP_MM) {
+        return true;
+    }
     match read_field::<u64>(task, TASK_MM_OFF.load()) {
         Ok(mm) => mm != 0,
         Err(_) => true,
@@ -75,6 +78,9 @@ pub(crate) fn account<const CAS: bool>(
     delta: u64,
     in_global: bool,
 ) {
+    if skipped(SKIP_ACCOUNT) {
+        return;
+    }
     let cgroup = entry.cgroup;
     // The histograms count what the global table counts (kernel threads' sleeps left out
     // alike), so that a histogram's count is its cause's count (`latprof serve`'s

@@ -61,7 +61,8 @@
 //! * [`floor`]: programs that do nothing, one per hook, for the benchmark's floor
 //!   (`--debug-floor`).
 //! * [`settings`]: the `Global`s the loader fixes for a run, so the verifier drops the
-//!   branches a run does not use. [`maps`]: every map, and the counters' helpers.
+//!   branches a run does not use.
+//! * [`maps`]: every map, and the counters' helpers.
 //! * [`shared`]: `--debug-checks`' count of writes to data every CPU shares.
 //! * [`debug`]: `--debug-checks`, counted and logged anomalies, absent from the programs
 //!   without the flag.

@@ -2,6 +2,7 @@
 //! cross to user space are in latprof-common), and the counters' one-line helpers. The symbol
 //! names are user space's (`latprof/src/probe/names.rs`): do not rename them.
 
+use crate::settings::skipped;
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_NO_WAKEUP},
     helpers::bpf_get_smp_processor_id,
@@ -10,8 +11,9 @@ use aya_ebpf::{
 };
 use latprof_common::{
     CACHE_FRAMES, COUNTER_COUNT, CachedStack, CauseParts, CgroupCause, Counter, CpuSwitch,
-    GlobalRecord, HIDDEN_SLEEP_SHORT, HiddenEvent, Histogram, RawStack, STACK_REGION, StackCache,
-    TICK_COUNTER_COUNT, TaskState, TickCounter, UserStack, WakerKey, WakerValue,
+    GlobalRecord, HIDDEN_SLEEP_SHORT, HiddenEvent, Histogram, RawStack, SKIP_COUNTERS,
+    STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState, TickCounter, UserStack, WakerKey,
+    WakerValue,
 };
 
 /// Words of `STACK_COPY`: the part of a sleeping task's stack the stack cache reads.
@@ -191,6 +193,9 @@ pub(crate) fn short_sleep(ids: u64, start_ns: u64, end_ns: u64) {
 /// Adds one to this CPU's slot of `counter` in `COUNTERS`.
 #[inline(always)]
 pub(crate) fn count(counter: Counter) {
+    if skipped(SKIP_COUNTERS) {
+        return;
+    }
     if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
         // SAFETY: per-CPU slot; programs on one CPU do not run concurrently.
         unsafe { *slot += 1 };
@@ -200,6 +205,9 @@ pub(crate) fn count(counter: Counter) {
 /// Adds one to this CPU's slot of `counter` in `TICKS`.
 #[inline(always)]
 pub(crate) fn tick_count(counter: TickCounter) {
+    if skipped(SKIP_COUNTERS) {
+        return;
+    }
     if let Some(slot) = TICKS.get_ptr_mut(counter as u32) {
         // SAFETY: per-CPU slot; programs on one CPU do not run concurrently.
         unsafe { *slot += 1 };

@@ -23,6 +23,13 @@ macro_rules! globals {
 latprof_common::settings!(globals);
 latprof_common::debug_settings!(globals);
 
+/// Whether `--debug-skip` leaves `part` (a `SKIP_*` bit) out of this run: a constant the
+/// verifier folds, so a part left out costs nothing and one kept costs no test.
+#[inline(always)]
+pub(crate) fn skipped(part: u32) -> bool {
+    DEBUG_SKIP.load() & part != 0
+}
+
 /// Reads a field of a kernel object at an offset taken from BTF.
 #[inline(always)]
 pub(crate) fn read_field<T>(object: *const u8, offset: u32) -> Result<T, i32> {

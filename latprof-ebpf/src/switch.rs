@@ -11,9 +11,9 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use latprof_common::{
-    CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, NO_STACK, NO_USER, RUNQ_STACK, SLEEP_NONE,
-    SPIKE_RUNQ, TASK_FLAG_EXITING, TASK_FLAG_FIRST_SLEEP, TASK_FLAG_KTHREAD, TaskState,
-    TickCounter, WAKER_UNSEEN, sleep_kind,
+    CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, NO_STACK, NO_USER, RUNQ_STACK,
+    SKIP_SWITCH_CHECK, SLEEP_NONE, SPIKE_RUNQ, TASK_FLAG_EXITING, TASK_FLAG_FIRST_SLEEP,
+    TASK_FLAG_KTHREAD, TaskState, TickCounter, WAKER_UNSEEN, sleep_kind,
 };
 
 use crate::{
@@ -28,7 +28,7 @@ use crate::{
     settings::{
         CGROUPS_ON, DEBUG_CHECKS, FILTER_CGROUPS, FILTER_TGID, FORCE_REJECT, MIN_SLEEP_NS, RUNQ,
         SELF_TGID, STACK_AT_WAKEUP, SWITCH_HAS_PREV_STATE, TASK_COMM_OFF, TASK_FLAGS_OFF,
-        TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF, USER_STACKS_ON, read_field,
+        TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF, USER_STACKS_ON, read_field, skipped,
     },
     shared,
     spikes::spike,
@@ -125,6 +125,9 @@ fn traced(pid_tgid: u64) -> bool {
 fn note_switch(ctx: &RawTracePointContext, now: u64) {
     let prev: u64 = ctx.arg(1);
     let next: u64 = ctx.arg(2);
+    if skipped(SKIP_SWITCH_CHECK) {
+        return;
+    }
     let Some(slot) = LAST_SWITCH.get_ptr_mut(0) else {
         return;
     };

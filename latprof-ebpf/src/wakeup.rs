@@ -9,8 +9,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use latprof_common::{
-    Counter, DEFERRED_STACK, HIDDEN_GAP_DEBUG, NO_STACK, SLEEP_NONE, SleepVerdict, TaskState,
-    sleep_verdict, stack_for_state,
+    Counter, DEFERRED_STACK, HIDDEN_GAP_DEBUG, NO_STACK, SKIP_STACK, SLEEP_NONE, SleepVerdict,
+    TaskState, sleep_verdict, stack_for_state,
 };
 
 use crate::{
@@ -20,7 +20,7 @@ use crate::{
     settings::{
         DEBUG_CHECKS, DEBUG_DROP_SLEEPS, DEBUG_HIDE_WAKEUPS, FILTER_TGID, INTER_CUTOFF_NS,
         MIN_SLEEP_NS, RUNQ, SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, USER_STACKS_ON, WAKERS_ON,
-        read_field,
+        read_field, skipped,
     },
     spikes::spike,
     stack_cache::sleeping_stack,
@@ -136,10 +136,13 @@ fn wake<C: EbpfContext, const CAS: bool, const BT: u8>(
     let waker = wakers::take(entry);
     if entry.sleep_kind != SLEEP_NONE {
         count(Counter::Wakeups);
-        end_sleep::<C, CAS, BT>(ctx, tid, entry, task, stack_of, waker);
+        // One clock read for the whole event: the sleep's end, and the start of the wait for a
+        // CPU (the task is on a run queue already when the tracepoint fires).
+        let now = unsafe { bpf_ktime_get_ns() };
+        end_sleep::<C, CAS, BT>(ctx, tid, entry, task, stack_of, waker, now);
         if RUNQ.load() == 1 {
             // From now on the task waits for a CPU.
-            entry.runq_start_ns = unsafe { bpf_ktime_get_ns() };
+            entry.runq_start_ns = now;
         }
     }
     Ok(0)
@@ -167,10 +170,10 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
     task: *const u8,
     wakee: *mut task_struct,
     waker: u32,
+    now: u64,
 ) {
     let kind = entry.sleep_kind;
     entry.sleep_kind = SLEEP_NONE;
-    let now = unsafe { bpf_ktime_get_ns() };
     if DEBUG_CHECKS.load() == 1 && now < entry.sleep_start_ns {
         anomaly(
             ctx,
@@ -187,7 +190,9 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
         // `--debug-drop-sleeps`: lost without a trace.
         SleepVerdict::Count if dropped_on_purpose() => {}
         SleepVerdict::Count => {
-            let stack = if entry.sleep_stack == DEFERRED_STACK {
+            let stack = if skipped(SKIP_STACK) {
+                NO_STACK
+            } else if entry.sleep_stack == DEFERRED_STACK {
                 let stack = if wakee.is_null() {
                     NO_STACK
                 } else if BT == BT_CACHED {

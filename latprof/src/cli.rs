@@ -6,7 +6,7 @@ use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 use crate::{
     export::{By, Format},
-    probe::{DebugConfig, Mode, ProbeConfig, Wakeup},
+    probe::{DebugConfig, Mode, ProbeConfig, Skip, Wakeup},
     time,
 };
 
@@ -92,6 +92,10 @@ pub struct Cli {
     /// floor: what the kernel charges for any program there); nothing is measured.
     #[arg(long, global = true, hide = true)]
     pub debug_floor: bool,
+    /// Leave parts of the hot programs' work out (stack, account, counters, switch-check, mm,
+    /// histograms, runq), comma-separated: the benchmark's breakdown of what each costs.
+    #[arg(long, global = true, hide = true, value_name = "PARTS", value_parser = parse_skip)]
+    pub debug_skip: Option<Skip>,
     /// Tasks tracked at once (kernel table size).
     #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
@@ -524,6 +528,7 @@ impl Cli {
                 state_from_task: self.debug_state_from_task,
                 min_sleep: self.debug_min_sleep,
                 floor: self.debug_floor,
+                skip: self.debug_skip.unwrap_or_default(),
             },
             cgroups: !self.debug_no_cgroups,
             exits: !self.debug_no_exit_log,
@@ -537,6 +542,15 @@ impl Cli {
             percpu: None,
         }
     }
+}
+
+/// `--debug-skip`: parts comma-separated.
+fn parse_skip(text: &str) -> Result<Skip, String> {
+    let mut skip = Skip::default();
+    for part in text.split(',') {
+        skip.add(part.trim())?;
+    }
+    Ok(skip)
 }
 
 /// `--profile-labels`: labels comma-separated, or `none`.

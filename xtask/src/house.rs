@@ -45,7 +45,8 @@ const LATPROF: &[&[&str]] = &[
 const EBPF: &[&[&str]] = &[
     // Programs that do nothing: the benchmark's floor.
     &["floor"],
-    &["settings", "maps"],
+    &["settings"],
+    &["maps"],
     &["shared"],
     &["debug", "stacks", "ustacks", "spikes", "ticks", "rename"],
     &["stack_cache", "wakers", "account"],

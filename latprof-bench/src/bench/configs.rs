@@ -8,6 +8,10 @@ use std::{
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Config {
     None,
+    /// latprof lazy and normal as another build runs them (`--before PATH`): the same
+    /// workloads, in the same rounds, so that a change is measured against what it changes.
+    LazyBefore,
+    NormalBefore,
     /// Do-nothing programs on latprof's hooks (`--debug-floor`): the kernel's cost of running
     /// any program there, which latprof's own are measured against.
     Floor,
@@ -49,14 +53,69 @@ pub(super) enum Config {
     SpikesAdaptive,
     /// `latprof spikes` on every sleep, reader woken on every event.
     SpikesAlways,
+    /// latprof lazy without one part of its hot programs' work (`--debug-skip`): what the
+    /// part costs is lazy's time less this one's (the breakdown).
+    LazyWithout(Part),
+}
+
+/// A part of the hot programs' work that `--debug-skip` leaves out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Part {
+    Stack,
+    Account,
+    Histograms,
+    Runq,
+    Counters,
+    SwitchCheck,
+    Mm,
+}
+
+impl Part {
+    pub(super) const ALL: [Self; 7] = [
+        Self::Stack,
+        Self::Account,
+        Self::Histograms,
+        Self::Runq,
+        Self::Counters,
+        Self::SwitchCheck,
+        Self::Mm,
+    ];
+
+    /// Its name for `--debug-skip`.
+    pub(super) fn flag(self) -> &'static str {
+        match self {
+            Self::Stack => "stack",
+            Self::Account => "account",
+            Self::Histograms => "histograms",
+            Self::Runq => "runq",
+            Self::Counters => "counters",
+            Self::SwitchCheck => "switch-check",
+            Self::Mm => "mm",
+        }
+    }
+
+    /// What the part is, for the report.
+    pub(super) fn what(self) -> &'static str {
+        match self {
+            Self::Stack => "a counted sleep's backtrace (stack cache or walk)",
+            Self::Account => "accounting: records, histograms, tables",
+            Self::Histograms => "the per-cause histograms",
+            Self::Runq => "run-queue waits (a task lookup and an account per switch-in)",
+            Self::Counters => "pipeline and tick counters",
+            Self::SwitchCheck => "the hidden-switch check per switch",
+            Self::Mm => "the sleeper's memory-map read (latencytop's global rule)",
+        }
+    }
 }
 
 /// The configurations of the main workloads.
-pub(super) const MAIN_CONFIGS: [Config; 8] = [
+pub(super) const MAIN_CONFIGS: [Config; 10] = [
     Config::None,
     Config::Floor,
     Config::Lazy,
     Config::Normal,
+    Config::LazyBefore,
+    Config::NormalBefore,
     Config::Offcputime,
     Config::Runqlat,
     Config::Bpftrace,
@@ -65,7 +124,7 @@ pub(super) const MAIN_CONFIGS: [Config; 8] = [
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
 /// lazy and normal together on the fork storm, and the spikes.
-pub(super) const EXTRA_CONFIGS: [Config; 13] = [
+pub(super) const EXTRA_CONFIGS: [Config; 20] = [
     Config::LazyDebug,
     Config::LazyWalk,
     Config::LazyNoCgroups,
@@ -79,7 +138,17 @@ pub(super) const EXTRA_CONFIGS: [Config; 13] = [
     Config::PairedNormal,
     Config::SpikesAdaptive,
     Config::SpikesAlways,
+    Config::LazyWithout(Part::Stack),
+    Config::LazyWithout(Part::Account),
+    Config::LazyWithout(Part::Histograms),
+    Config::LazyWithout(Part::Runq),
+    Config::LazyWithout(Part::Counters),
+    Config::LazyWithout(Part::SwitchCheck),
+    Config::LazyWithout(Part::Mm),
 ];
+
+/// The build `--before` names, whose lazy and normal runs are measured beside this one's.
+pub(super) static BEFORE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 /// bpftrace's off-CPU time keyed by kernel stack, on tracepoints (no kprobes here).
 pub(super) const BPFTRACE_OFFCPU: &str = "tracepoint:sched:sched_switch { \
@@ -93,6 +162,8 @@ impl Config {
         match self {
             Self::None => "none",
             Self::Floor => "floor",
+            Self::LazyBefore => "lazy-before",
+            Self::NormalBefore => "normal-before",
             Self::Lazy => "lazy",
             Self::Normal => "normal",
             Self::Offcputime => "offcputime",
@@ -112,81 +183,40 @@ impl Config {
             Self::PairedNormal => "normal (paired)",
             Self::SpikesAdaptive => "spikes-adaptive",
             Self::SpikesAlways => "spikes-always",
+            Self::LazyWithout(part) => match part {
+                Part::Stack => "lazy-no-stack",
+                Part::Account => "lazy-no-account",
+                Part::Histograms => "lazy-no-histograms",
+                Part::Runq => "lazy-no-runq",
+                Part::Counters => "lazy-no-counters",
+                Part::SwitchCheck => "lazy-no-switch-check",
+                Part::Mm => "lazy-no-mm",
+            },
+        }
+    }
+
+    /// latprof's flags for a configuration of `stats`.
+    fn stats_flags(self) -> Vec<&'static str> {
+        match self {
+            Self::Lazy | Self::PairedLazy | Self::LazyBefore => vec!["--mode", "lazy"],
+            Self::Normal | Self::PairedNormal | Self::NormalBefore => vec!["--mode", "normal"],
+            Self::Floor => vec!["--debug-floor"],
+            Self::LazyWalk => vec!["--no-stack-cache"],
+            Self::LazyNoCgroups => vec!["--debug-no-cgroups"],
+            Self::NormalNoCgroups => vec!["--mode", "normal", "--debug-no-cgroups"],
+            Self::LazyNoExitLog => vec!["--debug-no-exit-log"],
+            Self::LazyWakers => vec!["--wakers"],
+            Self::LazyWakerStacks => vec!["--waker-stacks"],
+            Self::LazyUserStacks => vec!["--user-stacks"],
+            Self::LazyDebug => vec!["--debug-checks", "--log", "/dev/null"],
+            Self::LazyWithout(part) => vec!["--debug-skip", part.flag()],
+            _ => Vec::new(),
         }
     }
 
     pub(super) fn command(self, latprof: &Path) -> Option<Command> {
         let mut cmd = match self {
             Self::None | Self::Paired => return None,
-            Self::Lazy | Self::Normal | Self::PairedLazy | Self::PairedNormal => {
-                let mut c = Command::new(latprof);
-                let mode = if matches!(self, Self::Lazy | Self::PairedLazy) {
-                    "lazy"
-                } else {
-                    "normal"
-                };
-                c.args(["--mode", mode, "stats", "--duration", "1h"]);
-                c
-            }
-            Self::LazyWalk => {
-                let mut c = Command::new(latprof);
-                c.args(["--no-stack-cache", "stats", "--duration", "1h"]);
-                c
-            }
-            Self::LazyNoCgroups => {
-                let mut c = Command::new(latprof);
-                c.args(["--debug-no-cgroups", "stats", "--duration", "1h"]);
-                c
-            }
-            Self::Floor => {
-                let mut c = Command::new(latprof);
-                c.args(["--debug-floor", "stats", "--duration", "1h"]);
-                c
-            }
-            Self::LazyNoExitLog => {
-                let mut c = Command::new(latprof);
-                c.args(["--debug-no-exit-log", "stats", "--duration", "1h"]);
-                c
-            }
-            Self::NormalNoCgroups => {
-                let mut c = Command::new(latprof);
-                c.args([
-                    "--mode",
-                    "normal",
-                    "--debug-no-cgroups",
-                    "stats",
-                    "--duration",
-                    "1h",
-                ]);
-                c
-            }
-            Self::LazyWakers => {
-                let mut c = Command::new(latprof);
-                c.args(["--wakers", "stats", "--duration", "1h"]);
-                c
-            }
-            Self::LazyWakerStacks => {
-                let mut c = Command::new(latprof);
-                c.args(["--waker-stacks", "stats", "--duration", "1h"]);
-                c
-            }
-            Self::LazyUserStacks => {
-                let mut c = Command::new(latprof);
-                c.args(["--user-stacks", "stats", "--duration", "1h"]);
-                c
-            }
-            Self::LazyDebug => {
-                let mut c = Command::new(latprof);
-                c.args([
-                    "--debug-checks",
-                    "--log",
-                    "/dev/null",
-                    "stats",
-                    "--duration",
-                    "1h",
-                ]);
-                c
-            }
             Self::SpikesAdaptive | Self::SpikesAlways => {
                 let mut c = Command::new(latprof);
                 let policy = if self == Self::SpikesAlways {
@@ -223,6 +253,17 @@ impl Config {
                 ]);
                 c
             }
+            _ => {
+                let binary = if matches!(self, Self::LazyBefore | Self::NormalBefore) {
+                    BEFORE.get()?.as_path()
+                } else {
+                    latprof
+                };
+                let mut c = Command::new(binary);
+                c.args(self.stats_flags())
+                    .args(["stats", "--duration", "1h"]);
+                c
+            }
         };
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -236,6 +277,8 @@ impl Config {
             self,
             Self::Lazy
                 | Self::Floor
+                | Self::LazyBefore
+                | Self::NormalBefore
                 | Self::Normal
                 | Self::LazyDebug
                 | Self::LazyWalk
@@ -249,6 +292,7 @@ impl Config {
                 | Self::PairedNormal
                 | Self::SpikesAdaptive
                 | Self::SpikesAlways
+                | Self::LazyWithout(_)
         )
     }
 
@@ -270,7 +314,9 @@ impl Config {
             | Self::PairedLazy
             | Self::PairedNormal
             | Self::SpikesAdaptive
-            | Self::SpikesAlways => true,
+            | Self::SpikesAlways
+            | Self::LazyWithout(_) => true,
+            Self::LazyBefore | Self::NormalBefore => BEFORE.get().is_some(),
             Self::Offcputime => Path::new("/usr/sbin/offcputime").exists(),
             Self::Runqlat => Path::new("/usr/sbin/runqlat").exists(),
             Self::Bpftrace => which("bpftrace"),
@@ -334,6 +380,7 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
                     Config::LazyWakerStacks,
                     Config::LazyUserStacks,
                 ])
+                .chain(Part::ALL.map(Config::LazyWithout))
                 .collect(),
         },
         Workload {
@@ -394,6 +441,7 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
                         Config::LazyWakerStacks,
                         Config::LazyUserStacks,
                     ])
+                    .chain(Part::ALL.map(Config::LazyWithout))
                     .collect(),
             });
         }

@@ -81,9 +81,11 @@ fn per_hook(samples: &[Sample]) -> PerHook {
 }
 
 /// The configurations set against the floor, where this run measured them.
-const AGAINST: [Config; 4] = [
+const AGAINST: [Config; 6] = [
     Config::Lazy,
+    Config::LazyBefore,
     Config::Normal,
+    Config::NormalBefore,
     Config::LazyWakers,
     Config::LazyUserStacks,
 ];

@@ -2,6 +2,7 @@
 //! that are installed, interleaved round by round, with the kernel's own BPF run-time
 //! statistics for every tracer's programs. Prints ratios against the no-tracer runs of the same
 //! invocation; never asserts timings.
+mod breakdown;
 mod builds;
 mod configs;
 mod floor;
@@ -33,10 +34,12 @@ pub struct BenchArgs {
     /// Where bench.md and bench.json go.
     #[arg(long, default_value = "target/bench")]
     pub out: PathBuf,
-    /// Only these configurations (none, floor, lazy, normal, offcputime, runqlat, bpftrace, perf-sched,
+    /// Only these configurations (none, floor, lazy, normal, lazy-before, normal-before, offcputime, runqlat, bpftrace, perf-sched,
     /// lazy-debug, lazy-walk, lazy-nocgroups, normal-nocgroups, lazy-wakers, lazy-wakerstacks,
     /// lazy-ustacks, lazy+normal,
-    /// spikes-adaptive, spikes-always).
+    /// spikes-adaptive, spikes-always; the breakdown's lazy-no-stack, lazy-no-account,
+    /// lazy-no-histograms, lazy-no-runq, lazy-no-counters, lazy-no-switch-check, lazy-no-mm,
+    /// or all of them as `breakdown`).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
     /// Only these workloads (pingpong, forkstorm, idle, hackbench-process, hackbench-thread,
@@ -52,6 +55,11 @@ pub struct BenchArgs {
     /// written to builds.md. Full runs include it.
     #[arg(long)]
     pub builds: bool,
+    /// Another latprof build (say, the last commit's) whose lazy and normal modes are measured
+    /// in the same rounds as `lazy-before` and `normal-before`: a change against what it
+    /// changes, in one invocation.
+    #[arg(long, value_name = "PATH")]
+    pub before: Option<PathBuf>,
     /// The static binary the `builds` series measures (default: target/dist/latprof beside
     /// the target/release this harness runs from).
     #[arg(long)]
@@ -83,6 +91,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         eprintln!("bench: wrote {}", args.out.join(file).display());
         return Ok(());
     }
+    if let Some(before) = &args.before {
+        if !before.is_file() {
+            bail!("--before {}: no such file", before.display());
+        }
+        let _ = configs::BEFORE.set(before.clone());
+    }
     // The kernel measures every program's run time while this is held.
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("enabling BPF run-time statistics")?;
@@ -95,7 +109,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 Config::PairedLazy | Config::PairedNormal => Config::Paired.name(),
                 _ => c.name(),
             };
-            args.configs.is_empty() || args.configs.iter().any(|n| n == name)
+            args.configs.is_empty()
+                || args.configs.iter().any(|n| n == name)
+                || (matches!(c, Config::LazyWithout(_))
+                    && args.configs.iter().any(|n| n == "breakdown"))
+        })
+        // Without `--before` there is nothing to compare with: not a peer missing.
+        .filter(|c| {
+            args.before.is_some() || !matches!(c, Config::LazyBefore | Config::NormalBefore)
         })
         .filter(|c| {
             !args.quick
@@ -103,6 +124,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     c,
                     Config::None
                         | Config::Floor
+                        | Config::LazyWithout(configs::Part::Stack)
                         | Config::Lazy
                         | Config::Normal
                         | Config::Paired

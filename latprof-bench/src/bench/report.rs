@@ -233,6 +233,7 @@ pub(super) fn report(
             }
         }
         md.push_str(&super::floor::table(w, work, samples));
+        md.push_str(&super::breakdown::table(w, work, samples));
     }
     let _ = writeln!(md, "\n## Targets\n");
     let targets = targets(works, &summaries);

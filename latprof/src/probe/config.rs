@@ -100,9 +100,85 @@ pub struct DebugConfig {
     /// Leave out sleeps shorter than this instead of latencytop's 1 us (`None`), so that
     /// tests can make them.
     pub min_sleep: Option<Duration>,
+    /// Parts of the hot programs' work left out (`--debug-skip`, the benchmark's breakdown).
+    pub skip: Skip,
     /// Attach the floor instead of latprof's programs: on each of their hooks a program of
     /// the same type that does nothing (`--debug-floor`, for the benchmark).
     pub floor: bool,
+}
+
+/// `--debug-skip`: the parts of the hot programs' work a run leaves out, so that the benchmark
+/// can say what each costs (the run's time less that of the run without it). Nothing a run
+/// leaves out is counted right: for the benchmark only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Skip {
+    /// A counted sleep's backtrace (every cause is then "unavailable").
+    pub stack: bool,
+    /// Records, histograms and tables: sleeps and waits are timed but not kept.
+    pub account: bool,
+    /// The pipeline and tick counters.
+    pub counters: bool,
+    /// `sched_switch`'s check for switches the kernel ran no program for.
+    pub switch_check: bool,
+    /// The read of a sleeper's memory map (latencytop's rule for the global table).
+    pub mm: bool,
+    /// The per-cause histograms.
+    pub histograms: bool,
+    /// Run-queue latency ("waiting for CPU"): a task lookup on every switch.
+    pub runq: bool,
+}
+
+impl Skip {
+    /// The parts by name, as `--debug-skip` takes them.
+    pub const PARTS: [&str; 7] = [
+        "stack",
+        "account",
+        "counters",
+        "switch-check",
+        "mm",
+        "histograms",
+        "runq",
+    ];
+
+    /// Leaves out the part named `name` (one of `PARTS`).
+    ///
+    /// # Errors
+    /// A name not in `PARTS`.
+    pub fn add(&mut self, name: &str) -> Result<(), String> {
+        let part = match name {
+            "stack" => &mut self.stack,
+            "account" => &mut self.account,
+            "counters" => &mut self.counters,
+            "switch-check" => &mut self.switch_check,
+            "mm" => &mut self.mm,
+            "histograms" => &mut self.histograms,
+            "runq" => &mut self.runq,
+            _ => {
+                return Err(format!(
+                    "no part '{name}' (one of {})",
+                    Self::PARTS.join(", ")
+                ));
+            }
+        };
+        *part = true;
+        Ok(())
+    }
+
+    /// The parts the programs test (`DEBUG_SKIP`'s bits); histograms and run-queue waits have
+    /// settings of their own.
+    #[must_use]
+    pub fn kernel_bits(self) -> u32 {
+        [
+            (self.stack, latprof_common::SKIP_STACK),
+            (self.account, latprof_common::SKIP_ACCOUNT),
+            (self.counters, latprof_common::SKIP_COUNTERS),
+            (self.switch_check, latprof_common::SKIP_SWITCH_CHECK),
+            (self.mm, latprof_common::SKIP_MM),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .fold(0, |bits, (_, bit)| bits | bit)
+    }
 }
 
 /// Cgroups `--cgroup` can name (the kernel's filter array).

@@ -15,7 +15,7 @@ mod settings;
 mod variant;
 pub mod verifier;
 
-pub use config::{DebugConfig, Mode, ProbeConfig, Wakeup, latencytop_cutoff_ns};
+pub use config::{DebugConfig, Mode, ProbeConfig, Skip, Wakeup, latencytop_cutoff_ns};
 pub use facts::KernelFacts;
 pub use maps::Maps;
 pub use variant::{Backtraces, Variant};

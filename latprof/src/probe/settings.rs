@@ -123,8 +123,8 @@ pub(super) fn from_config(
         SWITCH_HAS_PREV_STATE: u32::from(
             !config.debug.state_from_task && btf.fn_pointer_arity("btf_trace_sched_switch")? >= 5,
         ),
-        RUNQ: u32::from(config.details),
-        HISTOGRAMS_ON: u32::from(config.details),
+        RUNQ: u32::from(config.details && !config.debug.skip.runq),
+        HISTOGRAMS_ON: u32::from(config.details && !config.debug.skip.histograms),
         // Set per variant (`load_variant`): whether its wakeup program takes the backtraces.
         STACK_AT_WAKEUP: 0,
         TASK_STACK_OFF: task_stack_off,
@@ -180,6 +180,7 @@ fn debug_globals(debug: &DebugConfig) -> DebugGlobals {
             debug.hide_wakeups
         },
         DEBUG_DROP_SLEEPS: debug.drop_sleeps,
+        DEBUG_SKIP: debug.skip.kernel_bits(),
         DEBUG_CHECKS: u32::from(debug.checks),
         FORCE_REJECT: u32::from(debug.force_reject),
     }
