@@ -21,6 +21,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use latprof::{
     collect::Snapshot,
+    export::openmetrics::{self, Flavor},
     probe::{KernelFacts, Mode, ProbeConfig},
     reasons::Reasons,
     serve::{self, Server, state::Accumulator},
@@ -60,6 +61,17 @@ fn spread(times: &[Duration]) -> (f64, f64) {
     let v: Vec<f64> = times.iter().map(|d| ms(*d)).collect();
     let max = v.iter().copied().fold(0.0, f64::max);
     (median(v), max)
+}
+
+/// User and system CPU of this process (`RUSAGE_SELF`) or thread (`RUSAGE_THREAD`), in ns.
+fn rusage_ns(who: libc::c_int) -> u64 {
+    // SAFETY: rusage is a plain out struct.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &raw mut usage);
+        usage
+    };
+    super::measure::timeval_ns(usage.ru_utime) + super::measure::timeval_ns(usage.ru_stime)
 }
 
 /// A process's CPU time (user + system) from /proc, in ns.
@@ -265,7 +277,7 @@ fn verdict(within: bool) -> &'static str {
 
 /// `latprof serve`'s own server and renderers fed with `n` distinct causes, each with a
 /// histogram, and a full profile window.
-fn synthetic(n: u64) -> Result<(Server, SocketAddr)> {
+fn synthetic(n: u64) -> Result<(Server, SocketAddr, openmetrics::Live)> {
     let mut kallsyms = String::from("ffffffff81000000 T _stext\n");
     for i in 0..n {
         let _ = writeln!(
@@ -328,10 +340,15 @@ fn synthetic(n: u64) -> Result<(Server, SocketAddr)> {
     }
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
+    let live = published.live.clone();
     let (_publisher, shared) = serve::channel(published, Duration::from_secs(3600));
     let server = Server::serve(Server::runtime()?, listener, shared)?;
-    Ok((server, addr))
+    Ok((server, addr, live))
 }
+
+/// A row of answers: what was asked, how many answers, their bytes, (median, max) ms, and
+/// the server's CPU ms per answer where it was measured.
+type Answers = (String, usize, usize, (f64, f64), Option<f64>);
 
 /// The series' report section (Markdown).
 #[expect(
@@ -341,8 +358,24 @@ fn synthetic(n: u64) -> Result<(Server, SocketAddr)> {
 pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String> {
     let mut md = String::from("\n## serve: latprof serve scraped\n\n");
     // Scrapes of 500 series.
-    let (server, addr) = synthetic(500)?;
-    let mut rows: Vec<(String, usize, usize, (f64, f64))> = Vec::new();
+    let (server, addr, synthetic_live) = synthetic(500)?;
+    let mut rows: Vec<Answers> = Vec::new();
+    // What a read costs to render, once, for the scrapes until the next read (the scrapes
+    // below answer from it but for the first).
+    let renders: u32 = if quick { 5 } else { 50 };
+    let (cpu0, t0) = (rusage_ns(libc::RUSAGE_THREAD), Instant::now());
+    let mut bytes = 0;
+    for _ in 0..renders {
+        bytes = openmetrics::render_live_body(&synthetic_live, Flavor::Prometheus).len();
+    }
+    let (cpu, took) = (rusage_ns(libc::RUSAGE_THREAD) - cpu0, t0.elapsed());
+    rows.push((
+        "/metrics rendered from a read, 500 series (once per read, in-process)".to_owned(),
+        renders as usize,
+        bytes,
+        (ms(took) / f64::from(renders), ms(took) / f64::from(renders)),
+        Some(cpu as f64 / 1e6 / f64::from(renders)),
+    ));
     for (what, path, n) in [
         ("/metrics, 500 series (Prometheus text)", "/metrics", 200),
         (
@@ -353,6 +386,8 @@ pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String>
     ] {
         let mut times = Vec::new();
         let mut bytes = 0;
+        // The server's threads' CPU: this process's, less this (the client's) thread's.
+        let (all0, client0) = (rusage_ns(libc::RUSAGE_SELF), rusage_ns(libc::RUSAGE_THREAD));
         for _ in 0..if quick { 5 } else { n } {
             let (status, len, took) = get(addr, path)?;
             if status != 200 {
@@ -361,7 +396,15 @@ pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String>
             bytes = len;
             times.push(took);
         }
-        rows.push((what.to_owned(), times.len(), bytes, spread(&times)));
+        let (all1, client1) = (rusage_ns(libc::RUSAGE_SELF), rusage_ns(libc::RUSAGE_THREAD));
+        let server_ns = (all1 - all0).saturating_sub(client1 - client0);
+        rows.push((
+            what.to_owned(),
+            times.len(),
+            bytes,
+            spread(&times),
+            Some(server_ns as f64 / 1e6 / times.len() as f64),
+        ));
     }
     let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
     let hackbench = s(&[
@@ -384,6 +427,7 @@ pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String>
             times.len(),
             bytes,
             spread(&times),
+            None,
         ));
         Some(spread(&times))
     } else {
@@ -393,10 +437,14 @@ pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String>
     let _ = writeln!(
         md,
         "Answer times, from the request to the last byte, over loopback:\n\n\
-         | request | answers | bytes | median ms | max ms |\n|---|---:|---:|---:|---:|"
+         | request | answers | bytes | median ms | max ms | server CPU ms per answer |\n|---|---:|---:|---:|---:|---:|"
     );
-    for (what, n, bytes, (med, max)) in &rows {
-        let _ = writeln!(md, "| {what} | {n} | {bytes} | {med:.2} | {max:.2} |");
+    for (what, n, bytes, (med, max), cpu) in &rows {
+        let cpu = cpu.map_or("-".to_owned(), |c| format!("{c:.3}"));
+        let _ = writeln!(
+            md,
+            "| {what} | {n} | {bytes} | {med:.2} | {max:.2} | {cpu} |"
+        );
     }
     // The live binary under load.
     let trips = if quick { "3000" } else { "100000" };
@@ -466,7 +514,9 @@ pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String>
     }
     // Against the issue's budgets, worst case first: the max answer, the loaded scrapes.
     let _ = writeln!(md, "\nBudgets:\n");
-    let idle = rows.first().map_or((0.0, 0.0), |(_, _, _, spread)| *spread);
+    let idle = rows
+        .first()
+        .map_or((0.0, 0.0), |(_, _, _, spread, _)| *spread);
     let (scrape_med, scrape_max) = loaded.unwrap_or(idle);
     let under = if loaded.is_some() {
         "while hackbench runs"

@@ -3,6 +3,7 @@
 //! collection or holds anything it needs, so a slow, stuck or numerous client cannot stall it.
 pub mod conn;
 pub mod pulls;
+pub mod rendered;
 pub mod state;
 mod threads;
 
@@ -174,7 +175,9 @@ async fn metrics(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     );
     let latest = shared.latest();
     let process = openmetrics::Process::now();
-    let body = openmetrics::render_live(&latest.live, process.as_ref(), flavor);
+    let body = latest
+        .rendered
+        .metrics(&latest.live, process.as_ref(), flavor);
     ([(header::CONTENT_TYPE, flavor.content_type())], body).into_response()
 }
 

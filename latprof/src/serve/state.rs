@@ -94,6 +94,8 @@ pub struct Published {
     pub kernel_build_id: Arc<str>,
     /// The profiles' sample labels (`--profile-labels`).
     pub labels: pprof::Labels,
+    /// /metrics of this read, rendered by its first scrape of each flavor.
+    pub rendered: super::rendered::Rendered,
 }
 
 impl Published {
@@ -607,6 +609,7 @@ impl Accumulator {
             wall_ns: snap.wall_ns,
             kernel_build_id: kernel.build_id.as_deref().unwrap_or("").into(),
             labels: self.labels,
+            rendered: super::rendered::Rendered::default(),
         }
     }
 }

@@ -51,24 +51,60 @@ pub struct Live {
     pub mode: &'static str,
 }
 
-/// `le` of bucket `i`: 2^(i+1) microseconds, in seconds.
-fn bucket_le(i: usize) -> String {
-    seconds((1u64 << (i + 1)) * 1000)
-}
+/// `le` of each bucket but the last: 2^(i+1) microseconds, in seconds; formatted once, not
+/// once per series and scrape.
+static BUCKET_LE: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    (0..HIST_BUCKETS - 1)
+        .map(|i| seconds((1u64 << (i + 1)) * 1000))
+        .collect()
+});
 
 /// The live exposition in `flavor`, with latprof's own `process` (read at the scrape).
 #[must_use]
 pub fn render_live(live: &Live, process: Option<&Process>, flavor: Flavor) -> String {
-    let mut out = String::with_capacity(256 + live.series.len() * 3000);
+    let mut out = render_live_body(live, flavor);
+    out.push_str(&render_live_tail(process, flavor));
+    out
+}
+
+/// The live exposition up to latprof's own process metrics: what one read of the kernel's
+/// tables gives, the same for every scrape until the next read.
+#[must_use]
+pub fn render_live_body(live: &Live, flavor: Flavor) -> String {
+    let mut out = String::with_capacity(4096 + live.series.len() * 3500);
     series(&mut out, live, flavor);
     cgroups(&mut out, live, flavor);
     pipeline(&mut out, live, flavor);
     tables(&mut out, live, flavor);
+    out
+}
+
+/// The rest: latprof's own `process` (read at the scrape) and the end of the exposition.
+#[must_use]
+pub fn render_live_tail(process: Option<&Process>, flavor: Flavor) -> String {
+    let mut out = String::with_capacity(2048);
     super::process::render(&mut out, process, flavor);
     if flavor == Flavor::OpenMetrics {
         out.push_str("# EOF\n");
     }
     out
+}
+
+/// `n` in decimal, without the formatting machinery.
+fn push_u64(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + u8::try_from(n % 10).unwrap_or(0);
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
 }
 
 /// Each (reason, state) series: counts, time and histogram; how many were folded.
@@ -113,14 +149,17 @@ fn series(out: &mut String, live: &Live, flavor: Flavor) {
         "Length of single sleeps and waits in the kernel's log2 buckets, by reason and state.",
     );
     for (s, l) in live.series.iter().zip(&labels) {
+        // Pieces pushed, not formatted: a series is 35 lines, 500 series a scrape.
         let mut acc = 0u64;
-        for (i, n) in s.buckets.iter().enumerate().take(HIST_BUCKETS - 1) {
+        for (n, le) in s.buckets.iter().zip(BUCKET_LE.iter()) {
             acc += n;
-            let _ = writeln!(
-                out,
-                "latprof_sleep_duration_seconds_bucket{{{l},le=\"{}\"}} {acc}",
-                bucket_le(i)
-            );
+            out.push_str("latprof_sleep_duration_seconds_bucket{");
+            out.push_str(l);
+            out.push_str(",le=\"");
+            out.push_str(le);
+            out.push_str("\"} ");
+            push_u64(out, acc);
+            out.push('\n');
         }
         acc += s.buckets[HIST_BUCKETS - 1];
         let _ = writeln!(

@@ -5,7 +5,7 @@
 mod live;
 mod process;
 
-pub use live::{Live, Series, render_live};
+pub use live::{Live, Series, render_live, render_live_body, render_live_tail};
 pub use process::Process;
 
 use std::fmt::Write as _;
