@@ -346,7 +346,7 @@ pub(super) struct Workload {
     clippy::too_many_lines,
     reason = "the table of every benchmark workload, one entry each: read as a list"
 )]
-pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
+pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workload> {
     let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
     let (trips, forks, idle) = if quick {
         (3_000, 200, "1")
@@ -477,6 +477,8 @@ pub(super) fn workloads(quick: bool, workload: &str) -> Vec<Workload> {
             ));
         }
     }
+    // Scaling: one pinned ping-pong per CPU, on 1, 2, ... `cpus` CPUs at once.
+    out.extend(super::scaling::workloads(workload, cpus, trips));
     // Spikes: every sleep is an event for the reader; the two wakeup policies.
     let spike_counts = if quick { vec![2] } else { counts };
     for n in spike_counts {

@@ -8,6 +8,7 @@ mod configs;
 mod floor;
 mod measure;
 mod report;
+mod scaling;
 mod serve;
 
 use std::{collections::BTreeMap, path::PathBuf};
@@ -43,9 +44,14 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
     /// Only these workloads (pingpong, forkstorm, idle, hackbench-process, hackbench-thread,
-    /// contention-N, spikes-N): a series measured again without the rest.
+    /// contention-N, spikes-N, scaling-N): a series measured again without the rest.
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
+    /// The scaling series on 1, 2, ... N CPUs (one pinned ping-pong per CPU, lazy against
+    /// normal; full runs: every CPU, quick runs: none). A machine with more CPUs shows what
+    /// lazy mode's per-CPU data buys as they grow.
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<usize>,
     /// Only the `serve` series (latprof serve scraped under load; scrapes of 500 series),
     /// written to serve.md.
     #[arg(long)]
@@ -150,7 +156,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         bail!("the benchmark needs the 'none' configuration as its baseline");
     }
     let rounds = if args.quick { 1 } else { args.rounds.max(1) };
-    let works: Vec<_> = workloads(args.quick, &workload_s)
+    let cpus = args.cpus.unwrap_or(if args.quick {
+        0
+    } else {
+        std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+    });
+    let works: Vec<_> = workloads(args.quick, &workload_s, cpus)
         .into_iter()
         .filter(|w| args.workloads.is_empty() || args.workloads.contains(&w.name))
         .collect();
@@ -226,7 +237,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 
 /// The `builds` series on the ping-pong and the fork storm (or the workloads asked for).
 fn builds_series(args: &BenchArgs, latprof: &std::path::Path, workload: &str) -> Result<String> {
-    let works: Vec<(String, Vec<String>)> = workloads(args.quick, workload)
+    let works: Vec<(String, Vec<String>)> = workloads(args.quick, workload, 0)
         .into_iter()
         .filter(|w| {
             if args.workloads.is_empty() {

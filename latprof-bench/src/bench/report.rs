@@ -235,6 +235,7 @@ pub(super) fn report(
         md.push_str(&super::floor::table(w, work, samples));
         md.push_str(&super::breakdown::table(w, work, samples));
     }
+    md.push_str(&super::scaling::table(works, &summaries));
     let _ = writeln!(md, "\n## Targets\n");
     let targets = targets(works, &summaries);
     for (name, verdict, detail) in &targets {
