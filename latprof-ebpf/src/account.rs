@@ -11,7 +11,10 @@ use latprof_common::{
 
 use crate::{
     maps::{CGROUP_LATENCY, GLOBAL_LATENCY, HISTOGRAMS, MERGED, count},
-    settings::{CGROUPS_ON, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, read_field, skipped},
+    settings::{
+        CGROUPS_ON, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, read_btf_field, read_field,
+        skipped,
+    },
     shared,
 };
 
@@ -42,6 +45,15 @@ pub(crate) fn has_mm(task: *const u8) -> bool {
         Ok(mm) => mm != 0,
         Err(_) => true,
     }
+}
+
+/// [`has_mm`] of a task the verifier knows by its BTF type: a plain load.
+#[inline(always)]
+pub(crate) fn has_mm_btf(task: *const u8) -> bool {
+    if skipped(SKIP_MM) {
+        return true;
+    }
+    read_btf_field::<u64>(task, TASK_MM_OFF.load()) != 0
 }
 
 /// [`sleep_in_global`] for a task whose memory map at the time that matters is known.

@@ -30,6 +30,17 @@ pub(crate) fn skipped(part: u32) -> bool {
     DEBUG_SKIP.load() & part != 0
 }
 
+/// Reads a field of a task the verifier knows by its BTF type (a BTF tracepoint's trusted
+/// task): a plain load, which the verifier checks against the type (the offset is a setting,
+/// a constant to it), instead of a helper call. Where the pointer is not one the verifier
+/// knows (a raw tracepoint's argument), the program is rejected: use [`read_field`] there.
+#[inline(always)]
+pub(crate) fn read_btf_field<T: Copy>(task: *const u8, offset: u32) -> T {
+    // SAFETY: the verifier allows the load only within the object's type; a fault on the
+    // object's memory reads zero (the load is a probe load).
+    unsafe { core::ptr::read_volatile(task.add(offset as usize).cast()) }
+}
+
 /// Reads a field of a kernel object at an offset taken from BTF.
 #[inline(always)]
 pub(crate) fn read_field<T>(object: *const u8, offset: u32) -> Result<T, i32> {

@@ -90,7 +90,9 @@ use crate::{
     maps::{
         CPU_CACHE, LEARNT, REGION_WORDS, SCAN_POS, STACK_BUF, STACK_COPY, WALKED_FRAMES, count,
     },
-    settings::{DEBUG_CHECKS, PT_REGS_IN_STACK, TASK_STACK_OFF, THREAD_SP_OFF, read_field},
+    settings::{
+        DEBUG_CHECKS, PT_REGS_IN_STACK, TASK_STACK_OFF, THREAD_SP_OFF, read_btf_field, read_field,
+    },
     stacks::task_stack,
 };
 
@@ -122,9 +124,8 @@ pub(crate) fn sleeping_stack<C: EbpfContext, const HELPERS: bool>(
     if off == 0 {
         return task_stack(task);
     }
-    let Ok(sp) = read_field::<u64>(task.cast_const().cast(), off) else {
-        return task_stack(task);
-    };
+    // The BTF tracepoint's task: a plain load.
+    let sp = read_btf_field::<u64>(task.cast_const().cast(), off);
     let regs = if HELPERS {
         // SAFETY: task is the BTF tracepoint's trusted task pointer.
         let regs = unsafe { bpf_task_pt_regs(task) } as u64;
@@ -134,8 +135,8 @@ pub(crate) fn sleeping_stack<C: EbpfContext, const HELPERS: bool>(
         unsafe { bpf_probe_read_kernel(&raw const regs) }.unwrap_or(0)
     } else {
         // x86-64's task_pt_regs(): at the top of the task's stack.
-        read_field::<u64>(task.cast_const().cast(), TASK_STACK_OFF.load())
-            .map_or(0, |stack| stack + u64::from(PT_REGS_IN_STACK.load()))
+        read_btf_field::<u64>(task.cast_const().cast(), TASK_STACK_OFF.load())
+            + u64::from(PT_REGS_IN_STACK.load())
     };
     if regs <= sp {
         return task_stack(task);

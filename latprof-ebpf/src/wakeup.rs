@@ -14,13 +14,13 @@ use latprof_common::{
 };
 
 use crate::{
-    account::{account, sleep_in_global},
+    account::{account, has_mm_btf, sleep_in_global, sleep_in_global_with},
     debug::anomaly,
     maps::{TASKS, count, ids, log_hidden, short_sleep},
     settings::{
         DEBUG_CHECKS, DEBUG_DROP_SLEEPS, DEBUG_HIDE_WAKEUPS, FILTER_TGID, INTER_CUTOFF_NS,
         MIN_SLEEP_NS, RUNQ, SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, USER_STACKS_ON, WAKERS_ON,
-        read_field, skipped,
+        read_btf_field, read_field, skipped,
     },
     spikes::spike,
     stack_cache::sleeping_stack,
@@ -110,7 +110,12 @@ fn wake<C: EbpfContext, const CAS: bool, const BT: u8>(
     task: *const u8,
     stack_of: *mut task_struct,
 ) -> Result<i32, i32> {
-    let tid = read_field::<i32>(task, TASK_PID_OFF.load())? as u32;
+    // The BTF tracepoint's task is one the verifier knows: a plain load.
+    let tid = if BT == BT_SWITCH_OUT {
+        read_field::<i32>(task, TASK_PID_OFF.load())?
+    } else {
+        read_btf_field::<i32>(task, TASK_PID_OFF.load())
+    } as u32;
     let Some(entry) = TASKS.get_ptr_mut(&tid) else {
         if DEBUG_CHECKS.load() == 1 && tid != 0 && watched(task) {
             // A sleep latprof never saw begin: the task slept before latprof attached.
@@ -214,7 +219,11 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
             } else {
                 entry.sleep_stack
             };
-            let in_global = sleep_in_global(entry, task);
+            let in_global = if BT == BT_SWITCH_OUT {
+                sleep_in_global(entry, task)
+            } else {
+                sleep_in_global_with(entry, has_mm_btf(task))
+            };
             // With the sleeper's user backtrace, the cause is the pair.
             let stack = if USER_STACKS_ON.load() == 1 {
                 ustacks::cause(stack, entry.sleep_ustack, entry)
