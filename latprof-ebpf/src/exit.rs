@@ -5,6 +5,7 @@
 //! on floors of their own.
 
 use aya_ebpf::{
+    EbpfContext,
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
     macros::raw_tracepoint,
@@ -67,7 +68,7 @@ fn try_sched_process_free<const CAS: bool>(ctx: &RawTracePointContext) -> Result
             );
             entry.sleep_kind = SLEEP_NONE;
         }
-        retire::<CAS>(ctx, tid, entry);
+        retire::<_, CAS>(ctx, tid, entry);
     }
     Ok(0)
 }
@@ -79,7 +80,7 @@ fn try_sched_process_free<const CAS: bool>(ctx: &RawTracePointContext) -> Result
 /// service threads), and the entry then outlived its task. Entries made before
 /// `sched_process_exit` are gone by now; only `TASK_FLAG_EXITING` ones can be left.
 #[inline(always)]
-pub(crate) fn switched_out_dead<const CAS: bool>(ctx: &RawTracePointContext, now: u64) {
+pub(crate) fn switched_out_dead<C: EbpfContext, const CAS: bool>(ctx: &C, now: u64) {
     let tid = bpf_get_current_pid_tgid() as u32;
     let Some(entry) = TASKS.get_ptr_mut(&tid) else {
         return;
@@ -95,7 +96,7 @@ pub(crate) fn switched_out_dead<const CAS: bool>(ctx: &RawTracePointContext, now
         // Running now, so not asleep: that sleep's wakeup was hidden.
         recover::<CAS>(tid, entry, task, now);
     }
-    retire::<CAS>(ctx, tid, entry);
+    retire::<_, CAS>(ctx, tid, entry);
 }
 
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
@@ -128,7 +129,7 @@ fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result
         let task = unsafe { bpf_get_current_task() } as *const u8;
         recover::<CAS>(tid, entry, task, unsafe { bpf_ktime_get_ns() });
     }
-    retire::<CAS>(ctx, tid, entry);
+    retire::<_, CAS>(ctx, tid, entry);
     Ok(0)
 }
 
@@ -136,7 +137,7 @@ fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result
 /// mode they merge into the global table, with cgroups into the per-cgroup table; then the
 /// entry goes.
 #[inline(always)]
-fn retire<const CAS: bool>(ctx: &RawTracePointContext, tid: u32, entry: &TaskState) {
+fn retire<C: EbpfContext, const CAS: bool>(ctx: &C, tid: u32, entry: &TaskState) {
     if EXITS_ON.load() == 1 && entry.nr_records > 0 {
         send_exited(tid, entry);
     }

@@ -1,5 +1,5 @@
 //! The floor: programs that do nothing, one on each hook latprof uses and of the same type
-//! (raw tracepoints, and the BTF tracepoint at wakeup). The benchmark attaches them instead of
+//! (raw tracepoints, and the BTF tracepoints at switch and wakeup). The benchmark attaches them instead of
 //! latprof's own (the hidden `--debug-floor`): what they cost is what the kernel charges for
 //! running any program there, the least latprof's programs could cost.
 //!
@@ -13,6 +13,11 @@ use aya_ebpf::{
 
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn floor_switch(_ctx: RawTracePointContext) -> i32 {
+    0
+}
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn floor_switch_btf(_ctx: BtfTracePointContext) -> i32 {
     0
 }
 

@@ -17,11 +17,11 @@ use latprof_common::{
 };
 
 use crate::{
-    account::{account, has_mm, sleep_in_global_with},
+    account::{account, has_mm, has_mm_btf, sleep_in_global_with},
     maps::{HIDING_SEEN, count, ids, log_hidden, short_sleep},
     settings::{
         DEBUG_HIDE_WAKEUPS, INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, TASK_EXEC_RUNTIME_OFF,
-        TASK_RUN_DELAY_OFF, USER_STACKS_ON, read_field,
+        TASK_RUN_DELAY_OFF, USER_STACKS_ON, read_btf_field, read_field,
     },
     spikes::spike,
 };
@@ -29,7 +29,7 @@ use crate::{
 /// At a sleep's start: what recovering it will need, where the kernel has it and once it was
 /// seen hiding switches.
 #[inline(always)]
-pub(crate) fn note_sleep_start(entry: &mut TaskState, task: *const u8) {
+pub(crate) fn note_sleep_start<const BTF: bool>(entry: &mut TaskState, task: *const u8) {
     let exec_off = TASK_EXEC_RUNTIME_OFF.load();
     if exec_off == 0 {
         return;
@@ -38,11 +38,25 @@ pub(crate) fn note_sleep_start(entry: &mut TaskState, task: *const u8) {
     if !seen {
         return;
     }
-    entry.sleep_exec_ns = read_field::<u64>(task, exec_off).unwrap_or(0);
-    entry.sleep_run_delay_ns = read_field::<u64>(task, TASK_RUN_DELAY_OFF.load()).unwrap_or(0);
+    // `task` is a BTF tracepoint's (`BTF`): plain loads; else probe reads.
+    let (exec, delay, mm) = if BTF {
+        (
+            read_btf_field::<u64>(task, exec_off),
+            read_btf_field::<u64>(task, TASK_RUN_DELAY_OFF.load()),
+            has_mm_btf(task),
+        )
+    } else {
+        (
+            read_field::<u64>(task, exec_off).unwrap_or(0),
+            read_field::<u64>(task, TASK_RUN_DELAY_OFF.load()).unwrap_or(0),
+            has_mm(task),
+        )
+    };
+    entry.sleep_exec_ns = exec;
+    entry.sleep_run_delay_ns = delay;
     // Whether it belongs in the global table is decided by the memory map the task had while
     // it slept: at exit (where a recovered sleep may be found) the map is already gone.
-    entry.sleep_flags = if has_mm(task) { 0 } else { SLEEP_NO_MM };
+    entry.sleep_flags = if mm { 0 } else { SLEEP_NO_MM };
 }
 
 /// Ends `entry`'s open sleep, found open at `now` while its task `task` (current) runs:

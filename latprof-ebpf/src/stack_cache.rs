@@ -90,9 +90,7 @@ use crate::{
     maps::{
         CPU_CACHE, LEARNT, REGION_WORDS, SCAN_POS, STACK_BUF, STACK_COPY, WALKED_FRAMES, count,
     },
-    settings::{
-        DEBUG_CHECKS, PT_REGS_IN_STACK, TASK_STACK_OFF, THREAD_SP_OFF, read_btf_field, read_field,
-    },
+    settings::{DEBUG_CHECKS, PT_REGS_IN_STACK, TASK_STACK_OFF, THREAD_SP_OFF, read_btf_field},
     stacks::task_stack,
 };
 

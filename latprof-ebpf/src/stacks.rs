@@ -5,7 +5,6 @@ use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_NOEXIST, task_struct},
     helpers::{bpf_get_stack, bpf_get_task_stack},
-    programs::RawTracePointContext,
 };
 use latprof_common::{Counter, NO_STACK, RawStack, STACK_FRAMES, stack_hash};
 
@@ -16,7 +15,7 @@ use crate::{
 };
 
 /// Walks the current kernel stack and stores it; returns its id, or `NO_STACK`.
-pub(crate) fn take_stack(ctx: &RawTracePointContext) -> u64 {
+pub(crate) fn take_stack<C: EbpfContext>(ctx: &C) -> u64 {
     let Some(buf) = STACK_BUF.get_ptr_mut(0) else {
         return NO_STACK;
     };

@@ -2,13 +2,14 @@
 //! walked here, or deferred to the wakeup); the task coming in ends its run-queue wait.
 
 use aya_ebpf::{
+    EbpfContext,
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
         bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel_buf,
     },
-    macros::raw_tracepoint,
-    programs::RawTracePointContext,
+    macros::{btf_tracepoint, raw_tracepoint},
+    programs::{BtfTracePointContext, RawTracePointContext},
 };
 use latprof_common::{
     CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, NO_STACK, NO_USER, RUNQ_STACK,
@@ -28,7 +29,8 @@ use crate::{
     settings::{
         CGROUPS_ON, DEBUG_CHECKS, FILTER_CGROUPS, FILTER_TGID, FORCE_REJECT, MIN_SLEEP_NS, RUNQ,
         SELF_TGID, STACK_AT_WAKEUP, SWITCH_HAS_PREV_STATE, TASK_COMM_OFF, TASK_FLAGS_OFF,
-        TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF, USER_STACKS_ON, read_field, skipped,
+        TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF, USER_STACKS_ON, read_btf_field, read_field,
+        skipped,
     },
     shared,
     spikes::spike,
@@ -43,24 +45,55 @@ const PF_KTHREAD: u32 = 0x0020_0000;
 
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
-    try_sched_switch::<true>(&ctx).unwrap_or(1)
+    try_sched_switch::<_, true, false>(&ctx).unwrap_or(1)
 }
 
 /// `sched_switch` for kernels without BPF compare-and-swap (before 5.12).
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn sched_switch_nocas(ctx: RawTracePointContext) -> i32 {
-    try_sched_switch::<false>(&ctx).unwrap_or(1)
+    try_sched_switch::<_, false, false>(&ctx).unwrap_or(1)
 }
 
-fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
+/// `sched_switch` on the BTF tracepoint (where the BTF wakeup programs run): its tasks are
+/// ones the verifier knows, so their fields are plain loads, not helper calls.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch_btf(ctx: BtfTracePointContext) -> i32 {
+    try_sched_switch::<_, true, true>(&ctx).unwrap_or(1)
+}
+
+/// `sched_switch_btf` for kernels without BPF compare-and-swap (before 5.12).
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch_btf_nocas(ctx: BtfTracePointContext) -> i32 {
+    try_sched_switch::<_, false, true>(&ctx).unwrap_or(1)
+}
+
+/// Argument `n` of the tracepoint: the raw and the BTF tracepoint's contexts are both the
+/// arguments as 8-byte slots (on the BTF one, the verifier types the tasks).
+#[inline(always)]
+fn arg<C: EbpfContext>(ctx: &C, n: usize) -> u64 {
+    // SAFETY: the context holds the tracepoint's arguments; n is one of them.
+    unsafe { *ctx.as_ptr().cast::<u64>().add(n) }
+}
+
+/// A field of a task of the tracepoint: a plain load on the BTF one.
+#[inline(always)]
+fn task_field<T: Copy, const BTF: bool>(task: *const u8, offset: u32) -> Result<T, i32> {
+    if BTF {
+        Ok(read_btf_field(task, offset))
+    } else {
+        read_field(task, offset)
+    }
+}
+
+fn try_sched_switch<C: EbpfContext, const CAS: bool, const BTF: bool>(ctx: &C) -> Result<i32, i32> {
     // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next
     //          [, unsigned int prev_state])
-    let preempt: u64 = ctx.arg(0);
+    let preempt = arg(ctx, 0);
     let state: u64 = if SWITCH_HAS_PREV_STATE.load() == 1 {
-        ctx.arg::<u64>(3) & 0xffff_ffff
+        arg(ctx, 3) & 0xffff_ffff
     } else {
-        let prev: *const u8 = ctx.arg(1);
-        u64::from(read_field::<u32>(prev, TASK_STATE_OFF.load())?)
+        let prev = arg(ctx, 1) as *const u8;
+        u64::from(task_field::<u32, BTF>(prev, TASK_STATE_OFF.load())?)
     };
     let kind = sleep_kind(preempt & 1 != 0, state);
     tick_count(TickCounter::Switches);
@@ -77,13 +110,13 @@ fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, 
 
     // The task coming in stops waiting for the CPU.
     if RUNQ.load() == 1 {
-        runq_end::<CAS>(ctx, now)?;
+        runq_end::<C, CAS, BTF>(ctx, now)?;
     }
 
     if kind == SLEEP_NONE {
         if state & TASK_DEAD != 0 {
             // Its last switch: an entry made after its exit began goes with it.
-            switched_out_dead::<CAS>(ctx, now);
+            switched_out_dead::<C, CAS>(ctx, now);
             return Ok(0);
         }
         if preempt & 1 == 0 && state & TASK_RTLOCK_WAIT != 0 && traced(bpf_get_current_pid_tgid()) {
@@ -94,7 +127,7 @@ fn try_sched_switch<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, 
         }
         return Ok(0);
     }
-    switch_out::<CAS>(ctx, kind, now)
+    switch_out::<C, CAS, BTF>(ctx, kind, now)
 }
 
 /// `TASK_DEAD`: the task's last switch (`do_task_dead`).
@@ -122,9 +155,9 @@ fn traced(pid_tgid: u64) -> bool {
 /// lookup, two compares and a store; the rest only when a gap is found, which is logged (from
 /// this CPU's last seen switch to now) for user space to check lost sleeps against.
 #[inline(always)]
-fn note_switch(ctx: &RawTracePointContext, now: u64) {
-    let prev: u64 = ctx.arg(1);
-    let next: u64 = ctx.arg(2);
+fn note_switch<C: EbpfContext>(ctx: &C, now: u64) {
+    let prev = arg(ctx, 1);
+    let next = arg(ctx, 2);
     if skipped(SKIP_SWITCH_CHECK) {
         return;
     }
@@ -165,9 +198,12 @@ fn note_switch(ctx: &RawTracePointContext, now: u64) {
 }
 
 /// Ends the run-queue wait of the task switched in.
-fn runq_end<const CAS: bool>(ctx: &RawTracePointContext, now: u64) -> Result<(), i32> {
-    let next: *const u8 = ctx.arg(2);
-    let next_tid = read_field::<i32>(next, TASK_PID_OFF.load())? as u32;
+fn runq_end<C: EbpfContext, const CAS: bool, const BTF: bool>(
+    ctx: &C,
+    now: u64,
+) -> Result<(), i32> {
+    let next = arg(ctx, 2) as *const u8;
+    let next_tid = task_field::<i32, BTF>(next, TASK_PID_OFF.load())? as u32;
     if next_tid != 0
         && let Some(entry) = TASKS.get_ptr_mut(&next_tid)
     {
@@ -196,8 +232,8 @@ fn runq_end<const CAS: bool>(ctx: &RawTracePointContext, now: u64) -> Result<(),
 
 /// The task switched out in S or D state starts a sleep.
 #[expect(clippy::similar_names, reason = "tid and tgid are the kernel's names")]
-fn switch_out<const CAS: bool>(
-    ctx: &RawTracePointContext,
+fn switch_out<C: EbpfContext, const CAS: bool, const BTF: bool>(
+    ctx: &C,
     kind: u32,
     now: u64,
 ) -> Result<i32, i32> {
@@ -230,7 +266,12 @@ fn switch_out<const CAS: bool>(
         }
         stack
     };
-    let task = unsafe { bpf_get_current_task() } as *const u8;
+    // prev, the current task: on the BTF tracepoint, one the verifier knows.
+    let task = if BTF {
+        arg(ctx, 1) as *const u8
+    } else {
+        (unsafe { bpf_get_current_task() }) as *const u8
+    };
     // SAFETY: the entry belongs to the current task; only its own events write it.
     let entry = unsafe { &mut *entry };
     if entry.sleep_kind != SLEEP_NONE {
@@ -254,7 +295,7 @@ fn switch_out<const CAS: bool>(
         // SAFETY: a helper without arguments.
         entry.cgroup = unsafe { bpf_get_current_cgroup_id() };
     }
-    note_sleep_start(entry, task);
+    note_sleep_start::<BTF>(entry, task);
     count(Counter::SleepsTracked);
     Ok(0)
 }

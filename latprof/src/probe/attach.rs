@@ -28,9 +28,15 @@ pub(super) fn attach_variant(ebpf: &mut Ebpf, variant: Variant) -> Result<()> {
             .attach()
             .context("attach BTF tracepoint sched_wakeup")?;
     }
-    prog_mut::<RawTracePoint>(ebpf, variant.switch_program())?
-        .attach("sched_switch")
-        .context("attach raw tracepoint sched_switch")?;
+    if variant.btf() {
+        prog_mut::<BtfTracePoint>(ebpf, variant.switch_program())?
+            .attach()
+            .context("attach BTF tracepoint sched_switch")?;
+    } else {
+        prog_mut::<RawTracePoint>(ebpf, variant.switch_program())?
+            .attach("sched_switch")
+            .context("attach raw tracepoint sched_switch")?;
+    }
     Ok(())
 }
 

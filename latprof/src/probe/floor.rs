@@ -9,13 +9,13 @@ use aya::{
     programs::{BtfTracePoint, RawTracePoint},
 };
 
-use super::{Backtraces, Variant, load::prog_mut, names};
+use super::{Variant, load::prog_mut, names};
 
 /// The floor's program on `hook` (a raw tracepoint's).
 fn floor_of(hook: &str) -> Result<&'static str> {
     names::FLOOR_PROGRAMS
         .iter()
-        .find(|(p, h)| *h == hook && *p != names::FLOOR_WAKEUP_BTF)
+        .find(|(p, h)| *h == hook && *p != names::FLOOR_WAKEUP_BTF && *p != names::FLOOR_SWITCH_BTF)
         .map(|(p, _)| *p)
         .with_context(|| format!("no floor program for {hook}"))
 }
@@ -53,16 +53,23 @@ pub(super) fn attach_floor(
     }
     attach_raw(ebpf, "sched_process_free", false)?;
     attach_raw(ebpf, "sched_process_exit", false)?;
-    if variant.backtraces == Backtraces::AtSwitchOut {
-        attach_raw(ebpf, "sched_wakeup", false)?;
+    if variant.btf() {
+        let btf =
+            btf.context("the variant's programs are BTF tracepoints', but no BTF was read")?;
+        for (prog, hook) in [
+            (names::FLOOR_WAKEUP_BTF, "sched_wakeup"),
+            (names::FLOOR_SWITCH_BTF, "sched_switch"),
+        ] {
+            let p: &mut BtfTracePoint = prog_mut(ebpf, prog)?;
+            p.load(hook, btf)
+                .with_context(|| format!("loading {prog}"))?;
+            p.attach()
+                .with_context(|| format!("attach BTF tracepoint {hook}"))?;
+        }
     } else {
-        let btf = btf.context("the variant's wakeup is a BTF tracepoint, but no BTF was read")?;
-        let p: &mut BtfTracePoint = prog_mut(ebpf, names::FLOOR_WAKEUP_BTF)?;
-        p.load("sched_wakeup", btf)
-            .context("loading the floor's BTF tracepoint")?;
-        p.attach().context("attach BTF tracepoint sched_wakeup")?;
+        attach_raw(ebpf, "sched_wakeup", false)?;
+        attach_raw(ebpf, "sched_switch", false)?;
     }
-    attach_raw(ebpf, "sched_switch", false)?;
     attach_raw(ebpf, "task_rename", true)?;
     names::TICK_PROGRAMS
         .into_iter()

@@ -37,12 +37,12 @@ where
 pub(super) fn load_program(
     ebpf: &mut Ebpf,
     prog: &str,
-    btf: Option<&aya::Btf>,
+    btf: Option<(&aya::Btf, &str)>,
 ) -> Result<(), Rejection> {
     let loaded = match btf {
-        Some(btf) => prog_mut::<BtfTracePoint>(ebpf, prog)
+        Some((btf, tracepoint)) => prog_mut::<BtfTracePoint>(ebpf, prog)
             .map_err(|e| plain_rejection(prog, &e))?
-            .load("sched_wakeup", btf),
+            .load(tracepoint, btf),
         None => prog_mut::<RawTracePoint>(ebpf, prog)
             .map_err(|e| plain_rejection(prog, &e))?
             .load(),
@@ -121,9 +121,10 @@ pub(super) fn load_variant(
         if variant.cas && cas_missing {
             continue;
         }
+        // The BTF tracepoints' programs with their tracepoints.
         let programs = [
-            (variant.wakeup_program(), btf),
-            (variant.switch_program(), None),
+            (variant.wakeup_program(), btf.map(|b| (b, "sched_wakeup"))),
+            (variant.switch_program(), btf.map(|b| (b, "sched_switch"))),
             (variant.exit_program(), None),
             (variant.free_program(), None),
         ];

@@ -96,6 +96,10 @@ pub const MAPS: [&str; 30] = [
 pub const PROG_SCHED_SWITCH: &str = "sched_switch";
 /// Programs named `_nocas` are the same without BPF compare-and-swap (before Linux 5.12).
 pub const PROG_SCHED_SWITCH_NOCAS: &str = "sched_switch_nocas";
+/// The switch program on the BTF tracepoint, beside the BTF wakeup programs: its tasks'
+/// fields are plain loads.
+pub const PROG_SCHED_SWITCH_BTF: &str = "sched_switch_btf";
+pub const PROG_SCHED_SWITCH_BTF_NOCAS: &str = "sched_switch_btf_nocas";
 /// The wakeup program on a raw tracepoint (kernels without BTF tracepoints).
 pub const PROG_SCHED_WAKEUP: &str = "sched_wakeup";
 pub const PROG_SCHED_WAKEUP_NOCAS: &str = "sched_wakeup_nocas";
@@ -144,7 +148,7 @@ pub const TICK_PROGRAMS: [&str; 4] = [
 ];
 /// Every program in the object; a session loads three latency programs (one variant of each),
 /// the rename program and the tick programs whose tracepoints exist.
-pub const PROGRAMS: [&str; 23] = [
+pub const PROGRAMS: [&str; 25] = [
     PROG_SCHED_WAKING,
     PROG_HRTIMER_EXPIRE_ENTRY,
     PROG_HRTIMER_EXPIRE_EXIT,
@@ -152,6 +156,8 @@ pub const PROGRAMS: [&str; 23] = [
     PROG_TIMER_EXPIRE_EXIT,
     PROG_SCHED_SWITCH,
     PROG_SCHED_SWITCH_NOCAS,
+    PROG_SCHED_SWITCH_BTF,
+    PROG_SCHED_SWITCH_BTF_NOCAS,
     PROG_SCHED_WAKEUP,
     PROG_SCHED_WAKEUP_NOCAS,
     PROG_SCHED_WAKEUP_BTF,
@@ -170,10 +176,11 @@ pub const PROGRAMS: [&str; 23] = [
     PROG_TASK_RENAME,
 ];
 /// The floor (`--debug-floor`, for the benchmark): for each hook latprof uses, a program of
-/// the same type that does nothing, as (program, hook). `floor_wakeup_btf` is the BTF
-/// tracepoint's; every other is a raw tracepoint.
-pub const FLOOR_PROGRAMS: [(&str, &str); 15] = [
+/// the same type that does nothing, as (program, hook). `floor_switch_btf` and
+/// `floor_wakeup_btf` are BTF tracepoints'; every other is a raw tracepoint's.
+pub const FLOOR_PROGRAMS: [(&str, &str); 16] = [
     ("floor_switch", "sched_switch"),
+    (FLOOR_SWITCH_BTF, "sched_switch"),
     ("floor_wakeup", "sched_wakeup"),
     (FLOOR_WAKEUP_BTF, "sched_wakeup"),
     ("floor_exit", "sched_process_exit"),
@@ -190,6 +197,7 @@ pub const FLOOR_PROGRAMS: [(&str, &str); 15] = [
     ("floor_tmr_exit", "timer_expire_exit"),
 ];
 pub const FLOOR_WAKEUP_BTF: &str = "floor_wakeup_btf";
+pub const FLOOR_SWITCH_BTF: &str = "floor_switch_btf";
 /// Programs a session has loaded besides the tick programs: the three latency programs, the
 /// free program and the rename program.
 pub const LOADED_PROGRAMS: usize = 5;

@@ -28,12 +28,19 @@ impl Variant {
         }
     }
 
+    /// The switch program: on the BTF tracepoint where the wakeup program is.
     pub(super) fn switch_program(self) -> &'static str {
-        if self.cas {
-            names::PROG_SCHED_SWITCH
-        } else {
-            names::PROG_SCHED_SWITCH_NOCAS
+        match (self.btf(), self.cas) {
+            (true, true) => names::PROG_SCHED_SWITCH_BTF,
+            (true, false) => names::PROG_SCHED_SWITCH_BTF_NOCAS,
+            (false, true) => names::PROG_SCHED_SWITCH,
+            (false, false) => names::PROG_SCHED_SWITCH_NOCAS,
         }
+    }
+
+    /// Whether the wakeup and switch programs are on BTF tracepoints.
+    pub(super) fn btf(self) -> bool {
+        self.backtraces != Backtraces::AtSwitchOut
     }
 
     pub(super) fn free_program(self) -> &'static str {
