@@ -130,6 +130,18 @@ pub(super) fn report(
         "Machine: {}. Rounds: {rounds}, interleaved; medians, min-max.",
         machine()
     );
+    // The command that made it, as typed (the harness's own path shortened to its name).
+    let command: Vec<String> = std::env::args()
+        .enumerate()
+        .map(|(i, a)| {
+            if i == 0 {
+                "latprof-bench".to_owned()
+            } else {
+                a
+            }
+        })
+        .collect();
+    let _ = writeln!(md, "Made by: `{}`.", command.join(" "));
     if !skipped.is_empty() {
         let _ = writeln!(md, "Not installed, skipped: {}.", skipped.join(", "));
     }
