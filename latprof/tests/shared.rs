@@ -69,9 +69,32 @@ fn lazy_mode_writes_nothing_shared_once_warm() {
         );
         let delta = |c: Counter| after.counters.get(c) - before.counters.get(c);
         let (counted, writes) = (delta(Counter::Counted), delta(Counter::DebugSharedWrites));
-        eprintln!("{mode:?}: {counted} sleeps counted, {writes} shared writes");
+        // A backtrace first met after the warm-up is a new key: its store (and its histogram's,
+        // where kept) is a shared write by design. Seen in a fresh-clone run: one pipe write
+        // that found the pipe's lock taken by the reader on the other CPU, once in 20,000.
+        let new: Vec<&Vec<u64>> = after
+            .stacks
+            .iter()
+            .filter(|(id, _)| !before.stacks.contains_key(id))
+            .map(|(_, frames)| frames)
+            .collect();
+        eprintln!(
+            "{mode:?}: {counted} sleeps counted, {writes} shared writes, {} new backtraces",
+            new.len()
+        );
         match mode {
-            Mode::Lazy => assert_eq!(writes, 0, "lazy mode's shared writes: {after:?}"),
+            Mode::Lazy => {
+                assert!(
+                    new.len() <= 3,
+                    "not warm: {} new backtraces after the warm-up",
+                    new.len()
+                );
+                assert!(
+                    writes <= 2 * new.len() as u64,
+                    "lazy mode's shared writes beyond its {} new backtraces ({new:x?}): {after:?}",
+                    new.len()
+                );
+            }
             Mode::Normal => assert!(
                 writes >= counted,
                 "normal mode: {writes} shared writes for {counted} sleeps"
