@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use super::{
     configs::{Config, Part, Workload},
-    floor::hook_of,
+    floor::per_hook,
     measure::{Sample, median},
 };
 
@@ -21,21 +21,9 @@ fn per_switch(samples: &[Sample]) -> f64 {
     )
 }
 
-/// Median ns per run of the programs on `hook`.
+/// Median ns per run of the programs on `hook` (the floor table's per-hook medians).
 fn per_run(samples: &[Sample], hook: &str) -> f64 {
-    median(
-        samples
-            .iter()
-            .filter_map(|s| {
-                let (ns, runs) = s
-                    .per_program
-                    .iter()
-                    .filter(|(name, _)| hook_of(name) == hook)
-                    .fold((0, 0), |(a, b), (_, (ns, n))| (a + ns, b + n));
-                (runs > 0).then(|| ns as f64 / runs as f64)
-            })
-            .collect(),
-    )
+    per_hook(samples).get(hook).map_or(f64::NAN, |(ns, _)| *ns)
 }
 
 /// The hooks whose programs the parts are in.

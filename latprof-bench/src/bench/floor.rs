@@ -50,9 +50,9 @@ pub(super) fn hook_of(kernel_name: &str) -> String {
 }
 
 /// Per hook: median ns per run and median runs over the rounds.
-type PerHook = BTreeMap<String, (f64, f64)>;
+pub(super) type PerHook = BTreeMap<String, (f64, f64)>;
 
-fn per_hook(samples: &[Sample]) -> PerHook {
+pub(super) fn per_hook(samples: &[Sample]) -> PerHook {
     let mut by_hook: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
     for s in samples {
         let mut this: BTreeMap<String, (u64, u64)> = BTreeMap::new();

@@ -515,10 +515,10 @@ pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String>
     // Against the issue's budgets, worst case first: the max answer, the loaded scrapes.
     let _ = writeln!(md, "\nBudgets:\n");
     // The idle scrapes: the /metrics row (the in-process render is not a scrape).
-    let idle = rows
+    let scrapes = rows
         .iter()
-        .find(|(what, ..)| what.starts_with("/metrics, 500 series (Prometheus"))
-        .map_or((0.0, 0.0), |(_, _, _, spread, _)| *spread);
+        .find(|(what, ..)| what.starts_with("/metrics, 500 series (Prometheus"));
+    let idle = scrapes.map_or((0.0, 0.0), |(_, _, _, spread, _)| *spread);
     let (scrape_med, scrape_max) = loaded.unwrap_or(idle);
     let under = if loaded.is_some() {
         "while hackbench runs"
@@ -535,11 +535,7 @@ pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String>
         verdict(idle.1 < SCRAPE_BUDGET_MS),
     );
     // Issue 30: the server's CPU per scrape of 500 series (each read rendered once).
-    if let Some(cpu) = rows
-        .iter()
-        .find(|(what, ..)| what.starts_with("/metrics, 500 series (Prometheus"))
-        .and_then(|(.., cpu)| *cpu)
-    {
+    if let Some(cpu) = scrapes.and_then(|(.., cpu)| *cpu) {
         let _ = writeln!(
             md,
             "- the server's CPU per scrape of 500 series under 1 ms: {cpu:.3} ms ({})",
