@@ -13,15 +13,46 @@ fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow!("no workspace root"))?
         .join("latprof-ebpf");
     let root = root.to_str().context("non-UTF-8 path")?;
-    aya_build::build_ebpf(
+    let out_dir = std::path::PathBuf::from(std::env::var_os("OUT_DIR").context("OUT_DIR")?);
+    // One eBPF build for every build of latprof in this target directory (clippy's, the debug
+    // build, the static release): the object is the same, and aya-build otherwise compiles it,
+    // core included, once per OUT_DIR (about 40 s each). aya-build keeps its build under
+    // OUT_DIR, so it is handed the shared folder as OUT_DIR; a lock keeps two builds of latprof
+    // at once from copying the object while the other writes it.
+    let shared = shared_dir(&out_dir);
+    std::fs::create_dir_all(&shared).with_context(|| format!("creating {}", shared.display()))?;
+    let lock = std::fs::File::create(shared.join("lock")).context("the eBPF build's lock")?;
+    lock.lock().context("locking the eBPF build")?;
+    // SAFETY: the build script runs one thread; aya-build reads OUT_DIR once, below.
+    unsafe { std::env::set_var("OUT_DIR", &shared) };
+    let built = aya_build::build_ebpf(
         [Package {
             name: "latprof-ebpf",
             root_dir: root,
             ..Default::default()
         }],
         Toolchain::Custom(EBPF_TOOLCHAIN),
-    )
-    .context("building the eBPF programs (run `cargo xtask setup` if a toolchain is missing)")
+    );
+    // SAFETY: as above.
+    unsafe { std::env::set_var("OUT_DIR", &out_dir) };
+    built.context(
+        "building the eBPF programs (run `cargo xtask setup` if a toolchain is missing)",
+    )?;
+    // The object where `include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latprof"))` finds it.
+    std::fs::copy(shared.join("latprof"), out_dir.join("latprof"))
+        .context("copying the eBPF object")?;
+    Ok(())
+}
+
+/// `ebpf/` in the outermost folder above OUT_DIR that cargo tagged as a target directory
+/// (`target/`, not `target/x86_64-unknown-linux-musl/`); OUT_DIR's own `ebpf/` where none is.
+fn shared_dir(out_dir: &std::path::Path) -> std::path::PathBuf {
+    out_dir
+        .ancestors()
+        .filter(|dir| dir.join("CACHEDIR.TAG").is_file())
+        .last()
+        .unwrap_or(out_dir)
+        .join("ebpf")
 }
 
 /// `LATPROF_REVISION` for `--version`: the git commit latprof is built from (12 hex digits),
