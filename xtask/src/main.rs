@@ -7,12 +7,12 @@ use std::{
     env,
     path::{Path, PathBuf},
     process::{Command, ExitCode},
-    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
 
 mod house;
+mod suite;
 
 /// Nightly for the eBPF build; its LLVM (22) must match bpf-linker's. The one pin, which
 /// latprof/build.rs reads too.
@@ -52,7 +52,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("setup") => setup(),
         Some("run") => run(&args[1..]),
-        Some("test") => test(&args[1..]),
+        Some("test") => suite::test(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("notices") => setup_for_tests().and_then(|()| notices(true)),
         Some("dist") => dist(),
@@ -674,215 +674,6 @@ fn bench(args: &[String]) -> Result<()> {
     run_cmd(&mut cmd)
 }
 
-/// `cargo xtask test`: formatting, then every test, the privileged ones included (as root, with
-/// sudo when not root), then the latencytop truth check in ../shared/vm.
-#[expect(
-    clippy::too_many_lines,
-    reason = "the test command's steps in the order they run, each timed"
-)]
-fn test(args: &[String]) -> Result<()> {
-    let started = Instant::now();
-    // Where the time before the tests goes, step by step (the summary lists it).
-    let mut steps: Vec<(&str, Duration)> = Vec::new();
-    let mut step = |name, t0: Instant| steps.push((name, t0.elapsed()));
-    let t0 = Instant::now();
-    setup_for_tests()?;
-    step("setup (toolchains, packages)", t0);
-    let extra = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
-    let t0 = Instant::now();
-    // The house's plan first (imports down the floors, every file on the map): seconds.
-    house::check(&root_dir())?;
-    run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
-    // Lints with warnings denied: the user-space crates, then the eBPF crate (for its target,
-    // with the pinned nightly, as aya-build builds it: without cargo's wrappers).
-    run_cmd(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
-    step("fmt and clippy", t0);
-    let t0 = Instant::now();
-    let mut ebpf = Command::new("cargo");
-    ebpf.arg(format!("+{NIGHTLY}"))
-        .args([
-            "clippy",
-            "--package",
-            "latprof-ebpf",
-            "--release",
-            "--target",
-            "bpfel-unknown-none",
-            "-Z",
-            "build-std=core",
-            "--no-deps",
-            "--",
-            "-D",
-            "warnings",
-        ])
-        .env_remove("RUSTC")
-        .env_remove("RUSTC_WORKSPACE_WRAPPER")
-        .current_dir(root_dir());
-    run_cmd(&mut ebpf)?;
-    step("clippy of the eBPF crate", t0);
-    let t0 = Instant::now();
-    // Every dependency's license on the allowed list (deny.toml), and the notices shipped
-    // with latprof current.
-    run_cmd(
-        Command::new("cargo-deny")
-            .args(["--all-features", "check", "licenses"])
-            .current_dir(root_dir()),
-    )?;
-    licenses_check_bites()?;
-    notices(false)?;
-    step("licenses and notices", t0);
-    let t0 = Instant::now();
-    // The static binary the VM checks run on every kernel, and its Debian package, which
-    // lintian checks here and the package tests install in Debian 11 and 12 roots.
-    dist()?;
-    step("static binaries (release, musl)", t0);
-    let t0 = Instant::now();
-    deb()?;
-    step("Debian package and lintian", t0);
-    let t0 = Instant::now();
-    // The image the container test runs (tests/container.rs).
-    image()?;
-    step("container image", t0);
-    let vm =
-        env::var_os("LATPROF_SHARED").map_or_else(|| root_dir().join("../shared"), PathBuf::from);
-    let vm_missing = !vm.join("vm/run.sh").exists();
-    let skip_vm = env::var_os("LATPROF_SKIP_VM").is_some();
-    if vm_missing && !skip_vm {
-        bail!(
-            "{} not found: the latencytop truth check and the kernel checks need it \
-             (LATPROF_SHARED=DIR names another place; LATPROF_SKIP_VM=1 runs without them, and \
-             the summary says they did NOT run)",
-            vm.join("vm/run.sh").display()
-        );
-    }
-    if skip_vm && env::var_os("CI").is_some() {
-        bail!("LATPROF_SKIP_VM is set: CI must run the latencytop truth check");
-    }
-    // Tests write every retry here (tests/common note_retry); the summary lists them.
-    let retries = root_dir().join("target/test-retries.log");
-    let _ = std::fs::remove_file(&retries);
-    let mut failed = Vec::new();
-    // Every test binary built first (as this user), then each run (as root, with sudo when
-    // this user is not), timed, whatever fails before it: the summary says where the time
-    // goes.
-    let t0 = Instant::now();
-    let json = cargo()
-        .args(["test", "--no-run", "--message-format=json"])
-        .output()
-        .context("building the tests")?;
-    if !json.status.success() {
-        run_cmd(cargo().args(["test", "--no-run"]))?;
-    }
-    step("test build (debug)", t0);
-    let mut times: Vec<(String, Duration, bool)> = Vec::new();
-    for test in executables(&String::from_utf8_lossy(&json.stdout)) {
-        let mut cmd = if is_root() {
-            let mut cmd = Command::new(&test.exe);
-            cmd.env("LATPROF_RETRY_LOG", &retries);
-            cmd
-        } else {
-            let mut cmd = Command::new("sudo");
-            cmd.arg(format!("LATPROF_RETRY_LOG={}", retries.display()));
-            if skip_vm {
-                cmd.arg("LATPROF_SKIP_VM=1");
-            }
-            // sudo resets the environment: pass on what the tests read.
-            for var in [
-                "LATPROF_SHARED",
-                "LATPROF_FSYNC_DIR",
-                "LATPROF_DIST",
-                "LATPROF_DEB",
-            ] {
-                if let Some(value) = env::var_os(var) {
-                    let mut arg = std::ffi::OsString::from(format!("{var}="));
-                    arg.push(value);
-                    cmd.arg(arg);
-                }
-            }
-            cmd.arg(&test.exe);
-            cmd
-        };
-        // Where cargo runs it: its package's directory.
-        cmd.arg("--include-ignored")
-            .args(extra)
-            .current_dir(&test.dir);
-        let t0 = Instant::now();
-        let ok = run_cmd(&mut cmd).is_ok();
-        if !ok {
-            failed.push(test.name.clone());
-        }
-        times.push((test.name, t0.elapsed(), ok));
-    }
-    // The examples in the documentation.
-    let t0 = Instant::now();
-    let ok = run_cmd(cargo().args(["test", "--doc"])).is_ok();
-    if !ok {
-        failed.push("doc tests".to_owned());
-    }
-    times.push(("doc tests".to_owned(), t0.elapsed(), ok));
-    eprintln!("xtask: ################################################################");
-    eprintln!(
-        "xtask: test binaries, {} s in all (build, clippy and packages before them: {} s):",
-        times.iter().map(|t| t.1).sum::<Duration>().as_secs(),
-        started
-            .elapsed()
-            .saturating_sub(times.iter().map(|t| t.1).sum())
-            .as_secs()
-    );
-    for (name, took, ok) in &times {
-        eprintln!(
-            "xtask:   {:>5} s  {name}{}",
-            took.as_secs(),
-            if *ok { "" } else { "  FAILED" }
-        );
-    }
-    eprintln!("xtask: before them:");
-    for (name, took) in &steps {
-        eprintln!("xtask:   {:>5} s  {name}", took.as_secs());
-    }
-    eprintln!(
-        "xtask: in all {} s ({:.1} min)",
-        started.elapsed().as_secs(),
-        started.elapsed().as_secs_f64() / 60.0
-    );
-    eprintln!("xtask: ################################################################");
-    let retried = std::fs::read_to_string(&retries).unwrap_or_default();
-    let retried: Vec<&str> = retried
-        .lines()
-        .filter(|l| l.starts_with("RETRY:"))
-        .collect();
-    if retried.is_empty() {
-        eprintln!("xtask: no test needed a second attempt");
-    } else {
-        eprintln!(
-            "xtask: {} retries (each passed on its second attempt or failed):",
-            retried.len()
-        );
-        for line in &retried {
-            eprintln!("xtask:   {line}");
-        }
-    }
-    if skip_vm {
-        eprintln!(
-            "xtask: WARNING: the latencytop truth check and the kernel checks did NOT RUN (LATPROF_SKIP_VM)"
-        );
-    }
-    if !failed.is_empty() {
-        eprintln!("xtask: FAILED: {}", failed.join(", "));
-        eprintln!("xtask: ################################################################");
-        bail!("tests failed");
-    }
-    eprintln!(
-        "xtask: every test passed{}",
-        if skip_vm {
-            ", except those that did not run (above)"
-        } else {
-            ""
-        }
-    );
-    eprintln!("xtask: ################################################################");
-    Ok(())
-}
-
 /// The license check can fail: with the Apache and BSD licenses taken off the allowed list,
 /// cargo-deny must refuse the dependencies that have only those.
 fn licenses_check_bites() -> Result<()> {
@@ -981,49 +772,4 @@ fn strip_ansi(text: &str) -> String {
         }
     }
     out
-}
-
-/// Test executables named in cargo's JSON messages.
-/// A test binary cargo built: its name (package/target), file and package directory.
-struct TestBinary {
-    name: String,
-    exe: String,
-    dir: PathBuf,
-}
-
-/// The test binaries in `cargo test --no-run --message-format=json`'s messages.
-fn executables(json: &str) -> Vec<TestBinary> {
-    let field = |line: &str, key: &str| -> Option<String> {
-        let key = format!("\"{key}\":\"");
-        let start = line.find(&key)? + key.len();
-        let end = line[start..].find('"')?;
-        Some(line[start..start + end].to_owned())
-    };
-    // Built as a test: its profile says so (the target's own "test":true says only that it
-    // could be; the binaries the tests run are built too).
-    let test_profile = |line: &str| {
-        line.split_once("\"profile\":{")
-            .and_then(|(_, rest)| rest.split_once('}'))
-            .is_some_and(|(profile, _)| profile.contains("\"test\":true"))
-    };
-    json.lines()
-        .filter(|l| test_profile(l))
-        .filter_map(|l| {
-            let exe = field(l, "executable")?;
-            let manifest = PathBuf::from(field(l, "manifest_path")?);
-            let dir = manifest.parent()?.to_path_buf();
-            let package = dir.file_name()?.to_string_lossy().into_owned();
-            // The first "name" is the target's; its kind: lib, bin or test.
-            let target = field(l, "name")?;
-            let kind = l
-                .split_once("\"kind\":[\"")
-                .and_then(|(_, rest)| rest.split_once('"'))
-                .map_or("", |(kind, _)| kind);
-            Some(TestBinary {
-                name: format!("{package} {kind} {target}"),
-                exe,
-                dir,
-            })
-        })
-        .collect()
 }
