@@ -62,10 +62,19 @@ fn prometheus_finds_the_exact_count() {
     }
 }
 
+/// The nanosleeps of `prometheus_count`'s workload.
+const SLEEP_COUNT: u64 = 1000;
+
 fn prometheus_count(mode: &str) {
     // 1000 (two seconds and more): Prometheus scrapes the series at least twice while it
     // grows, so the README's rate() queries have an increase to show.
-    let mut work = Workload::spawn(&["sleep", "--count", "1000", "--interval", "2ms"]);
+    let mut work = Workload::spawn(&[
+        "sleep",
+        "--count",
+        &SLEEP_COUNT.to_string(),
+        "--interval",
+        "2ms",
+    ]);
     let pid = work.pid().to_string();
     let serve = Serve::start(&["--mode", mode, "--pid", &pid, "--all-sleeps"]);
     let first = serve.metrics();
@@ -150,7 +159,16 @@ fn prometheus_count(mode: &str) {
             "sum(latprof_sleep_duration_seconds_bucket{{reason=\"{NANOSLEEP}\",le=\"0.001024\"}})"
         ))
         .expect("histogram bucket");
-    assert_eq!(under_1ms, 0, "2 ms sleeps under 1 ms");
+    // A nanosleep woken before its timer sleeps again for the rest, which can be short: the
+    // workload counts every sleep (its voluntary switches), so its sleeps beyond one per
+    // nanosleep are the only ones that may be under 1 ms (seen once in a fresh-clone run:
+    // 1,001 sleeps, one of them 0.9 ms).
+    let again = slept.saturating_sub(SLEEP_COUNT);
+    assert!(
+        under_1ms <= again,
+        "2 ms sleeps under 1 ms: {under_1ms}, and the workload slept {again} times more than once \
+         per nanosleep"
+    );
     readme_queries_answer(&prometheus);
     work.release();
     let (status, rest) = serve.stop(libc::SIGTERM);
