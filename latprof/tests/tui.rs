@@ -572,7 +572,22 @@ fn replay_filters_by_a_removed_cgroup() {
     tmux.keys(&["t"]);
     tmux.wait_for(&["jump to"]);
     tmux.keys(&["+1s", "Enter"]);
-    let screen = tmux.wait_for(&["+1s #", &format!("Processes in {name}"), &pid]);
+    // The frame at or before one second in: +1s, or +0s where the recorder's fourth read
+    // came a little before its second was full (the header shows whole seconds). Either way
+    // no longer the last frame.
+    let screen = tmux.wait_until(|screen| {
+        let frame = replay_frame(screen);
+        if frame.is_some_and(|(at, of)| at < of)
+            && screen.contains(&format!("Processes in {name}"))
+            && screen.contains(&pid)
+        {
+            Ok(screen.to_owned())
+        } else {
+            Err(format!(
+                "waited for an earlier frame than the last ({frame:?}) and {pid}"
+            ))
+        }
+    });
     let row = screen
         .lines()
         .find(|l| l.contains(&format!(" {pid} ")))
@@ -591,6 +606,14 @@ fn replay_filters_by_a_removed_cgroup() {
     tmux.keys(&["q"]);
     tmux.wait_for(&["LATPROF-EXIT=0"]);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The replay header's frame, `#AT/OF` (the first line starting `replay `).
+fn replay_frame(screen: &str) -> Option<(u32, u32)> {
+    let header = screen.lines().find(|l| l.starts_with("replay "))?;
+    let (at, rest) = header.split_once('#')?.1.split_once('/')?;
+    let of: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    Some((at.parse().ok()?, of.parse().ok()?))
 }
 
 /// The detail pane's text lines (its left column), from the line under its title to its
