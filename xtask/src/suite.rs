@@ -278,9 +278,13 @@ fn run_binaries(binaries: &[TestBinary], command: impl Fn(&TestBinary) -> Comman
                     .iter()
                     .find(|(beside, _)| beside == &name)
                     .map(|(_, partner)| *partner);
-                let t0 = Instant::now();
-                let child = thread::spawn(move || cmd.output());
-                (name, partner, t0, child)
+                // Timed in its thread: its own time, not its partner's.
+                let child = thread::spawn(move || {
+                    let t0 = Instant::now();
+                    let output = cmd.output();
+                    (t0.elapsed(), output)
+                });
+                (name, partner, child)
             })
             .collect();
         let t0 = Instant::now();
@@ -291,9 +295,10 @@ fn run_binaries(binaries: &[TestBinary], command: impl Fn(&TestBinary) -> Comman
             ok,
             beside: None,
         });
-        for (name, beside, t0, child) in companions {
-            let output = child.join().ok().and_then(Result::ok);
-            let took = t0.elapsed();
+        for (name, beside, child) in companions {
+            let (took, output) = child
+                .join()
+                .map_or((Duration::ZERO, None), |(took, output)| (took, output.ok()));
             eprintln!(
                 "xtask: ################ {name}, which ran beside {}:",
                 test.name
