@@ -175,10 +175,14 @@ async fn metrics(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     );
     let latest = shared.latest();
     let process = openmetrics::Process::now();
-    let body = latest
+    let answer = latest
         .rendered
         .metrics(&latest.live, process.as_ref(), flavor);
-    ([(header::CONTENT_TYPE, flavor.content_type())], body).into_response()
+    (
+        [(header::CONTENT_TYPE, flavor.content_type())],
+        axum::body::Body::new(answer),
+    )
+        .into_response()
 }
 
 /// The fewest `seconds` a profile may ask for: one read of the kernel's tables (`--interval`,
