@@ -4,6 +4,8 @@ use std::{
     process::{Command, Stdio},
 };
 
+use super::fallbacks::Fallback;
+
 /// A tracer configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Config {
@@ -56,6 +58,9 @@ pub(super) enum Config {
     /// latprof lazy without one part of its hot programs' work (`--debug-skip`): what the
     /// part costs is lazy's time less this one's (the breakdown).
     LazyWithout(Part),
+    /// latprof lazy in a fallback build of its programs, as older kernels load it (hidden
+    /// flags): issue 30's goals within 1.5x for each.
+    LazyFallback(Fallback),
 }
 
 /// A part of the hot programs' work that `--debug-skip` leaves out.
@@ -124,7 +129,7 @@ pub(super) const MAIN_CONFIGS: [Config; 10] = [
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
 /// lazy and normal together on the fork storm, and the spikes.
-pub(super) const EXTRA_CONFIGS: [Config; 20] = [
+pub(super) const EXTRA_CONFIGS: [Config; 22] = [
     Config::LazyDebug,
     Config::LazyWalk,
     Config::LazyNoCgroups,
@@ -145,6 +150,8 @@ pub(super) const EXTRA_CONFIGS: [Config; 20] = [
     Config::LazyWithout(Part::Counters),
     Config::LazyWithout(Part::SwitchCheck),
     Config::LazyWithout(Part::Mm),
+    Config::LazyFallback(Fallback::Linux510),
+    Config::LazyFallback(Fallback::Raw),
 ];
 
 /// The build `--before` names, whose lazy and normal runs are measured beside this one's.
@@ -192,6 +199,7 @@ impl Config {
                 Part::SwitchCheck => "lazy-no-switch-check",
                 Part::Mm => "lazy-no-mm",
             },
+            Self::LazyFallback(fallback) => fallback.name(),
         }
     }
 
@@ -210,6 +218,7 @@ impl Config {
             Self::LazyUserStacks => vec!["--user-stacks"],
             Self::LazyDebug => vec!["--debug-checks", "--log", "/dev/null"],
             Self::LazyWithout(part) => vec!["--debug-skip", part.flag()],
+            Self::LazyFallback(fallback) => fallback.flags().to_vec(),
             _ => Vec::new(),
         }
     }
@@ -293,6 +302,7 @@ impl Config {
                 | Self::SpikesAdaptive
                 | Self::SpikesAlways
                 | Self::LazyWithout(_)
+                | Self::LazyFallback(_)
         )
     }
 
@@ -315,7 +325,8 @@ impl Config {
             | Self::PairedNormal
             | Self::SpikesAdaptive
             | Self::SpikesAlways
-            | Self::LazyWithout(_) => true,
+            | Self::LazyWithout(_)
+            | Self::LazyFallback(_) => true,
             Self::LazyBefore | Self::NormalBefore => BEFORE.get().is_some(),
             Self::Offcputime => Path::new("/usr/sbin/offcputime").exists(),
             Self::Runqlat => Path::new("/usr/sbin/runqlat").exists(),
@@ -387,6 +398,7 @@ pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workloa
                     Config::LazyUserStacks,
                 ])
                 .chain(Part::ALL.map(Config::LazyWithout))
+                .chain(Fallback::ALL.map(Config::LazyFallback))
                 .collect(),
         },
         Workload {
@@ -414,7 +426,11 @@ pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workloa
             command: s(&["sleep", idle]),
             units: 0,
             unit: "",
-            configs: others.clone(),
+            configs: others
+                .iter()
+                .copied()
+                .chain(Fallback::ALL.map(Config::LazyFallback))
+                .collect(),
         },
     ];
     if !quick && which("hackbench") {
@@ -448,6 +464,7 @@ pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workloa
                         Config::LazyUserStacks,
                     ])
                     .chain(Part::ALL.map(Config::LazyWithout))
+                    .chain(Fallback::ALL.map(Config::LazyFallback))
                     .collect(),
             });
         }

@@ -5,6 +5,7 @@
 mod breakdown;
 mod builds;
 mod configs;
+mod fallbacks;
 mod floor;
 mod measure;
 mod report;
@@ -40,7 +41,8 @@ pub struct BenchArgs {
     /// lazy-ustacks, lazy+normal,
     /// spikes-adaptive, spikes-always; the breakdown's lazy-no-stack, lazy-no-account,
     /// lazy-no-histograms, lazy-no-runq, lazy-no-counters, lazy-no-switch-check, lazy-no-mm,
-    /// or all of them as `breakdown`).
+    /// or all of them as `breakdown`; the fallback builds lazy-5.10 and lazy-raw, or both as
+    /// `fallbacks`).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
     /// Only these workloads (pingpong, forkstorm, idle, hackbench-process, hackbench-thread,
@@ -119,6 +121,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 || args.configs.iter().any(|n| n == name)
                 || (matches!(c, Config::LazyWithout(_))
                     && args.configs.iter().any(|n| n == "breakdown"))
+                || (matches!(c, Config::LazyFallback(_))
+                    && args.configs.iter().any(|n| n == "fallbacks"))
         })
         // Without `--before` there is nothing to compare with: not a peer missing.
         .filter(|c| {

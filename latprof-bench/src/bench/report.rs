@@ -637,5 +637,6 @@ pub(super) fn targets(
                 .join("; "),
         ));
     }
+    out.extend(super::fallbacks::targets(works, s));
     out
 }
