@@ -49,7 +49,7 @@ const CAUSE_MIN: u64 = 3;
 /// work too, and either can stop a vCPU between two such points.
 ///
 /// Measured over 21 boots, 3 to 5 configurations each, global and per process (`cargo test
-/// --test vm_truth -- --include-ignored --nocapture` prints each table; a quiet host, and a host
+/// --test vm_truth -- --include-ignored --no-capture` prints each table; a quiet host, and a host
 /// building and running other tests beside them):
 ///
 /// - the mean per sleep, (total skew) / count, of causes of 50 sleeps and more: -68 to +97 us,
@@ -287,7 +287,7 @@ impl Phase {
             .collect()
     }
 
-    /// The skew of each compared cause, for the failure message and for `--nocapture`.
+    /// The skew of each compared cause, for the failure message and for `--no-capture`.
     fn report(&self) -> String {
         let mut out = format!(
             "{}: kernel count, latprof count, mean kernel sleep us, total skew per sleep us, max skew us, frames\n",
