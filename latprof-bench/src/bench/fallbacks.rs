@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::{
     configs::{Config, Workload},
-    report::Summary,
+    report::{Summary, Target, summary_of, verdict},
 };
 
 /// A fallback build of the programs, forced by latprof's hidden flags.
@@ -55,13 +55,8 @@ impl Fallback {
 /// Issue 30's goals within 1.5x, per fallback: the ping-pong at most 0.75x runqlat's BPF time
 /// per round trip, hackbench's programs under 4.5% of one CPU's time, idle under 0.075% of
 /// one CPU. Each with its verdict and numbers; a fallback not measured is left out.
-pub(super) fn targets(
-    works: &[Workload],
-    s: &BTreeMap<(usize, Config), Summary>,
-) -> Vec<(String, &'static str, String)> {
-    let find = |name: &str| works.iter().position(|w| w.name == name);
-    let get = |name: &str, c: Config| find(name).and_then(|w| s.get(&(w, c)));
-    let verdict = |ok: bool| if ok { "MET" } else { "MISSED" };
+pub(super) fn targets(works: &[Workload], s: &BTreeMap<(usize, Config), Summary>) -> Vec<Target> {
+    let get = |name: &str, c: Config| summary_of(works, s, name, c);
     let mut out = Vec::new();
     for fallback in Fallback::ALL {
         let config = Config::LazyFallback(fallback);

@@ -285,18 +285,32 @@ pub(super) fn machine() -> String {
     format!("Linux {}, {cpus} CPUs", kernel.trim())
 }
 
+/// A target: what it asks, its verdict (MET, MISSED, INFO) and this run's numbers.
+pub(super) type Target = (String, &'static str, String);
+
+/// The summary of workload `name` under `config`, where it ran.
+pub(super) fn summary_of<'a>(
+    works: &[Workload],
+    s: &'a BTreeMap<(usize, Config), Summary>,
+    name: &str,
+    config: Config,
+) -> Option<&'a Summary> {
+    let w = works.iter().position(|w| w.name == name)?;
+    s.get(&(w, config))
+}
+
+/// A target's verdict.
+pub(super) fn verdict(ok: bool) -> &'static str {
+    if ok { "MET" } else { "MISSED" }
+}
+
 /// The targets, each with a verdict from this run's numbers.
 #[expect(
     clippy::too_many_lines,
     reason = "the table of the report's targets, one entry each: read as a list"
 )]
-pub(super) fn targets(
-    works: &[Workload],
-    s: &BTreeMap<(usize, Config), Summary>,
-) -> Vec<(String, &'static str, String)> {
-    let find = |name: &str| works.iter().position(|w| w.name == name);
-    let get = |name: &str, c: Config| find(name).and_then(|w| s.get(&(w, c)));
-    let verdict = |ok: bool| if ok { "MET" } else { "MISSED" };
+pub(super) fn targets(works: &[Workload], s: &BTreeMap<(usize, Config), Summary>) -> Vec<Target> {
+    let get = |name: &str, c: Config| summary_of(works, s, name, c);
     let mut out = Vec::new();
     if let (Some(lazy), Some(bt)) = (
         get("pingpong", Config::Lazy),
