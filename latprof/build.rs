@@ -23,7 +23,9 @@ fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&shared).with_context(|| format!("creating {}", shared.display()))?;
     let lock = std::fs::File::create(shared.join("lock")).context("the eBPF build's lock")?;
     lock.lock().context("locking the eBPF build")?;
-    // SAFETY: the build script runs one thread; aya-build reads OUT_DIR once, below.
+    // SAFETY: this script's one thread sets it before aya-build starts any of its own, and
+    // aya-build reads it once, first; its threads (which forward the inner build's messages)
+    // never read the environment.
     unsafe { std::env::set_var("OUT_DIR", &shared) };
     let built = aya_build::build_ebpf(
         [Package {
@@ -38,20 +40,32 @@ fn main() -> anyhow::Result<()> {
     built.context(
         "building the eBPF programs (run `cargo xtask setup` if a toolchain is missing)",
     )?;
+    // `AYA_BUILD_SKIP=1` builds nothing (clippy without the nightly): OUT_DIR keeps what it
+    // has, as aya-build leaves it, rather than an object another build left here.
+    if std::env::var_os("AYA_BUILD_SKIP")
+        .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+    {
+        return Ok(());
+    }
     // The object where `include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latprof"))` finds it.
     std::fs::copy(shared.join("latprof"), out_dir.join("latprof"))
         .context("copying the eBPF object")?;
     Ok(())
 }
 
-/// `ebpf/` in the outermost folder above OUT_DIR that cargo tagged as a target directory
-/// (`target/`, not `target/x86_64-unknown-linux-musl/`); OUT_DIR's own `ebpf/` where none is.
+/// `ebpf/` in the target directory above OUT_DIR: the first folder cargo tagged as one
+/// (`CACHEDIR.TAG`), or its parent where that is tagged too (`target/` above
+/// `target/x86_64-unknown-linux-musl/`), and no further; OUT_DIR's own `ebpf/` where none is.
 fn shared_dir(out_dir: &std::path::Path) -> std::path::PathBuf {
-    out_dir
-        .ancestors()
-        .filter(|dir| dir.join("CACHEDIR.TAG").is_file())
-        .last()
-        .unwrap_or(out_dir)
+    let tagged = |dir: &std::path::Path| dir.join("CACHEDIR.TAG").is_file();
+    let mut above = out_dir.ancestors().skip_while(|dir| !tagged(dir));
+    let Some(first) = above.next() else {
+        return out_dir.join("ebpf");
+    };
+    above
+        .next()
+        .filter(|parent| tagged(parent))
+        .unwrap_or(first)
         .join("ebpf")
 }
 

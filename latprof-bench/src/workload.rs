@@ -268,7 +268,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             // of this (virtual) machine.
             // And whether each nanosleep really slept: on a slow (emulated) CPU the timer can
             // expire before the task leaves the CPU, and then there is no sleep to count.
-            let (mut max_ns, mut total_ns, mut slept) = (0u128, 0u128, 0u32);
+            let (mut max_ns, mut total_ns, mut slept, mut split) = (0u128, 0u128, 0u32, 0u32);
             for _ in 0..*count {
                 let switches = voluntary_switches();
                 let t = std::time::Instant::now();
@@ -277,8 +277,13 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
                 max_ns = max_ns.max(ns);
                 total_ns += ns;
                 // Every sleep of the call: a nanosleep woken early by anything but its
-                // timer sleeps again for the rest, and latprof counts both.
-                slept += u32::try_from(voluntary_switches() - switches).unwrap_or(0);
+                // timer sleeps again for the rest, and latprof counts both. `split`: the
+                // sleeps of calls that slept more than once, each possibly short.
+                let n = u32::try_from(voluntary_switches() - switches).unwrap_or(0);
+                slept += n;
+                if n > 1 {
+                    split += n;
+                }
             }
             if *print_proc_latency {
                 let text = std::fs::read_to_string("/proc/self/latency")
@@ -286,7 +291,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
                 print!("{text}");
             }
             finish_with(&format!(
-                " max_ns={max_ns} total_ns={total_ns} slept={slept}"
+                " max_ns={max_ns} total_ns={total_ns} slept={slept} split={split}"
             ));
             Ok(())
         }

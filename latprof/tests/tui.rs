@@ -348,11 +348,13 @@ fn replay_in_a_real_terminal_without_root() {
     tmux.keys(&["t"]);
     tmux.wait_for(&["jump to"]);
     tmux.keys(&["+1s", "Enter"]);
-    tmux.wait_for(&["+1s #4/"]);
+    // The read nearest one second in, the fourth at 250 ms: its header says +1s, or +0s
+    // where that read came a little before its second was full (whole seconds shown).
+    tmux.wait_for(&[" #4/"]);
     tmux.keys(&["m"]);
     tmux.wait_for(&["showing A"]);
     tmux.keys(&["]", "]", "]", "]"]);
-    let screen = tmux.wait_for(&["+2s #8/", "-> now: ", "Application requested delay"]);
+    let screen = tmux.wait_for(&[" #8/", "-> now: ", "Application requested delay"]);
     assert!(screen.contains("Global causes"), "{screen}");
     // The workload's own causes between A and B: exactly what the recording holds for its
     // process between those two moments (`dump` reads the same file), one second of 3 ms
@@ -572,20 +574,17 @@ fn replay_filters_by_a_removed_cgroup() {
     tmux.keys(&["t"]);
     tmux.wait_for(&["jump to"]);
     tmux.keys(&["+1s", "Enter"]);
-    // The frame at or before one second in: +1s, or +0s where the recorder's fourth read
-    // came a little before its second was full (the header shows whole seconds). Either way
-    // no longer the last frame.
+    // The read nearest one second in, the fourth at 250 ms: its header says +1s, or +0s
+    // where that read came a little before its second was full (whole seconds shown).
     let screen = tmux.wait_until(|screen| {
         let frame = replay_frame(screen);
-        if frame.is_some_and(|(at, of)| at < of)
+        if frame.is_some_and(|(at, _)| at == 4)
             && screen.contains(&format!("Processes in {name}"))
             && screen.contains(&pid)
         {
             Ok(screen.to_owned())
         } else {
-            Err(format!(
-                "waited for an earlier frame than the last ({frame:?}) and {pid}"
-            ))
+            Err(format!("waited for the fourth read ({frame:?}) and {pid}"))
         }
     });
     let row = screen

@@ -298,7 +298,14 @@ fn run_binaries(binaries: &[TestBinary], command: impl Fn(&TestBinary) -> Comman
         for (name, beside, child) in companions {
             let (took, output) = child
                 .join()
-                .map_or((Duration::ZERO, None), |(took, output)| (took, output.ok()));
+                .map_or((Duration::ZERO, None), |(took, output)| {
+                    (
+                        took,
+                        output
+                            .inspect_err(|e| eprintln!("xtask: {name} could not start: {e}"))
+                            .ok(),
+                    )
+                });
             eprintln!(
                 "xtask: ################ {name}, which ran beside {}:",
                 test.name

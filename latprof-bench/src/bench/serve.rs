@@ -534,11 +534,23 @@ pub(super) fn run(latprof: &Path, workload: &str, quick: bool) -> Result<String>
         idle.1,
         verdict(idle.1 < SCRAPE_BUDGET_MS),
     );
-    // Issue 30: the server's CPU per scrape of 500 series (each read rendered once).
+    // Issue 30: the server's CPU per scrape of 500 series (each read rendered once), and
+    // what a scrape costs that is the first of its read, and renders it.
     if let Some(cpu) = scrapes.and_then(|(.., cpu)| *cpu) {
+        let render = rows
+            .iter()
+            .find(|(what, ..)| what.starts_with("/metrics rendered from a read"))
+            .and_then(|(.., cpu)| *cpu);
+        let first = render.map_or(String::new(), |r| {
+            format!(
+                "; a scrape that is the first of its read renders it too: {:.3} ms ({}), as every scrape is where one scraper pulls less often than latprof reads",
+                cpu + r,
+                verdict(cpu + r < 1.0)
+            )
+        });
         let _ = writeln!(
             md,
-            "- the server's CPU per scrape of 500 series under 1 ms: {cpu:.3} ms ({})",
+            "- the server's CPU per scrape of 500 series under 1 ms, the read rendered already: {cpu:.3} ms ({}){first}",
             verdict(cpu < 1.0)
         );
     }
