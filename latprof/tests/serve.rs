@@ -131,7 +131,7 @@ fn prometheus_count(mode: &str) {
     }
     work.go();
     let done = work.wait_done();
-    let (slept, split) = (fact(&done, "slept"), fact(&done, "split"));
+    let (slept, short) = (fact(&done, "slept"), fact(&done, "short"));
     let query = format!("latprof_sleeps_total{{reason=\"{NANOSLEEP}\",state=\"S\"}}");
     let deadline = Instant::now() + Duration::from_secs(30);
     let (seen, lost) = loop {
@@ -160,13 +160,14 @@ fn prometheus_count(mode: &str) {
             "sum(latprof_sleep_duration_seconds_bucket{{reason=\"{NANOSLEEP}\",le=\"0.001024\"}})"
         ))
         .expect("histogram bucket");
-    // A nanosleep woken before its timer sleeps again for the rest, and both parts can be
-    // short: the workload counts the sleeps of its calls that slept more than once (`split`,
-    // from its voluntary switches), the only ones that may be under 1 ms (seen once in a
-    // fresh-clone run: one sleep of 0.9 ms).
+    // A 2 ms nanosleep's sleep can be short: woken before its timer it sleeps again for the
+    // rest (both parts counted), and preempted after arming its timer it sleeps only what is
+    // left (CPU-heavy tests run beside this one). The workload tells both from its own
+    // voluntary switches and schedstat (`short`); no other sleep may be under 1 ms (seen in
+    // fresh-clone runs: one 0.9 ms sleep of a call that slept once).
     assert!(
-        under_1ms <= split,
-        "2 ms sleeps under 1 ms: {under_1ms}, of calls that slept more than once: {split}"
+        under_1ms <= short,
+        "2 ms sleeps under 1 ms: {under_1ms}, of calls that slept short or more than once: {short}"
     );
     readme_queries_answer(&prometheus);
     work.release();
