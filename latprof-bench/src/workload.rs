@@ -268,29 +268,21 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             // of this (virtual) machine.
             // And whether each nanosleep really slept: on a slow (emulated) CPU the timer can
             // expire before the task leaves the CPU, and then there is no sleep to count.
-            let (mut max_ns, mut total_ns, mut slept) = (0u128, 0u128, 0u32);
-            // Sleeps that may be much shorter than `interval`: those of calls that slept more
-            // than once, and those of calls whose time off the CPU was (by the thread's own
-            // schedstat) under 60% of `interval` (preempted after arming its timer, it sleeps
-            // only the rest).
-            let mut short = 0u32;
+            let (mut max_ns, mut total_ns, mut slept, mut split) = (0u128, 0u128, 0u32, 0u32);
             for _ in 0..*count {
                 let switches = voluntary_switches();
-                let before = schedstat();
                 let t = std::time::Instant::now();
                 nanosleep(*interval);
                 let ns = t.elapsed().as_nanos();
-                let after = schedstat();
                 max_ns = max_ns.max(ns);
                 total_ns += ns;
                 // Every sleep of the call: a nanosleep woken early by anything but its
-                // timer sleeps again for the rest, and latprof counts both.
+                // timer sleeps again for the rest, and latprof counts both. `split`: the
+                // sleeps of calls that slept more than once, each possibly short.
                 let n = u32::try_from(voluntary_switches() - switches).unwrap_or(0);
                 slept += n;
-                let on_or_waiting = (after.0 + after.1).saturating_sub(before.0 + before.1);
-                let off = ns.saturating_sub(u128::from(on_or_waiting));
-                if n > 1 || (n == 1 && off * 10 < interval.as_nanos() * 6) {
-                    short += n;
+                if n > 1 {
+                    split += n;
                 }
             }
             if *print_proc_latency {
@@ -299,7 +291,7 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
                 print!("{text}");
             }
             finish_with(&format!(
-                " max_ns={max_ns} total_ns={total_ns} slept={slept} short={short}"
+                " max_ns={max_ns} total_ns={total_ns} slept={slept} split={split}"
             ));
             Ok(())
         }
@@ -904,14 +896,6 @@ fn reap(child: libc::pid_t) {
 }
 
 /// This thread's voluntary context switches so far (each one a sleep).
-/// This thread's time on a CPU and waiting on a run queue so far, in ns
-/// (/proc/thread-self/schedstat); zeros where the kernel keeps none.
-fn schedstat() -> (u64, u64) {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-    let mut fields = text.split_whitespace().map(|f| f.parse().unwrap_or(0));
-    (fields.next().unwrap_or(0), fields.next().unwrap_or(0))
-}
-
 fn voluntary_switches() -> i64 {
     // SAFETY: getrusage fills the zeroed struct.
     unsafe {

@@ -131,7 +131,7 @@ fn prometheus_count(mode: &str) {
     }
     work.go();
     let done = work.wait_done();
-    let (slept, short) = (fact(&done, "slept"), fact(&done, "short"));
+    let (slept, split) = (fact(&done, "slept"), fact(&done, "split"));
     let query = format!("latprof_sleeps_total{{reason=\"{NANOSLEEP}\",state=\"S\"}}");
     let deadline = Instant::now() + Duration::from_secs(30);
     let (seen, lost) = loop {
@@ -161,18 +161,18 @@ fn prometheus_count(mode: &str) {
         ))
         .expect("histogram bucket");
     // A 2 ms nanosleep's sleep can be short: woken before its timer it sleeps again for the
-    // rest (both parts counted), and delayed after arming its timer it sleeps only what is
-    // left. The workload tells the calls it can see so from its own voluntary switches and
-    // schedstat (`short`). It cannot see a stall its schedstat does not count, between arming
-    // the timer and leaving the CPU: this machine's vCPU stolen by its host (steal is about 2%
-    // of its CPU time, /proc/stat) or an interrupt. Two of four fresh-clone runs met one such
-    // sleep (0.9 ms, of a call that slept once): at most 2 in 1000 beyond `short` pass; a
-    // wrong duration puts far more, or all, in the wrong bucket.
+    // rest (both parts counted: the workload's `split` counts the sleeps of calls that slept
+    // more than once), and delayed between arming its timer and leaving the CPU it sleeps only
+    // what is left. The workload cannot see that delay: this machine's vCPU stolen by its host
+    // (steal is about 2% of its CPU time, /proc/stat) or an interrupt. Two of this session's
+    // three fresh-clone runs met one such sleep (0.9 ms, of a call that slept once): at most
+    // 2 in 1000 beyond `split` pass; a wrong duration puts far more, or all, in the wrong
+    // bucket.
     let stalled = u64::from(SLEEP_COUNT / 500);
     assert!(
-        under_1ms <= short + stalled,
-        "2 ms sleeps under 1 ms: {under_1ms}, of calls that slept short or more than once: \
-         {short}, allowed for stalls the workload cannot see: {stalled}"
+        under_1ms <= split + stalled,
+        "2 ms sleeps under 1 ms: {under_1ms}, of calls that slept more than once: {split}, \
+         allowed for delays the workload cannot see: {stalled}"
     );
     readme_queries_answer(&prometheus);
     work.release();
