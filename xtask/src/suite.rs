@@ -273,11 +273,7 @@ fn run_binaries(binaries: &[TestBinary], command: impl Fn(&TestBinary) -> Comman
             .map(|b| {
                 let mut cmd = command(b);
                 eprintln!("xtask: beside {}: {cmd:?}", test.name);
-                let name = b.name.clone();
-                let partner = BESIDE
-                    .iter()
-                    .find(|(beside, _)| beside == &name)
-                    .map(|(_, partner)| *partner);
+                let (name, partner) = (b.name.clone(), partner_of(&b.name));
                 // Timed in its thread: its own time, not its partner's.
                 let child = thread::spawn(move || {
                     let t0 = Instant::now();
