@@ -576,17 +576,7 @@ fn replay_filters_by_a_removed_cgroup() {
     tmux.keys(&["+1s", "Enter"]);
     // The read nearest one second in, the fourth at 250 ms: its header says +1s, or +0s
     // where that read came a little before its second was full (whole seconds shown).
-    let screen = tmux.wait_until(|screen| {
-        let frame = replay_frame(screen);
-        if frame.is_some_and(|(at, _)| at == 4)
-            && screen.contains(&format!("Processes in {name}"))
-            && screen.contains(&pid)
-        {
-            Ok(screen.to_owned())
-        } else {
-            Err(format!("waited for the fourth read ({frame:?}) and {pid}"))
-        }
-    });
+    let screen = tmux.wait_for(&[" #4/", &format!("Processes in {name}"), &pid]);
     let row = screen
         .lines()
         .find(|l| l.contains(&format!(" {pid} ")))
@@ -605,14 +595,6 @@ fn replay_filters_by_a_removed_cgroup() {
     tmux.keys(&["q"]);
     tmux.wait_for(&["LATPROF-EXIT=0"]);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The replay header's frame, `#AT/OF` (the first line starting `replay `).
-fn replay_frame(screen: &str) -> Option<(u32, u32)> {
-    let header = screen.lines().find(|l| l.starts_with("replay "))?;
-    let (at, rest) = header.split_once('#')?.1.split_once('/')?;
-    let of: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    Some((at.parse().ok()?, of.parse().ok()?))
 }
 
 /// The detail pane's text lines (its left column), from the line under its title to its
