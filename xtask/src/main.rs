@@ -154,6 +154,7 @@ fn missing_steps(for_tests: bool) -> Vec<(String, Command)> {
         // `apt-get update`, on a fresh machine.
         wanted.extend(["musl-tools", "lintian", "dpkg-dev"]);
         wanted.extend(CONTAINER_PACKAGES);
+        wanted.extend(VM_PACKAGES);
     }
     let packages = missing_packages(&wanted);
     if !packages.is_empty() {
@@ -416,6 +417,17 @@ fn image() -> Result<()> {
 /// What `cargo xtask image` builds and the container test runs the image with: podman, and
 /// runc (crun refuses a host whose cgroups are hybrid, v1 controllers beside cgroup2).
 const CONTAINER_PACKAGES: [&str; 2] = ["podman", "runc"];
+
+/// What `../shared/vm/run.sh` boots its guests with (it installs them where they are missing,
+/// but the VM tests boot several guests at once, and their installs then race for apt's
+/// lock: a fresh machine's first suite failed on it).
+const VM_PACKAGES: [&str; 5] = [
+    "qemu-system-x86",
+    "cpio",
+    "busybox-static",
+    "e2fsprogs",
+    "file",
+];
 
 /// `cargo xtask deb`: the Debian package of the static binary, target/dist/latprof_VERSION_amd64.deb:
 /// /usr/bin/latprof, man pages and bash/zsh/fish completions made from the command line
