@@ -41,6 +41,9 @@ fn bootstrapped(suite: &str) -> PathBuf {
     }
     std::fs::create_dir_all(CACHE).expect("create the roots' cache");
     let tmp = Path::new(CACHE).join(format!("{suite}.tmp"));
+    // An interrupted debootstrap leaves its root's /proc mounted: the half-made root could not
+    // be removed, and the next debootstrap failed on its files.
+    unmount_under(&tmp);
     let _ = std::fs::remove_dir_all(&tmp);
     let out = Command::new("debootstrap")
         .args(["--variant=minbase", "--include=man-db", suite])
@@ -55,6 +58,24 @@ fn bootstrapped(suite: &str) -> PathBuf {
     );
     std::fs::rename(&tmp, &root).expect("keep the root");
     root
+}
+
+/// Unmounts whatever is mounted at or below `dir`, the deepest first (lazily: nothing in it
+/// is in use any more).
+fn unmount_under(dir: &Path) {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    // The fifth field is the mount point (no space in these paths to be escaped).
+    let mut points: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| Path::new(p).starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        let _ = Command::new("umount").args(["-l", p]).status();
+    }
 }
 
 /// A copy of `suite`'s root for one run (the kept one stays as bootstrapped).
