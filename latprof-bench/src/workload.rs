@@ -15,6 +15,8 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 use latprof::time;
 
+mod chains;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "latprof-workload",
@@ -184,6 +186,25 @@ pub enum Workload {
         /// storm runs on another).
         #[arg(long)]
         cpu: Option<usize>,
+    },
+    /// `count` times: this process (`chain-reader`) reads a pipe that a child
+    /// (`chain-syncer`) writes after writing 4 KiB to a file in `dir` and fsyncing it: each
+    /// read waits behind an fsync. Reports the reads that slept and the overlaps by the
+    /// processes' own clocks (`--chains`' two-level case).
+    Chain2 {
+        #[arg(long, default_value_t = 40)]
+        count: u32,
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// `count` times: this process (`chain-a`) waits on a lock a child (`chain-b`) holds while
+    /// it reads a pipe that another child (`chain-c`) writes after a nanosleep of `interval`:
+    /// a futex wait behind a pipe wait behind a nanosleep (`--chains`' three-level case).
+    Chain3 {
+        #[arg(long, default_value_t = 20)]
+        count: u32,
+        #[arg(long, value_parser = time::parse_duration, default_value = "20ms")]
+        interval: Duration,
     },
     /// `count` times: a child that shares this process's memory (vfork) sleeps `sleep` and
     /// exits, while the parent waits for it uninterruptibly (killable): a sleep as long as the
@@ -479,6 +500,10 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             let _ = std::fs::remove_dir_all(&base);
             finish();
             result
+        }
+        Workload::Chain2 { count, dir } => chains::two_levels(*count, dir, finish_with),
+        Workload::Chain3 { count, interval } => {
+            chains::three_levels(*count, *interval, finish_with)
         }
         Workload::Vfork { count, sleep } => {
             for _ in 0..*count {

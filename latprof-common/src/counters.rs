@@ -123,10 +123,13 @@ pub enum Counter {
     /// `--debug-checks`: writes to data every CPU shares, from the programs (`shared.rs` in
     /// the eBPF crate): 0 in lazy mode's steady state.
     DebugSharedWrites,
+    /// Chain links (`--chains`) lost: the chain table was full (raise --max-chains). Last, so
+    /// that recordings made before it read the same slots.
+    ChainTableFull,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::DebugSharedWrites as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::ChainTableFull as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -177,6 +180,7 @@ impl Counter {
         Self::ShortUnlogged,
         Self::ExitsUnlogged,
         Self::DebugSharedWrites,
+        Self::ChainTableFull,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -229,6 +233,7 @@ impl Counter {
             Self::ShortUnlogged => "short_unlogged",
             Self::ExitsUnlogged => "exits_unlogged",
             Self::DebugSharedWrites => "debug_shared_writes",
+            Self::ChainTableFull => "chain_table_full",
         }
     }
 
@@ -254,6 +259,7 @@ impl Counter {
             Self::WakerTableFull => Some(
                 "wakers not told apart: waker table full, counted as \"other\" (raise --max-wakers)",
             ),
+            Self::ChainTableFull => Some("chain links lost: chain table full (raise --max-chains)"),
             Self::UserStackTableFull => {
                 Some("user backtraces not stored: user stack table full (raise --max-user-stacks)")
             }

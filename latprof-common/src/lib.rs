@@ -7,6 +7,7 @@
 // BPF-to-BPF call whose frame counts against the verifier's 512-byte stack limit.
 #![allow(clippy::inline_always)]
 
+mod chains;
 mod counters;
 mod events;
 mod records;
@@ -14,6 +15,7 @@ mod settings;
 mod stacks;
 mod wakers;
 
+pub use chains::*;
 pub use counters::*;
 pub use events::*;
 pub use records::*;
@@ -31,6 +33,8 @@ mod pod {
     unsafe impl aya::Pod for super::CgroupCause {}
     unsafe impl aya::Pod for super::WakerKey {}
     unsafe impl aya::Pod for super::WakerValue {}
+    unsafe impl aya::Pod for super::ChainKey {}
+    unsafe impl aya::Pod for super::ChainValue {}
     unsafe impl aya::Pod for super::UserStack {}
     unsafe impl aya::Pod for super::CauseParts {}
 }

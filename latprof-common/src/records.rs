@@ -205,6 +205,22 @@ impl GlobalRecord {
     }
 }
 
+/// Ended sleeps a task keeps for `--chains` (`TaskState::recent`).
+pub const RECENT_SLEEPS: usize = 4;
+
+/// One ended sleep of a task: its record id (0: not counted, over the cutoff), start and end,
+/// and the task that woke it (0: no task, or not seen).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecentSleep {
+    pub cause: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub waker_tid: u32,
+    pub pad: u32,
+}
+const _: () = assert!(size_of::<RecentSleep>() == 32);
+
 /// Everything latprof keeps for one task (keyed by tid): the sleep in progress and its causes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -256,13 +272,26 @@ pub struct TaskState {
     /// `sched_process_free` retires an exiting task's entry.
     pub task_low: u32,
     pub waker_comm: [u8; 16],
+    /// `--chains`: the task's last `RECENT_SLEEPS` ended sleeps (`recent_next` is where the
+    /// next goes), and its wait for a CPU right after the most recent (set when it got one)...
+    pub recent: [RecentSleep; RECENT_SLEEPS],
+    pub recent_next: u32,
+    pub chain_pad: u32,
+    pub last_runq_ns: u64,
+    /// ...and, noted by `sched_waking` for the wakeup that follows (when a task wakes it): how
+    /// much of its sleep so far the waker's recent sleeps overlapped, the record id of the one
+    /// that overlapped most (0: one not counted), and the waker's wait for a CPU after its most
+    /// recent sleep that overlapped it.
+    pub chain_cause: u64,
+    pub chain_behind_ns: u64,
+    pub chain_runq_ns: u64,
     /// The backtraces of the task's recent sleeps and where their return addresses sat.
     pub stack_cache: StackCache,
     pub records: [LatencyRecord; TASK_RECORDS],
 }
 const _: () = assert!(
     size_of::<TaskState>()
-        == 168 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
+        == 168 + 168 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
 );
 
 /// A task's records as it exited, sent through the `EXITED` ring buffer (in both modes) so

@@ -90,6 +90,9 @@ macro_rules! settings {
             WAKERS_ON: u32 = 0,
             /// 1: `sched_waking` also walks the waker's backtrace (`--waker-stacks`).
             WAKER_STACKS: u32 = 0,
+            /// 1: each counted sleep a task woke is added to `CHAINS` by what its waker's most recent
+            /// sleep was (`--chains`; needs `WAKERS_ON`).
+            CHAINS_ON: u32 = 0,
             /// This CPU's preempt count is at its run queue's address plus this (the distance between the
             /// two per-CPU variables, from BTF or kallsyms); 0: not found, interrupts are not told apart
             /// from the task they interrupt (but timers are).

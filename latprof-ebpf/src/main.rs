@@ -68,7 +68,8 @@
 //!   without the flag.
 //! * [`stacks`] (walk and store kernel backtraces), [`stack_cache`] (backtraces without a
 //!   walk; the numbered verifier rules), [`ustacks`] (user backtraces, `--user-stacks`).
-//! * [`spikes`]: the spike ring buffer. [`wakers`]: who woke each sleep (`--wakers`).
+//! * [`spikes`]: the spike ring buffer. [`chains`]: what a sleep's waker was doing meanwhile
+//!   (`--chains`). [`wakers`]: who woke each sleep (`--wakers`).
 //! * [`account`]: a counted sleep into records, histograms and tables.
 //! * [`recover`]: sleeps whose wakeup the kernel hid, recovered and accounted.
 //! * [`exit`]: a task's end (recovery of its open sleep, lazy mode's merge).
@@ -104,6 +105,7 @@
 )]
 
 mod account;
+mod chains;
 mod debug;
 mod exit;
 mod floor;

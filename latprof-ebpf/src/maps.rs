@@ -10,10 +10,10 @@ use aya_ebpf::{
     maps::{Array, CgroupArray, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latprof_common::{
-    CACHE_FRAMES, COUNTER_COUNT, CachedStack, CauseParts, CgroupCause, Counter, CpuSwitch,
-    GlobalRecord, HIDDEN_SLEEP_SHORT, HiddenEvent, Histogram, RawStack, SKIP_COUNTERS,
-    STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState, TickCounter, UserStack, WakerKey,
-    WakerValue,
+    CACHE_FRAMES, COUNTER_COUNT, CachedStack, CauseParts, CgroupCause, ChainKey, ChainValue,
+    Counter, CpuSwitch, GlobalRecord, HIDDEN_SLEEP_SHORT, HiddenEvent, Histogram, RawStack,
+    SKIP_COUNTERS, STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState, TickCounter, UserStack,
+    WakerKey, WakerValue,
 };
 
 /// Words of `STACK_COPY`: the part of a sleeping task's stack the stack cache reads.
@@ -131,6 +131,12 @@ pub(crate) static WAKERS: PerCpuHashMap<WakerKey, WakerValue> =
 /// (`WakerKey::kind` is `WAKER_OTHER`).
 #[map]
 pub(crate) static WAKERS_OTHER: PerCpuHashMap<WakerKey, WakerValue> =
+    PerCpuHashMap::with_max_entries(8192, 0);
+/// Per cause and sleeping process, waker process and what the waker's most recent sleep was,
+/// per CPU (`chains`, `--chains`): written at each counted wakeup a task made, no cache line
+/// shared between CPUs.
+#[map]
+pub(crate) static CHAINS: PerCpuHashMap<ChainKey, ChainValue> =
     PerCpuHashMap::with_max_entries(8192, 0);
 /// Per CPU: where its preempt count lives and the timer callbacks running (`wakers`).
 #[map]

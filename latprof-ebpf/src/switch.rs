@@ -12,13 +12,14 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use latprof_common::{
-    CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, NO_STACK, NO_USER, RUNQ_STACK,
-    SKIP_SWITCH_CHECK, SLEEP_NONE, SPIKE_RUNQ, TASK_FLAG_EXITING, TASK_FLAG_FIRST_SLEEP,
-    TASK_FLAG_KTHREAD, TaskState, TickCounter, WAKER_UNSEEN, sleep_kind,
+    CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, NO_STACK, NO_USER, RECENT_SLEEPS,
+    RUNQ_STACK, SKIP_SWITCH_CHECK, SLEEP_NONE, SPIKE_RUNQ, TASK_FLAG_EXITING,
+    TASK_FLAG_FIRST_SLEEP, TASK_FLAG_KTHREAD, TaskState, TickCounter, WAKER_UNSEEN, sleep_kind,
 };
 
 use crate::{
     account::{account, runq_in_global},
+    chains,
     debug::anomaly,
     exit::switched_out_dead,
     maps::{
@@ -27,10 +28,10 @@ use crate::{
     },
     recover::{note_sleep_start, recover},
     settings::{
-        CGROUPS_ON, DEBUG_CHECKS, FILTER_CGROUPS, FILTER_TGID, FORCE_REJECT, MIN_SLEEP_NS, RUNQ,
-        SELF_TGID, STACK_AT_WAKEUP, SWITCH_HAS_PREV_STATE, TASK_COMM_OFF, TASK_FLAGS_OFF,
-        TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF, USER_STACKS_ON, read_btf_field, read_field,
-        skipped,
+        CGROUPS_ON, CHAINS_ON, DEBUG_CHECKS, FILTER_CGROUPS, FILTER_TGID, FORCE_REJECT,
+        MIN_SLEEP_NS, RUNQ, SELF_TGID, STACK_AT_WAKEUP, SWITCH_HAS_PREV_STATE, TASK_COMM_OFF,
+        TASK_FLAGS_OFF, TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF, USER_STACKS_ON, read_btf_field,
+        read_field, skipped,
     },
     shared,
     spikes::spike,
@@ -212,6 +213,9 @@ fn runq_end<C: EbpfContext, const CAS: bool, const BTF: bool>(
         if entry.runq_start_ns != 0 {
             let delta = now.saturating_sub(entry.runq_start_ns);
             entry.runq_start_ns = 0;
+            if CHAINS_ON.load() == 1 {
+                chains::got_cpu(entry, delta);
+            }
             if delta >= MIN_SLEEP_NS.load() {
                 account::<CAS>(entry, RUNQ_STACK, delta, runq_in_global(entry));
                 count(Counter::RunqCounted);
@@ -355,6 +359,13 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
         (*template).sleep_run_delay_ns = 0;
         (*template).cgroup = 0;
         (*template).waker_kind = WAKER_UNSEEN;
+        // No sleep ended yet (`chains`); the waker's part is noted at each waking.
+        for e in 0..RECENT_SLEEPS {
+            // An end of 0 overlaps nothing.
+            (*template).recent[e].end_ns = 0;
+        }
+        (*template).recent_next = 0;
+        (*template).last_runq_ns = 0;
         let cache = &mut (*template).stack_cache;
         cache.recent = [NO_STACK; CACHE_ENTRIES];
         cache.recent_next = 0;

@@ -30,10 +30,11 @@ use latprof_common::{
 };
 
 use crate::{
+    chains,
     maps::{CPU_CONTEXT, CpuContext, TASKS, WAKERS, WAKERS_OTHER, count, ids, log_hidden},
     settings::{
-        CFS_RQ_RQ_OFF, PC_FROM_RQ, RQ_CPU_OFF, TASK_CFS_RQ_OFF, TASK_PID_OFF, TASK_SOFTIRQ_CNT_OFF,
-        WAKER_STACKS, WAKERS_ON, read_field,
+        CFS_RQ_RQ_OFF, CHAINS_ON, PC_FROM_RQ, RQ_CPU_OFF, TASK_CFS_RQ_OFF, TASK_PID_OFF,
+        TASK_SOFTIRQ_CNT_OFF, WAKER_STACKS, WAKERS_ON, read_field,
     },
     shared,
     stacks::take_stack,
@@ -67,6 +68,9 @@ fn try_sched_waking(ctx: &RawTracePointContext) -> Result<i32, i32> {
         entry.waker_tid = pid_tgid as u32;
         entry.waker_tgid = (pid_tgid >> 32) as u32;
         entry.waker_comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        if CHAINS_ON.load() == 1 {
+            chains::note(entry, tid, pid_tgid as u32);
+        }
     } else {
         entry.waker_tid = 0;
         entry.waker_tgid = 0;

@@ -10,17 +10,18 @@ use aya_ebpf::{
 };
 use latprof_common::{
     Counter, DEFERRED_STACK, HIDDEN_GAP_DEBUG, NO_STACK, SKIP_STACK, SLEEP_NONE, SleepVerdict,
-    TaskState, sleep_verdict, stack_for_state,
+    TaskState, WAKER_TASK, sleep_verdict, stack_for_state,
 };
 
 use crate::{
     account::{account, has_mm_btf, sleep_in_global, sleep_in_global_with},
+    chains,
     debug::anomaly,
     maps::{TASKS, count, ids, log_hidden, short_sleep},
     settings::{
-        DEBUG_CHECKS, DEBUG_DROP_SLEEPS, DEBUG_HIDE_WAKEUPS, FILTER_TGID, INTER_CUTOFF_NS,
-        MIN_SLEEP_NS, RUNQ, SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, USER_STACKS_ON, WAKERS_ON,
-        read_btf_field, read_field, skipped,
+        CHAINS_ON, DEBUG_CHECKS, DEBUG_DROP_SLEEPS, DEBUG_HIDE_WAKEUPS, FILTER_TGID,
+        INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF,
+        USER_STACKS_ON, WAKERS_ON, read_btf_field, read_field, skipped,
     },
     spikes::spike,
     stack_cache::sleeping_stack,
@@ -191,7 +192,13 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
     let verdict = sleep_verdict(kind, delta, MIN_SLEEP_NS.load(), INTER_CUTOFF_NS.load());
     match verdict {
         SleepVerdict::TooShort => short_sleep(ids(tid, entry.tgid), entry.sleep_start_ns, now),
-        SleepVerdict::OverCutoff => count(Counter::SkippedCutoff),
+        SleepVerdict::OverCutoff => {
+            count(Counter::SkippedCutoff);
+            if CHAINS_ON.load() == 1 {
+                // A waker's sleep all the same: the time a task it wakes waits behind it.
+                chains::ended(entry, 0, now, waker);
+            }
+        }
         // `--debug-drop-sleeps`: lost without a trace.
         SleepVerdict::Count if dropped_on_purpose() => {}
         SleepVerdict::Count => {
@@ -235,6 +242,12 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
             if WAKERS_ON.load() == 1 {
                 // A call the verifier drops without --wakers.
                 wakers::add(entry, waker, cause, delta, tid);
+            }
+            if CHAINS_ON.load() == 1 {
+                if waker == WAKER_TASK {
+                    chains::add(entry, cause, delta);
+                }
+                chains::ended(entry, cause, now, waker);
             }
             count(Counter::Counted);
             spike::<CAS>(tid, entry, stack, delta, kind, now, waker);

@@ -73,6 +73,20 @@ pub struct Cli {
     #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_wakers: u32,
+    /// Follow each counted sleep a task woke to what that waker was doing meanwhile: its own
+    /// sleep (its cause, and what woke that, level by level), its wait for a CPU, or running
+    /// (implies --wakers). JSON's `behind`, folded chains; README, Wait chains.
+    #[arg(long, global = true, help_heading = "Probe")]
+    pub chains: bool,
+    /// Levels of a wait chain shown (--chains).
+    #[arg(long, global = true, help_heading = "Output", default_value_t = 4,
+          value_parser = clap::value_parser!(u8).range(1..=16))]
+    pub chain_depth: u8,
+    /// Chain links kept per CPU (kernel table size; one entry per sleeper cause and process,
+    /// waker process and waker cause): the rest are counted in chain_table_full.
+    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
+          value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub max_chains: u32,
     /// Also each sleeper's user-space backtrace (walked with its frame pointers at switch-out):
     /// causes are then kernel + user backtrace, symbolized from the process's binaries.
     #[arg(long, global = true, help_heading = "Probe")]
@@ -422,11 +436,24 @@ pub struct TopArgs {
 /// with its own settings, and refuse those flags rather than ignore them. A global flag added
 /// later is refused there until this table says it applies.
 const RECORDING_FLAGS: &[(&str, &[&str])] = &[
-    // The frames shown per backtrace; folded waker chains (dump --format folded); pprof's
-    // sample labels (dump --format pprof).
-    ("dump", &["stack_depth", "wakers", "profile_labels"]),
-    ("replay", &["stack_depth"]),
+    // The frames shown per backtrace; folded waker chains and wait chains (dump --format
+    // folded), the levels of wait chains shown; pprof's sample labels (dump --format pprof).
+    (
+        "dump",
+        &[
+            "stack_depth",
+            "wakers",
+            "chains",
+            "chain_depth",
+            "profile_labels",
+        ],
+    ),
+    ("replay", &["stack_depth", "chain_depth"]),
 ];
+
+/// The commands that show wait chains (`--chains`); the others refuse its flags rather than
+/// drop what they would collect.
+const CHAINS_SHOWN_BY: [&str; 5] = ["stats", "top", "record", "dump", "replay"];
 
 /// Parses the command line ([`parse_from`] of the process's arguments).
 pub fn parse() -> Result<Cli, clap::Error> {
@@ -453,6 +480,15 @@ where
         ));
     }
     let name = matches.subcommand_name().unwrap_or("");
+    if CHAINS_SHOWN_BY.iter().all(|c| *c != name)
+        && ["chains", "chain_depth", "max_chains"]
+            .iter()
+            .any(|id| given(id))
+    {
+        return Err(refuse(format!(
+            "--chains, --chain-depth and --max-chains are for stats, top, record, dump and replay: {name} does not show wait chains yet"
+        )));
+    }
     if let Some((_, uses)) = RECORDING_FLAGS.iter().find(|(cmd, _)| *cmd == name) {
         let ignored: Vec<String> = command
             .get_arguments()
@@ -496,10 +532,11 @@ impl Cli {
         self.stack_depth.unwrap_or(12)
     }
 
-    /// Whether sleeps are attributed to their wakers (`--wakers`, or `--waker-stacks`).
+    /// Whether sleeps are attributed to their wakers (`--wakers`, `--waker-stacks` or
+    /// `--chains`).
     #[must_use]
     pub fn wakers_on(&self) -> bool {
-        self.wakers || self.waker_stacks
+        self.wakers || self.waker_stacks || self.chains
     }
 
     #[must_use]
@@ -536,6 +573,8 @@ impl Cli {
             wakers: self.wakers_on(),
             max_wakers: self.max_wakers,
             waker_stacks: self.waker_stacks,
+            chains: self.chains,
+            max_chains: self.max_chains,
             user_stacks: self.user_stacks,
             max_user_stacks: self.max_user_stacks,
             // The session adds them, read with the symbols.
@@ -679,6 +718,53 @@ mod tests {
         );
     }
 
+    /// `--chains` implies the wakers; `record` keeps chains, `dump` and `replay` show them
+    /// (`--chain-depth`; `dump --chains` picks folded chains); the commands that do not show
+    /// them refuse its flags in one line rather than drop what they would collect.
+    #[test]
+    fn chains_are_for_the_commands_that_show_them() {
+        let full =
+            |args: &[&str]| parse_from(std::iter::once("latprof").chain(args.iter().copied()));
+        let cli = full(&["stats", "--chains", "--chain-depth", "2"]).unwrap();
+        assert!(cli.wakers_on());
+        let config = cli.probe_config(None, false, false);
+        assert!(config.wakers && config.chains);
+        assert_eq!(cli.chain_depth, 2);
+        assert!(full(&["--chains", "top"]).unwrap().chains);
+        assert!(full(&["record", "-o", "f", "--chains"]).unwrap().chains);
+        assert!(
+            full(&["dump", "f", "--chains", "--format", "folded"])
+                .unwrap()
+                .chains
+        );
+        assert_eq!(
+            full(&["replay", "f", "--chain-depth", "3"])
+                .unwrap()
+                .chain_depth,
+            3
+        );
+        for (args, says) in [
+            (
+                &["serve", "--chain-depth", "3"][..],
+                "are for stats, top, record",
+            ),
+            (&["spikes", "--chains"], "are for stats, top, record"),
+            (
+                &["dump", "f", "--max-chains", "10"],
+                "is for the commands that probe",
+            ),
+            (
+                &["replay", "f", "--chains"],
+                "is for the commands that probe",
+            ),
+        ] {
+            let err = full(args).expect_err("refused").to_string();
+            assert!(err.contains(says), "{args:?}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        }
+        assert!(full(&["stats", "--chain-depth", "0"]).is_err());
+    }
+
     /// `dump` and `replay` took the probe's flags and ignored them (`--cgroup` among them: the
     /// output was unfiltered); each is refused, on either side of the command, in one error.
     #[test]
@@ -711,7 +797,7 @@ mod tests {
         let err = refused(&["dump", "f", "--mode", "normal", "--include-self"]);
         assert!(err.contains("--mode, --include-self are for"), "{err}");
         assert!(
-            err.contains("--stack-depth, --wakers and --profile-labels"),
+            err.contains("--stack-depth, --wakers, --chains, --chain-depth and --profile-labels"),
             "{err}"
         );
         let ok = |args: &[&str]| {

@@ -362,6 +362,7 @@ fn top_app(args: &[&str], probe: &Probe, syms: &Kallsyms) -> latprof::tui::app::
             kernel: latprof::probe::facts::kernel_facts(probe),
             spike_ns: u64::MAX,
             wakers: true,
+            chain_depth: 0,
         },
         latprof::cmd::top::initial_filter(top),
     )

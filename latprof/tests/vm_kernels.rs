@@ -381,6 +381,64 @@ fn check_fsync(out: &str) {
     );
 }
 
+/// Wait chains (issue 31) on this kernel: the chain workload's reader waits on a pipe that a
+/// second process writes after an fsync on the scratch disk; every read that slept is counted
+/// (short only by those latprof says it left out), the parts of those waits add up to their
+/// time, only the syncer woke them, and most of the time is behind its fsync. Returns that
+/// share.
+fn check_chains(out: &str) -> f64 {
+    assert_eq!(rc(out, "chains"), "0", "{out}");
+    let doc = json(out, "chains");
+    let stderr = section(out, "chains stderr").join("\n");
+    assert_eq!(common::reported_missing(&stderr), 0, "{stderr}");
+    let pid = num(&section(out, "chains pid").join(""), "pid");
+    let own = section(out, "chains workload").join(" ");
+    let syncer = fact(&own, "syncer");
+    let causes: Vec<&Value> = doc["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .filter(|p| p["pid"].as_u64() == Some(pid))
+        .flat_map(|p| p["causes"].as_array().expect("causes"))
+        .filter(|c| frames(c).first() == Some(&"pipe_read"))
+        .collect();
+    assert_eq!(causes.len(), 1, "the reader's pipe waits: {doc:#}");
+    let cause = causes[0];
+    let (count, total) = (
+        cause["count"].as_u64().expect("count"),
+        cause["total_ns"].as_u64().expect("total"),
+    );
+    let waited = fact(&own, "waited");
+    assert!(
+        count <= waited && count + not_sleeps(&doc, &stderr) >= waited,
+        "{count} pipe waits, the workload's own count: {own}; {stderr}"
+    );
+    let parts = cause["behind"].as_array().expect("behind");
+    let sum: u64 = parts
+        .iter()
+        .map(|p| p["time_ns"].as_u64().expect("time"))
+        .sum();
+    assert_eq!(sum, total, "{cause:#}");
+    let mut fsync = 0;
+    for p in parts {
+        assert_eq!(p["waker"]["pid"].as_u64(), Some(syncer), "{cause:#}");
+        if p["kind"] == "slept"
+            && frames(p)
+                .iter()
+                .any(|f| f.contains("fsync") || f.contains("sync_file"))
+        {
+            fsync += p["time_ns"].as_u64().expect("time");
+        }
+    }
+    #[expect(clippy::cast_precision_loss, reason = "a share")]
+    let share = fsync as f64 / total as f64;
+    assert!(
+        share >= 0.9,
+        "{share} of the pipe waits behind the fsync: {cause:#}"
+    );
+    share
+}
+
 /// The voluntary switches latprof saw in the guest and counted as no sleep: sleeps shorter
 /// than 1 us (latencytop's rule) and PREEMPT_RT's waits for a sleeping spinlock (no sleep to
 /// latencytop either), from a JSON document and its stderr.
@@ -696,6 +754,8 @@ fn check_kernel(kernel: &str, release: &str, variant: &str, cached: bool) {
     check_pingpong(&out);
     check_udp(&out);
     check_fsync(&out);
+    let chains = check_chains(&out);
+    eprintln!("{kernel}: {chains:.3} of the reader's pipe waits behind the syncer's fsync");
     check_spikes(&out);
     check_cgroups(&out);
     check_ustacks(&out, variant);

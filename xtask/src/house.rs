@@ -48,7 +48,9 @@ const EBPF: &[&[&str]] = &[
     &["settings"],
     &["maps"],
     &["shared"],
-    &["debug", "stacks", "ustacks", "spikes", "ticks", "rename"],
+    &[
+        "debug", "stacks", "ustacks", "spikes", "ticks", "rename", "chains",
+    ],
     &["stack_cache", "wakers", "account"],
     &["recover"],
     &["exit"],

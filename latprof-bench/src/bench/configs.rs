@@ -41,6 +41,10 @@ pub(super) enum Config {
     LazyWakers,
     /// latprof lazy with each waker's backtrace (`--waker-stacks`).
     LazyWakerStacks,
+    /// latprof lazy with wait chains (`--chains`, which implies `--wakers`): what following
+    /// each wait to what its waker was doing costs is this one's time less lazy's (and less
+    /// `LazyWakers`' for the chains alone).
+    LazyChains,
     /// latprof lazy with each sleeper's user backtrace (`--user-stacks`): the walk per
     /// counted sleep is this one's time less lazy's; naming the frames is its CPU time less
     /// lazy's.
@@ -129,7 +133,7 @@ pub(super) const MAIN_CONFIGS: [Config; 10] = [
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
 /// lazy and normal together on the fork storm, and the spikes.
-pub(super) const EXTRA_CONFIGS: [Config; 22] = [
+pub(super) const EXTRA_CONFIGS: [Config; 23] = [
     Config::LazyDebug,
     Config::LazyWalk,
     Config::LazyNoCgroups,
@@ -137,6 +141,7 @@ pub(super) const EXTRA_CONFIGS: [Config; 22] = [
     Config::LazyNoExitLog,
     Config::LazyWakers,
     Config::LazyWakerStacks,
+    Config::LazyChains,
     Config::LazyUserStacks,
     Config::Paired,
     Config::PairedLazy,
@@ -184,6 +189,7 @@ impl Config {
             Self::LazyNoExitLog => "lazy-noexitlog",
             Self::LazyWakers => "lazy-wakers",
             Self::LazyWakerStacks => "lazy-wakerstacks",
+            Self::LazyChains => "lazy-chains",
             Self::LazyUserStacks => "lazy-ustacks",
             Self::Paired => "lazy+normal",
             Self::PairedLazy => "lazy (paired)",
@@ -215,6 +221,7 @@ impl Config {
             Self::LazyNoExitLog => vec!["--debug-no-exit-log"],
             Self::LazyWakers => vec!["--wakers"],
             Self::LazyWakerStacks => vec!["--waker-stacks"],
+            Self::LazyChains => vec!["--chains"],
             Self::LazyUserStacks => vec!["--user-stacks"],
             Self::LazyDebug => vec!["--debug-checks", "--log", "/dev/null"],
             Self::LazyWithout(part) => vec!["--debug-skip", part.flag()],
@@ -296,6 +303,7 @@ impl Config {
                 | Self::LazyNoExitLog
                 | Self::LazyWakers
                 | Self::LazyWakerStacks
+                | Self::LazyChains
                 | Self::LazyUserStacks
                 | Self::PairedLazy
                 | Self::PairedNormal
@@ -319,6 +327,7 @@ impl Config {
             | Self::LazyNoExitLog
             | Self::LazyWakers
             | Self::LazyWakerStacks
+            | Self::LazyChains
             | Self::LazyUserStacks
             | Self::Paired
             | Self::PairedLazy
@@ -395,6 +404,7 @@ pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workloa
                     Config::NormalNoCgroups,
                     Config::LazyWakers,
                     Config::LazyWakerStacks,
+                    Config::LazyChains,
                     Config::LazyUserStacks,
                 ])
                 .chain(Part::ALL.map(Config::LazyWithout))
@@ -461,6 +471,7 @@ pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workloa
                         Config::NormalNoCgroups,
                         Config::LazyWakers,
                         Config::LazyWakerStacks,
+                        Config::LazyChains,
                         Config::LazyUserStacks,
                     ])
                     .chain(Part::ALL.map(Config::LazyWithout))

@@ -4,6 +4,7 @@
 //! invocation; never asserts timings.
 mod breakdown;
 mod builds;
+mod chains;
 mod configs;
 mod fallbacks;
 mod floor;

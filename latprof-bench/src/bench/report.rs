@@ -652,5 +652,6 @@ pub(super) fn targets(works: &[Workload], s: &BTreeMap<(usize, Config), Summary>
         ));
     }
     out.extend(super::fallbacks::targets(works, s));
+    out.extend(super::chains::targets(works, s));
     out
 }

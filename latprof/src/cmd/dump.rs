@@ -87,12 +87,23 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
         depth,
         info: Some(&rec.info),
         kernel: Some(&rec.info.kernel),
+        chain_depth: usize::from(cli.chain_depth),
         labels: cli.profile_labels,
         spikes: &spikes,
         reader_sleeps: Some(rec.spikes_until(cur.taken_ns, 0).1),
     };
     let mut out = std::io::stdout().lock();
     let bytes = match args.by {
+        export::By::Cause if cli.chains && args.format == export::Format::Folded => {
+            if !rec.info.chains {
+                return Err(crate::Error::BadInput(format!(
+                    "{}: recorded without --chains: it has no wait chains to fold",
+                    args.file.display()
+                ))
+                .into());
+            }
+            export::chains::render_folded(&scope).into_bytes()
+        }
         export::By::Cause if cli.wakers_on() && args.format == export::Format::Folded => {
             export::folded::render_wakers(&scope).into_bytes()
         }

@@ -66,6 +66,7 @@ pub fn info(
         wakers: cli.wakers_on(),
         waker_stacks: cli.waker_stacks,
         user_stacks: cli.user_stacks,
+        chains: cli.chains,
         sched_text,
         lock_text,
     }

@@ -35,6 +35,12 @@ pub fn run(cli: &Cli, args: &ReplayArgs) -> Result<()> {
         kernel: rec.info.kernel.clone(),
         spike_ns: rec.info.spike_ns,
         wakers: rec.info.wakers,
+        // Shown where the recording kept them (`record --chains`, format 10 on).
+        chain_depth: if rec.info.chains {
+            usize::from(cli.chain_depth)
+        } else {
+            0
+        },
     };
     let interval = Duration::from_nanos(rec.info.interval_ns.max(10_000_000));
     let stop = super::stop_flag()?;

@@ -85,12 +85,15 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         depth: usize::from(cli.depth()),
         info: None,
         kernel: Some(&kernel),
+        chain_depth: usize::from(cli.chain_depth),
         labels: cli.profile_labels,
         spikes: &[],
         reader_sleeps: None,
     };
     let text = if args.counters && args.format == export::Format::Text {
         export::counters::render(&kernel, first.as_ref(), &snap).into_bytes()
+    } else if cli.chains && args.format == export::Format::Folded && args.by == export::By::Cause {
+        export::chains::render_folded(&scope).into_bytes()
     } else if cli.wakers_on()
         && args.format == export::Format::Folded
         && args.by == export::By::Cause

@@ -135,6 +135,7 @@ pub fn run(cli: &Cli, args: &TopArgs) -> Result<()> {
             kernel,
             spike_ns: u64::try_from(cli.spike.as_nanos()).unwrap_or(u64::MAX),
             wakers: cli.wakers_on(),
+            chain_depth: usize::from(cli.chain_depth),
         },
         filter,
     );

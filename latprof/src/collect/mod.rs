@@ -1,5 +1,6 @@
 //! Reads the probe's maps into a [`Snapshot`]: raw cumulative numbers, nothing derived; and
 //! the spike ring buffer into [`Spike`]s.
+mod chains;
 mod exits;
 pub mod hidden;
 mod maps;
@@ -7,6 +8,7 @@ mod snapshot;
 pub mod spikes;
 mod stacks;
 
+pub use chains::Chain;
 pub use exits::{ExitKey, Exits};
 pub use hidden::HiddenSleeps;
 pub use maps::comm_str;
@@ -194,8 +196,13 @@ impl Collector {
         } else {
             Vec::new()
         };
+        let chains = if probe.config().wakers && probe.config().chains {
+            chains::read_chains(maps)?
+        } else {
+            Vec::new()
+        };
         let (stacks, uninterruptible) =
-            self.stacks_of(probe, &global, &tasks, &cgroups, &wakers)?;
+            self.stacks_of(probe, &global, &tasks, &cgroups, &wakers, &chains)?;
         // A hash map iterated while tasks exit (their entries deleted) can return a task twice:
         // the later read of it stays.
         tasks.reverse();
@@ -234,6 +241,7 @@ impl Collector {
             // After the counters: every lost or recovered sleep they count is in the log.
             hidden: self.hidden.read(maps)?,
             wakers,
+            chains,
             unsettled: !settled,
             user_parts,
             user_stacks,

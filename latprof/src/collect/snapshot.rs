@@ -154,6 +154,10 @@ pub struct Snapshot {
     /// backtrace with `--waker-stacks`), summed over CPUs, sorted by key; empty when wakers
     /// are off. A waker backtrace's frames are in `stacks`.
     pub wakers: Vec<Waker>,
+    /// With `--chains`: each counted sleep a task woke, by what the waker's most recent sleep
+    /// was, summed over CPUs, sorted by key; empty when chains are off (recordings do not keep
+    /// them yet). Both causes' frames are in `stacks`.
+    pub chains: Vec<super::Chain>,
     /// Exits kept merging tasks into the global table through every retry of the read: an
     /// exiting task's records may count twice or not at all in this snapshot (live only).
     pub unsettled: bool,

@@ -123,7 +123,8 @@ impl Collector {
         (parts, named)
     }
 
-    /// The frames of every backtrace the records, the cgroups' table and the wakers name (read
+    /// The frames of every backtrace the records, the cgroups' table, the wakers and the chains
+    /// name (read
     /// once: stack ids are never reused), and which record ids are uninterruptible sleeps'.
     pub(super) fn stacks_of(
         &mut self,
@@ -132,6 +133,7 @@ impl Collector {
         tasks: &[TaskSnapshot],
         cgroups: &[(CgroupCause, GlobalRecord)],
         wakers: &[Waker],
+        chains: &[super::Chain],
     ) -> Result<(Frames, BTreeSet<u64>)> {
         let stack_map = &probe.maps().stacks;
         let mut stacks = BTreeMap::new();
@@ -141,7 +143,12 @@ impl Collector {
             .chain(cgroups.iter().map(|(k, _)| k.stack_id))
             .chain(wakers.iter().map(|w| w.key.cause))
             .chain(waker_stacks)
+            .chain(chains.iter().flat_map(|c| [c.key.cause, c.key.waker_cause]))
         {
+            if id == 0 {
+                // A chain row's waker cause where the waker's sleep was not counted.
+                continue;
+            }
             if id >= latprof_common::RESERVED_STACKS || stacks.contains_key(&id) {
                 continue;
             }

@@ -236,6 +236,7 @@ ffffffff81401000 T __sched_text_end
             depth: 12,
             info: None,
             kernel: None,
+            chain_depth: 4,
             labels: crate::export::pprof::Labels::default(),
             spikes: &[],
             reader_sleeps: None,

@@ -104,6 +104,10 @@ pub struct CauseJson {
     /// Who ended these sleeps, the most sleep time ended first (empty for run-queue waits,
     /// with wakers off, and in the cgroups' causes).
     pub wakers: Vec<WakerJson>,
+    /// With `--chains`: what the wakers were doing while these sleeps lasted, the largest
+    /// part first, each waker's sleep with its own parts below it (absent without).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub behind: Vec<super::chains::BehindJson>,
 }
 
 #[derive(Serialize)]
@@ -254,6 +258,7 @@ fn causes_json(
     scope: &Scope<'_>,
     records: Vec<(u64, GlobalRecord)>,
     wakers: &HashMap<Backtrace, Vec<model::WakerLine>>,
+    chains: Option<(&model::Chains<'_>, Option<u32>)>,
 ) -> Vec<CauseJson> {
     model::causes(records, scope.cur, scope.syms, scope.depth)
         .into_iter()
@@ -273,6 +278,9 @@ fn causes_json(
                 wakers: wakers
                     .get(&c.backtrace)
                     .map(|lines| wakers_json(scope, lines))
+                    .unwrap_or_default(),
+                behind: chains
+                    .map(|(chains, sleeper)| super::chains::json(scope, chains, &c, sleeper))
                     .unwrap_or_default(),
                 count: c.count,
                 total_ns: c.total_ns,
@@ -311,6 +319,7 @@ fn hidden(scope: &Scope<'_>) -> Vec<HiddenJson> {
 
 #[must_use]
 pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
+    let chains = super::chains::of_scope(scope);
     let mut tgids: BTreeMap<u32, (String, Vec<u32>)> = BTreeMap::new();
     for t in &scope.cur.tasks {
         if scope.pid.is_some_and(|p| p != t.tgid) || (t.kthread && scope.cur.skip_kthreads) {
@@ -333,7 +342,12 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
             }
             let wakers =
                 model::cause_wakers(scope.cur, scope.base, Some(pid), scope.syms, scope.depth);
-            let causes = causes_json(scope, records, &wakers);
+            let causes = causes_json(
+                scope,
+                records,
+                &wakers,
+                chains.as_ref().map(|c| (c, Some(pid))),
+            );
             Some(ProcessJson {
                 pid,
                 comm,
@@ -365,13 +379,14 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
             scope,
             scope.records(),
             &model::cause_wakers(scope.cur, scope.base, scope.pid, scope.syms, scope.depth),
+            chains.as_ref().map(|c| (c, scope.pid)),
         ),
         processes,
         cgroups: model::cgroups_since(scope.cur, scope.base, true)
             .into_iter()
             .map(|row| CgroupJson {
                 id: row.id,
-                causes: causes_json(scope, row.records, &HashMap::new()),
+                causes: causes_json(scope, row.records, &HashMap::new(), None),
                 name: row.name,
                 container_id: row.path.as_deref().and_then(crate::cgroups::container_id),
                 path: row.path,

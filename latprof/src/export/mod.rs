@@ -1,6 +1,7 @@
 //! Exports of one moment (or of the difference of two): the /proc/latency_stats text, JSON,
 //! folded stacks for flame graphs, OpenMetrics. `stats` and `dump` share them.
 pub mod cgroups;
+pub mod chains;
 pub mod counters;
 pub mod folded;
 pub mod json;
@@ -57,6 +58,8 @@ pub struct Scope<'a> {
     pub info: Option<&'a RecordingInfo>,
     /// The kernel's tick facts (from the recording, or of this machine).
     pub kernel: Option<&'a crate::probe::KernelFacts>,
+    /// Levels of wait chains shown (`--chain-depth`).
+    pub chain_depth: usize,
     /// The sample labels of pprof profiles (`--profile-labels`).
     pub labels: pprof::Labels,
     /// Spike events of the interval (a recording's), oldest first.

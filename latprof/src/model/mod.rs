@@ -1,9 +1,10 @@
 //! Snapshot -> what a view shows: causes named by their frames, merged and sorted (causes.rs);
 //! rows of a selection since a base (rows.rs); processes (processes.rs); the header
-//! (header.rs); cgroups (cgroups.rs); wakers (wakers.rs); a window's sleeps by thread
+//! (header.rs); cgroups (cgroups.rs); wakers (wakers.rs); wait chains (chains.rs); a window's sleeps by thread
 //! (threads.rs).
 mod causes;
 mod cgroups;
+mod chains;
 mod header;
 mod processes;
 mod rows;
@@ -15,6 +16,7 @@ pub use causes::{
     site_of, spike_reason, state_of, user_frames, user_names, user_site,
 };
 pub use cgroups::{CgroupRow, cgroup_name, cgroups_since, container_id, row_histogram_in};
+pub use chains::{Behind, Chains, Part, chains_since, part_label};
 pub use header::{Header, header};
 pub use processes::{ProcLine, processes, row_processes};
 pub use rows::{

@@ -67,6 +67,10 @@ pub struct ProbeConfig {
     pub max_wakers: u32,
     /// Also key the wakers by the waker's kernel backtrace (a stack walk per wakeup).
     pub waker_stacks: bool,
+    /// With `wakers`: add each counted sleep a task woke to what that waker's most recent sleep
+    /// was (`--chains`), in a table of `max_chains` entries per CPU.
+    pub chains: bool,
+    pub max_chains: u32,
     /// Walk each sleeper's user backtrace at switch-out and key causes by kernel + user
     /// backtrace (`--user-stacks`), in a table of `max_user_stacks` user backtraces.
     pub user_stacks: bool,
@@ -218,6 +222,8 @@ impl Default for ProbeConfig {
             wakers: false,
             max_wakers: 8192,
             waker_stacks: false,
+            chains: false,
+            max_chains: 8192,
             user_stacks: false,
             max_user_stacks: 8192,
         }

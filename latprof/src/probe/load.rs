@@ -91,6 +91,14 @@ pub(super) fn load_variant(
             if config.wakers { config.max_wakers } else { 1 },
         )
         .map_max_entries(
+            names::MAP_CHAINS,
+            if config.wakers && config.chains {
+                config.max_chains
+            } else {
+                1
+            },
+        )
+        .map_max_entries(
             names::MAP_USER_STACKS,
             if config.user_stacks {
                 config.max_user_stacks

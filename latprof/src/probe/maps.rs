@@ -10,8 +10,8 @@ use aya::{
     maps::{HashMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latprof_common::{
-    CauseParts, CgroupCause, CpuSwitch, GlobalRecord, Histogram, RawStack, TaskState, UserStack,
-    WakerKey, WakerValue,
+    CauseParts, CgroupCause, ChainKey, ChainValue, CpuSwitch, GlobalRecord, Histogram, RawStack,
+    TaskState, UserStack, WakerKey, WakerValue,
 };
 
 use super::names;
@@ -40,6 +40,8 @@ pub struct Maps {
     pub user_stacks: HashMap<MapData, u64, UserStack>,
     /// With `--wakers`: who ended whose sleeps, and those whose waker found that table full.
     pub wakers: [PerCpuHashMap<MapData, WakerKey, WakerValue>; 2],
+    /// With `--chains`: what each counted sleep's waking task was doing meanwhile.
+    pub chains: PerCpuHashMap<MapData, ChainKey, ChainValue>,
     /// Each CPU's last seen switch (the hidden-switch check, the hidden task's name).
     pub last_switch: PerCpuArray<MapData, CpuSwitch>,
     /// The hidden-switch log; its reader drains it (one at a time).
@@ -51,7 +53,7 @@ pub struct Maps {
 impl Maps {
     /// The maps taken (the rest stay in the object: the programs' own, and those other
     /// readers take for themselves).
-    pub const NAMES: [&str; 15] = [
+    pub const NAMES: [&str; 16] = [
         names::MAP_COUNTERS,
         names::MAP_TICKS,
         names::MAP_TASKS,
@@ -64,6 +66,7 @@ impl Maps {
         names::MAP_USER_STACKS,
         names::MAP_WAKERS,
         names::MAP_WAKERS_OTHER,
+        names::MAP_CHAINS,
         names::MAP_LAST_SWITCH,
         names::MAP_HIDDEN,
         names::MAP_EXITED,
@@ -86,6 +89,7 @@ impl Maps {
                 take(ebpf, names::MAP_WAKERS)?,
                 take(ebpf, names::MAP_WAKERS_OTHER)?,
             ],
+            chains: take(ebpf, names::MAP_CHAINS)?,
             last_switch: take(ebpf, names::MAP_LAST_SWITCH)?,
             hidden: Mutex::new(take(ebpf, names::MAP_HIDDEN)?),
             exited: Mutex::new(take(ebpf, names::MAP_EXITED)?),

@@ -1,6 +1,6 @@
 //! The kernel memory latprof's maps pin, estimated before anything loads, so that table sizes
 //! the machine cannot hold are refused with one line rather than taken from everything else
-//! (`--max-tasks 4194304` alone pins 7.6 GiB).
+//! (`--max-tasks 4194304` alone pins 8.3 GiB).
 //!
 //! The hash maps are preallocated: the kernel allocates every entry when the map is created,
 //! used or not. Their size follows the kernel's own accounting (`htab_map_mem_usage`, what
@@ -13,7 +13,8 @@ use std::path::Path;
 
 use anyhow::{Result, bail};
 use latprof_common::{
-    CauseParts, GlobalRecord, Histogram, RawStack, TaskState, UserStack, WakerKey, WakerValue,
+    CauseParts, ChainKey, ChainValue, GlobalRecord, Histogram, RawStack, TaskState, UserStack,
+    WakerKey, WakerValue,
 };
 
 use super::ProbeConfig;
@@ -59,6 +60,8 @@ pub struct Estimate {
     pub stacks: u64,
     /// `--max-wakers`: the waker table and its overflow's (per CPU; none without `--wakers`).
     pub wakers: u64,
+    /// `--max-chains`: the chain table (per CPU; none without `--chains`).
+    pub chains: u64,
     /// `--max-user-stacks`: the user backtraces, and the kernel + user causes' parts (one
     /// entry each without `--user-stacks`).
     pub user_stacks: u64,
@@ -93,6 +96,17 @@ pub fn estimate(config: &ProbeConfig, cpus: u64) -> Estimate {
         true,
         cpus,
     );
+    let chains = hash_map(
+        if config.wakers && config.chains {
+            config.max_chains
+        } else {
+            1
+        },
+        size_of::<ChainKey>(),
+        size_of::<ChainValue>(),
+        true,
+        cpus,
+    );
     let (user, parts) = if config.user_stacks {
         (config.max_user_stacks, config.max_records)
     } else {
@@ -105,8 +119,16 @@ pub fn estimate(config: &ProbeConfig, cpus: u64) -> Estimate {
         records,
         stacks,
         wakers,
+        chains,
         user_stacks,
-        total: tasks + records + stacks + wakers + user_stacks + FIXED + FIXED_PER_CPU * cpus,
+        total: tasks
+            + records
+            + stacks
+            + wakers
+            + chains
+            + user_stacks
+            + FIXED
+            + FIXED_PER_CPU * cpus,
     }
 }
 
@@ -155,13 +177,14 @@ pub fn check(config: &ProbeConfig, available: Option<u64>) -> Result<()> {
         (e.records, "--max-records"),
         (e.stacks, "--max-stacks"),
         (e.wakers, "--max-wakers"),
+        (e.chains, "--max-chains"),
         (e.user_stacks, "--max-user-stacks"),
     ]
     .into_iter()
     .max()
     .map_or("--max-tasks", |(_, flag)| flag);
     bail!(
-        "the kernel tables would pin about {} of memory (--max-tasks {}: {}, --max-records {}: {}, --max-stacks {}: {}, --max-wakers {}: {}, --max-user-stacks {}: {}; {cpus} possible CPUs), over half of the {} available; lower {largest}",
+        "the kernel tables would pin about {} of memory (--max-tasks {}: {}, --max-records {}: {}, --max-stacks {}: {}, --max-wakers {}: {}, --max-chains {}: {}, --max-user-stacks {}: {}; {cpus} possible CPUs), over half of the {} available; lower {largest}",
         format_bytes(e.total),
         config.max_tasks,
         format_bytes(e.tasks),
@@ -171,6 +194,8 @@ pub fn check(config: &ProbeConfig, available: Option<u64>) -> Result<()> {
         format_bytes(e.stacks),
         config.max_wakers,
         format_bytes(e.wakers),
+        config.max_chains,
+        format_bytes(e.chains),
         config.max_user_stacks,
         format_bytes(e.user_stacks),
         format_bytes(available),
@@ -190,12 +215,17 @@ mod tests {
             (
                 "TASKS",
                 hash_map(8192, 4, size_of::<TaskState>(), false, 2),
-                15_930_080,
+                17_306_608,
             ),
             (
                 "WAKERS",
                 hash_map(8192, 32, size_of::<WakerValue>(), true, 2),
                 1_508_288,
+            ),
+            (
+                "CHAINS",
+                hash_map(8192, 32, size_of::<ChainValue>(), true, 2),
+                1_639_296,
             ),
             (
                 "GLOBAL_LATENCY",
@@ -238,14 +268,14 @@ mod tests {
                 "{what}: {bytes} vs {measured}"
             );
         }
-        // About 40.6 MB for all maps with --wakers; without, the two waker tables hold one
+        // About 42.0 MB for all maps with --wakers; without, the two waker tables hold one
         // entry.
         let wakers = ProbeConfig {
             wakers: true,
             ..ProbeConfig::default()
         };
         let e = estimate(&wakers, 2);
-        assert!(e.total.abs_diff(40_615_648) < 40_615_648 / 100, "{e:?}");
+        assert!(e.total.abs_diff(41_993_088) < 41_993_088 / 100, "{e:?}");
         assert!(e.user_stacks < 8192, "{e:?}");
         let user = estimate(
             &ProbeConfig {
@@ -264,7 +294,7 @@ mod tests {
             max_tasks: 4_194_304,
             ..ProbeConfig::default()
         };
-        assert_eq!(format_bytes(estimate(&big, 2).tasks), "7.6 GiB");
+        assert_eq!(format_bytes(estimate(&big, 2).tasks), "8.3 GiB");
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub const MAP_CGROUP_FILTER: &str = "CGROUP_FILTER";
 pub const MAP_WAKERS: &str = "WAKERS";
 /// The wakers of each cause and sleeper that found `WAKERS` full (kind `WAKER_OTHER`).
 pub const MAP_WAKERS_OTHER: &str = "WAKERS_OTHER";
+/// What each counted sleep's waking task was doing meanwhile (`ChainKey` -> `ChainValue`,
+/// per CPU; `--chains`).
+pub const MAP_CHAINS: &str = "CHAINS";
 /// Per CPU: where its preempt count is and the timer callbacks running.
 pub const MAP_CPU_CONTEXT: &str = "CPU_CONTEXT";
 /// User backtraces (`--user-stacks`), their per-CPU walk buffer, the parts of combined
@@ -60,13 +63,14 @@ pub const MAP_USER_BUF: &str = "USER_BUF";
 pub const MAP_CAUSE_PARTS: &str = "CAUSE_PARTS";
 pub const MAP_USER_SEEN: &str = "USER_SEEN";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 30] = [
+pub const MAPS: [&str; 31] = [
     MAP_USER_STACKS,
     MAP_USER_BUF,
     MAP_CAUSE_PARTS,
     MAP_USER_SEEN,
     MAP_WAKERS,
     MAP_WAKERS_OTHER,
+    MAP_CHAINS,
     MAP_CPU_CONTEXT,
     MAP_TASKS,
     MAP_GLOBAL_LATENCY,

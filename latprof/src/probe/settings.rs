@@ -154,6 +154,7 @@ pub(super) fn from_config(
         FILTER_CGROUPS: u32::try_from(kernel.filters).unwrap_or(u32::MAX),
         WAKERS_ON: u32::from(config.wakers),
         WAKER_STACKS: u32::from(config.wakers && config.waker_stacks),
+        CHAINS_ON: u32::from(config.wakers && config.chains),
         PC_FROM_RQ: context.pc_from_rq,
         TASK_CFS_RQ_OFF: context.task_cfs_rq_off,
         CFS_RQ_RQ_OFF: context.cfs_rq_rq_off,

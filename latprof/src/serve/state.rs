@@ -1157,6 +1157,7 @@ ffffffff81402000 T __lock_text_end
             depth: 12,
             info: None,
             kernel: None,
+            chain_depth: 4,
             labels: crate::export::pprof::Labels::default(),
             spikes: &[],
             reader_sleeps: None,

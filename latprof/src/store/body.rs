@@ -61,6 +61,9 @@ pub struct Body {
     /// (version 9 on).
     pub exited_gone: Vec<ExitKey>,
     pub exited: Vec<(ExitKey, GlobalRecord)>,
+    /// The chain table, as the waker table (version 10 on; `chains.rs`).
+    pub chains_gone: Vec<latprof_common::ChainKey>,
+    pub chains: Vec<crate::collect::Chain>,
 }
 
 /// A thread's name as the kernel holds it (at most 16 bytes, zeros after its end).
@@ -188,6 +191,9 @@ impl Body {
         }
         if version >= 9 {
             self.encode_exited(e);
+        }
+        if version >= 10 {
+            self.encode_chains(e);
         }
     }
 
@@ -430,6 +436,9 @@ impl Body {
         }
         if version >= 9 {
             b.decode_exited(d)?;
+        }
+        if version >= 10 {
+            b.decode_chains(d)?;
         }
         Ok(b)
     }

@@ -36,6 +36,8 @@ pub struct RecordingInfo {
     pub waker_stacks: bool,
     /// Causes were keyed by kernel and user backtrace (`--user-stacks`; version 7 on).
     pub user_stacks: bool,
+    /// Wait chains were kept (`--chains`; version 10 on).
+    pub chains: bool,
     #[serde(skip)]
     pub sched_text: Range<u64>,
     #[serde(skip)]
@@ -164,6 +166,9 @@ impl RecordingInfo {
         if version >= 8 {
             e.str(self.kernel.build_id.as_deref().unwrap_or(""));
         }
+        if version >= 10 {
+            e.bool(self.chains);
+        }
     }
 
     pub(super) fn decode(d: &mut Dec<'_>, version: u16) -> Result<Self, FormatError> {
@@ -189,6 +194,7 @@ impl RecordingInfo {
             wakers: false,
             waker_stacks: false,
             user_stacks: false,
+            chains: false,
         };
         if version >= 2 {
             info.kernel = crate::probe::KernelFacts::decode(d)?;
@@ -207,6 +213,9 @@ impl RecordingInfo {
         if version >= 8 {
             let id = d.str()?;
             info.kernel.build_id = (!id.is_empty()).then_some(id);
+        }
+        if version >= 10 {
+            info.chains = d.bool()?;
         }
         Ok(info)
     }

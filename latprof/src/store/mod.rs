@@ -8,6 +8,7 @@
 //! every [`KEY_EVERY`] snapshots, so a damaged frame costs at most the snapshots up to the next
 //! key frame, and a file cut anywhere (SIGKILL, power loss) replays up to its last whole frame.
 mod body;
+mod chains;
 pub mod codec;
 mod info;
 pub mod reader;
@@ -33,8 +34,8 @@ pub const MAGIC: [u8; 8] = *b"\x7fLATPROF";
 /// wakers (the waker table, and each spike's waker); 7 user backtraces (`--user-stacks`): each
 /// record id's user backtrace and each user backtrace's frames as named at record time; 8 the
 /// kernel's build id; 9 the exited tasks' sums by process, thread name, cgroup and cause, and
-/// each user frame's function's entry line.
-pub const VERSION: u16 = 9;
+/// each user frame's function's entry line; 10 the wait chains (`--chains`: the chain table).
+pub const VERSION: u16 = 10;
 pub const FILE_HEADER_LEN: usize = 12;
 pub const SYNC: [u8; 4] = *b"LPF\x1e";
 /// Sync mark, length, kind, flags, decoded length, CRC.

@@ -23,6 +23,7 @@ pub struct State {
     exited: BTreeMap<ExitKey, GlobalRecord>,
     paths: BTreeMap<u64, CgroupPath>,
     wakers: BTreeMap<WakerKey, Waker>,
+    chains: BTreeMap<latprof_common::ChainKey, crate::collect::Chain>,
     user_parts: HashMap<u64, u64>,
     user_stacks: HashMap<u64, Vec<UserFrame>>,
 }
@@ -67,6 +68,11 @@ impl State {
         }
         self.wakers
             .extend(body.wakers.into_iter().map(|w| (w.key, w)));
+        for k in body.chains_gone {
+            self.chains.remove(&k);
+        }
+        self.chains
+            .extend(body.chains.into_iter().map(|c| (c.key, c)));
         let mut counters = Counters::default();
         for (slot, v) in counters.0.iter_mut().zip(body.counters) {
             *slot = v;
@@ -82,6 +88,12 @@ impl State {
                 self.wakers
                     .keys()
                     .map(|k| k.waker_stack)
+                    .filter(|&s| s != 0),
+            )
+            .chain(
+                self.chains
+                    .keys()
+                    .flat_map(|k| [k.cause, k.waker_cause])
                     .filter(|&s| s != 0),
             )
         {
@@ -128,6 +140,7 @@ impl State {
             user_parts,
             user_stacks,
             wakers: self.wakers.values().cloned().collect(),
+            chains: self.chains.values().cloned().collect(),
             unsettled: false,
         };
     }

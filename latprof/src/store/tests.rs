@@ -42,6 +42,7 @@ pub fn info() -> RecordingInfo {
         wakers: true,
         waker_stacks: true,
         user_stacks: true,
+        chains: true,
         kernel: crate::probe::KernelFacts {
             config_source: Some("/boot/config-6.18.0".into()),
             hz: Some(250),
@@ -224,6 +225,41 @@ pub fn snapshots(n: u64) -> Vec<Snapshot> {
                 },
             ];
             s.wakers.retain(|w| w.count > 0);
+            // Wait chains (format 10): cause 1's sleeps behind the waker's own sleeps at cause
+            // 1, and the rest with the waker running.
+            s.chains = vec![
+                crate::collect::Chain {
+                    key: latprof_common::ChainKey {
+                        cause: 1,
+                        waker_cause: 1,
+                        sleeper_tgid: 100,
+                        waker_tgid: 200,
+                        link: latprof_common::CHAIN_SLEPT,
+                        pad: 0,
+                    },
+                    count: 4 * i + 1,
+                    total_ns: 8_000_000 * i + 1,
+                    behind_ns: 7_000_000 * i,
+                    runq_ns: 1,
+                    comm: "waker".into(),
+                },
+                crate::collect::Chain {
+                    key: latprof_common::ChainKey {
+                        cause: 1,
+                        waker_cause: 0,
+                        sleeper_tgid: 100,
+                        waker_tgid: 200,
+                        link: latprof_common::CHAIN_RAN,
+                        pad: 0,
+                    },
+                    count: i,
+                    total_ns: 2_000_000 * i,
+                    behind_ns: 0,
+                    runq_ns: 0,
+                    comm: "waker".into(),
+                },
+            ];
+            s.chains.retain(|c| c.count > 0);
             // User backtraces (format 7): the sleeper's from the start, named from the second
             // snapshot on (the collector names them on another thread); the fsyncer's cut
             // short.
@@ -359,6 +395,13 @@ pub fn named(snap: &Snapshot, syms: &Kallsyms) -> Snapshot {
         }
     }
     out.wakers.sort_unstable_by_key(|w| w.key);
+    for c in &mut out.chains {
+        c.key.cause = id(c.key.cause);
+        if c.key.waker_cause != 0 {
+            c.key.waker_cause = id(c.key.waker_cause);
+        }
+    }
+    out.chains.sort_unstable_by_key(|c| c.key);
     // User backtrace ids by their frames (u64::MAX: not named yet).
     let user = |u: &u64| {
         snap.user_stacks.get(u).map_or(u64::MAX, |frames| {
@@ -458,9 +501,9 @@ fn deltas_and_compression_keep_the_file_small() {
     )
     .len();
     assert!(packed < plain, "{packed} >= {plain}");
-    // Two key frames; the deltas carry only the changed task, histogram, wakers and counters
-    // (about 200 bytes each with the frame header), not the whole snapshot again.
-    assert!(packed < 120 * 260, "{packed} bytes for 120 snapshots");
+    // Two key frames; the deltas carry only the changed task, histogram, wakers, chains and
+    // counters (about 250 bytes each with the frame header), not the whole snapshot again.
+    assert!(packed < 120 * 310, "{packed} bytes for 120 snapshots");
 }
 
 #[test]
@@ -604,6 +647,7 @@ fn version_1_is_still_read() {
     assert_eq!(r.info.hostname, info().hostname);
     let mut expect = snaps[2].clone();
     expect.ticks.clear();
+    expect.chains.clear();
     without_cgroups(&mut expect);
     assert_eq!(r.snapshot(2).unwrap(), expect);
 }
@@ -628,6 +672,7 @@ fn version_6_is_still_read() {
     assert!(r.info.wakers && !r.info.user_stacks);
     let mut expect = snaps[2].clone();
     without_user_stacks(&mut expect);
+    expect.chains.clear();
     expect.wakers.sort_unstable_by_key(|w| w.key);
     assert_eq!(r.snapshot(2).unwrap(), expect);
 }
@@ -810,6 +855,8 @@ fn writer_body(snap: &Snapshot) -> Body {
             .collect(),
         exited_gone: Vec::new(),
         exited: snap.exited.iter().map(|(k, v)| (*k, *v)).collect(),
+        chains_gone: Vec::new(),
+        chains: snap.chains.clone(),
     }
 }
 
@@ -819,11 +866,11 @@ fn bad_files_are_refused_with_one_line() {
     assert_eq!(msg(Vec::new()), "empty file, not a latprof recording");
     assert!(msg(b"Latency Top version : v0.1\n".to_vec()).starts_with("not a latprof recording"));
     let mut future = record(&snapshots(2), Options::default());
-    future[8] = 10;
+    future[8] = 11;
     assert_eq!(
         msg(future),
         format!(
-            "recording format version 10 is newer than this latprof reads (up to {VERSION}); use a newer latprof"
+            "recording format version 11 is newer than this latprof reads (up to {VERSION}); use a newer latprof"
         )
     );
     let mut only_header = MAGIC.to_vec();

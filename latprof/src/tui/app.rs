@@ -127,6 +127,9 @@ pub struct Settings {
     pub spike_ns: u64,
     /// Sleeps are attributed to their wakers (`--wakers`, in this run or the recording's).
     pub wakers: bool,
+    /// Levels of the wait chains the detail shows (`--chain-depth`; chains are shown where
+    /// the snapshots have them, `--chains`).
+    pub chain_depth: usize,
 }
 
 pub struct App {
@@ -213,6 +216,17 @@ pub struct SpikeLine {
     pub reason: String,
 }
 
+/// One part of a detail's waits with time of its own (`--chains`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BehindLine {
+    pub share_pct: u64,
+    pub own_ns: u64,
+    /// What it was: the waker and its sleep, or what it did.
+    pub leaf: String,
+    /// The waker sleeps it was behind, from the nearest to the row's own wakers'.
+    pub via: Vec<String>,
+}
+
 /// The detail's right-hand side.
 #[derive(Clone, Debug, Default)]
 pub struct DetailView {
@@ -222,6 +236,9 @@ pub struct DetailView {
     pub wakers: Vec<WakerLine>,
     /// From the causes pane: the selected process, whose sleeps alone the wakers are.
     pub of_process: Option<u32>,
+    /// With `--chains`: what the row's wakers were doing meanwhile, each part with time of
+    /// its own, the largest first (`behind_lines`).
+    pub behind: Vec<BehindLine>,
     /// The latency histogram since the baseline.
     pub histogram: Option<Histogram>,
     /// A cgroup is shown but the snapshot keeps histograms summed over cgroups (a
@@ -425,10 +442,12 @@ impl App {
         wakers.truncate(DETAIL_LINES);
         let mut processes = self.row_processes(&detail.row);
         processes.truncate(DETAIL_LINES);
+        let behind = self.behind_lines(detail, of_process);
         DetailView {
             processes,
             wakers,
             of_process,
+            behind,
             histogram: self.row_histogram(&detail.row),
             histogram_all_cgroups: self.cgroup.is_some() && !self.histograms_by_cgroup(),
         }
@@ -497,6 +516,39 @@ impl App {
             model::row_wakers(cur, self.baseline.as_ref(), &detail.row, sleeper)
         });
         (lines, sleeper)
+    }
+
+    /// With `--chains`: the parts of the detail's waits (of the process `sleeper`, or all)
+    /// that have time of their own, leaf first, the largest first.
+    fn behind_lines(&self, detail: &Detail, sleeper: Option<u32>) -> Vec<BehindLine> {
+        let Some(cur) = &self.cur else {
+            return Vec::new();
+        };
+        if cur.chains.is_empty() || self.settings.chain_depth == 0 {
+            return Vec::new();
+        }
+        let chains = model::Chains::new(
+            cur,
+            self.baseline.as_ref(),
+            &self.settings.syms,
+            self.settings.depth,
+            self.settings.chain_depth,
+        );
+        let parts = chains.of_ids(&detail.row.stacks, sleeper);
+        let whole: u64 = parts.iter().map(|p| p.time_ns).sum();
+        let label = |b: &model::Behind| model::part_label(b, |bt| self.settings.reasons.reason(bt));
+        let mut lines: Vec<BehindLine> = model::Behind::leaves(&parts)
+            .into_iter()
+            .map(|(path, leaf, own)| BehindLine {
+                share_pct: (own * 100).checked_div(whole).unwrap_or(0),
+                own_ns: own,
+                leaf: label(leaf),
+                via: path.iter().rev().map(|b| label(b)).collect(),
+            })
+            .collect();
+        lines.sort_by(|a, b| b.own_ns.cmp(&a.own_ns).then_with(|| a.leaf.cmp(&b.leaf)));
+        lines.truncate(DETAIL_LINES);
+        lines
     }
 
     /// A row's live processes (pid, command, numbers since the baseline), largest first.
@@ -656,6 +708,7 @@ mod tests {
                 kernel: crate::probe::KernelFacts::default(),
                 spike_ns: 10_000_000,
                 wakers: true,
+                chain_depth: 4,
             },
             String::new(),
         );

@@ -27,7 +27,8 @@ pub(super) fn render_detail(
         .direction(Direction::Horizontal)
         .constraints([Constraint::Percentage(55), Constraint::Percentage(45)])
         .split(area);
-    let text = trace_text(app, row);
+    let mut text = trace_text(app, row);
+    behind_text(view, &mut text);
     // The frames shown, where there is a choice.
     let title = if app.derived.user_frames {
         format!("Detail: {} (u: next, Esc: back)", app.frames.name())
@@ -110,6 +111,34 @@ pub(super) fn render_detail(
         "Latency histogram (from, count)"
     };
     f.render_widget(Paragraph::new(lines).block(block(title, false)), right[2]);
+}
+
+/// With `--chains`: the "Behind it" section under the backtraces: each part of the waits with
+/// time of its own (share of the waits, time), leaf first, then the wakers' sleeps it was
+/// behind, nearest first.
+fn behind_text(view: &DetailView, text: &mut Vec<Line<'static>>) {
+    if view.behind.is_empty() {
+        return;
+    }
+    text.push(Line::from(""));
+    text.push(Line::from(Span::styled(
+        "Behind it (share of the wait, time; what it was behind)",
+        Style::default().add_modifier(Modifier::UNDERLINED),
+    )));
+    for b in &view.behind {
+        text.push(Line::from(format!(
+            "{:>3}% {:>8} {}",
+            b.share_pct,
+            fmt_ns(b.own_ns),
+            b.leaf
+        )));
+        for via in &b.via {
+            text.push(Line::from(Span::styled(
+                format!("              < {via}"),
+                Style::default().add_modifier(Modifier::DIM),
+            )));
+        }
+    }
 }
 
 /// The detail's left side: the row's numbers and its backtraces, with the frames chosen.

@@ -273,6 +273,7 @@ mod tests {
             kernel: crate::probe::KernelFacts::default(),
             spike_ns: 10_000_000,
             wakers: true,
+            chain_depth: 4,
         }
     }
 

@@ -186,6 +186,23 @@ echo "=== fsync spikes stderr"; cat /tmp/ke.fs
 echo "=== fsync workload"; cat /tmp/w.fs
 echo "=== fsync switches"; echo "$V0 $V1"
 
+step chains
+# 3b. Wait chains (--chains): a reader's pipe waits behind the fsyncs of the process that writes
+#     the pipe, on the scratch disk (/mnt, ext4).
+latprof --all-sleeps --chains stats --format json --duration 900s > /tmp/s.ch 2> /tmp/e.ch &
+LP=$!
+attached /tmp/e.ch $LP
+latprof-workload --hold chain2 --count 20 --dir /mnt < /dev/null > /tmp/w.ch &
+W=$!
+wait $W
+echo "=== chains pid"; echo "$W"
+kill -INT $LP
+wait $LP; RC=$?
+echo "=== chains rc"; echo $RC
+echo "=== chains"; cat /tmp/s.ch
+echo "=== chains stderr"; cat /tmp/e.ch
+echo "=== chains workload"; cat /tmp/w.ch
+
 step spikes
 # 4. spikes for known long sleeps: 5 nanosleeps of 30 ms over a 20 ms threshold.
 latprof --all-sleeps --wakers --spike 20ms spikes > /tmp/k.long 2> /tmp/ke.long &

@@ -54,6 +54,7 @@ impl Writer {
             self.exited.clear();
             self.paths.clear();
             self.wakers.clear();
+            self.chains.clear();
             self.stacks_written.clear();
             self.syms_written.clear();
             self.user_parts_written.clear();
@@ -151,6 +152,7 @@ impl Writer {
         let (gone, changed) = diff(&mut self.wakers, wakers.into_iter());
         body.wakers_gone = gone;
         body.wakers = changed.into_iter().map(|(_, w)| w).collect();
+        self.chains_body(snap, &mut body);
         body
     }
 
@@ -186,7 +188,7 @@ impl Writer {
 }
 
 /// Updates `prev` to `now`; returns the keys gone and the entries new or changed.
-fn diff<K: Copy + Eq + Ord + std::hash::Hash, V: Clone + PartialEq>(
+pub(super) fn diff<K: Copy + Eq + Ord + std::hash::Hash, V: Clone + PartialEq>(
     prev: &mut HashMap<K, V>,
     now: impl Iterator<Item = (K, V)>,
 ) -> (Vec<K>, Vec<(K, V)>) {

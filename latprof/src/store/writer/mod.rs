@@ -8,6 +8,7 @@
 //! addresses) go through it too. User frames are written as named at record time, with their
 //! file, build id and file offset: no address.
 mod body;
+mod chains;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -88,6 +89,7 @@ pub struct Writer {
     exited: HashMap<crate::collect::ExitKey, GlobalRecord>,
     paths: HashMap<u64, CgroupPath>,
     wakers: HashMap<WakerKey, Waker>,
+    chains: HashMap<latprof_common::ChainKey, crate::collect::Chain>,
     stacks_written: HashSet<u64>,
     syms_written: HashSet<u64>,
     /// Record ids whose user backtrace id was written, and the user backtraces written.
@@ -239,6 +241,7 @@ impl Writer {
             exited: HashMap::new(),
             paths: HashMap::new(),
             wakers: HashMap::new(),
+            chains: HashMap::new(),
             stacks_written: HashSet::new(),
             syms_written: HashSet::new(),
             user_parts_written: HashSet::new(),

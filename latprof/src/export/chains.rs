@@ -1,0 +1,172 @@
+//! Wait chains (`--chains`) in the exports: JSON's `behind` tree per cause, and folded lines
+//! `sleeper frames;--;waker cause frames;--;...` for flame graphs of where the time went.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::Scope;
+use crate::{
+    model::{self, Behind, Cause, Chains, Part},
+    symbols::Backtrace,
+};
+
+/// One part of a cause's wait (JSON's `behind`).
+#[derive(Serialize)]
+pub struct BehindJson {
+    /// `slept` (the waker slept, at `reason`/`frames`), `slept_uncounted` (an interruptible
+    /// sleep over the cutoff), `waiting_for_cpu` (the waker waited for a CPU right after its
+    /// sleep), `running` (the waker ran), `woken_by` (no task woke it: `woken_by` says what),
+    /// `link_lost` (the chain table was full).
+    pub kind: &'static str,
+    /// The waking process (absent where no task woke it).
+    pub waker: Option<BehindWakerJson>,
+    /// `woken_by`: `timer`, `hardirq`, `softirq`, `nmi`, `unseen` or `other`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub woken_by: Option<&'static str>,
+    /// `slept`: the waker's sleep's reason and frames (innermost first), user frames too with
+    /// `--user-stacks`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub user_frames: Vec<String>,
+    /// The rows' sleeps (at the first level, the cause's sleeps it covers).
+    pub count: u64,
+    /// The part of the cause's wait time, and of its whole (0 to 1).
+    pub time_ns: u64,
+    pub share: f64,
+    /// `slept`: that sleep's own parts, scaled to `time_ns`, down to `--chain-depth`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub behind: Vec<BehindJson>,
+}
+
+#[derive(Serialize)]
+pub struct BehindWakerJson {
+    pub pid: u32,
+    pub comm: String,
+}
+
+/// The chains of `scope`'s interval, or `None` where it holds none.
+#[must_use]
+pub fn of_scope<'a>(scope: &Scope<'a>) -> Option<Chains<'a>> {
+    let chains = Chains::new(
+        scope.cur,
+        scope.base,
+        scope.syms,
+        scope.depth,
+        scope.chain_depth,
+    );
+    chains.any().then_some(chains)
+}
+
+/// `cause`'s `behind` tree (of process `sleeper`, or all).
+#[must_use]
+pub fn json(
+    scope: &Scope<'_>,
+    chains: &Chains<'_>,
+    cause: &Cause,
+    sleeper: Option<u32>,
+) -> Vec<BehindJson> {
+    let parts = chains.of_cause(cause, sleeper);
+    parts
+        .iter()
+        .map(|b| behind_json(scope, b, cause.total_ns))
+        .collect()
+}
+
+fn behind_json(scope: &Scope<'_>, b: &Behind, whole: u64) -> BehindJson {
+    let (kind, woken_by) = match &b.part {
+        Part::Slept { .. } => ("slept", None),
+        Part::SleptUncounted => ("slept_uncounted", None),
+        Part::WaitingForCpu => ("waiting_for_cpu", None),
+        Part::Running => ("running", None),
+        Part::WokenBy(k) => ("woken_by", Some(latprof_common::waker_kind_name(*k))),
+        Part::LinkLost => ("link_lost", None),
+    };
+    let (reason, frames, user_frames) = match &b.part {
+        Part::Slept { backtrace, user } => (
+            Some(scope.reasons.reason(backtrace)),
+            backtrace.lines().into_iter().map(str::to_owned).collect(),
+            user.clone(),
+        ),
+        _ => (None, Vec::new(), Vec::new()),
+    };
+    #[expect(clippy::cast_precision_loss, reason = "a share for people")]
+    let share = if whole == 0 {
+        0.0
+    } else {
+        b.time_ns as f64 / whole as f64
+    };
+    BehindJson {
+        kind,
+        waker: b.waker.as_ref().map(|(pid, comm)| BehindWakerJson {
+            pid: *pid,
+            comm: comm.clone(),
+        }),
+        woken_by,
+        reason,
+        frames,
+        user_frames,
+        count: b.count,
+        time_ns: b.time_ns,
+        share,
+        behind: b
+            .below
+            .iter()
+            .map(|x| behind_json(scope, x, whole))
+            .collect(),
+    }
+}
+
+/// Folded chains: per cause (of `--pid`'s process, or all) and part with time of its own,
+/// `sleeper frames;--;waker cause frames;--;its waker's cause frames value`, frames outermost
+/// first, the value the part's time in microseconds. A part that is no waker's sleep ends
+/// its line as one frame: `[comm pid: running]`, `[woken by interrupt: timer]`.
+#[must_use]
+pub fn render_folded(scope: &Scope<'_>) -> String {
+    let Some(chains) = of_scope(scope) else {
+        return String::new();
+    };
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    for cause in scope.causes(false) {
+        let sleeper = frames(&cause.backtrace, &model::user_names(&cause.user));
+        for (path, leaf, own) in Behind::leaves(&chains.of_cause(&cause, scope.pid)) {
+            let mut line = sleeper.clone();
+            for b in path.into_iter().chain([leaf]) {
+                line.push("--".to_owned());
+                match &b.part {
+                    Part::Slept { backtrace, user } => line.extend(frames(backtrace, user)),
+                    _ => line.push(format!(
+                        "[{}]",
+                        model::part_label(b, |bt| scope.reasons.reason(bt))
+                    )),
+                }
+            }
+            *lines.entry(line.join(";")).or_default() += own;
+        }
+    }
+    let mut out = String::new();
+    for (line, ns) in lines {
+        let us = ns / 1000;
+        if us > 0 {
+            let _ = writeln!(out, "{line} {us}");
+        }
+    }
+    out
+}
+
+/// A cause's frames, outermost first: the user frames from main in, then the kernel's.
+fn frames(backtrace: &Backtrace, user: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = user.iter().rev().map(|f| f.replace(';', ":")).collect();
+    out.extend(
+        backtrace
+            .lines()
+            .into_iter()
+            .rev()
+            .map(|f| f.replace(';', ":")),
+    );
+    out
+}
