@@ -384,8 +384,8 @@ fn check_fsync(out: &str) {
 /// Wait chains (issue 31) on this kernel: the chain workload's reader waits on a pipe that a
 /// second process writes after an fsync on the scratch disk; every read that slept is counted
 /// (short only by those latprof says it left out), the parts of those waits add up to their
-/// time, only the syncer woke them, and most of the time is behind its fsync. Returns that
-/// share.
+/// time, only the syncer woke them, the part it slept is its sleeps as latprof counts them,
+/// most of it under the fsync's backtraces. Returns the share behind the fsync.
 fn check_chains(out: &str) -> f64 {
     assert_eq!(rc(out, "chains"), "0", "{out}");
     let doc = json(out, "chains");
@@ -419,23 +419,43 @@ fn check_chains(out: &str) -> f64 {
         .map(|p| p["time_ns"].as_u64().expect("time"))
         .sum();
     assert_eq!(sum, total, "{cause:#}");
-    let mut fsync = 0;
+    let (mut slept, mut fsync) = (0, 0);
     for p in parts {
         assert_eq!(p["waker"]["pid"].as_u64(), Some(syncer), "{cause:#}");
-        if p["kind"] == "slept"
-            && frames(p)
+        if p["kind"] == "slept" {
+            let ns = p["time_ns"].as_u64().expect("time");
+            slept += ns;
+            if frames(p)
                 .iter()
                 .any(|f| f.contains("fsync") || f.contains("sync_file"))
-        {
-            fsync += p["time_ns"].as_u64().expect("time");
+            {
+                fsync += ns;
+            }
         }
     }
+    // The syncer's sleeps as latprof counts them (it lives until the reader is done): each
+    // lies in one of the reader's waits (each fsync starts once the reader sleeps), but for
+    // its first moments after fork; most are the fsync's (tests/chains.rs says the same of
+    // this host).
+    let counted: u64 = doc["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .filter(|p| p["pid"].as_u64() == Some(syncer))
+        .flat_map(|p| p["causes"].as_array().expect("causes"))
+        .filter(|c| c["kind"] == "sleep")
+        .map(|c| c["total_ns"].as_u64().expect("total"))
+        .sum();
+    assert!(
+        slept <= counted && slept * 50 >= counted * 49,
+        "{slept} ns behind the syncer, which latprof counted {counted} ns of sleeps: {cause:#}"
+    );
+    assert!(
+        fsync * 2 >= slept,
+        "{fsync} of {slept} ns under fsync: {cause:#}"
+    );
     #[expect(clippy::cast_precision_loss, reason = "a share")]
     let share = fsync as f64 / total as f64;
-    assert!(
-        share >= 0.9,
-        "{share} of the pipe waits behind the fsync: {cause:#}"
-    );
     share
 }
 

@@ -189,15 +189,25 @@ echo "=== fsync switches"; echo "$V0 $V1"
 step chains
 # 3b. Wait chains (--chains): a reader's pipe waits behind the fsyncs of the process that writes
 #     the pipe, on the scratch disk (/mnt, ext4).
+#     The workload stays (reading its stdin, a fifo) until latprof has read its numbers: its
+#     process's own.
 latprof --all-sleeps --chains stats --format json --duration 900s > /tmp/s.ch 2> /tmp/e.ch &
 LP=$!
 attached /tmp/e.ch $LP
-latprof-workload --hold chain2 --count 20 --dir /mnt < /dev/null > /tmp/w.ch &
+mkfifo /tmp/go.ch
+latprof-workload --hold chain2 --count 20 --dir /mnt < /tmp/go.ch > /tmp/w.ch &
 W=$!
-wait $W
+exec 7> /tmp/go.ch
+i=0
+while ! grep -qs done /tmp/w.ch; do
+    sleep 0.2; i=$((i + 1))
+    if [ $i -gt 900 ]; then echo "chain2 did not finish"; exit 1; fi
+done
 echo "=== chains pid"; echo "$W"
 kill -INT $LP
 wait $LP; RC=$?
+exec 7>&-
+wait $W
 echo "=== chains rc"; echo $RC
 echo "=== chains"; cat /tmp/s.ch
 echo "=== chains stderr"; cat /tmp/e.ch
