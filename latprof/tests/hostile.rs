@@ -145,6 +145,7 @@ fn key_frame_info() -> Enc {
     e.bool(false); // waker stacks
     e.bool(false); // user stacks (format 7)
     e.str(""); // the kernel's build id (format 8)
+    e.bool(false); // chains (format 10)
     e
 }
 
@@ -576,9 +577,10 @@ fn distinct_backtraces(len: usize, n: u64) -> Vec<u8> {
         e.u64(1000);
         e.u64(1000);
     }
-    for _ in 0..14 {
+    for _ in 0..16 {
         // histograms gone, histograms, ticks, cgroups gone, cgroups, paths gone, paths,
-        // wakers gone, wakers, user files, user parts, user backtraces, exited gone, exited
+        // wakers gone, wakers, user files, user parts, user backtraces, exited gone, exited,
+        // chains gone, chains
         e.usize(0);
     }
     recording(&[frame(KIND_KEY, &e.buf, true)])

@@ -6,7 +6,7 @@ cat /sys/devices/system/cpu/nohz_full
 latprof stats --counters --duration 900s > /tmp/c.txt 2> /tmp/c.err &
 LP=$!
 i=0
-while ! grep -q attached /tmp/c.err; do
+while ! grep -qs attached /tmp/c.err; do
     sleep 0.2; i=$((i + 1))
     if [ $i -gt 600 ]; then echo "latprof did not attach"; cat /tmp/c.err; exit 1; fi
 done
