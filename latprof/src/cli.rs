@@ -75,7 +75,8 @@ pub struct Cli {
     pub max_wakers: u32,
     /// Follow each counted sleep a task woke to what that waker was doing meanwhile: its own
     /// sleep (its cause, and what woke that, level by level), its wait for a CPU, or running
-    /// (implies --wakers). JSON's `behind`, folded chains; README, Wait chains.
+    /// (implies --wakers). JSON's `behind`, folded chains, pprof's `chained_off_cpu`; README,
+    /// Wait chains.
     #[arg(long, global = true, help_heading = "Probe")]
     pub chains: bool,
     /// Levels of a wait chain shown (--chains).
@@ -453,7 +454,7 @@ const RECORDING_FLAGS: &[(&str, &[&str])] = &[
 
 /// The commands that show wait chains (`--chains`); the others refuse its flags rather than
 /// drop what they would collect.
-const CHAINS_SHOWN_BY: [&str; 5] = ["stats", "top", "record", "dump", "replay"];
+const CHAINS_SHOWN_BY: [&str; 6] = ["stats", "top", "record", "dump", "replay", "serve"];
 
 /// Parses the command line ([`parse_from`] of the process's arguments).
 pub fn parse() -> Result<Cli, clap::Error> {
@@ -486,7 +487,7 @@ where
             .any(|id| given(id))
     {
         return Err(refuse(format!(
-            "--chains, --chain-depth and --max-chains are for stats, top, record, dump and replay: {name} does not show wait chains yet"
+            "--chains, --chain-depth and --max-chains are for stats, top, record, dump, replay and serve: {name} does not show wait chains"
         )));
     }
     if let Some((_, uses)) = RECORDING_FLAGS.iter().find(|(cmd, _)| *cmd == name) {
@@ -743,12 +744,13 @@ mod tests {
                 .chain_depth,
             3
         );
+        assert!(
+            full(&["serve", "--chains", "--chain-depth", "3"])
+                .unwrap()
+                .chains
+        );
         for (args, says) in [
-            (
-                &["serve", "--chain-depth", "3"][..],
-                "are for stats, top, record",
-            ),
-            (&["spikes", "--chains"], "are for stats, top, record"),
+            (&["spikes", "--chains"][..], "are for stats, top, record"),
             (
                 &["dump", "f", "--max-chains", "10"],
                 "is for the commands that probe",

@@ -473,6 +473,99 @@ fn folded_chains_put_the_fsync_under_the_pipe_wait() {
     );
 }
 
+/// `serve --chains`: the profile's `chained_off_cpu` samples hold the chains `stats` gives.
+/// The futex wait's chained time is its off-CPU time, exactly (both of the same reads, under
+/// the sleeper's pid label), and the sample `futex;--;pipe;--;nanosleep` (with chain-c's wait
+/// for a CPU right after it) holds chain-c's share of it, as the workload's clocks say
+/// (`three_levels`' tolerance at that level).
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn serve_profiles_the_chains() {
+    use latprof::export::pprof;
+    let _guard = common::serial("the chain tests");
+    let serve = common::serve::Serve::start(&["--all-sleeps", "--chains", "--interval", "200ms"]);
+    let mut work = Workload::spawn(&["chain3", "--count", "20", "--interval", "20ms"]);
+    let a = work.pid().to_string();
+    work.go();
+    let facts = work.wait_done();
+    work.release();
+    // Two reads after the workload's processes are gone: each of their sleeps is in the window.
+    let reads = |t: &str| common::serve::sample(t, "latprof_collections_total").unwrap_or(0.0);
+    let now = reads(&serve.metrics());
+    serve.wait_for(30, "two more reads", |t| reads(t) >= now + 2.0);
+    let reply = serve.get("/debug/pprof/offcpu?seconds=300");
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let p = pprof::decode(&reply.body).expect("a profile");
+    let types: Vec<&str> = p.sample_type.iter().map(|t| p.string(t.r#type)).collect();
+    assert_eq!(types, ["sleeps", "off_cpu", "chained_off_cpu"]);
+    // A's samples: each level's frames innermost first, the sleeper's last.
+    let of_a = p.sample.iter().filter(|s| {
+        s.label
+            .iter()
+            .any(|l| p.string(l.key) == "pid" && p.string(l.str) == a)
+    });
+    let (mut off, mut chained) = (0i64, 0i64);
+    let mut levels_of: Vec<(Vec<Vec<&str>>, i64)> = Vec::new();
+    for s in of_a {
+        let frames = p.frame_names(s);
+        let levels: Vec<Vec<&str>> = frames.split(|f| *f == "--").map(<[&str]>::to_vec).collect();
+        let futex = levels
+            .last()
+            .is_some_and(|l| l.iter().any(|f| f.starts_with("futex_wait")));
+        if !futex {
+            continue;
+        }
+        assert!(
+            s.value[0] == 0 || s.value[2] == 0,
+            "{:?}: {:?}",
+            frames,
+            s.value
+        );
+        off += s.value[1];
+        chained += s.value[2];
+        if s.value[2] > 0 {
+            levels_of.push((levels, s.value[2]));
+        }
+    }
+    assert!(off > 0, "no futex wait of {a} in the profile");
+    assert_eq!(chained, off, "the futex wait's chains: {levels_of:#?}");
+    let c = common::fact(&facts, "c").to_string();
+    let below_pipe = |levels: &[Vec<&str>], leaf: &dyn Fn(&[&str]) -> bool| {
+        levels.len() == 3
+            && leaf(&levels[0])
+            && levels[1]
+                .iter()
+                .any(|f| PIPE.iter().any(|p| f.starts_with(p)))
+    };
+    let nap: i64 = levels_of
+        .iter()
+        .filter(|(levels, _)| {
+            below_pipe(levels, &|l| {
+                l.iter()
+                    .any(|f| f.starts_with("hrtimer_nanosleep") || f.starts_with("do_nanosleep"))
+                    || l == [format!("[chain-c [{c}]: waiting for a CPU]").as_str()]
+            })
+        })
+        .map(|(_, ns)| ns)
+        .sum();
+    let unseen: i64 = levels_of
+        .iter()
+        .filter(|(levels, _)| levels[0].iter().any(|f| f.contains("waker not seen")))
+        .map(|(_, ns)| ns)
+        .sum();
+    let (got, hidden) = (
+        ratio(nap.unsigned_abs(), off.unsigned_abs()),
+        ratio(unseen.unsigned_abs(), off.unsigned_abs()),
+    );
+    let want = ratio(common::fact(&facts, "abc_ns"), common::fact(&facts, "a_ns"));
+    assert!(
+        got <= want + 2.0 * SHARE_TOLERANCE && got + hidden >= want - 2.0 * SHARE_TOLERANCE,
+        "chain-c's nanosleep: {got:.4} (and {hidden:.4} unseen), its clocks {want:.4}: {levels_of:#?}"
+    );
+    let (status, _) = serve.stop(libc::SIGTERM);
+    assert!(status.success());
+}
+
 /// A `record --chains --all-sleeps` made around a workload, in a folder of its own.
 struct Recorded {
     _dir: common::TempDir,

@@ -45,6 +45,9 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
     .with_max_cgroups(args.max_cgroups as usize)
     .with_labels(cli.profile_labels)
     .with_interval(args.interval);
+    if cli.chains {
+        acc = acc.with_chains(usize::from(cli.chain_depth));
+    }
     let first = acc.update(
         &collector.snapshot(&session.probe)?,
         &session.syms,

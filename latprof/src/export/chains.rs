@@ -1,14 +1,16 @@
 //! Wait chains (`--chains`) in the exports: JSON's `behind` tree per cause, and folded lines
-//! `sleeper frames;--;waker cause frames;--;...` for flame graphs of where the time went.
+//! `sleeper frames;--;waker cause frames;--;...` for flame graphs of where the time went, and
+//! the same chains as pprof samples (`chained_off_cpu`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::Scope;
+use super::{Scope, folded, pprof};
 use crate::{
     model::{self, Behind, Cause, Chains, Part},
+    reasons::Reasons,
     symbols::Backtrace,
 };
 
@@ -130,19 +132,18 @@ pub fn render_folded(scope: &Scope<'_>) -> String {
     let Some(chains) = of_scope(scope) else {
         return String::new();
     };
+    let names =
+        |bt: &Backtrace, user: &[String]| folded::frames(bt, user.iter().map(String::as_str));
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
     for cause in scope.causes(false) {
-        let sleeper = frames(&cause.backtrace, &model::user_names(&cause.user));
+        let sleeper = folded::frames(&cause.backtrace, cause.user.iter().map(|f| f.name.as_str()));
         for (path, leaf, own) in Behind::leaves(&chains.of_cause(&cause, scope.pid)) {
             let mut line = sleeper.clone();
             for b in path.into_iter().chain([leaf]) {
                 line.push("--".to_owned());
                 match &b.part {
-                    Part::Slept { backtrace, user } => line.extend(frames(backtrace, user)),
-                    _ => line.push(format!(
-                        "[{}]",
-                        model::part_label(b, |bt| scope.reasons.reason(bt))
-                    )),
+                    Part::Slept { backtrace, user } => line.extend(names(backtrace, user)),
+                    _ => line.push(format!("[{}]", label(scope.reasons, b).replace(';', ":"))),
                 }
             }
             *lines.entry(line.join(";")).or_default() += own;
@@ -158,15 +159,80 @@ pub fn render_folded(scope: &Scope<'_>) -> String {
     out
 }
 
-/// A cause's frames, outermost first: the user frames from main in, then the kernel's.
-fn frames(backtrace: &Backtrace, user: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = user.iter().rev().map(|f| f.replace(';', ":")).collect();
-    out.extend(
-        backtrace
-            .lines()
-            .into_iter()
-            .rev()
-            .map(|f| f.replace(';', ":")),
-    );
+/// A part that is no waker's sleep, as one frame names it.
+fn label(reasons: &Reasons, b: &Behind) -> String {
+    model::part_label(b, |bt| reasons.reason(bt))
+}
+
+/// A frame of a wait chain as a profile places it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ChainFrame {
+    Kernel(String),
+    /// A user frame, by name (a chain keeps its causes' names only: its mapping is
+    /// `[anon]`).
+    User(String),
+    /// The sleeper's reason (the root), `--` between levels, a part that is no sleep.
+    Latprof(String),
+}
+
+impl ChainFrame {
+    #[must_use]
+    pub fn pprof(&self) -> pprof::Frame<'_> {
+        match self {
+            Self::Kernel(name) => pprof::Frame::kernel(name),
+            Self::User(name) => pprof::Frame {
+                name,
+                place: pprof::Place::Anonymous,
+                start_line: 0,
+            },
+            Self::Latprof(name) => pprof::Frame::latprof(name),
+        }
+    }
+}
+
+/// One chain with time of its own, as a profile's sample ([`samples`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainSample {
+    /// Innermost first: the leaf's frames (or its part, `[syncer [12]: running]`), `--`,
+    /// the sleep above it, ..., `--`, the sleeper's cause, and its reason at the root.
+    pub frames: Vec<ChainFrame>,
+    /// The sleeper's process.
+    pub tgid: u32,
+    pub ns: u64,
+}
+
+/// Every chain with time of its own, per process and cause (`--pid`'s process only, where
+/// given): the profiles' `chained_off_cpu` samples. A cause's samples add up to its time in
+/// the wakers' rows, as the folded chains do.
+#[must_use]
+pub fn samples(chains: &Chains<'_>, reasons: &Reasons, pid: Option<u32>) -> Vec<ChainSample> {
+    let push_cause = |frames: &mut Vec<ChainFrame>, bt: &Backtrace, user: &[String]| {
+        frames.extend(
+            bt.lines()
+                .into_iter()
+                .map(|f| ChainFrame::Kernel(f.to_owned())),
+        );
+        frames.extend(user.iter().cloned().map(ChainFrame::User));
+    };
+    let mut out = Vec::new();
+    for s in chains.sleepers(pid) {
+        for (path, leaf, own) in Behind::leaves(&chains.of_ids(&s.ids, Some(s.tgid))) {
+            let mut frames = Vec::new();
+            for b in path.into_iter().chain([leaf]).rev() {
+                match &b.part {
+                    Part::Slept { backtrace, user } => push_cause(&mut frames, backtrace, user),
+                    _ => frames.push(ChainFrame::Latprof(format!("[{}]", label(reasons, b)))),
+                }
+                frames.push(ChainFrame::Latprof("--".to_owned()));
+            }
+            push_cause(&mut frames, &s.backtrace, &s.user);
+            frames.push(ChainFrame::Latprof(reasons.reason(&s.backtrace)));
+            out.push(ChainSample {
+                frames,
+                tgid: s.tgid,
+                ns: own,
+            });
+        }
+    }
     out
 }

@@ -4,7 +4,10 @@ use std::fmt::Write as _;
 
 use std::collections::BTreeMap;
 
-use crate::model::{self, Cause, WakerId};
+use crate::{
+    model::{self, Cause, WakerId},
+    symbols::Backtrace,
+};
 
 #[must_use]
 pub fn render(causes: &[Cause]) -> String {
@@ -14,18 +17,23 @@ pub fn render(causes: &[Cause]) -> String {
         if us == 0 {
             continue;
         }
-        // Off-CPU flame graphs: the user frames outermost (from main in), then the kernel's
-        // down to the function that chose to sleep.
-        let mut frames: Vec<String> = c
-            .user
-            .iter()
-            .rev()
-            .map(|f| f.name.replace(';', ":"))
-            .collect();
-        frames.extend(c.backtrace.lines().into_iter().rev().map(str::to_owned));
-        let _ = writeln!(out, "{} {us}", frames.join(";"));
+        let line = frames(&c.backtrace, c.user.iter().map(|f| f.name.as_str()));
+        let _ = writeln!(out, "{} {us}", line.join(";"));
     }
     out
+}
+
+/// A cause's frames as an off-CPU flame graph stacks them, outermost first: its user frames
+/// (`user`, innermost first) from main in, then the kernel's down to the function that chose
+/// to sleep; a `;` in a name (the separator) shows as `:`.
+pub fn frames<'a>(
+    backtrace: &'a Backtrace,
+    user: impl DoubleEndedIterator<Item = &'a str>,
+) -> Vec<String> {
+    user.rev()
+        .chain(backtrace.lines().into_iter().rev())
+        .map(|f| f.replace(';', ":"))
+        .collect()
 }
 
 /// Wakers and sleepers, offwaketime's chains seen from the waker's side:
@@ -66,7 +74,6 @@ pub fn render_wakers(scope: &super::Scope<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::symbols::Backtrace;
 
     #[test]
     fn outermost_frame_first_value_last() {

@@ -268,6 +268,19 @@ pub struct Shape<'a> {
     /// The kernel's GNU build id in hex (`/sys/kernel/notes`); empty: not known.
     pub kernel_build_id: &'a str,
     pub labels: Labels,
+    /// With `--chains`: the wait chains' samples, a third sample type (`chained_off_cpu`,
+    /// nanoseconds) that the other samples hold 0 of, and these nothing but.
+    pub chained: Option<&'a [Chained<'a>]>,
+}
+
+/// One wait chain's time (`--chains`): the leaf part's frames first, `--` between the levels,
+/// the sleeper's reason at the root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chained<'a> {
+    pub frames: Vec<Frame<'a>>,
+    /// The sleeper's process (its labels as `Shape::labels` ask; `None`: none).
+    pub thread: Option<&'a Thread>,
+    pub ns: u64,
 }
 
 /// A frame as a profile names it: an address the symbols did not name (printed `0x...`) is a
@@ -450,15 +463,19 @@ pub fn profile(
         r#type: strings.id(ty),
         unit: strings.id(unit),
     };
-    let sample_type = vec![
+    let mut sample_type = vec![
         value_type(&mut t.strings, "sleeps", "count"),
         value_type(&mut t.strings, "off_cpu", "nanoseconds"),
     ];
+    if shape.chained.is_some() {
+        sample_type.push(value_type(&mut t.strings, "chained_off_cpu", "nanoseconds"));
+    }
     // The nanoseconds: what a flame graph of off-CPU time shows first.
     let default_sample_type = t.strings.id("off_cpu");
     let period_type = Some(value_type(&mut t.strings, "sleeps", "count"));
     let (state_key, reason_key) = (t.strings.id("state"), t.strings.id("reason"));
-    let mut sample = Vec::with_capacity(samples.len());
+    let chained = shape.chained.unwrap_or_default();
+    let mut sample = Vec::with_capacity(samples.len() + chained.len());
     for s in samples {
         let location_id = s
             .frames
@@ -481,9 +498,28 @@ pub fn profile(
         if let Some(thread) = s.thread {
             t.thread_labels(thread, shape.labels, &mut label);
         }
+        let mut value = vec![signed(s.count), signed(s.total_ns)];
+        if shape.chained.is_some() {
+            value.push(0);
+        }
         sample.push(SampleMsg {
             location_id,
-            value: vec![signed(s.count), signed(s.total_ns)],
+            value,
+            label,
+        });
+    }
+    for c in chained {
+        let mut label = Vec::new();
+        if let Some(thread) = c.thread {
+            t.thread_labels(thread, shape.labels, &mut label);
+        }
+        sample.push(SampleMsg {
+            location_id: c
+                .frames
+                .iter()
+                .map(|&f| t.location(f, shape.kernel_build_id))
+                .collect(),
+            value: vec![0, 0, signed(c.ns)],
             label,
         });
     }
@@ -613,6 +649,7 @@ mod tests {
                 reason: true,
                 ..Labels::NONE
             },
+            chained: None,
         };
         let p = decode(&encode(
             &samples,
@@ -886,5 +923,78 @@ mod tests {
             ("(anonymous namespace)::f", "", 0)
         );
         assert_eq!(source_of("g (x.c:nope)"), ("g (x.c:nope)", "", 0));
+    }
+
+    /// With chains, a third sample type: the backtraces' samples hold none of it, the chains'
+    /// nothing else, so each type sums what it did without them.
+    #[test]
+    fn chains_are_a_sample_type_of_their_own() {
+        let samples = [Sample {
+            frames: vec![
+                Frame::kernel("pipe_read"),
+                Frame::latprof("Reading from a pipe"),
+            ],
+            reason: "Reading from a pipe",
+            state: "S",
+            thread: None,
+            count: 3,
+            total_ns: 9_000,
+        }];
+        let thread = Thread {
+            pid: 42,
+            ..Thread::default()
+        };
+        let chained = [Chained {
+            frames: vec![
+                Frame::kernel("jbd2_log_wait_commit"),
+                Frame::latprof("--"),
+                Frame::kernel("pipe_read"),
+                Frame::latprof("Reading from a pipe"),
+            ],
+            thread: Some(&thread),
+            ns: 7_000,
+        }];
+        let shape = |chained| Shape {
+            labels: Labels::default(),
+            chained,
+            ..Shape::default()
+        };
+        let types = |p: &Profile| -> Vec<String> {
+            p.sample_type
+                .iter()
+                .map(|t| format!("{}/{}", p.string(t.r#type), p.string(t.unit)))
+                .collect()
+        };
+        let plain = decode(&encode(&samples, 0, 0, &shape(None)));
+        assert_eq!(types(&plain), ["sleeps/count", "off_cpu/nanoseconds"]);
+        let p = decode(&encode(&samples, 0, 0, &shape(Some(&chained))));
+        assert_eq!(
+            types(&p),
+            [
+                "sleeps/count",
+                "off_cpu/nanoseconds",
+                "chained_off_cpu/nanoseconds"
+            ]
+        );
+        let values: Vec<&[i64]> = p.sample.iter().map(|s| s.value.as_slice()).collect();
+        assert_eq!(values, [&[3, 9_000, 0][..], &[0, 0, 7_000][..]]);
+        assert_eq!(
+            p.frame_names(&p.sample[1]),
+            [
+                "jbd2_log_wait_commit",
+                "--",
+                "pipe_read",
+                "Reading from a pipe"
+            ]
+        );
+        let label = &p.sample[1].label;
+        assert_eq!(label.len(), 1);
+        assert_eq!(
+            (p.string(label[0].key), p.string(label[0].str)),
+            ("pid", "42")
+        );
+        // An empty chain table still gives the type: the profile's shape is the flag's.
+        let empty = decode(&encode(&samples, 0, 0, &shape(Some(&[]))));
+        assert_eq!(types(&empty).len(), 3);
     }
 }

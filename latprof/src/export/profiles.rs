@@ -6,7 +6,11 @@ use std::collections::HashMap;
 
 use latprof_common::GlobalRecord;
 
-use super::{Scope, pprof};
+use super::{
+    Scope,
+    chains::{self, ChainFrame, ChainSample},
+    pprof,
+};
 use crate::{model, symbols::Backtrace, ustacks::UserFrame};
 
 /// One sample before encoding: what it is named by, and its numbers.
@@ -107,8 +111,8 @@ fn add(
     }
 }
 
-/// The profile of `owned` over the scope's interval.
-fn encode(scope: &Scope<'_>, owned: &[Owned]) -> Vec<u8> {
+/// The profile of `owned` over the scope's interval, and of `chains` (a third sample type).
+fn encode(scope: &Scope<'_>, owned: &[Owned], chains: Option<&[ChainSample]>) -> Vec<u8> {
     let samples: Vec<pprof::Sample<'_>> = owned
         .iter()
         .map(|o| pprof::Sample {
@@ -134,12 +138,34 @@ fn encode(scope: &Scope<'_>, owned: &[Owned]) -> Vec<u8> {
     let (start, duration) = scope.base.map_or((scope.cur.wall_ns, 0), |b| {
         (b.wall_ns, scope.cur.wall_ns.saturating_sub(b.wall_ns))
     });
+    let threads: Vec<Option<pprof::Thread>> = chains
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            scope.labels.mask(pprof::Thread {
+                pid: c.tgid,
+                ..pprof::Thread::default()
+            })
+        })
+        .collect();
+    let chained: Option<Vec<pprof::Chained<'_>>> = chains.map(|chains| {
+        chains
+            .iter()
+            .zip(&threads)
+            .map(|(c, thread)| pprof::Chained {
+                frames: c.frames.iter().map(ChainFrame::pprof).collect(),
+                thread: thread.as_ref(),
+                ns: c.ns,
+            })
+            .collect()
+    });
     let shape = pprof::Shape {
         kernel_build_id: scope
             .kernel
             .and_then(|k| k.build_id.as_deref())
             .unwrap_or(""),
         labels: scope.labels,
+        chained: chained.as_deref(),
     };
     pprof::encode(&samples, start, duration, &shape)
 }
@@ -155,7 +181,9 @@ pub fn by_cause(scope: &Scope<'_>) -> Vec<u8> {
         None,
         &mut owned,
     );
-    encode(scope, &owned)
+    // With chains in the interval, their time too (the sleepers' pids as the labels ask).
+    let chains = chains::of_scope(scope).map(|c| chains::samples(&c, scope.reasons, scope.pid));
+    encode(scope, &owned, chains.as_deref())
 }
 
 /// Each cgroup's records as a profile, the cgroup's name the outermost frame.
@@ -172,5 +200,5 @@ pub fn by_cgroup(scope: &Scope<'_>) -> Vec<u8> {
             &mut owned,
         );
     }
-    encode(scope, &owned)
+    encode(scope, &owned, None)
 }

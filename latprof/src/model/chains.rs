@@ -82,6 +82,17 @@ fn walk<'a>(p: &'a Behind, path: &mut Vec<&'a Behind>, out: &mut Vec<Leaf<'a>>) 
     path.pop();
 }
 
+/// One process's cause that tasks, timers or interrupts woke ([`Chains::sleepers`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sleeper {
+    pub tgid: u32,
+    pub backtrace: Backtrace,
+    /// Its user frames' names, innermost first.
+    pub user: Vec<String>,
+    /// The record ids named so.
+    pub ids: Vec<u64>,
+}
+
 /// The chain and waker rows of an interval (`cur` less `base`), and how to name causes.
 pub struct Chains<'a> {
     snap: &'a Snapshot,
@@ -150,6 +161,31 @@ impl<'a> Chains<'a> {
         ids.sort_unstable();
         ids.dedup();
         self.of_ids(&ids, sleeper)
+    }
+
+    /// Each process's causes in the interval that a waker row holds (`--pid`'s process only,
+    /// where given): the cause's frames, its process and its record ids, in order.
+    #[must_use]
+    pub fn sleepers(&self, pid: Option<u32>) -> Vec<Sleeper> {
+        let mut by: BTreeMap<(u32, Backtrace, Vec<String>), Vec<u64>> = BTreeMap::new();
+        for w in &self.wakers {
+            if pid.is_some_and(|p| p != w.key.sleeper_tgid) {
+                continue;
+            }
+            let (backtrace, user) = self.named(w.key.cause);
+            let ids = by.entry((w.key.sleeper_tgid, backtrace, user)).or_default();
+            if !ids.contains(&w.key.cause) {
+                ids.push(w.key.cause);
+            }
+        }
+        by.into_iter()
+            .map(|((tgid, backtrace, user), ids)| Sleeper {
+                tgid,
+                backtrace,
+                user,
+                ids,
+            })
+            .collect()
     }
 
     /// The parts of the waits of the record ids `ids` (of the process `sleeper`, or all),

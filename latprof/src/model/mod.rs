@@ -16,7 +16,7 @@ pub use causes::{
     site_of, spike_reason, state_of, user_frames, user_names, user_site,
 };
 pub use cgroups::{CgroupRow, cgroup_name, cgroups_since, container_id, row_histogram_in};
-pub use chains::{Behind, Chains, Part, chains_since, part_label};
+pub use chains::{Behind, Chains, Part, Sleeper, chains_since, part_label};
 pub use header::{Header, header};
 pub use processes::{ProcLine, processes, row_processes};
 pub use rows::{

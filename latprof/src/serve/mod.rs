@@ -1,10 +1,12 @@
 //! `latprof serve`'s HTTP side: the routes and their answers. Handlers render the latest
 //! value the collection published ([`state::Published`]); none of them waits for the
 //! collection or holds anything it needs, so a slow, stuck or numerous client cannot stall it.
+pub mod chains;
 pub mod conn;
 pub mod pulls;
 pub mod rendered;
 pub mod state;
+mod tables;
 mod threads;
 
 use std::{sync::Arc, time::Duration};

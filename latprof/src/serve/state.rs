@@ -75,6 +75,8 @@ pub struct Delta {
     /// CLOCK_MONOTONIC of the read.
     pub taken_ns: u64,
     pub samples: Vec<Part>,
+    /// With `--chains`: each chain's time that ended since the read before.
+    pub chains: Vec<super::chains::ChainPart>,
 }
 
 /// A backtrace's sleeps of one thread (`None`: not told) in a read: count and nanoseconds.
@@ -94,18 +96,13 @@ pub struct Published {
     pub kernel_build_id: Arc<str>,
     /// The profiles' sample labels (`--profile-labels`).
     pub labels: pprof::Labels,
+    /// Whether profiles carry the wait chains' time (`--chains`).
+    pub chains: bool,
     /// /metrics of this read, rendered by its first scrape of each flavor.
     pub rendered: super::rendered::Rendered,
 }
 
 impl Published {
-    fn shape(&self) -> pprof::Shape<'_> {
-        pprof::Shape {
-            kernel_build_id: &self.kernel_build_id,
-            labels: self.labels,
-        }
-    }
-
     /// Where the window reaches back to: it holds every read taken after this
     /// (CLOCK_MONOTONIC).
     #[must_use]
@@ -168,11 +165,18 @@ impl Published {
                 |d| if d.from_ns == 0 { after_ns } else { d.from_ns },
             );
         let span = self.taken_ns.saturating_sub(from);
+        let chained = self
+            .chains
+            .then(|| super::chains::chained(&self.window, after_ns));
         pprof::encode(
             &samples,
             self.wall_ns.saturating_sub(span),
             span,
-            &self.shape(),
+            &pprof::Shape {
+                kernel_build_id: &self.kernel_build_id,
+                labels: self.labels,
+                chained: chained.as_deref(),
+            },
         )
     }
 }
@@ -221,6 +225,8 @@ pub struct Accumulator {
     container_ids: std::collections::BTreeMap<String, String>,
     /// Each read's sleeps told by thread (the profiles' thread labels).
     threads: super::threads::Threads,
+    /// With `--chains`: each read's chained time.
+    chains: Option<super::chains::ChainReads>,
 }
 
 /// The default of `--max-cgroups`.
@@ -253,6 +259,7 @@ impl Accumulator {
             labels: pprof::Labels::default(),
             container_ids: std::collections::BTreeMap::new(),
             threads: super::threads::Threads::default(),
+            chains: None,
         }
     }
 
@@ -267,6 +274,13 @@ impl Accumulator {
     #[must_use]
     pub fn with_labels(mut self, labels: pprof::Labels) -> Self {
         self.labels = labels;
+        self
+    }
+
+    /// Profiles with the wait chains' time, `levels` deep (`--chains`, `--chain-depth`).
+    #[must_use]
+    pub fn with_chains(mut self, levels: usize) -> Self {
+        self.chains = Some(super::chains::ChainReads::new(levels));
         self
     }
 
@@ -509,6 +523,10 @@ impl Accumulator {
             from_ns: self.window.back().map_or(0, |d| d.taken_ns),
             taken_ns: snap.taken_ns,
             samples: self.parts(snap, syms),
+            chains: match self.chains.as_mut() {
+                Some(c) => c.read(snap, syms, &self.reasons, self.depth, self.labels),
+                None => Vec::new(),
+            },
         };
         for (stack, h) in &snap.histograms {
             // Only backtraces the records named: the histograms are read after the records, so
@@ -565,43 +583,7 @@ impl Accumulator {
                 programs: snap.programs.clone(),
                 cpus: cpu_ticks(kernel, None, snap),
                 collections: self.collections,
-                tables: vec![
-                    (
-                        "tasks",
-                        snap.tasks.len() as u64,
-                        u64::from(config.max_tasks),
-                    ),
-                    (
-                        "records",
-                        snap.global.len() as u64,
-                        u64::from(config.max_records),
-                    ),
-                    (
-                        "stacks",
-                        snap.stacks.len() as u64,
-                        u64::from(config.max_stacks),
-                    ),
-                    // Keyed by (cgroup, stack), as the kernel keeps them.
-                    (
-                        "histograms",
-                        snap.cgroup_histograms.len() as u64,
-                        u64::from(config.max_records),
-                    ),
-                    (
-                        "cgroups",
-                        snap.cgroups.len() as u64,
-                        u64::from(config.max_records),
-                    ),
-                ]
-                .into_iter()
-                .chain(config.wakers.then(|| {
-                    (
-                        "wakers",
-                        snap.wakers.len() as u64,
-                        u64::from(config.max_wakers),
-                    )
-                }))
-                .collect(),
+                tables: super::tables::of(snap, config),
                 mode: self.mode,
             },
             window: self.window.iter().cloned().collect(),
@@ -609,6 +591,7 @@ impl Accumulator {
             wall_ns: snap.wall_ns,
             kernel_build_id: kernel.build_id.as_deref().unwrap_or("").into(),
             labels: self.labels,
+            chains: self.chains.is_some(),
             rendered: super::rendered::Rendered::default(),
         }
     }
