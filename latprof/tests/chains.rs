@@ -643,28 +643,7 @@ fn top_shows_what_a_wait_was_behind() {
     tmux.keys(&["/"]);
     tmux.keys(&[&pid, "Enter"]);
     tmux.wait_for(&[&format!("Causes of {pid}"), "Userspace lock contention"]);
-    // Paused, the order holds still: to chain-a's causes, down to its futex wait.
-    tmux.keys(&["Space"]);
-    let at = tmux.wait_until(|screen| {
-        if !screen.contains("PAUSED") {
-            return Err("not paused".to_owned());
-        }
-        screen
-            .lines()
-            .skip_while(|l| !l.contains(&format!("Causes of {pid}")))
-            .skip(2)
-            .position(|l| {
-                l.split_once("││")
-                    .is_some_and(|(_, cause)| cause.starts_with("Userspace lock contention"))
-            })
-            .ok_or_else(|| "no futex wait among chain-a's causes".to_owned())
-    });
-    tmux.keys(&["Tab"]);
-    tmux.keys(&["Tab"]);
-    for _ in 0..at {
-        tmux.keys(&["Down"]);
-    }
-    tmux.keys(&["Enter"]);
+    tmux.open_cause(&pid, "Userspace lock contention");
     let (b, c) = ("chain-b [", "chain-c [");
     let screen = tmux.wait_for(&[
         "Behind it",

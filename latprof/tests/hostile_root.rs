@@ -565,10 +565,12 @@ fn naming_does_not_hold_the_stop() {
     unsafe { libc::kill(i32::try_from(latprof.id()).unwrap(), libc::SIGINT) };
     let out = wait_bounded(latprof, Duration::from_secs(60), "latprof stats");
     let took = stopped.elapsed();
-    // Still running (and their maps still there) when latprof stopped: no longer needed.
+    // Still running (and their maps still there) when latprof stopped: no longer needed, nor
+    // their maps (the jitter leaves its map behind; the shell exec'd it, so its pid is theirs).
     for mut w in workloads {
         let _ = w.kill();
         let _ = w.wait();
+        let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", w.id()));
     }
     let mut rest = String::new();
     let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);

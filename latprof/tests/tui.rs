@@ -676,28 +676,7 @@ fn top_shows_user_frames_under_the_kernel_frames() {
         "Waiting for a pipe in wait_for_request",
         &format!("Causes of {pid} server"),
     ]);
-    // Paused, the order holds still: to the server's causes, down to its pipe wait.
-    tmux.keys(&["Space"]);
-    let at = tmux.wait_until(|screen| {
-        if !screen.contains("PAUSED") {
-            return Err("not paused".to_owned());
-        }
-        screen
-            .lines()
-            .skip_while(|l| !l.contains(&format!("Causes of {pid}")))
-            .skip(2)
-            .position(|l| {
-                l.split_once("││")
-                    .is_some_and(|(_, cause)| cause.starts_with("Waiting for a pipe in wait_for"))
-            })
-            .ok_or_else(|| "no pipe wait among the server's causes".to_owned())
-    });
-    tmux.keys(&["Tab"]);
-    tmux.keys(&["Tab"]);
-    for _ in 0..at {
-        tmux.keys(&["Down"]);
-    }
-    tmux.keys(&["Enter"]);
+    tmux.open_cause(&pid, "Waiting for a pipe in wait_for");
 
     // Both: the kernel's frames, then `user:`, then the server's frames innermost first.
     tmux.wait_until(|screen| {

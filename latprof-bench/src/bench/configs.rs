@@ -443,6 +443,11 @@ pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workloa
                 .collect(),
         },
     ];
+    if !quick && !which("hackbench") {
+        eprintln!(
+            "bench: no hackbench (Debian: apt-get install rt-tests): the hackbench workloads are left out"
+        );
+    }
     if !quick && which("hackbench") {
         for (name, kind) in [
             ("hackbench-process", "--process"),

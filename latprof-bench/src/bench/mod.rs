@@ -39,7 +39,7 @@ pub struct BenchArgs {
     pub out: PathBuf,
     /// Only these configurations (none, floor, lazy, normal, lazy-before, normal-before, offcputime, runqlat, bpftrace, perf-sched,
     /// lazy-debug, lazy-walk, lazy-nocgroups, normal-nocgroups, lazy-wakers, lazy-wakerstacks,
-    /// lazy-ustacks, lazy+normal,
+    /// lazy-ustacks, lazy-chains, lazy+normal,
     /// spikes-adaptive, spikes-always; the breakdown's lazy-no-stack, lazy-no-account,
     /// lazy-no-histograms, lazy-no-runq, lazy-no-counters, lazy-no-switch-check, lazy-no-mm,
     /// or all of them as `breakdown`; the fallback builds lazy-5.10 and lazy-raw, or both as

@@ -122,6 +122,32 @@ impl Tmux {
     pub fn alternate_screen(&self) -> bool {
         self.display("#{alternate_on}") == "1"
     }
+
+    /// In `top`, with process `pid`'s causes shown: pauses (the order then holds still), goes
+    /// to its cause whose row starts with `cause` and opens its detail.
+    pub fn open_cause(&self, pid: &str, cause: &str) {
+        self.keys(&["Space"]);
+        let at = self.wait_until(|screen| {
+            if !screen.contains("PAUSED") {
+                return Err("not paused".to_owned());
+            }
+            screen
+                .lines()
+                .skip_while(|l| !l.contains(&format!("Causes of {pid}")))
+                .skip(2)
+                .position(|l| {
+                    l.split_once("││")
+                        .is_some_and(|(_, row)| row.starts_with(cause))
+                })
+                .ok_or_else(|| format!("no {cause:?} among the causes of {pid}"))
+        });
+        self.keys(&["Tab"]);
+        self.keys(&["Tab"]);
+        for _ in 0..at {
+            self.keys(&["Down"]);
+        }
+        self.keys(&["Enter"]);
+    }
 }
 
 impl Drop for Tmux {
