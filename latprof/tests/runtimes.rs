@@ -1,7 +1,8 @@
 //! Issue 32: off-CPU stacks of programs a runtime runs (an interpreter, a JIT), with
 //! `--user-stacks`, on the real kernel, as a user runs them. Today: what Debian 12's Python
-//! 3.11 shows, recorded so that a change is seen (README, "Runtimes"). Needs root and
-//! Debian's python3 (`cargo xtask test` installs it).
+//! 3.11 shows, recorded so that a change is seen (README, "Runtimes"), and JIT code named from
+//! a perf map. Needs root, Debian's python3 and gcc (`cargo xtask test` installs them). One
+//! test at a time: each counts a process's every sleep.
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     process::{Command, Stdio},
@@ -25,6 +26,7 @@ const PYTHON: &str = "/usr/bin/python3.11";
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn python_3_11_shows_its_interpreter_frames_not_its_functions() {
+    let _guard = common::serial("the runtime tests");
     assert!(
         std::path::Path::new(PYTHON).exists(),
         "{PYTHON} is missing: `cargo xtask test` installs Debian's python3"
@@ -105,4 +107,98 @@ fn python_3_11_shows_its_interpreter_frames_not_its_functions() {
             .any(|n| f.contains(n))),
         "a Python function named: README's Runtimes is out of date: {user:#?}"
     );
+}
+
+/// JIT code (a small JIT built here, tests/fixtures/runtimes/jit.c): each function it makes is
+/// named from its perf map, the second one made only after latprof read that map (the map is
+/// read again as it grows), each function's sleeps counted exactly, its frames under a
+/// `[jit]` module in JSON (`user_modules`) and a `[jit]` mapping of their own in pprof.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn jit_functions_are_named_even_when_made_after_latprof_started() {
+    let _guard = common::serial("the runtime tests");
+    let dir = common::TempDir::new("jit");
+    let jit = dir.file("jit");
+    let status = Command::new("gcc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&jit)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/runtimes/jit.c"
+        ))
+        .status()
+        .expect("gcc (cargo xtask test installs it)");
+    assert!(status.success(), "gcc jit.c");
+    let count = 20u64;
+    let (out, err) = under_stats(&jit, count, "json");
+    let doc: Value = serde_json::from_slice(&out).expect("stats' JSON");
+    let missing = common::recovered_blind(&doc);
+    for name in ["jit_first", "jit_second"] {
+        let causes: Vec<&Value> = doc["causes"]
+            .as_array()
+            .expect("causes")
+            .iter()
+            .filter(|c| c["user_frames"][0] == name)
+            .collect();
+        assert_eq!(causes.len(), 1, "{name}: {causes:#?}\n{err}");
+        let cause = causes[0];
+        let counted = cause["count"].as_u64().expect("count");
+        if let Err(why) = common::exact_count(counted, count, missing) {
+            panic!("{name}: {why}: {cause:#}");
+        }
+        assert_eq!(cause["user_modules"][0], "[jit]", "{cause:#}");
+        // Its caller, the C program with frame pointers, named from its symbols.
+        let caller = cause["user_frames"][1].as_str().unwrap_or("");
+        assert!(caller.starts_with("run (jit.c:"), "{cause:#}");
+        assert_eq!(cause["user_modules"][1].as_str(), jit.to_str(), "{cause:#}");
+    }
+    let (out, _) = under_stats(&jit, count, "pprof");
+    let profile = latprof::export::pprof::decode(&out).expect("a profile");
+    let jit_mapping = profile
+        .mapping
+        .iter()
+        .find(|m| profile.string(m.filename) == "[jit]")
+        .expect("a [jit] mapping");
+    let mut in_jit: Vec<&str> = profile
+        .location
+        .iter()
+        .filter(|l| l.mapping_id == jit_mapping.id)
+        .flat_map(|l| &l.line)
+        .filter_map(|line| profile.function.iter().find(|f| f.id == line.function_id))
+        .map(|f| profile.string(f.name))
+        .collect();
+    in_jit.sort_unstable();
+    assert_eq!(in_jit, ["jit_first", "jit_second"]);
+}
+
+/// Runs the JIT at `jit` (two functions, `count` sleeps each) under `stats --user-stacks --pid
+/// --format FORMAT`; returns latprof's output and its stderr.
+fn under_stats(jit: &std::path::Path, count: u64, format: &str) -> (Vec<u8>, String) {
+    let mut work = Command::new(jit)
+        .args([&count.to_string(), "5"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the jit");
+    let pid = work.id().to_string();
+    let mut cmd = Command::new(LATPROF);
+    cmd.args(["--user-stacks", "--all-sleeps", "stats", "--pid", &pid])
+        .args(["--format", format])
+        .stdout(Stdio::piped());
+    let (latprof, stderr) = common::start(&mut cmd, "attached");
+    let mut stdin = work.stdin.take().expect("the jit's stdin");
+    let mut stdout = BufReader::new(work.stdout.take().expect("the jit's stdout"));
+    for name in ["jit_first", "jit_second"] {
+        // The second function is made, and its line added to the perf map, after latprof
+        // read the map for the first.
+        stdin.write_all(b"make\n").expect("ask the jit");
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read the jit");
+        assert_eq!(line.trim(), format!("made {name} slept={count}"));
+    }
+    drop(stdin);
+    assert!(work.wait().expect("wait for the jit").success());
+    let (out, err) = common::interrupt(latprof, stderr);
+    common::reported_missing(&err);
+    (out.stdout, err)
 }

@@ -97,6 +97,11 @@ pub struct CauseJson {
     /// With `--user-stacks`: the sleeper's user frames, innermost first (absent without).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub user_frames: Vec<String>,
+    /// Where each user frame's code is, in `user_frames`' order: the file's path as the process
+    /// saw it, `[jit]` (code a JIT generated, named by its perf map), `[anon]` (other code in no
+    /// file), or "" (a mark such as `[truncated]`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub user_modules: Vec<String>,
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
@@ -275,6 +280,7 @@ fn causes_json(
                 average_ns: c.total_ns.checked_div(c.count).unwrap_or(0),
                 frames: c.backtrace.lines().into_iter().map(str::to_owned).collect(),
                 user_frames: crate::model::user_names(&c.user),
+                user_modules: c.user.iter().map(|f| f.module.clone()).collect(),
                 wakers: wakers
                     .get(&c.backtrace)
                     .map(|lines| wakers_json(scope, lines))

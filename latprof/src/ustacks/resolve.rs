@@ -27,6 +27,10 @@ use super::{
 };
 use crate::text::printable;
 
+/// The module of a frame in code a JIT generated that its perf map names: a mapping of its own
+/// in pprof, `user_modules` in JSON.
+pub const JIT: &str = "[jit]";
+
 /// The name of the frame that ends a backtrace cut short (see `Resolver::frames`).
 pub const TRUNCATED: &str = "[truncated]";
 
@@ -297,13 +301,15 @@ impl Resolver {
         }
         if !m.is_file() {
             // Code a JIT generated (its perf map names it), the vDSO, or anonymous code.
-            let module = if m.path.is_empty() {
+            let offset = look - m.start;
+            let jit = self.table().jit_name(key, look);
+            let module = if jit.is_some() {
+                JIT.to_owned()
+            } else if m.path.is_empty() {
                 "[anon]".to_owned()
             } else {
                 m.path.clone()
             };
-            let offset = look - m.start;
-            let jit = self.table().jit_name(key, look);
             return Some(UserFrame {
                 named: jit.is_some(),
                 name: jit.unwrap_or_else(|| format!("{module}+0x{offset:x}")),
