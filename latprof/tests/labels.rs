@@ -50,15 +50,19 @@ fn nanosleeps_by_thread(gz: &[u8]) -> BTreeMap<Whose, u64> {
     out
 }
 
-/// The sleeps a gzipped profile holds under "[wakeup hidden from tracing]" (recovered without
-/// their backtrace; the profile of one process with `--pid`).
-fn recovered_blind(gz: &[u8]) -> u64 {
+/// The sleeps of process `pid` (its label) a gzipped profile holds under "[wakeup hidden from
+/// tracing]": recovered without their backtrace where the kernel hid their wakeup.
+fn recovered_blind(gz: &[u8], pid: u32) -> u64 {
     let p = latprof::export::pprof::decode(gz).expect("a profile");
+    let pid = pid.to_string();
     p.sample
         .iter()
         .filter(|s| {
             p.frame_names(s)
                 .contains(&latprof::symbols::Backtrace::WAKEUP_HIDDEN)
+                && s.label
+                    .iter()
+                    .any(|l| p.string(l.key) == "pid" && p.string(l.str) == pid)
         })
         .map(|s| u64::try_from(s.value[0]).expect("a count"))
         .sum()
@@ -126,7 +130,9 @@ fn exited_threads_are_told_by_process_and_name() {
         &profile,
         &storm(pid, &id),
         slept,
-        common::own_lost(&rest, pid) + common::own_short(&rest, pid) + recovered_blind(&profile),
+        common::own_lost(&rest, pid)
+            + common::own_short(&rest, pid)
+            + recovered_blind(&profile, pid),
     );
 
     let mut work = Workload::spawn(&STORM);
@@ -180,7 +186,8 @@ fn a_recording_tells_exited_threads_apart() {
     let gz = dump("state,pid,thread_name,container_id");
     let by = nanosleeps_by_thread(&gz);
     let told = by.get(&storm(pid, "")).copied().unwrap_or(0);
-    let missing = common::own_lost(&rest, pid) + common::own_short(&rest, pid);
+    let missing =
+        common::own_lost(&rest, pid) + common::own_short(&rest, pid) + recovered_blind(&gz, pid);
     if let Err(why) = common::exact_count(told, slept, missing) {
         panic!("dump: the storm's sleeps told: {why}; by labels: {by:?}");
     }
