@@ -558,6 +558,7 @@ fn serve_profiles_the_chains() {
         ratio(unseen.unsigned_abs(), off.unsigned_abs()),
     );
     let want = ratio(common::fact(&facts, "abc_ns"), common::fact(&facts, "a_ns"));
+    eprintln!("serve: chain-c's nanosleep {got:.4} (and {hidden:.4} unseen), its clocks {want:.4}");
     assert!(
         got <= want + 2.0 * SHARE_TOLERANCE && got + hidden >= want - 2.0 * SHARE_TOLERANCE,
         "chain-c's nanosleep: {got:.4} (and {hidden:.4} unseen), its clocks {want:.4}: {levels_of:#?}"

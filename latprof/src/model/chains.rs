@@ -103,6 +103,9 @@ pub struct Chains<'a> {
     /// The chain table's rows of the interval.
     rows: Vec<Chain>,
     wakers: Vec<Waker>,
+    /// Below the first level, where given: the rows since the collection began (see
+    /// [`Chains::deeper_levels_since_start`]).
+    deep: Option<(Vec<Chain>, Vec<Waker>)>,
     /// Each record id's (kernel, user) frames, named once.
     named: std::cell::RefCell<HashMap<u64, (Backtrace, Vec<String>)>>,
 }
@@ -123,8 +126,22 @@ impl<'a> Chains<'a> {
             levels,
             rows: chains_since(cur, base),
             wakers: super::wakers_since(cur, base, |_| true),
+            deep: None,
             named: std::cell::RefCell::default(),
         }
+    }
+
+    /// Splits the levels below the first by every row since the collection began, not only
+    /// the interval's: for a short interval (one of serve's reads), a waker cause's rows of the
+    /// interval are a few sleeps, often not the ones the first level's wait overlapped (they
+    /// ended in the read before); the whole run's average is the steadier estimate.
+    #[must_use]
+    pub fn deeper_levels_since_start(mut self) -> Self {
+        self.deep = Some((
+            chains_since(self.snap, None),
+            super::wakers_since(self.snap, None, |_| true),
+        ));
+        self
     }
 
     /// Whether the interval holds any chain row (`--chains` was on).
@@ -214,7 +231,7 @@ impl<'a> Chains<'a> {
         level: usize,
         path: &mut Vec<(Vec<u64>, Option<u32>)>,
     ) -> Vec<Behind> {
-        let (own, sums) = self.sums(ids, sleeper);
+        let (own, sums) = self.sums(ids, sleeper, level);
         if own == 0 || time == 0 {
             return Vec::new();
         }
@@ -270,9 +287,13 @@ struct Sum {
 type Sums = BTreeMap<(Option<u32>, Part), Sum>;
 
 impl Chains<'_> {
-    /// The waits of the record ids `ids` of process `sleeper` (all: `None`): their own time,
-    /// and its parts, unscaled.
-    fn sums(&self, ids: &[u64], sleeper: Option<u32>) -> (u64, Sums) {
+    /// The waits of the record ids `ids` of process `sleeper` (all: `None`) at `level`: their
+    /// own time, and its parts, unscaled.
+    fn sums(&self, ids: &[u64], sleeper: Option<u32>, level: usize) -> (u64, Sums) {
+        let (rows, wakers) = match &self.deep {
+            Some((rows, wakers)) if level > 1 => (rows, wakers),
+            _ => (&self.rows, &self.wakers),
+        };
         let ours =
             |cause: u64, tgid: u32| ids.contains(&cause) && sleeper.is_none_or(|t| t == tgid);
         let mut sums = Sums::new();
@@ -291,8 +312,7 @@ impl Chains<'_> {
         // The sleeps no task woke; a task's have their links below. The waker table's
         // overflow (`WAKER_OTHER`) holds both kinds: its task-woken sleeps have links too.
         let (mut own, mut by_task, mut by_task_n, mut other, mut other_n) = (0, 0, 0, 0, 0);
-        for w in self
-            .wakers
+        for w in wakers
             .iter()
             .filter(|w| ours(w.key.cause, w.key.sleeper_tgid))
         {
@@ -310,8 +330,7 @@ impl Chains<'_> {
             }
         }
         let (mut linked, mut linked_n) = (0u64, 0u64);
-        for c in self
-            .rows
+        for c in rows
             .iter()
             .filter(|c| ours(c.key.cause, c.key.sleeper_tgid))
         {

@@ -78,7 +78,8 @@ impl ChainReads {
         labels: pprof::Labels,
     ) -> Vec<ChainPart> {
         let parts = samples(
-            &Chains::new(snap, Some(&self.before), syms, depth, self.levels),
+            &Chains::new(snap, Some(&self.before), syms, depth, self.levels)
+                .deeper_levels_since_start(),
             reasons,
             None,
         );
