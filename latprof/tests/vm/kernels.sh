@@ -54,6 +54,15 @@ blocked() {
     done
 }
 
+# finished FILE WHAT: waits until the workload writing its stdout to FILE says it is done.
+finished() {
+    i=0
+    while ! grep -qs done "$1"; do
+        sleep 0.2; i=$((i + 1))
+        if [ $i -gt 900 ]; then echo "$2 did not finish"; exit 1; fi
+    done
+}
+
 # switches PID: the voluntary context switches of all of PID's threads so far.
 switches() {
     cat /proc/$1/task/*/status | awk '/^voluntary_ctxt_switches:/ { n += $2 } END { print n }'
@@ -109,11 +118,7 @@ latprof --all-sleeps --wakers stats --format json --duration 900s > /tmp/s.pp 2>
 LP=$!
 attached /tmp/e.pp $LP
 echo go >&3
-i=0
-while ! grep -qs done /tmp/w.pp; do
-    sleep 0.2; i=$((i + 1))
-    if [ $i -gt 900 ]; then echo "ping-pong did not finish"; exit 1; fi
-done
+finished /tmp/w.pp "ping-pong"
 echo "=== pingpong pids"
 echo "$W"
 kill -INT $LP
@@ -166,11 +171,7 @@ attached /tmp/ke.fs $LK
 # its first read's wakeup and its count, or while it prints "done".
 V0=$(switches $W)
 echo go >&6
-i=0
-while ! grep -qs done /tmp/w.fs; do
-    sleep 0.2; i=$((i + 1))
-    if [ $i -gt 900 ]; then echo "fsync did not finish"; exit 1; fi
-done
+finished /tmp/w.fs "fsync"
 asleep $W
 V1=$(switches $W)
 kill -INT $LP $LK
@@ -198,11 +199,7 @@ mkfifo /tmp/go.ch
 latprof-workload --hold chain2 --count 20 --dir /mnt < /tmp/go.ch > /tmp/w.ch &
 W=$!
 exec 7> /tmp/go.ch
-i=0
-while ! grep -qs done /tmp/w.ch; do
-    sleep 0.2; i=$((i + 1))
-    if [ $i -gt 900 ]; then echo "chain2 did not finish"; exit 1; fi
-done
+finished /tmp/w.ch "chain2"
 echo "=== chains pid"; echo "$W"
 kill -INT $LP
 wait $LP; RC=$?
@@ -242,11 +239,7 @@ step "counters: attached"
 # stdin, the other's wait to be released).
 V0=$(switches $W)
 echo go >&5
-i=0
-while ! grep -qs done /tmp/w.c; do
-    sleep 0.2; i=$((i + 1))
-    if [ $i -gt 900 ]; then echo "ping-pong did not finish"; exit 1; fi
-done
+finished /tmp/w.c "ping-pong"
 asleep $W
 V1=$(switches $W)
 step "counters: ping-pong done"
@@ -272,11 +265,7 @@ latprof --user-stacks --all-sleeps stats --pid $W --format json --duration 900s 
 LP=$!
 attached /tmp/e.us $LP
 echo go >&4
-i=0
-while ! grep -qs done /tmp/w.us; do
-    sleep 0.2; i=$((i + 1))
-    if [ $i -gt 900 ]; then echo "ping-pong did not finish"; exit 1; fi
-done
+finished /tmp/w.us "ping-pong"
 kill -INT $LP
 wait $LP; RC=$?
 exec 4>&-
