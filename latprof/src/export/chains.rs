@@ -3,7 +3,6 @@
 //! the same chains as pprof samples (`chained_off_cpu`).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use serde::Serialize;
 
@@ -149,14 +148,7 @@ pub fn render_folded(scope: &Scope<'_>) -> String {
             *lines.entry(line.join(";")).or_default() += own;
         }
     }
-    let mut out = String::new();
-    for (line, ns) in lines {
-        let us = ns / 1000;
-        if us > 0 {
-            let _ = writeln!(out, "{line} {us}");
-        }
-    }
-    out
+    folded::text(lines)
 }
 
 /// A part that is no waker's sleep, as one frame names it.

@@ -61,6 +61,13 @@ pub fn render_wakers(scope: &super::Scope<'_>) -> String {
         frames.extend(sleeper.lines().into_iter().map(str::to_owned));
         *lines.entry(frames.join(";")).or_default() += w.total_ns;
     }
+    text(lines)
+}
+
+/// Folded lines (`frames` -> nanoseconds) as text, in order, each value in whole microseconds;
+/// a line under one is left out.
+#[must_use]
+pub fn text(lines: BTreeMap<String, u64>) -> String {
     let mut out = String::new();
     for (frames, ns) in lines {
         let us = ns / 1000;
