@@ -109,16 +109,16 @@ impl ChainReads {
 }
 
 /// The chains' time of the reads in `window` taken after `after_ns`, merged per chain and
-/// process, the largest first.
+/// process (by the labels' values: each read makes its own), the largest first.
 #[must_use]
 pub fn chained(window: &[Arc<Delta>], after_ns: u64) -> Vec<pprof::Chained<'_>> {
-    type Key = (*const [ChainFrame], Option<*const pprof::Thread>);
-    let mut merged: HashMap<Key, pprof::Chained<'_>> = HashMap::new();
+    type Key<'a> = (*const [ChainFrame], Option<&'a pprof::Thread>);
+    let mut merged: HashMap<Key<'_>, pprof::Chained<'_>> = HashMap::new();
     for delta in window.iter().filter(|d| d.taken_ns > after_ns) {
         for (path, thread, ns) in &delta.chains {
             let thread = thread.as_deref();
             merged
-                .entry((Arc::as_ptr(path), thread.map(std::ptr::from_ref)))
+                .entry((Arc::as_ptr(path), thread))
                 .or_insert_with(|| pprof::Chained {
                     frames: path.iter().map(ChainFrame::pprof).collect(),
                     thread,
