@@ -8,7 +8,7 @@ use std::{
     sync::Arc,
 };
 
-use super::state::Delta;
+use super::{state::Delta, threads::Threads};
 use crate::{
     collect::Snapshot,
     export::{
@@ -67,8 +67,8 @@ impl ChainReads {
         p
     }
 
-    /// What `snap` added to each chain since the read before, its sleepers' threads as
-    /// `labels` show them.
+    /// What `snap` added to each chain since the read before, its sleepers' processes as
+    /// `labels` show them, shared with the backtraces' (`threads`: untold past its bound).
     pub fn read(
         &mut self,
         snap: &Snapshot,
@@ -76,6 +76,7 @@ impl ChainReads {
         reasons: &Reasons,
         depth: usize,
         labels: pprof::Labels,
+        threads: &mut Threads,
     ) -> Vec<ChainPart> {
         let parts = samples(
             &Chains::new(snap, Some(&self.before), syms, depth, self.levels)
@@ -88,20 +89,14 @@ impl ChainReads {
             wakers: snap.wakers.clone(),
             ..Snapshot::default()
         };
-        let mut threads: HashMap<u32, Option<Arc<pprof::Thread>>> = HashMap::new();
         let mut out: Vec<ChainPart> = Vec::with_capacity(parts.len());
         for s in parts.into_iter().filter(|s| s.ns > 0) {
-            let thread = threads
-                .entry(s.tgid)
-                .or_insert_with(|| {
-                    labels
-                        .mask(pprof::Thread {
-                            pid: s.tgid,
-                            ..pprof::Thread::default()
-                        })
-                        .map(Arc::new)
+            let thread = labels
+                .mask(pprof::Thread {
+                    pid: s.tgid,
+                    ..pprof::Thread::default()
                 })
-                .clone();
+                .and_then(|t| threads.intern(t));
             out.push((self.path(s.frames), thread, s.ns));
         }
         out
@@ -109,16 +104,16 @@ impl ChainReads {
 }
 
 /// The chains' time of the reads in `window` taken after `after_ns`, merged per chain and
-/// process (by the labels' values: each read makes its own), the largest first.
+/// process (each kept once, across reads), the largest first.
 #[must_use]
 pub fn chained(window: &[Arc<Delta>], after_ns: u64) -> Vec<pprof::Chained<'_>> {
-    type Key<'a> = (*const [ChainFrame], Option<&'a pprof::Thread>);
-    let mut merged: HashMap<Key<'_>, pprof::Chained<'_>> = HashMap::new();
+    type Key = (*const [ChainFrame], Option<*const pprof::Thread>);
+    let mut merged: HashMap<Key, pprof::Chained<'_>> = HashMap::new();
     for delta in window.iter().filter(|d| d.taken_ns > after_ns) {
         for (path, thread, ns) in &delta.chains {
             let thread = thread.as_deref();
             merged
-                .entry((Arc::as_ptr(path), thread))
+                .entry((Arc::as_ptr(path), thread.map(std::ptr::from_ref)))
                 .or_insert_with(|| pprof::Chained {
                     frames: path.iter().map(ChainFrame::pprof).collect(),
                     thread,

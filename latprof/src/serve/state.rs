@@ -524,7 +524,14 @@ impl Accumulator {
             taken_ns: snap.taken_ns,
             samples: self.parts(snap, syms),
             chains: match self.chains.as_mut() {
-                Some(c) => c.read(snap, syms, &self.reasons, self.depth, self.labels),
+                Some(c) => c.read(
+                    snap,
+                    syms,
+                    &self.reasons,
+                    self.depth,
+                    self.labels,
+                    &mut self.threads,
+                ),
                 None => Vec::new(),
             },
         };

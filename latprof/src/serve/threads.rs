@@ -63,8 +63,9 @@ impl Threads {
         out
     }
 
-    /// `thread` shared with the reads that told it before; `None` past [`KEEP_THREADS`].
-    fn intern(&mut self, thread: Thread) -> Option<Arc<Thread>> {
+    /// `thread` shared with the reads that told it before (the wait chains' too);
+    /// `None` past [`KEEP_THREADS`].
+    pub(super) fn intern(&mut self, thread: Thread) -> Option<Arc<Thread>> {
         if let Some(known) = self.known.get(&thread) {
             return Some(Arc::clone(known));
         }
