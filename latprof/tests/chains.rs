@@ -25,6 +25,8 @@ struct Run {
     err: String,
     pid: u32,
     facts: Vec<(String, u64)>,
+    /// The time the hypervisor took from this machine's CPUs while the workload ran.
+    stolen_ns: u64,
 }
 
 impl Run {
@@ -47,8 +49,10 @@ fn around(work: &[&str], args: &[&str]) -> Run {
         .args(args)
         .stdout(Stdio::piped());
     let (child, stderr) = common::start(&mut cmd, "attached");
+    let stolen = stolen_ns();
     work.go();
     let facts = work.wait_done();
+    let stolen_ns = stolen_ns() - stolen;
     let (out, err) = common::interrupt(child, stderr);
     work.release();
     assert!(out.status.success(), "latprof failed: {err}");
@@ -58,7 +62,23 @@ fn around(work: &[&str], args: &[&str]) -> Run {
         err,
         pid,
         facts,
+        stolen_ns,
     }
+}
+
+/// The time the hypervisor has taken from this machine's CPUs (steal, in /proc/stat), in ns:
+/// a thread's clock of its time on a CPU does not count it, so that a thread that measures its
+/// sleeps as the time it was neither on a CPU nor waiting for one counts it as asleep.
+fn stolen_ns() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let ticks: u64 = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .and_then(|l| l.split_whitespace().nth(8)?.parse().ok())
+        .expect("steal in /proc/stat");
+    // SAFETY: no arguments.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).expect("USER_HZ");
+    ticks * 1_000_000_000 / hz
 }
 
 /// Process `pid`'s causes in `doc` with a frame that starts with one of `frames`.
@@ -160,9 +180,11 @@ fn a_pipe_wait_is_behind_the_writers_fsync() {
     let syncer = run.fact("syncer");
     let cause = the_cause(&doc, run.pid, &PIPE, run.fact("waited"), &run.err);
     let total = u(cause, "total_ns");
-    let (mut slept, mut fsync) = (0, 0);
+    let (mut slept, mut fsync, mut unseen) = (0, 0, 0);
     for p in whole(&doc, run.pid, cause, true) {
         if p["kind"] == "woken_by" {
+            // A waking the kernel hid (this host's service threads): no chain.
+            unseen += u(p, "time_ns");
             continue;
         }
         assert_eq!(waker_pid(p), Some(syncer), "only the syncer woke it: {p:#}");
@@ -178,38 +200,56 @@ fn a_pipe_wait_is_behind_the_writers_fsync() {
         }
     }
     let own = run.fact("fsync_slept_ns");
-    // Its sleeps whose wakeup the kernel hid (this host's service threads) are recovered under
-    // their own cause: counted too.
-    let counted: u64 = causes_of(&doc, u32::try_from(syncer).expect("pid"), &[""])
-        .iter()
-        .filter(|c| c["kind"] == "sleep" || c["kind"] == "recovered")
-        .map(|c| u(c, "total_ns"))
-        .sum();
+    let syncer_causes = causes_of(&doc, u32::try_from(syncer).expect("pid"), &[""]);
+    let of_kind = |kind: &str| -> u64 {
+        syncer_causes
+            .iter()
+            .filter(|c| c["kind"] == kind)
+            .map(|c| u(c, "total_ns"))
+            .sum()
+    };
+    // Its sleeps whose wakeup the kernel hid are recovered under their own cause: counted, but
+    // with no end the chains could see.
+    let (recovered, counted) = (
+        of_kind("recovered"),
+        of_kind("sleep") + of_kind("recovered"),
+    );
     // Every sleep of the syncer's in its fsyncs lies within a wait of the reader's (each fsync
-    // starts once the reader sleeps; the syncer lives on, so its sleeps are its own in the
-    // snapshot): the chains put its counted sleeps behind the reader, short only by those
-    // outside the reader's waits (its first moments after fork; now and then a read of the
-    // reader's /proc stat as it waits for it to sleep), at most 2.1% of them in 20 runs here.
+    // starts once the reader has switched out in its read; the syncer lives on, so its sleeps
+    // are its own in the snapshot): the chains put all its counted sleeps behind the reader
+    // but those the workload saw outside its fsyncs, those of rounds in which it slept more
+    // often than the kernel keeps a waker's sleeps (the earlier ones count as running), those
+    // the kernel hid, and those within the reader's waits whose wakings it hid. In 20 runs
+    // here all of those were 0 and the two equal.
+    let allowed = run.fact("outside_slept_ns") + run.fact("crowded_slept_ns") + recovered + unseen;
     assert!(
-        slept <= counted && slept * 10 >= counted * 9,
-        "{slept} ns behind the syncer, which latprof counted {counted} ns of sleeps: {cause:#}"
+        slept <= counted && counted - slept <= allowed,
+        "{slept} ns behind the syncer, which latprof counted {counted} ns of sleeps ({allowed} \
+         ns of them allowed elsewhere: {:?}): {cause:#}",
+        run.facts
     );
     eprintln!(
-        "the syncer slept {:.4} of the pipe wait ({:.4} under fsync), by its schedstat {:.4}",
+        "the syncer slept {:.4} of the pipe wait ({:.4} under fsync), by its schedstat {:.4} ({} ns stolen)",
         ratio(slept, total),
         ratio(fsync, total),
-        ratio(own, total)
+        ratio(own, total),
+        run.stolen_ns
     );
-    // The syncer's schedstat says it slept 0.04 to 0.08 of the reader's waits less than
-    // latprof counts it asleep (its sleeps from its switch-out to its wakeup), in 14 runs
-    // here (one run of the whole binary failed at twice the tolerance): a difference between
-    // the two accounts of one task's time, not of the chains (exact against latprof's count
-    // above), not explained yet; this comparison allows three times the tolerance of the
-    // others.
+    // Its own account (its CPU time clock, its waits for a CPU: schedstat) says it slept 0.01
+    // to 0.025 of the reader's waits more than latprof counts it asleep, in 22 runs here, and
+    // 0.050 once, just after a build: its clock of its time on a CPU stops as the scheduler
+    // takes it off its run queue, latprof's sleep starts at the switch, after the scheduler
+    // has picked the next task (which, on a CPU going idle, includes balancing the CPUs'
+    // loads): a microsecond or two per sleep, more on a busy machine, always that way round.
+    // What the hypervisor stole from it on a CPU counts as asleep in its account too (this
+    // machine's steal is about 2% of its CPUs' time). Allowed: latprof at most the tolerance
+    // over its account, at most twice the tolerance and the steal under it.
     let (got, want) = (ratio(slept, total), ratio(own, total));
+    let stolen = ratio(run.stolen_ns, total);
     assert!(
-        (got - want).abs() <= 3.0 * SHARE_TOLERANCE,
-        "the syncer's sleeps: latprof {got:.4}, its schedstat {want:.4}: {cause:#}"
+        got <= want + SHARE_TOLERANCE && want <= got + 2.0 * SHARE_TOLERANCE + stolen,
+        "the syncer's sleeps: latprof {got:.4}, its schedstat {want:.4} ({stolen:.4} stolen): \
+         {cause:#}"
     );
     // Most of its sleeps are the fsync's: now and then one of its writes sleeps too (a page
     // of the file's, a journal buffer), under another backtrace.

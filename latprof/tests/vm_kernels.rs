@@ -434,9 +434,10 @@ fn check_chains(out: &str) -> f64 {
         }
     }
     // The syncer's sleeps as latprof counts them (it lives until the reader is done): each
-    // in its fsyncs lies in one of the reader's waits (each fsync starts once the reader
-    // sleeps), short only by those outside them, as tests/chains.rs says of this host; most
-    // are the fsync's.
+    // in its fsyncs lies in one of the reader's waits (each fsync starts once the reader has
+    // switched out), all behind it but those the workload saw outside its fsyncs or in rounds
+    // with more sleeps than the kernel keeps a waker's, as tests/chains.rs says; most are the
+    // fsync's.
     let counted: u64 = doc["processes"]
         .as_array()
         .expect("processes")
@@ -446,9 +447,11 @@ fn check_chains(out: &str) -> f64 {
         .filter(|c| c["kind"] == "sleep")
         .map(|c| c["total_ns"].as_u64().expect("total"))
         .sum();
+    let allowed = fact(&own, "outside_slept_ns") + fact(&own, "crowded_slept_ns");
     assert!(
-        slept <= counted && slept * 10 >= counted * 9,
-        "{slept} ns behind the syncer, which latprof counted {counted} ns of sleeps: {cause:#}"
+        slept <= counted && counted - slept <= allowed,
+        "{slept} ns behind the syncer, which latprof counted {counted} ns of sleeps ({allowed} \
+         ns of them allowed elsewhere: {own}): {cause:#}"
     );
     assert!(
         fsync * 2 >= slept,

@@ -12,6 +12,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use latprof_common::RECENT_SLEEPS;
 
 use super::{nanosleep, pipe, reap, set_name, spawn_child, voluntary_switches};
 
@@ -62,15 +63,30 @@ struct Shared {
     ran_ns: [AtomicU64; 3],
     queued_ns: [AtomicU64; 3],
     sleeps: [AtomicU64; 3],
+    /// `chain2`: the reader's voluntary switches before its read of the round it began.
+    reader_switches: AtomicU64,
+    /// `chain2`: the syncer's sleeps outside its measured spans, and their time (its
+    /// schedstat).
+    outside: [AtomicU64; 2],
+    /// `chain2`: the rounds in which the syncer slept more often than the kernel keeps a
+    /// waker's recent sleeps (`RECENT_SLEEPS`: the earlier ones count as it running), and
+    /// their sleeps' time (its schedstat).
+    crowded: [AtomicU64; 2],
 }
 
-/// This thread's time on a CPU and waiting for one so far, in ns (its schedstat).
+/// This thread's time on a CPU and waiting for one so far, in ns. Its time on a CPU is its
+/// CPU-time clock, which counts up to now: schedstat's first field leaves out the time since
+/// the scheduler last updated it (a tick or a switch), so that a running thread reading it
+/// looked asleep for up to a tick. Its wait for a CPU (schedstat's second field) is whole
+/// while it runs: the scheduler adds each wait as the thread gets its CPU.
 fn schedstat() -> (u64, u64) {
     let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-    let mut n = text
+    let queued = text
         .split_whitespace()
-        .map(|w| w.parse::<u64>().unwrap_or(0));
-    (n.next().unwrap_or(0), n.next().unwrap_or(0))
+        .nth(1)
+        .and_then(|w| w.parse::<u64>().ok())
+        .unwrap_or(0);
+    (clock_ns(libc::CLOCK_THREAD_CPUTIME_ID), queued)
 }
 
 /// The shared mapping, unmapped on drop (in each process that has it).
@@ -109,14 +125,63 @@ impl Drop for Mapping {
     }
 }
 
+/// A thread's clocks at a moment, or their growth over a span: CLOCK_MONOTONIC, its time on
+/// a CPU and waiting for one (its schedstat), its voluntary switches (each a sleep).
+#[derive(Default)]
+struct Clocks {
+    at: u64,
+    ran: u64,
+    queued: u64,
+    sleeps: u64,
+}
+
+impl Clocks {
+    fn now() -> Self {
+        let (ran, queued) = schedstat();
+        Self {
+            at: now_ns(),
+            ran,
+            queued,
+            sleeps: u64::try_from(voluntary_switches()).unwrap_or(0),
+        }
+    }
+
+    /// The growth since `earlier`.
+    fn since(&self, earlier: &Self) -> Self {
+        Self {
+            at: self.at.saturating_sub(earlier.at),
+            ran: self.ran.saturating_sub(earlier.ran),
+            queued: self.queued.saturating_sub(earlier.queued),
+            sleeps: self.sleeps.saturating_sub(earlier.sleeps),
+        }
+    }
+
+    fn add(&mut self, span: &Self) {
+        self.at += span.at;
+        self.ran += span.ran;
+        self.queued += span.queued;
+        self.sleeps += span.sleeps;
+    }
+
+    /// A span's time off a CPU and not waiting for one: asleep.
+    fn slept(&self) -> u64 {
+        self.at.saturating_sub(self.ran + self.queued)
+    }
+}
+
 /// CLOCK_MONOTONIC now, in ns: the clock of `bpf_ktime_get_ns`.
 fn now_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Clock `clock` now, in ns.
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: fills a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    unsafe { libc::clock_gettime(clock, &raw mut ts) };
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
@@ -136,6 +201,20 @@ fn overlap(spans: &[(u64, u64)]) -> u64 {
         return 0;
     }
     end.saturating_sub(start)
+}
+
+/// Process `pid`'s main thread's voluntary switches (its status): the kernel counts one as
+/// the thread switches out to sleep, just before the switch.
+fn switches_of(pid: libc::pid_t) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            let line = s
+                .lines()
+                .find(|l| l.starts_with("voluntary_ctxt_switches:"))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
 }
 
 /// Whether process `pid`'s main thread sleeps (state S in its stat).
@@ -158,8 +237,10 @@ fn check_rounds(count: u32) -> Result<usize> {
 /// that slept (`waited`), their time by the reader's clock (`wait_ns`), the fsyncs' time
 /// (`fsync_ns`), how much of the reads' time the fsyncs overlapped (`overlap_ns`), how much
 /// of the fsyncs' time the syncer slept (`fsync_slept_ns`: by its schedstat, less its time on
-/// a CPU and waiting for one, `fsync_ran_ns` the first), its sleeps in them (`fsync_sleeps`)
-/// and the child's pid (`syncer`). Each fsync starts once the reader sleeps in its read. The
+/// a CPU and waiting for one, `fsync_ran_ns` the first), its sleeps in them (`fsync_sleeps`),
+/// its sleeps outside them and their time (`outside_sleeps`, `outside_slept_ns`), the rounds
+/// in which it slept more than `RECENT_SLEEPS` times and their sleeps' time (`crowded_rounds`,
+/// `crowded_slept_ns`) and the child's pid (`syncer`). Each fsync starts once the reader sleeps in its read. The
 /// syncer lives until this process is done (with `--hold`, until its stdin closes).
 pub(super) fn two_levels(count: u32, dir: &Path, finish: impl FnOnce(&str)) -> Result<()> {
     let rounds = check_rounds(count)?;
@@ -182,13 +263,21 @@ pub(super) fn two_levels(count: u32, dir: &Path, finish: impl FnOnce(&str)) -> R
         let block = [0x5a_u8; 4096];
         // SAFETY: no arguments.
         let reader = unsafe { libc::getppid() };
+        // Its whole life up to its last write, and the part of it in its spans: their
+        // difference is its sleeps outside the spans (which may lie outside the reader's waits).
+        let life = Clocks::now();
+        let mut spans = Clocks::default();
         for r in 0..rounds {
-            // Not before the reader sleeps in its read: its wait holds the whole fsync.
+            // Not before the reader has switched out to sleep in its read (its state says S
+            // already before the switch, and a busy CPU may delay that): its wait then holds
+            // the whole fsync.
             let round = u32::try_from(r + 1).unwrap_or(u32::MAX);
-            spin_until(|| shared.round.load(Ordering::Acquire) >= round && asleep(reader));
-            let (ran, queued) = schedstat();
-            let switches = voluntary_switches();
-            let t0 = now_ns();
+            spin_until(|| {
+                shared.round.load(Ordering::Acquire) >= round
+                    && switches_of(reader) > shared.reader_switches.load(Ordering::Relaxed)
+                    && asleep(reader)
+            });
+            let before = Clocks::now();
             if file
                 .write_all(&block)
                 .and_then(|()| file.sync_all())
@@ -196,17 +285,24 @@ pub(super) fn two_levels(count: u32, dir: &Path, finish: impl FnOnce(&str)) -> R
             {
                 return;
             }
-            let t1 = now_ns();
-            let slept = voluntary_switches() - switches;
-            let (ran_after, queued_after) = schedstat();
-            shared.ran_ns[1].fetch_add(ran_after - ran, Ordering::Relaxed);
-            shared.queued_ns[1].fetch_add(queued_after - queued, Ordering::Relaxed);
-            shared.sleeps[1].fetch_add(u64::try_from(slept).unwrap_or(0), Ordering::Relaxed);
-            shared.spans[1][r].set(t0, t1);
+            let span = Clocks::now().since(&before);
+            shared.ran_ns[1].fetch_add(span.ran, Ordering::Relaxed);
+            shared.queued_ns[1].fetch_add(span.queued, Ordering::Relaxed);
+            shared.sleeps[1].fetch_add(span.sleeps, Ordering::Relaxed);
+            if span.sleeps > RECENT_SLEEPS as u64 {
+                shared.crowded[0].fetch_add(1, Ordering::Relaxed);
+                shared.crowded[1].fetch_add(span.slept(), Ordering::Relaxed);
+            }
+            spans.add(&span);
+            shared.spans[1][r].set(before.at, before.at + span.at);
             if data_w.write_all(&[1]).is_err() {
                 return;
             }
         }
+        let life = Clocks::now().since(&life);
+        shared.outside[0].store(life.sleeps.saturating_sub(spans.sleeps), Ordering::Relaxed);
+        let outside = life.slept().saturating_sub(spans.slept());
+        shared.outside[1].store(outside, Ordering::Relaxed);
         let _ = hold_r.read(&mut [0u8; 1]);
     })?;
     drop(data_w);
@@ -217,6 +313,9 @@ pub(super) fn two_levels(count: u32, dir: &Path, finish: impl FnOnce(&str)) -> R
     let mut result = Ok(());
     for r in 0..rounds {
         let switches = voluntary_switches();
+        shared
+            .reader_switches
+            .store(u64::try_from(switches).unwrap_or(0), Ordering::Relaxed);
         let t0 = now_ns();
         shared
             .round
@@ -253,11 +352,15 @@ pub(super) fn two_levels(count: u32, dir: &Path, finish: impl FnOnce(&str)) -> R
     let ran =
         shared.ran_ns[1].load(Ordering::Relaxed) + shared.queued_ns[1].load(Ordering::Relaxed);
     finish(&format!(
-        " waited={} wait_ns={wait} fsync_ns={fsync} overlap_ns={both} syncer={syncer} fsync_slept_ns={} fsync_ran_ns={} fsync_sleeps={}",
+        " waited={} wait_ns={wait} fsync_ns={fsync} overlap_ns={both} syncer={syncer} fsync_slept_ns={} fsync_ran_ns={} fsync_sleeps={} outside_sleeps={} outside_slept_ns={} crowded_rounds={} crowded_slept_ns={}",
         shared.slept[0].load(Ordering::Relaxed),
         fsync.saturating_sub(ran),
         shared.ran_ns[1].load(Ordering::Relaxed),
         shared.sleeps[1].load(Ordering::Relaxed),
+        shared.outside[0].load(Ordering::Relaxed),
+        shared.outside[1].load(Ordering::Relaxed),
+        shared.crowded[0].load(Ordering::Relaxed),
+        shared.crowded[1].load(Ordering::Relaxed),
     ));
     release(hold_w);
     Ok(())
