@@ -13,6 +13,7 @@ mod events;
 mod records;
 mod settings;
 mod stacks;
+mod unwind;
 mod wakers;
 
 pub use chains::*;
@@ -20,6 +21,7 @@ pub use counters::*;
 pub use events::*;
 pub use records::*;
 pub use stacks::*;
+pub use unwind::*;
 pub use wakers::*;
 
 #[cfg(feature = "user")]
@@ -37,6 +39,7 @@ mod pod {
     unsafe impl aya::Pod for super::ChainValue {}
     unsafe impl aya::Pod for super::UserStack {}
     unsafe impl aya::Pod for super::CauseParts {}
+    unsafe impl aya::Pod for super::ProcUnwind {}
 }
 
 #[cfg(test)]

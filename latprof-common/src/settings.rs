@@ -61,6 +61,9 @@ macro_rules! settings {
             TASK_EXEC_ID_OFF: u32 = 0,
             /// 1: the sleeper's user backtrace is walked at switch-out (`--user-stacks`).
             USER_STACKS_ON: u32 = 0,
+            /// 1: user frames without frame pointers are stepped through by the unwind tables
+            /// (`--user-stacks` where the kernel has `bpf_loop`, Linux 5.17).
+            UNWIND_ON: u32 = 0,
             /// Frames walked per user backtrace (at most `USER_FRAMES`).
             USER_WALK_FRAMES: u32 = $crate::USER_FRAMES as u32,
             /// Offset of `sp` in `struct pt_regs`, from vmlinux BTF.

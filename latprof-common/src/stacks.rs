@@ -73,14 +73,19 @@ pub struct UserStack {
     pub tgid: u32,
     /// Frames in `frames` (the rest is stale).
     pub nr: u32,
-    /// The user stack pointer at the syscall (0: not read), the address of `window[0]`.
+    /// The stack pointer of frame `stepped - 1` (the user stack pointer at the syscall where
+    /// `stepped` is 1; 0: not read), the address of `window[0]`.
     pub sp: u64,
     /// The address space's layout (`layout_key`) the frames are addresses in.
     pub layout: u64,
+    /// The frames the unwind tables stepped through, the first included (1: none): user space
+    /// unwinds frameless callers from the last of them, over the window.
+    pub stepped: u32,
+    pub reserved: u32,
     pub frames: [u64; USER_FRAMES],
     pub window: [u64; USER_WINDOW],
 }
-const _: () = assert!(size_of::<UserStack>() == 24 + 8 * (USER_FRAMES + USER_WINDOW));
+const _: () = assert!(size_of::<UserStack>() == 32 + 8 * (USER_FRAMES + USER_WINDOW));
 
 /// The kernel and user backtraces of a combined cause id (`combine`).
 #[repr(C)]

@@ -64,6 +64,7 @@
 //!   branches a run does not use.
 //! * [`maps`]: every map, and the counters' helpers.
 //! * [`shared`]: `--debug-checks`' count of writes to data every CPU shares.
+//! * [`unwind`]: user frames without frame pointers stepped through by unwind tables.
 //! * [`debug`]: `--debug-checks`, counted and logged anomalies, absent from the programs
 //!   without the flag.
 //! * [`stacks`] (walk and store kernel backtraces), [`stack_cache`] (backtraces without a
@@ -119,6 +120,7 @@ mod stack_cache;
 mod stacks;
 mod switch;
 mod ticks;
+mod unwind;
 mod ustacks;
 mod wakers;
 mod wakeup;

@@ -7,13 +7,13 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_NO_WAKEUP},
     helpers::bpf_get_smp_processor_id,
     macros::map,
-    maps::{Array, CgroupArray, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, CgroupArray, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use latprof_common::{
     CACHE_FRAMES, COUNTER_COUNT, CachedStack, CauseParts, CgroupCause, ChainKey, ChainValue,
-    Counter, CpuSwitch, GlobalRecord, HIDDEN_SLEEP_SHORT, HiddenEvent, Histogram, RawStack,
-    SKIP_COUNTERS, STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState, TickCounter, UserStack,
-    WakerKey, WakerValue,
+    Counter, CpuSwitch, GlobalRecord, HIDDEN_SLEEP_SHORT, HiddenEvent, Histogram, ProcUnwind,
+    RawStack, SKIP_COUNTERS, STACK_REGION, StackCache, TICK_COUNTER_COUNT, TaskState, TickCounter,
+    UNWIND_PROCESSES, UNWIND_TABLE_ROWS, UserStack, WakerKey, WakerValue,
 };
 
 /// Words of `STACK_COPY`: the part of a sleeping task's stack the stack cache reads.
@@ -55,6 +55,13 @@ pub(crate) static USER_BUF: PerCpuArray<UserStack> = PerCpuArray::with_max_entri
 /// The kernel and user parts of each combined cause id (1 entry when off).
 #[map]
 pub(crate) static CAUSE_PARTS: HashMap<u64, CauseParts> = HashMap::with_max_entries(16384, 0);
+/// Unwind tables' rows of all files (`--user-stacks`; 1 entry when off): `unwind`.
+#[map]
+pub(crate) static UNWIND_ROWS: Array<u64> = Array::with_max_entries(UNWIND_TABLE_ROWS, 0);
+/// Where each process (by layout) maps files with unwind tables (1 entry when off).
+#[map]
+pub(crate) static UNWIND_PROCS: LruHashMap<u64, ProcUnwind> =
+    LruHashMap::with_max_entries(UNWIND_PROCESSES, 0);
 /// First sightings of user backtraces (`UserSeen`), for user space to read the process's
 /// memory map while it lives.
 #[map]

@@ -9,7 +9,10 @@
 //! with the stack words at the user stack pointer, and announced on `USER_SEEN` so user space
 //! reads the process's memory map while it lives.
 
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_probe_read_user_buf};
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_probe_read_user, bpf_probe_read_user_buf},
+};
 use latprof_common::{
     CauseParts, Counter, NO_USER, TaskState, USER_FRAMES, USER_WINDOW, UserSeen, combine,
     layout_key, user_stack_hash,
@@ -22,7 +25,7 @@ use crate::{
         PT_REGS_IP_OFF, PT_REGS_SP_OFF, TASK_EXEC_ID_OFF, TASK_MM_OFF, TASK_STACK_OFF,
         USER_WALK_FRAMES, read_field,
     },
-    shared,
+    shared, unwind,
 };
 
 /// The layout of the address space `mm` (`layout_key`); 0 where it is unreadable, or not
@@ -96,7 +99,16 @@ pub(crate) fn take(tid: u32, tgid: u32, task: *const u8, entry: &mut TaskState) 
         return NO_USER;
     }
     buf.frames[0] = ip;
-    let len = walk(&mut buf.frames, bp, sp) * 8;
+    // Frames without frame pointers by the unwind tables first, then by frame pointers.
+    let mut regs = unwind::Regs { ip, sp, bp, layout };
+    buf.nr = 1;
+    unwind::steps(&mut regs);
+    // Read back from map memory, of which the verifier knows no value: the walk is verified
+    // once, not once for each number of frames the tables may have stepped.
+    // SAFETY: reads this CPU's buffer.
+    let stepped = unsafe { core::ptr::read_volatile(&raw const buf.nr) } as usize;
+    buf.stepped = stepped as u32;
+    let len = walk(&mut buf.frames, stepped, regs.bp, regs.sp) * 8;
     let nr = (len / 8).min(USER_FRAMES);
     if layout == 0 {
         count(Counter::UserStackEmpty);
@@ -110,7 +122,10 @@ pub(crate) fn take(tid: u32, tgid: u32, task: *const u8, entry: &mut TaskState) 
     buf.tgid = tgid;
     buf.layout = layout;
     buf.nr = nr as u32;
-    buf.sp = sp;
+    // The window is the stack words of the last frame the tables stepped to (of the first
+    // where they did not), from which user space unwinds frameless callers the tables do not
+    // cover.
+    buf.sp = regs.sp;
     let window: &mut [u8; USER_WINDOW * 8] =
         // SAFETY: the window's words as bytes, the same size.
         unsafe { &mut *buf.window.as_mut_ptr().cast() };
@@ -144,39 +159,41 @@ pub(crate) fn take(tid: u32, tgid: u32, task: *const u8, entry: &mut TaskState) 
 /// The end of user addresses on x86-64 (4-level paging; 5-level's are above, and rare).
 const USER_TOP: u64 = 1 << 47;
 
-/// Follows the frame pointers from `fp` (the user `rbp` at the syscall), the user stack
-/// pointer being `sp`: each frame holds the caller's frame pointer and a return address.
-/// Stores the return addresses after `frames[0]`; returns the frames stored, `frames[0]`
-/// included. It stops at a null or misaligned frame pointer, one below the stack pointer or not
+/// Follows the frame pointers from `fp` (the user `rbp` at the syscall, or where the unwind
+/// tables left it), the user stack pointer being `sp`: each frame holds the caller's frame
+/// pointer and a return address. Stores the return addresses from `frames[from]` on; returns
+/// the frames stored, those before `from` included. It stops at a null or misaligned frame pointer, one below the stack pointer or not
 /// above the last (the chain runs outward, to higher addresses), and at a read that fails: a
 /// program without frame pointers ends it at once most of the time, and a whole chain ends on
 /// its null frame pointer without a read (the kernel's own walk faults on it).
-// An index the verifier sees bounded by the loop (an iterator over the array hides it).
-#[allow(clippy::needless_range_loop)]
 #[inline(always)]
-fn walk(frames: &mut [u64; USER_FRAMES], mut fp: u64, sp: u64) -> usize {
+fn walk(frames: &mut [u64; USER_FRAMES], from: usize, mut fp: u64, sp: u64) -> usize {
     let max = (USER_WALK_FRAMES.load() as usize).min(USER_FRAMES);
-    let mut nr = 1;
-    for i in 1..USER_FRAMES {
-        if i >= max || fp == 0 || fp & 7 != 0 || fp < sp || fp >= USER_TOP {
+    let mut nr = from;
+    for _ in 1..USER_FRAMES {
+        // The next frame's index, of no value the verifier knows (`from` came through map
+        // memory): one walk verified, not one per index.
+        let i = nr;
+        if i >= max || i >= USER_FRAMES || fp == 0 || fp & 7 != 0 || fp < sp || fp >= USER_TOP {
             break;
         }
-        let mut pair = [0u8; 16];
-        // SAFETY: a probe read of user memory fails safely (no fault taken).
-        if unsafe { bpf_probe_read_user_buf(fp as *const u8, &mut pair) }.is_err() {
+        // SAFETY: a probe read of user memory fails safely (no fault taken). Read into a
+        // value of its own: no buffer zeroed first (a byte loop the verifier walks per frame).
+        let Ok([next, ret]) = (unsafe { bpf_probe_read_user(fp as *const [u64; 2]) }) else {
             break;
-        }
-        let next = u64::from_le_bytes([
-            pair[0], pair[1], pair[2], pair[3], pair[4], pair[5], pair[6], pair[7],
-        ]);
-        let ret = u64::from_le_bytes([
-            pair[8], pair[9], pair[10], pair[11], pair[12], pair[13], pair[14], pair[15],
-        ]);
+        };
         if ret == 0 {
             break;
         }
-        frames[i] = ret;
-        nr = i + 1;
+        // The index read back, checked where it is used: no pointer the compiler steps along
+        // beside it, of which the verifier knows no bound.
+        // SAFETY: reads a local.
+        let at = unsafe { core::ptr::read_volatile(&raw const i) };
+        if at >= USER_FRAMES {
+            break;
+        }
+        frames[at] = ret;
+        nr = at + 1;
         if next <= fp {
             break;
         }

@@ -177,6 +177,10 @@ pub struct Cli {
     /// passes no prev_state (before 5.18), even where it does (for tests).
     #[arg(long, global = true, hide = true)]
     pub debug_state_from_task: bool,
+    /// Walk user backtraces by frame pointers only, as on kernels without bpf_loop, where
+    /// unwind tables would step through frames without them (for tests and the benchmark).
+    #[arg(long, global = true, hide = true)]
+    pub debug_no_unwind_tables: bool,
     /// Leave out sleeps shorter than DURATION instead of 1us (latencytop's rule): makes the
     /// rare sleeps under the floor common, for the tests of how they are told by process.
     #[arg(long, global = true, hide = true, value_parser = time::parse_duration, value_name = "DURATION")]
@@ -564,6 +568,7 @@ impl Cli {
                 hide_unlogged: self.debug_hide_unlogged,
                 drop_sleeps: self.debug_drop_sleeps,
                 state_from_task: self.debug_state_from_task,
+                no_unwind_tables: self.debug_no_unwind_tables,
                 min_sleep: self.debug_min_sleep,
                 floor: self.debug_floor,
                 skip: self.debug_skip.unwrap_or_default(),

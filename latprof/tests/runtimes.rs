@@ -211,3 +211,186 @@ fn under_stats(jit: &std::path::Path, count: u64, format: &str) -> (Vec<u8>, Str
     common::reported_missing(&err);
     (out.stdout, err, pid)
 }
+
+/// Runs `runtime` (a fixture that sleeps once a line comes on stdin, says `done slept=N`,
+/// then lives until its stdin closes) under `latprof --user-stacks --all-sleeps ARGS stats
+/// --format json --pid PID`; `before_naming` runs with its pid once it said it is done, before
+/// latprof names the frames (while it lives). Returns the JSON, latprof's stderr, the pid and
+/// the sleeps the fixture counted.
+fn while_it_lives(
+    runtime: &mut Command,
+    args: &[&str],
+    before_naming: impl FnOnce(u32),
+) -> (Value, String, u32, u64) {
+    let mut work = runtime
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the runtime");
+    let pid = work.id();
+    let mut cmd = Command::new(LATPROF);
+    // Every frame (the runtime's waits for its own sake can be deep): the fixture's
+    // functions are found in each of its sleeps that has them.
+    cmd.args(["--user-stacks", "--all-sleeps", "--stack-depth", "127"])
+        .args(args)
+        .args(["stats", "--format", "json", "--pid", &pid.to_string()])
+        .stdout(Stdio::piped());
+    let (latprof, stderr) = common::start(&mut cmd, "attached");
+    let mut stdin = work.stdin.take().expect("the runtime's stdin");
+    stdin.write_all(b"go\n").expect("start the runtime");
+    let mut line = String::new();
+    BufReader::new(work.stdout.as_mut().expect("the runtime's stdout"))
+        .read_line(&mut line)
+        .expect("read the runtime");
+    let slept = line
+        .trim()
+        .strip_prefix("done slept=")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the runtime said {line:?}"));
+    before_naming(pid);
+    let (out, err) = common::interrupt(latprof, stderr);
+    drop(stdin);
+    assert!(work.wait().expect("wait for the runtime").success());
+    common::reported_missing(&err);
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("stats' JSON");
+    (doc, err, pid, slept)
+}
+
+/// The sleeps of `doc` (one process's) under user frames that `name` calls `waitHere`,
+/// `middle` and `outer`, one after the other, innermost first: those with `runtime` (the
+/// runtime's frame that enters the wait) below them, and the others (a wait for the runtime's
+/// own sake: a safepoint, a collection, a compilation, in the fixture's own count of its
+/// switches around the wait).
+fn sleeps_in_three(doc: &Value, name: impl Fn(&str) -> Option<&str>, runtime: &str) -> (u64, u64) {
+    let (mut waits, mut others) = (0, 0);
+    for c in doc["causes"].as_array().expect("causes") {
+        let frames: Vec<&str> = c["user_frames"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let Some(at) = frames.iter().position(|f| name(f) == Some("waitHere")) else {
+            continue;
+        };
+        let names: Vec<Option<&str>> = frames[at..].iter().take(3).map(|f| name(f)).collect();
+        assert_eq!(
+            names,
+            [Some("waitHere"), Some("middle"), Some("outer")],
+            "{frames:#?}"
+        );
+        let count = c["count"].as_u64().expect("count");
+        if frames[..at].iter().any(|f| f.contains(runtime)) {
+            waits += count;
+        } else {
+            others += count;
+        }
+    }
+    (waits, others)
+}
+
+/// Checks `doc`'s sleeps under the fixture's three functions against its own count (`slept`,
+/// its switches around each of its `calls` waits): each wait slept at least once, under the
+/// runtime's wait; the fixture's count holds those, and may hold the runtime's own waits
+/// between its two reads of its count (under the three functions too), no more.
+fn check_three(doc: &Value, err: &str, pid: u32, calls: u64, slept: u64, counted: (u64, u64)) {
+    let (waits, others) = counted;
+    let missing = common::own_missing(doc, pid) + common::recovered_blind(doc);
+    assert!(
+        waits + missing >= calls,
+        "{waits} sleeps in the runtime's wait for {calls} waits ({missing} missing): {doc:#}\n{err}"
+    );
+    assert!(
+        waits <= slept && slept <= waits + others + missing,
+        "the fixture slept {slept} times in its waits; latprof counted {waits} in the runtime's \
+         wait and {others} others under its functions ({missing} missing): {doc:#}\n{err}"
+    );
+}
+
+/// Node's name of a JavaScript function in its perf map: `JS:~waitHere /path:15:18`
+/// (interpreted), `JS:^...` (baseline code), `JS:*...` (optimized): `waitHere`.
+fn javascript(frame: &str) -> Option<&str> {
+    let name = frame.strip_prefix("JS:")?;
+    let name = name.trim_start_matches(['~', '^', '*', '+']);
+    name.split(' ').next()
+}
+
+/// Node with `--perf-basic-prof --interpreted-frames-native-stack`: an `Atomics.wait` inside
+/// `outer() -> middle() -> waitHere()` is counted exactly under those three JavaScript
+/// functions, in order, above V8's wait (glibc's condition wait, which keeps no frame pointer,
+/// stepped through by the unwind tables). Named while it lives: V8 buffers its perf map.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn node_names_the_javascript_functions_that_wait() {
+    let _guard = common::serial("the runtime tests");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/runtimes/sleep_in_three.js"
+    );
+    let (doc, err, pid, slept) = while_it_lives(
+        Command::new("node").args([
+            "--perf-basic-prof",
+            "--interpreted-frames-native-stack",
+            script,
+            "30",
+        ]),
+        &[],
+        |_| {},
+    );
+    let counted = sleeps_in_three(&doc, javascript, "Builtin_AtomicsWait");
+    check_three(&doc, &err, pid, 30, slept, counted);
+}
+
+/// A Java method's name in the JIT's perf map: `void SleepInThree.waitHere(long)`:
+/// `waitHere`.
+fn java(frame: &str) -> Option<&str> {
+    let name = frame.split('(').next()?;
+    name.strip_prefix("void SleepInThree.")
+}
+
+/// OpenJDK 17 with `-XX:+PreserveFramePointer`, the fixture's methods compiled once (`-Xbatch
+/// -XX:TieredStopAtLevel=1`, no inlining, nothing else compiled) and named from the perf map `jcmd PID
+/// Compiler.perfmap` writes: a `Thread.sleep` inside
+/// `outer() -> middle() -> waitHere()` is counted exactly under those three methods, in order,
+/// above the JVM's `JVM_Sleep`, in lazy and normal mode.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn java_names_the_methods_that_sleep() {
+    let _guard = common::serial("the runtime tests");
+    let dir = common::TempDir::new("java");
+    let status = Command::new("javac")
+        .arg("-d")
+        .arg(&dir.0)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/runtimes/SleepInThree.java"
+        ))
+        .status()
+        .expect("javac (cargo xtask test installs openjdk-17-jdk-headless)");
+    assert!(status.success(), "javac SleepInThree.java");
+    for mode in ["lazy", "normal"] {
+        let (doc, err, pid, slept) = while_it_lives(
+            Command::new("java")
+                .args(["-XX:+PreserveFramePointer", "-XX:-Inline"])
+                // The fixture's methods compiled, once each (C1 only), as soon as they are due
+                // (its warm-up calls), the thread waiting for it: a method compiled again
+                // leaves the perf map, and the frames of its older code unnamed. Nothing else
+                // compiled: no waits for the compiler elsewhere.
+                .args(["-Xbatch", "-XX:TieredStopAtLevel=1"])
+                .arg("-XX:CompileCommand=quiet")
+                .arg("-XX:CompileCommand=compileonly,SleepInThree::*")
+                .arg("-cp")
+                .arg(&dir.0)
+                .args(["SleepInThree", "30"]),
+            &["--mode", mode],
+            |pid| {
+                let status = Command::new("jcmd")
+                    .args([&pid.to_string(), "Compiler.perfmap"])
+                    .stdout(Stdio::null())
+                    .status()
+                    .expect("jcmd");
+                assert!(status.success(), "jcmd {pid} Compiler.perfmap");
+            },
+        );
+        let counted = sleeps_in_three(&doc, java, "JVM_Sleep");
+        check_three(&doc, &format!("{mode}\n{err}"), pid, 30, slept, counted);
+    }
+}

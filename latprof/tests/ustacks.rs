@@ -310,18 +310,23 @@ fn server_after_two_execs_is_named() {
     }
 }
 
-/// Without frame pointers (and a frame larger than the stack words latprof keeps): the
-/// frames found are shown, then `[truncated]`, counted; nothing outside the server's own
-/// chain is invented.
+/// A server built without frame pointers (optimized, `-fomit-frame-pointer`). Walked by frame
+/// pointers only (`--debug-no-unwind-tables`: as on a kernel without `bpf_loop`), the frames
+/// found over the stack words kept are shown, then `[truncated]`, counted; nothing outside the
+/// server's own chain. With the unwind tables (its optimized functions save the frame pointer
+/// register and use it for something else, so it gets a table, as libc does) the chain is
+/// whole, every sleep counted under it.
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
-fn no_frame_pointers_shows_a_truncated_stack() {
+fn no_frame_pointers_truncated_by_frame_pointers_whole_by_tables() {
     root();
     let _serial = serial();
     let dir = TempDir::new("ustacks-nofp");
     let server = build_server(&dir.0, "server-nofp", false);
-    let (json, rest, missing, served) =
-        stats_on(Command::new(&server).args(["300", "2000", "wait"]), &[]);
+    let (json, rest, missing, served) = stats_on(
+        Command::new(&server).args(["300", "2000", "wait"]),
+        &["--debug-no-unwind-tables"],
+    );
     let cut = causes_where(&json, "pipe_read", |frames| {
         frames.last().is_some_and(|f| f == "[truncated]")
             && frames.iter().any(|f| f.contains("wait_for_request"))
@@ -350,6 +355,21 @@ fn no_frame_pointers_shows_a_truncated_stack() {
         "truncated backtraces not counted: {}",
         json["counters"]
     );
+    let (json, rest, missing, served) =
+        stats_on(Command::new(&server).args(["300", "2000", "wait"]), &[]);
+    let whole = causes_where(&json, "pipe_read", |frames| {
+        let names: Vec<&str> = frames.iter().map(|f| function(f)).collect();
+        names.len() == 5
+            && names[0].contains("read")
+            && names[1..4] == ["wait_for_request", "serve_requests", "main"]
+            && names[4].starts_with("__libc_start")
+    });
+    if let Err(why) = common::exact_count(count(&whole), served.waited, missing) {
+        panic!(
+            "the server's sleeps under its whole chain by the unwind tables: {why}: {:#}\n{rest}",
+            json["causes"]
+        );
+    }
 }
 
 /// Without `--user-stacks` nothing of it shows: no user frames, no walks.

@@ -47,7 +47,7 @@ const EBPF: &[&[&str]] = &[
     &["floor"],
     &["settings"],
     &["maps"],
-    &["shared"],
+    &["shared", "unwind"],
     &[
         "debug", "stacks", "ustacks", "spikes", "ticks", "rename", "chains",
     ],

@@ -47,6 +47,10 @@ const DEBIAN_PACKAGES: [&str; 14] = [
     "debootstrap",
 ];
 
+/// The runtimes the user stack tests run (tests/runtimes.rs): Node (Debian's, or a newer one
+/// already installed under the same package name) and OpenJDK 17 with javac and jcmd.
+const RUNTIME_PACKAGES: [&str; 2] = ["nodejs", "openjdk-17-jdk-headless"];
+
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
@@ -153,6 +157,7 @@ fn missing_steps(for_tests: bool) -> Vec<(String, Command)> {
         // What the test command's dist, deb and image steps need: installed here, after
         // `apt-get update`, on a fresh machine.
         wanted.extend(["musl-tools", "lintian", "dpkg-dev"]);
+        wanted.extend(RUNTIME_PACKAGES);
         wanted.extend(CONTAINER_PACKAGES);
         wanted.extend(VM_PACKAGES);
     }

@@ -88,8 +88,9 @@ impl Collector {
     /// the probe announced since it attached (none is missed: they wait in its ring buffer).
     /// Once per probe; a collector without it shows no user frames.
     pub fn watch_users(&mut self, probe: &mut Probe) -> Result<()> {
-        if let Some(ring) = probe.take_user_seen() {
-            self.watcher = Some(crate::ustacks::Watcher::start(ring)?);
+        let pid = probe.config().pid;
+        if let Some((ring, tables)) = probe.take_user_seen() {
+            self.watcher = Some(crate::ustacks::Watcher::start(ring, tables, pid)?);
         }
         Ok(())
     }

@@ -101,6 +101,8 @@ pub struct DebugConfig {
     /// Read a switching-out task's state from the task as on kernels whose `sched_switch` has
     /// no `prev_state`, even where it has (tests that path).
     pub state_from_task: bool,
+    /// Walk user backtraces by frame pointers only, as without `bpf_loop` (tests that path).
+    pub no_unwind_tables: bool,
     /// Leave out sleeps shorter than this instead of latencytop's 1 us (`None`), so that
     /// tests can make them.
     pub min_sleep: Option<Duration>,

@@ -6,6 +6,7 @@ use aya::{
     Ebpf, EbpfLoader,
     programs::{BtfTracePoint, RawTracePoint},
 };
+use latprof_common::{UNWIND_PROCESSES, UNWIND_TABLE_ROWS};
 
 use super::{
     Backtraces, EBPF_OBJECT, Probe, ProbeConfig, Variant, names,
@@ -102,6 +103,22 @@ pub(super) fn load_variant(
             names::MAP_USER_STACKS,
             if config.user_stacks {
                 config.max_user_stacks
+            } else {
+                1
+            },
+        )
+        .map_max_entries(
+            names::MAP_UNWIND_ROWS,
+            if config.user_stacks {
+                UNWIND_TABLE_ROWS
+            } else {
+                1
+            },
+        )
+        .map_max_entries(
+            names::MAP_UNWIND_PROCS,
+            if config.user_stacks {
+                UNWIND_PROCESSES
             } else {
                 1
             },

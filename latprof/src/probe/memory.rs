@@ -13,8 +13,8 @@ use std::path::Path;
 
 use anyhow::{Result, bail};
 use latprof_common::{
-    CauseParts, ChainKey, ChainValue, GlobalRecord, Histogram, RawStack, TaskState, UserStack,
-    WakerKey, WakerValue,
+    CauseParts, ChainKey, ChainValue, GlobalRecord, Histogram, ProcUnwind, RawStack, TaskState,
+    UNWIND_PROCESSES, UNWIND_TABLE_ROWS, UserStack, WakerKey, WakerValue,
 };
 
 use super::ProbeConfig;
@@ -30,6 +30,8 @@ const HTAB_FIXED: u64 = 1024;
 const FIXED: u64 = 1088 << 10;
 /// The per-CPU arrays of fixed size (stack buffers, the stack cache, scratch), per CPU.
 const FIXED_PER_CPU: u64 = 8 << 10;
+/// `struct bpf_array`, per array map (rounded up).
+const ARRAY_FIXED: u64 = 1024;
 
 const fn round8(n: u64) -> u64 {
     n.div_ceil(8) * 8
@@ -46,6 +48,11 @@ fn hash_map(entries: u32, key: usize, value: usize, per_cpu: bool, cpus: u64) ->
         // A spare element per CPU, for updates that replace an entry.
         buckets + (entries + cpus) * (HTAB_ELEM + key + value) + HTAB_FIXED
     }
+}
+
+/// An array map of `entries` values of `value` bytes.
+fn array(entries: u32, value: u64) -> u64 {
+    u64::from(entries) * round8(value) + ARRAY_FIXED
 }
 
 /// What the maps sized by the command line pin, and all of them together.
@@ -112,8 +119,15 @@ pub fn estimate(config: &ProbeConfig, cpus: u64) -> Estimate {
     } else {
         (1, 1)
     };
+    let (rows, processes) = if config.user_stacks {
+        (UNWIND_TABLE_ROWS, UNWIND_PROCESSES)
+    } else {
+        (1, 1)
+    };
     let user_stacks = hash_map(user, 8, size_of::<UserStack>(), false, cpus)
-        + hash_map(parts, 8, size_of::<CauseParts>(), false, cpus);
+        + hash_map(parts, 8, size_of::<CauseParts>(), false, cpus)
+        + array(rows, 8)
+        + hash_map(processes, 8, size_of::<ProcUnwind>(), false, cpus);
     Estimate {
         tasks,
         records,
@@ -255,12 +269,18 @@ mod tests {
             (
                 "USER_STACKS",
                 hash_map(8192, 8, size_of::<UserStack>(), false, 2),
-                13_308_000,
+                13_373_488,
             ),
             (
                 "CAUSE_PARTS",
                 hash_map(records, 8, size_of::<CauseParts>(), false, 2),
                 1_442_912,
+            ),
+            ("UNWIND_ROWS", array(UNWIND_TABLE_ROWS, 8), 2_097_464),
+            (
+                "UNWIND_PROCS",
+                hash_map(UNWIND_PROCESSES, 8, size_of::<ProcUnwind>(), false, 2),
+                1_344_384,
             ),
         ] {
             assert!(
@@ -276,7 +296,8 @@ mod tests {
         };
         let e = estimate(&wakers, 2);
         assert!(e.total.abs_diff(41_993_088) < 41_993_088 / 100, "{e:?}");
-        assert!(e.user_stacks < 8192, "{e:?}");
+        // Each of the four user stack maps at one entry.
+        assert!(e.user_stacks < 16384, "{e:?}");
         let user = estimate(
             &ProbeConfig {
                 user_stacks: true,
@@ -285,7 +306,9 @@ mod tests {
             2,
         );
         assert!(
-            user.user_stacks.abs_diff(13_308_000 + 1_442_912) < 4096,
+            user.user_stacks
+                .abs_diff(13_373_488 + 1_442_912 + 2_097_464 + 1_344_384)
+                < 4096,
             "{user:?}"
         );
         let without = estimate(&ProbeConfig::default(), 2);

@@ -65,9 +65,9 @@ pub struct Probe {
     /// Cgroup attribution was asked for but the host mounts no cgroup2 (legacy only).
     cgroups_unavailable: bool,
     /// With `--user-stacks`: the ring buffer that announces each process whose frames will
-    /// need naming, taken from the object before the programs attach (none is missed); the
-    /// collector's naming thread takes it.
-    user_seen: Option<aya::maps::RingBuf<aya::maps::MapData>>,
+    /// need naming, taken from the object before the programs attach (none is missed), and
+    /// the unwind tables the capture thread fills; the collector's naming thread takes them.
+    user_seen: Option<UserSeen>,
 }
 
 /// What `announce` says once, and `top` in its status line, on a host with the legacy cgroup
@@ -126,13 +126,7 @@ impl Probe {
         }
         // Before the programs run: every announced process stays in the ring until read.
         let user_seen = if config.user_stacks {
-            Some(
-                aya::maps::RingBuf::try_from(
-                    ebpf.take_map(names::MAP_USER_SEEN)
-                        .context("no USER_SEEN map")?,
-                )
-                .context("USER_SEEN is not a ring buffer")?,
-            )
+            Some(take_user_maps(&mut ebpf)?)
         } else {
             None
         };
@@ -225,9 +219,29 @@ impl Probe {
 
     /// The ring buffer that announces processes to name frames of (`--user-stacks`), for the
     /// one collector that names them.
-    pub fn take_user_seen(&mut self) -> Option<aya::maps::RingBuf<aya::maps::MapData>> {
+    pub fn take_user_seen(&mut self) -> Option<UserSeen> {
         self.user_seen.take()
     }
+}
+
+/// With `--user-stacks`: the ring buffer of processes to read, and the unwind tables to fill.
+pub type UserSeen = (
+    aya::maps::RingBuf<aya::maps::MapData>,
+    crate::ustacks::tables::Tables,
+);
+
+fn take_user_maps(ebpf: &mut Ebpf) -> Result<UserSeen> {
+    let mut take = |name: &str| {
+        ebpf.take_map(name)
+            .with_context(|| format!("no {name} map"))
+    };
+    let ring = aya::maps::RingBuf::try_from(take(names::MAP_USER_SEEN)?)
+        .context("USER_SEEN is not a ring buffer")?;
+    let rows = aya::maps::Array::try_from(take(names::MAP_UNWIND_ROWS)?)
+        .context("UNWIND_ROWS is not an array")?;
+    let processes = aya::maps::HashMap::try_from(take(names::MAP_UNWIND_PROCS)?)
+        .context("UNWIND_PROCS is not a hash map")?;
+    Ok((ring, crate::ustacks::tables::Tables::new(rows, processes)))
 }
 
 #[cfg(test)]

@@ -62,8 +62,14 @@ pub const MAP_USER_STACKS: &str = "USER_STACKS";
 pub const MAP_USER_BUF: &str = "USER_BUF";
 pub const MAP_CAUSE_PARTS: &str = "CAUSE_PARTS";
 pub const MAP_USER_SEEN: &str = "USER_SEEN";
+/// The unwind tables' rows, and where each process maps the files they cover
+/// (`--user-stacks`).
+pub const MAP_UNWIND_ROWS: &str = "UNWIND_ROWS";
+pub const MAP_UNWIND_PROCS: &str = "UNWIND_PROCS";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 31] = [
+pub const MAPS: [&str; 33] = [
+    MAP_UNWIND_ROWS,
+    MAP_UNWIND_PROCS,
     MAP_USER_STACKS,
     MAP_USER_BUF,
     MAP_CAUSE_PARTS,

@@ -91,6 +91,16 @@ pub(super) fn from_config(
             );
         }
     }
+    // The unwind tables' steps run under bpf_loop: a bounded loop of them is more than the
+    // verifier walks beside the frame-pointer walk.
+    let unwind_loop = btf.has_enumerator("BPF_FUNC_loop");
+    if config.user_stacks && !unwind_loop {
+        fallbacks.push(
+            "user frames are walked by frame pointers only (no unwind tables: this kernel lacks bpf_loop, Linux 5.17): a caller of a function without a frame (libc's) may be missing"
+                .to_owned(),
+        );
+    }
+    let unwind_loop = unwind_loop && !config.debug.no_unwind_tables;
     let (task_stack_off, pt_regs_in_stack) = pt_regs_place(btf);
     let context = if config.wakers {
         waker_context(btf, config.percpu).unwrap_or_else(|why| {
@@ -139,6 +149,7 @@ pub(super) fn from_config(
         TASK_MM_OFF: task.mm,
         TASK_EXEC_ID_OFF: user.exec_id,
         USER_STACKS_ON: u32::from(config.user_stacks),
+        UNWIND_ON: u32::from(config.user_stacks && unwind_loop),
         USER_WALK_FRAMES: u32::try_from(USER_FRAMES).unwrap_or(u32::MAX),
         PT_REGS_SP_OFF: user.pt_regs[0],
         PT_REGS_IP_OFF: user.pt_regs[1],

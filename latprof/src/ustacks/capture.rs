@@ -58,6 +58,8 @@ struct Process {
     /// When its memory map was last read: a frame in a mapping made since (dlopen, a JIT's
     /// new code) reads it again, at most once per `REREAD`.
     maps_read: Instant,
+    /// When its perf map was last read.
+    perf_read: Instant,
     used: Instant,
 }
 
@@ -89,6 +91,9 @@ const MAX_PROCESSES: usize = 1024;
 const KEEP_DEAD: Duration = Duration::from_secs(300);
 /// How often a process's memory map may be read again for a frame it did not cover.
 const REREAD: Duration = Duration::from_secs(1);
+/// How often its perf map may be read again meanwhile (what it gained: a stat and the new
+/// lines).
+const REREAD_PERF_MAP: Duration = Duration::from_millis(50);
 /// Executable files opened for one process: a process that maps thousands (to exhaust
 /// root's descriptors) has the rest named `file+0xoffset`.
 const MAX_FILES_PER_PROCESS: usize = 256;
@@ -231,6 +236,7 @@ impl Processes {
             uid,
             perf_map: None,
             maps_read: Instant::now(),
+            perf_read: Instant::now(),
             used: Instant::now(),
         };
         if !self.read_maps(tgid, layout, &mut process) {
@@ -267,6 +273,7 @@ impl Processes {
         process.maps = list;
         process.maps_read = Instant::now();
         if process.maps.iter().any(|m| m.exec && !m.is_file()) {
+            process.perf_read = Instant::now();
             let map = process.perf_map.get_or_insert_with(PerfMap::default);
             let budget = MAX_PERF_BYTES.saturating_sub(self.perf_bytes);
             if let Ok(read) = map.refresh(tgid, process.uid, budget) {
@@ -340,13 +347,23 @@ impl Processes {
     }
 
     /// Reads the memory map of process `key` again when a frame falls outside what was read
-    /// (a library loaded, code generated since), at most once per `REREAD`, while it lives.
+    /// (a library loaded, code generated since), at most once per `REREAD`, while it lives;
+    /// between those, what its perf map gained, at most once per `REREAD_PERF_MAP` (a JIT
+    /// names code in its map as it makes it, or when asked: `jcmd PID Compiler.perfmap`).
     pub(super) fn reread(&mut self, key: (u32, u64)) {
         let Some(mut process) = self.seen.remove(&key) else {
             return;
         };
         if process.maps_read.elapsed() >= REREAD {
             self.read_maps(key.0, key.1, &mut process);
+        } else if process.perf_read.elapsed() >= REREAD_PERF_MAP
+            && let Some(map) = process.perf_map.as_mut()
+        {
+            process.perf_read = Instant::now();
+            let budget = MAX_PERF_BYTES.saturating_sub(self.perf_bytes);
+            if let Ok(read) = map.refresh(key.0, process.uid, budget) {
+                self.perf_bytes += read;
+            }
         }
         self.seen.insert(key, process);
     }

@@ -56,6 +56,34 @@ impl Cfi {
         })
     }
 
+    /// The `.eh_frame` section's bytes.
+    pub(super) fn eh_frame(&self) -> &[u8] {
+        &self.eh_frame
+    }
+
+    /// The bases its pointers are relative to.
+    pub(super) fn bases(&self) -> BaseAddresses {
+        BaseAddresses::default()
+            .set_eh_frame(self.eh_frame_addr)
+            .set_text(self.text_addr)
+    }
+
+    /// What to take from an address in a mapping of the file at `start` (file offset
+    /// `offset`) for the file's own address (the load bias of that segment); `None` where no
+    /// segment holds the offset.
+    pub(super) fn bias(&self, start: u64, offset: u64) -> Option<u64> {
+        let (off, _, vaddr) = self
+            .segments
+            .iter()
+            .find(|(off, size, _)| (*off..off + size).contains(&offset))?;
+        Some(
+            start
+                .wrapping_sub(offset)
+                .wrapping_add(*off)
+                .wrapping_sub(*vaddr),
+        )
+    }
+
     /// How the function at file offset `at` found its caller then: through a frame of its
     /// own (the frame-pointer walk is right from here), or at `k` bytes above its stack pointer
     /// (the return address at `k - 8`); `Unknown` without unwind information for `at`.
@@ -70,9 +98,7 @@ impl Cfi {
             return Step::Unknown;
         };
         let eh = EhFrame::new(&self.eh_frame, LittleEndian);
-        let bases = BaseAddresses::default()
-            .set_eh_frame(self.eh_frame_addr)
-            .set_text(self.text_addr);
+        let bases = self.bases();
         let mut ctx = Box::new(UnwindContext::new());
         let Ok(row) = eh.unwind_info_for_address(&bases, &mut ctx, vaddr, EhFrame::cie_from_offset)
         else {

@@ -8,6 +8,7 @@ pub mod leaf;
 pub mod maps;
 pub mod perfmap;
 pub mod resolve;
+pub mod tables;
 pub mod untrusted;
 pub mod watch;
 

@@ -173,8 +173,9 @@ impl Resolver {
     /// Names the frames of a user backtrace of process `tgid` (layout `layout`), innermost
     /// first: the first is where the task was (the instruction after its syscall), the others
     /// return addresses, named by their call instruction (the byte before). `sp` and `window`
-    /// (the stack words from the user stack pointer up; `sp` 0: none) give back the caller of
-    /// a frameless leaf. A frame that is not a return address after a call in executable code
+    /// (the stack words from frame `stepped - 1`'s stack pointer up, the first frames those
+    /// the kernel's unwind tables stepped through; `sp` 0: none) give back the callers of
+    /// frameless functions from there. A frame that is not a return address after a call in executable code
     /// ends the backtrace, as does a walk that did not reach the program's or thread's entry:
     /// the last frame is then `[truncated]`.
     pub fn frames(
@@ -184,6 +185,7 @@ impl Resolver {
         raw: &[u64],
         sp: u64,
         window: &[u64],
+        stepped: usize,
     ) -> Vec<UserFrame> {
         let key = (tgid, layout);
         // The walk ends at a null frame pointer; a null return address is no frame.
@@ -199,14 +201,16 @@ impl Resolver {
         // the first with a frame, from which the walk is right (or the first without unwind
         // information: the walk's frames are then checked one by one); where the stack words
         // kept ran out first, the walk's frames would skip callers and are left out.
+        let stepped = stepped.clamp(1, raw.len().max(1));
         let (callers, joined) = if sp == 0 {
             (Vec::new(), true)
         } else {
-            self.unwind_frameless(&view, addrs.first().copied().unwrap_or(0), window)
+            let from = addrs.get(stepped - 1).copied().unwrap_or(0);
+            self.unwind_frameless(&view, from, stepped > 1, window)
         };
-        let mut addrs: Vec<u64> = addrs.iter().take(1).copied().chain(callers).collect();
+        let mut addrs: Vec<u64> = addrs.iter().take(stepped).copied().chain(callers).collect();
         if joined {
-            addrs.extend(raw.iter().skip(1));
+            addrs.extend(raw.iter().skip(stepped));
         }
         let mut out = Vec::with_capacity(addrs.len() + 1);
         let mut whole = false;
@@ -229,14 +233,25 @@ impl Resolver {
         out
     }
 
-    /// The return addresses of the frameless functions from `ip` up (see `leaf`), and whether
-    /// the frame-pointer walk goes on from there (false: the stack words kept ran out first).
-    fn unwind_frameless(&mut self, view: &View, ip: u64, window: &[u64]) -> (Vec<u64>, bool) {
+    /// The return addresses of the frameless functions from `ip` up (see `leaf`; `ip` itself
+    /// a return address where `is_return`), and whether the frame-pointer walk goes on from
+    /// there (false: the stack words kept ran out first).
+    fn unwind_frameless(
+        &mut self,
+        view: &View,
+        ip: u64,
+        is_return: bool,
+        window: &[u64],
+    ) -> (Vec<u64>, bool) {
         let mut callers = Vec::new();
         let (mut pc, mut at_word) = (ip, 0usize);
         while callers.len() < 32 {
             // A return address is looked up at its call instruction.
-            let look = if callers.is_empty() { pc } else { pc - 1 };
+            let look = if callers.is_empty() && !is_return {
+                pc
+            } else {
+                pc.saturating_sub(1)
+            };
             let step = self.step(view, look);
             let k = match step {
                 Step::Frame | Step::Unknown => return (callers, true),
@@ -532,7 +547,7 @@ mod tests {
             "another layout is not this process"
         );
         let addr = own_function_is_named as *const () as u64;
-        let frames = resolver.frames(pid, layout, &[addr], 0, &[]);
+        let frames = resolver.frames(pid, layout, &[addr], 0, &[], 1);
         assert!(frames[0].named, "{frames:?}");
         assert!(
             function(&frames[0].name).ends_with("own_function_is_named"),
@@ -544,11 +559,11 @@ mod tests {
         assert!(frames[1].is_truncated());
         assert_eq!(resolver.truncated(), 1);
         // An address nothing maps is no frame: the backtrace ends before it.
-        let frames = resolver.frames(pid, layout, &[addr, 0x10], 0, &[]);
+        let frames = resolver.frames(pid, layout, &[addr, 0x10], 0, &[], 1);
         assert_eq!(frames.len(), 2, "{frames:?}");
         assert!(frames[1].is_truncated());
         // A process never read: its addresses, said so.
-        let frames = resolver.frames(pid, layout ^ 2, &[0x10], 0, &[]);
+        let frames = resolver.frames(pid, layout ^ 2, &[0x10], 0, &[], 1);
         assert_eq!(frames[0].name, "[address space gone]+0x10");
     }
 

@@ -21,7 +21,7 @@ use anyhow::{Context as _, Result};
 use aya::maps::{MapData, RingBuf};
 use latprof_common::UserSeen;
 
-use super::{Resolver, UserFrame, capture::Processes};
+use super::{Resolver, UserFrame, capture::Processes, tables::Tables};
 
 /// A user backtrace to name, as the kernel kept it.
 #[derive(Clone, Debug)]
@@ -31,9 +31,11 @@ pub struct Unnamed {
     /// The address space's layout (`layout_key`).
     pub layout: u64,
     pub frames: Vec<u64>,
-    /// The user stack pointer and the stack words from it up (see `leaf`).
+    /// The stack pointer of frame `stepped - 1` and the stack words from it up (see `leaf`).
     pub sp: u64,
     pub window: Vec<u64>,
+    /// The frames the kernel's unwind tables stepped through (1: none).
+    pub stepped: usize,
 }
 
 impl Unnamed {
@@ -48,6 +50,7 @@ impl Unnamed {
             frames: raw.frames[..nr].to_vec(),
             sp: raw.sp,
             window: raw.window.to_vec(),
+            stepped: (raw.stepped as usize).clamp(1, nr.max(1)),
         }
     }
 }
@@ -81,11 +84,22 @@ const STOP_WITHIN: Duration = Duration::from_secs(1);
 
 impl Watcher {
     /// Starts the threads on the `USER_SEEN` ring buffer.
-    pub fn start(ring: RingBuf<MapData>) -> Result<Self> {
+    pub fn start(ring: RingBuf<MapData>, mut tables: Tables, pid: Option<u32>) -> Result<Self> {
         let (requests, rx) = mpsc::channel();
         let (alive, ended) = mpsc::channel::<()>();
         let truncated = Arc::new(AtomicU64::new(0));
-        let processes = Arc::new(Mutex::new(Processes::new()));
+        let mut known = Processes::new();
+        // The one process traced (`--pid`) is read now: its first sleeps step through its
+        // libc by the tables already (another process's first sleeps, before it is announced
+        // and read, are walked by frame pointers only).
+        if let Some(tgid) = pid
+            && let Some(layout) = super::capture::process_layout(tgid)
+            && known.capture(tgid, layout)
+            && let Some(view) = known.view((tgid, layout))
+        {
+            tables.install(layout, &view);
+        }
+        let processes = Arc::new(Mutex::new(known));
         let stop = Arc::new(AtomicBool::new(false));
         let capture = {
             let (alive, processes, stop) =
@@ -94,7 +108,7 @@ impl Watcher {
                 .name("latprof-umaps".to_owned())
                 .spawn(move || {
                     let _alive = alive;
-                    capture(ring, &processes, &stop);
+                    capture(ring, &processes, &mut tables, &stop);
                 })
                 .context("starting the user stack capture thread")?
         };
@@ -164,17 +178,31 @@ impl Drop for Watcher {
 }
 
 /// The capture thread: reads each announced process (`Processes::announced`) until `stop`.
-fn capture(mut ring: RingBuf<MapData>, processes: &Mutex<Processes>, stop: &AtomicBool) {
+fn capture(
+    mut ring: RingBuf<MapData>,
+    processes: &Mutex<Processes>,
+    tables: &mut Tables,
+    stop: &AtomicBool,
+) {
     while !stop.load(Ordering::Relaxed) {
         while let Some(item) = ring.next() {
             if item.len() >= size_of::<UserSeen>() {
                 // SAFETY: the kernel wrote a UserSeen (repr(C), plain integers) here.
                 let e: UserSeen = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
                 drop(item);
-                processes
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .announced(e.tgid, e.layout);
+                let view = {
+                    let mut processes = processes
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    processes
+                        .announced(e.tgid, e.layout)
+                        .then(|| processes.view((e.tgid, e.layout)))
+                        .flatten()
+                };
+                // Its next sleeps step through its libc by the tables.
+                if let Some(view) = view {
+                    tables.install(e.layout, &view);
+                }
             }
         }
         let mut fd = libc::pollfd {
@@ -203,7 +231,7 @@ fn name(mut resolver: Resolver, requests: &Receiver<Request>, truncated: &Atomic
             // One announced while the ring was full, or not read yet: its map now, if it
             // lives.
             resolver.capture(u.tgid, u.layout);
-            let frames = resolver.frames(u.tgid, u.layout, &u.frames, u.sp, &u.window);
+            let frames = resolver.frames(u.tgid, u.layout, &u.frames, u.sp, &u.window, u.stepped);
             truncated.store(resolver.truncated(), Ordering::Relaxed);
             if answer.is_some() {
                 named.push((u.id, frames));

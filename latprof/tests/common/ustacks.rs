@@ -20,6 +20,12 @@ pub fn server_source() -> PathBuf {
 /// optimized without them.
 #[must_use]
 pub fn build_server(dir: &Path, name: &str, frame_pointers: bool) -> PathBuf {
+    build_fixture(&server_source(), dir, name, frame_pointers)
+}
+
+/// Builds the C fixture `source` into `dir` as `name`, as `build_server` says.
+#[must_use]
+pub fn build_fixture(source: &Path, dir: &Path, name: &str, frame_pointers: bool) -> PathBuf {
     let out = dir.join(name);
     let flags: &[&str] = if frame_pointers {
         &[
@@ -35,7 +41,8 @@ pub fn build_server(dir: &Path, name: &str, frame_pointers: bool) -> PathBuf {
         .args(flags)
         .arg("-o")
         .arg(&out)
-        .arg(server_source())
+        .arg(source)
+        .arg("-lpthread")
         .status()
         .unwrap_or_else(|e| {
             panic!("gcc did not run ({e}): the user stack tests build their workload with it; `cargo xtask setup` installs it")

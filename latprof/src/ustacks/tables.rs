@@ -1,0 +1,211 @@
+//! Unwind tables for the kernel side (`--user-stacks`): the files where a frame-pointer walk
+//! breaks, turned into rows (`latprof_common::unwind_row`) the kernel's walk steps through
+//! (latprof-ebpf's `unwind`). A file breaks the walk when one of its functions saves the
+//! caller's frame pointer and uses the register for something else without making a frame
+//! (a distribution's libc: `pthread_cond_timedwait`, whose futex call then leaves no chain to
+//! follow). Such a file's whole `.eh_frame` is loaded, once, for every process that maps it; a
+//! file with more rows than `UNWIND_FILE_ROWS` (a large program) is left to the frame pointers.
+
+use std::collections::HashMap;
+
+use aya::maps::{Array, HashMap as BpfHashMap, MapData};
+use gimli::{
+    CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection as _,
+    X86_64,
+};
+use latprof_common::{
+    ProcUnwind, UNWIND_FILE_ROWS, UNWIND_RANGES, UNWIND_TABLE_ROWS, UnwindRange, unwind_row,
+    unwind_rule,
+};
+
+use super::{capture::View, leaf::Cfi};
+
+/// The kernel's tables, and which files' rows are in them.
+pub struct Tables {
+    rows: Array<MapData, u64>,
+    processes: BpfHashMap<MapData, u64, ProcUnwind>,
+    /// By file (device, inode): its table, or `None` where it has none (it needs none, cannot
+    /// have one, or the rows are spent).
+    files: HashMap<(u64, u64), Option<FileTable>>,
+    /// The next free row.
+    next: u32,
+}
+
+impl Tables {
+    #[must_use]
+    pub fn new(rows: Array<MapData, u64>, processes: BpfHashMap<MapData, u64, ProcUnwind>) -> Self {
+        Self {
+            rows,
+            processes,
+            files: HashMap::new(),
+            next: 0,
+        }
+    }
+
+    /// Gives the process of layout `layout`, as `view` shows it, the tables of the files it
+    /// maps executable that need one (loading those not loaded yet).
+    pub(super) fn install(&mut self, layout: u64, view: &View) {
+        let mut process = ProcUnwind::default();
+        let mut n = 0;
+        for m in view.maps.iter().filter(|m| m.exec && m.is_file()) {
+            if n >= UNWIND_RANGES {
+                break;
+            }
+            let Some(module) = view.files.get(&m.start) else {
+                continue;
+            };
+            let key = (module.dev, module.ino);
+            if !self.files.contains_key(&key) {
+                let table = Cfi::read(&module.file).and_then(|cfi| self.load(cfi));
+                self.files.insert(key, table);
+            }
+            let Some(Some(table)) = self.files.get(&key) else {
+                continue;
+            };
+            let Some(bias) = table.cfi.bias(m.start, m.offset) else {
+                continue;
+            };
+            process.ranges[n] = UnwindRange {
+                start: m.start,
+                end: m.end,
+                bias,
+                first: table.first,
+                count: table.count,
+            };
+            n += 1;
+        }
+        if n > 0 {
+            // A process that mapped more since replaces its ranges whole.
+            let _ = self.processes.insert(&layout, &process, 0);
+        }
+    }
+
+    /// Loads the rows of `cfi`'s file if it needs them and they fit.
+    fn load(&mut self, cfi: Cfi) -> Option<FileTable> {
+        let rows = rows(&cfi)?;
+        let count = u32::try_from(rows.len()).ok()?;
+        if count > UNWIND_FILE_ROWS || self.next + count > UNWIND_TABLE_ROWS {
+            return None;
+        }
+        let first = self.next;
+        for (i, row) in (first..).zip(&rows) {
+            self.rows.set(i, row, 0).ok()?;
+        }
+        self.next += count;
+        Some(FileTable { first, count, cfi })
+    }
+}
+
+/// A file's rows in the kernel's table, and where its segments load.
+struct FileTable {
+    first: u32,
+    count: u32,
+    cfi: Cfi,
+}
+
+/// The rows of a file's `.eh_frame`, sorted, where it needs them (see the module's doc);
+/// `None` where it does not, or where they are more than `UNWIND_FILE_ROWS` or unreadable.
+#[must_use]
+pub fn rows(cfi: &Cfi) -> Option<Vec<u64>> {
+    let eh = EhFrame::new(cfi.eh_frame(), LittleEndian);
+    let bases = cfi.bases();
+    let mut ctx = Box::new(UnwindContext::new());
+    let mut starts: Vec<(u64, u32)> = Vec::new();
+    let mut breaks_walk = false;
+    let mut entries = eh.entries(&bases);
+    while let Some(entry) = entries.next().ok()? {
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let fde = partial.parse(EhFrame::cie_from_offset).ok()?;
+        let (mut frame, mut saves) = (false, false);
+        let mut table = fde.rows(&eh, &bases, &mut ctx).ok()?;
+        while let Some(row) = table.next_row().ok()? {
+            let (rbp, offset) = match row.cfa() {
+                CfaRule::RegisterAndOffset { register, offset } if *register == X86_64::RSP => {
+                    (false, *offset)
+                }
+                CfaRule::RegisterAndOffset { register, offset } if *register == X86_64::RBP => {
+                    (true, *offset)
+                }
+                _ => (false, 0),
+            };
+            let saved = match row.register(X86_64::RBP) {
+                None | Some(RegisterRule::SameValue | RegisterRule::Undefined) => Some(0),
+                Some(RegisterRule::Offset(n)) if n < 0 => u64::try_from(-n).ok(),
+                Some(_) => None,
+            };
+            let ra = matches!(row.register(X86_64::RA), Some(RegisterRule::Offset(-8)));
+            frame |= rbp;
+            saves |= saved.is_some_and(|s| s != 0);
+            let rule = match (u64::try_from(offset), saved, ra) {
+                (Ok(offset), Some(saved), true) => unwind_rule(rbp, offset, saved).unwrap_or(0),
+                _ => 0,
+            };
+            starts.push((row.start_address(), rule));
+            if starts.len() > 2 * UNWIND_FILE_ROWS as usize {
+                return None;
+            }
+        }
+        // Past the function: no information, unless another starts there.
+        starts.push((fde.end_address(), u32::MAX));
+        breaks_walk |= saves && !frame;
+    }
+    if !breaks_walk {
+        return None;
+    }
+    // By address; where a function's end and the next one's start meet, the start's rule.
+    starts.sort_by_key(|&(addr, rule)| (addr, rule != u32::MAX));
+    let mut out: Vec<u64> = Vec::new();
+    let mut last: Option<(u64, u32)> = None;
+    for (addr, rule) in starts {
+        let rule = if rule == u32::MAX { 0 } else { rule };
+        let addr32 = u32::try_from(addr).ok()?;
+        match last {
+            Some((a, _)) if a == addr => {
+                out.pop();
+            }
+            Some((_, r)) if r == rule => continue,
+            _ => {}
+        }
+        out.push(unwind_row(addr32, rule));
+        last = Some((addr, rule));
+    }
+    (out.len() <= UNWIND_FILE_ROWS as usize).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The files this test process maps executable, by path.
+    fn mapped(name: &str) -> Option<std::fs::File> {
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let path = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.rsplit('/').next().is_some_and(|b| b.starts_with(name)))?;
+        std::fs::File::open(path).ok()
+    }
+
+    #[test]
+    fn libc_gets_a_table_that_fits_and_the_test_binary_none() {
+        let libc = mapped("libc.so").expect("this test links libc");
+        let rows = rows(&Cfi::read(&libc).expect("libc's .eh_frame")).expect("a table");
+        eprintln!("libc: {} rows", rows.len());
+        assert!(rows.len() > 1000 && rows.len() <= UNWIND_FILE_ROWS as usize);
+        // Sorted by address, each address once.
+        assert!(
+            rows.windows(2)
+                .all(|w| (w[0] & 0xffff_ffff) < (w[1] & 0xffff_ffff))
+        );
+        // This Rust binary keeps frame pointers (the workspace's build flags) or saves no
+        // frame pointer it then reuses: no table.
+        let me = std::fs::File::open("/proc/self/exe").expect("self");
+        assert!(rows_of(&me).is_none());
+    }
+
+    fn rows_of(file: &std::fs::File) -> Option<Vec<u64>> {
+        rows(&Cfi::read(file)?)
+    }
+}
