@@ -290,7 +290,7 @@ fn switch_out<C: EbpfContext, const CAS: bool, const BTF: bool>(
     if USER_STACKS_ON.load() == 1 {
         // Here or never: the sleeper is current only now. A kernel thread has no user part.
         entry.sleep_ustack = if entry.flags & TASK_FLAG_KTHREAD == 0 {
-            ustacks::take(tid, tgid, task, entry)
+            ustacks::take::<CAS>(tid, tgid, task, entry)
         } else {
             NO_USER
         };

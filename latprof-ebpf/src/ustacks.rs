@@ -47,12 +47,18 @@ fn layout(mm: *const u8) -> u64 {
 }
 
 /// Walks the current task's user backtrace and stores it; returns its id, or `NO_USER` (also
-/// for a task without a memory map). `entry` is the task's: its memo saves reading the
+/// for a task without a memory map). `CAS`: the build for kernels with compare-and-swap, the
+/// only one with the unwind tables' steps. `entry` is the task's: its memo saves reading the
 /// layout again until an exec, and the table lookup when the backtrace is its last sleep's.
 // Not inlined: one return, verified once for both sched_switch variants' callers (verifier
 // rule 4 in `stack_cache`), and its buffers are per-CPU (rule 6).
 #[inline(never)]
-pub(crate) fn take(tid: u32, tgid: u32, task: *const u8, entry: &mut TaskState) -> u64 {
+pub(crate) fn take<const CAS: bool>(
+    tid: u32,
+    tgid: u32,
+    task: *const u8,
+    entry: &mut TaskState,
+) -> u64 {
     let mm = match read_field::<u64>(task, TASK_MM_OFF.load()) {
         Ok(mm) if mm != 0 => mm,
         _ => return NO_USER,
@@ -102,7 +108,11 @@ pub(crate) fn take(tid: u32, tgid: u32, task: *const u8, entry: &mut TaskState) 
     // Frames without frame pointers by the unwind tables first, then by frame pointers.
     let mut regs = unwind::Regs { ip, sp, bp, layout };
     buf.nr = 1;
-    unwind::steps(&mut regs);
+    // Not in the builds without compare-and-swap (kernels before 5.12): their verifier knows
+    // no callback functions (5.13), which `bpf_loop` takes, even unused.
+    if CAS {
+        unwind::steps(&mut regs);
+    }
     // Read back from map memory, of which the verifier knows no value: the walk is verified
     // once, not once for each number of frames the tables may have stepped.
     // SAFETY: reads this CPU's buffer.

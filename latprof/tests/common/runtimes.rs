@@ -1,0 +1,66 @@
+//! The runtime tests' checks (tests/runtimes.rs on this kernel, tests/vm_runtimes.rs in the
+//! VMs): a fixture that waits inside `outer() -> middle() -> waitHere()` and counts its own
+//! sleeps there.
+
+use serde_json::Value;
+
+/// The sleeps of `doc` (one process's) under user frames that `name` calls `waitHere`,
+/// `middle` and `outer`, one after the other, innermost first: those with `runtime` (the
+/// runtime's frame that enters the wait) below them, and the others (a wait for the runtime's
+/// own sake: a safepoint, a collection, a compilation, in the fixture's own count of its
+/// switches around the wait).
+pub fn sleeps_in_three(
+    doc: &Value,
+    name: impl Fn(&str) -> Option<&str>,
+    runtime: &str,
+) -> (u64, u64) {
+    let (mut waits, mut others) = (0, 0);
+    for c in doc["causes"].as_array().expect("causes") {
+        let frames: Vec<&str> = c["user_frames"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let Some(at) = frames.iter().position(|f| name(f) == Some("waitHere")) else {
+            continue;
+        };
+        let names: Vec<Option<&str>> = frames[at..].iter().take(3).map(|f| name(f)).collect();
+        assert_eq!(
+            names,
+            [Some("waitHere"), Some("middle"), Some("outer")],
+            "{frames:#?}"
+        );
+        let count = c["count"].as_u64().expect("count");
+        if frames[..at].iter().any(|f| f.contains(runtime)) {
+            waits += count;
+        } else {
+            others += count;
+        }
+    }
+    (waits, others)
+}
+
+/// Checks `doc`'s sleeps under the fixture's three functions against its own count (`slept`,
+/// its switches around each of its `calls` waits): each wait slept at least once, under the
+/// runtime's wait; the fixture's count holds those, and may hold the runtime's own waits
+/// between its two reads of its count (under the three functions too), no more.
+pub fn check_three(doc: &Value, err: &str, pid: u32, calls: u64, slept: u64, counted: (u64, u64)) {
+    let (waits, others) = counted;
+    let missing = super::own_missing(doc, pid) + super::recovered_blind(doc);
+    assert!(
+        waits + missing >= calls,
+        "{waits} sleeps in the runtime's wait for {calls} waits ({missing} missing): {doc:#}\n{err}"
+    );
+    assert!(
+        waits <= slept && slept <= waits + others + missing,
+        "the fixture slept {slept} times in its waits; latprof counted {waits} in the runtime's \
+         wait and {others} others under its functions ({missing} missing): {doc:#}\n{err}"
+    );
+}
+
+/// Node's name of a JavaScript function in its perf map: `JS:~waitHere /path:15:18`
+/// (interpreted), `JS:^...` (baseline code), `JS:*...` (optimized): `waitHere`.
+pub fn javascript(frame: &str) -> Option<&str> {
+    let name = frame.strip_prefix("JS:")?;
+    let name = name.trim_start_matches(['~', '^', '*', '+']);
+    name.split(' ').next()
+}

@@ -1,0 +1,48 @@
+#!/bin/sh
+# Runs inside ../shared/vm (tests/vm_runtimes.rs boots Debian 12's kernel with node copied in):
+# issue 32's Node case on a distro kernel. Node waits in Atomics.wait inside outer() ->
+# middle() -> waitHere() (/work/sleep_in_three.js) while latprof counts its sleeps with user
+# stacks; latprof is stopped (SIGINT, as a user would) while node still lives, so that it names
+# the JavaScript frames from node's perf map. Prints "=== NAME" sections; the test parses them.
+echo "=== uname"
+uname -r
+
+# Ends the guest if this has not finished after 300 s (it takes about a minute here).
+(
+    sleep 300
+    echo "=== watchdog: still running after 300 s"
+    ps
+    echo "VM-SCRIPT-END rc=99"
+    poweroff -f
+) &
+
+mkfifo /tmp/go
+node --perf-basic-prof --interpreted-frames-native-stack /work/sleep_in_three.js 30 \
+    < /tmp/go > /tmp/w.out 2>&1 &
+N=$!
+exec 7> /tmp/go
+latprof --user-stacks --all-sleeps --stack-depth 127 stats --format json --duration 900s \
+    --pid $N > /tmp/s.json 2> /tmp/e.txt &
+LP=$!
+i=0
+while ! grep -qs attached /tmp/e.txt; do
+    if ! kill -0 $LP 2> /dev/null; then echo "latprof exited before attaching:"; cat /tmp/e.txt; exit 1; fi
+    sleep 0.2; i=$((i + 1))
+    if [ $i -gt 900 ]; then echo "latprof did not attach:"; cat /tmp/e.txt; exit 1; fi
+done
+echo go >&7
+i=0
+while ! grep -qs done /tmp/w.out; do
+    if ! kill -0 $N 2> /dev/null; then echo "node exited:"; cat /tmp/w.out; exit 1; fi
+    sleep 0.2; i=$((i + 1))
+    if [ $i -gt 900 ]; then echo "node did not finish:"; cat /tmp/w.out; exit 1; fi
+done
+kill -INT $LP
+wait $LP; RC=$?
+exec 7>&-
+wait $N
+echo "=== pid"; echo $N
+echo "=== rc"; echo $RC
+echo "=== stats"; cat /tmp/s.json
+echo "=== stats stderr"; cat /tmp/e.txt
+echo "=== node"; cat /tmp/w.out
