@@ -14,8 +14,6 @@ pub const UNWIND_PROCESSES: u32 = 4096;
 /// Files with tables one process maps, at most (a JVM maps 7: libc, libstdc++, libm, the
 /// dynamic loader, libgcc_s, libz and one of its own).
 pub const UNWIND_RANGES: usize = 8;
-/// Frames stepped through by the tables per backtrace, before the frame-pointer walk goes on.
-pub const UNWIND_STEPS: usize = 8;
 /// Steps of a binary search over one file's rows (`UNWIND_FILE_ROWS`).
 pub const UNWIND_SEARCH: usize = 17;
 

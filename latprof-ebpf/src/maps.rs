@@ -62,6 +62,24 @@ pub(crate) static UNWIND_ROWS: Array<u64> = Array::with_max_entries(UNWIND_TABLE
 #[map]
 pub(crate) static UNWIND_PROCS: LruHashMap<u64, ProcUnwind> =
     LruHashMap::with_max_entries(UNWIND_PROCESSES, 0);
+/// Per CPU: where the walk by the unwind tables stands (`unwind`).
+#[map]
+pub(crate) static UNWIND_WALK: PerCpuArray<UnwindRegs> = PerCpuArray::with_max_entries(1, 0);
+
+/// Where a walk by the unwind tables stands: the instruction pointer, stack pointer and frame
+/// pointer of its last frame, the process's layout, and what user space's own unwinding takes
+/// up from: the frames up to the last one a table stepped to (`stepped`, the first frame
+/// counted: 1 where none) and that frame's stack pointer (`win_sp`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct UnwindRegs {
+    pub(crate) ip: u64,
+    pub(crate) sp: u64,
+    pub(crate) bp: u64,
+    pub(crate) layout: u64,
+    pub(crate) win_sp: u64,
+    pub(crate) stepped: u64,
+}
 /// First sightings of user backtraces (`UserSeen`), for user space to read the process's
 /// memory map while it lives.
 #[map]

@@ -105,20 +105,19 @@ pub(crate) fn take<const CAS: bool>(
         return NO_USER;
     }
     buf.frames[0] = ip;
-    // Frames without frame pointers by the unwind tables first, then by frame pointers.
-    let mut regs = unwind::Regs { ip, sp, bp, layout };
+    // By the unwind tables where they cover a frame, by frame pointers elsewhere (under
+    // bpf_loop: the kernels with compare-and-swap only, their verifier knows callbacks, 5.13);
+    // by frame pointers only where the process has no tables.
+    let mut regs = unwind::Regs::new(ip, sp, bp, layout);
     buf.nr = 1;
-    // Not in the builds without compare-and-swap (kernels before 5.12): their verifier knows
-    // no callback functions (5.13), which `bpf_loop` takes, even unused.
-    if CAS {
-        unwind::steps(&mut regs);
-    }
-    // Read back from map memory, of which the verifier knows no value: the walk is verified
-    // once, not once for each number of frames the tables may have stepped.
-    // SAFETY: reads this CPU's buffer.
-    let stepped = unsafe { core::ptr::read_volatile(&raw const buf.nr) } as usize;
-    buf.stepped = stepped as u32;
-    let len = walk(&mut buf.frames, stepped, regs.bp, regs.sp) * 8;
+    let tabled = CAS && unwind::walk(&mut regs);
+    let len = if tabled {
+        // SAFETY: reads this CPU's buffer (map memory: of no value the verifier knows, so that
+        // what follows is walked once).
+        (unsafe { core::ptr::read_volatile(&raw const buf.nr) } as usize) * 8
+    } else {
+        walk(&mut buf.frames, bp, sp) * 8
+    };
     let nr = (len / 8).min(USER_FRAMES);
     if layout == 0 {
         count(Counter::UserStackEmpty);
@@ -132,10 +131,10 @@ pub(crate) fn take<const CAS: bool>(
     buf.tgid = tgid;
     buf.layout = layout;
     buf.nr = nr as u32;
-    // The window is the stack words of the last frame the tables stepped to (of the first
-    // where they did not), from which user space unwinds frameless callers the tables do not
-    // cover.
-    buf.sp = regs.sp;
+    // The window is the stack words of the frame the tables last stepped to (the first frame
+    // where they did not), from which user space unwinds frameless callers they do not cover.
+    buf.stepped = regs.stepped as u32;
+    buf.sp = regs.win_sp;
     let window: &mut [u8; USER_WINDOW * 8] =
         // SAFETY: the window's words as bytes, the same size.
         unsafe { &mut *buf.window.as_mut_ptr().cast() };
@@ -169,22 +168,21 @@ pub(crate) fn take<const CAS: bool>(
 /// The end of user addresses on x86-64 (4-level paging; 5-level's are above, and rare).
 const USER_TOP: u64 = 1 << 47;
 
-/// Follows the frame pointers from `fp` (the user `rbp` at the syscall, or where the unwind
-/// tables left it), the user stack pointer being `sp`: each frame holds the caller's frame
-/// pointer and a return address. Stores the return addresses from `frames[from]` on; returns
-/// the frames stored, those before `from` included. It stops at a null or misaligned frame pointer, one below the stack pointer or not
+/// Follows the frame pointers from `fp` (the user `rbp` at the syscall), the user stack
+/// pointer being `sp`: each frame holds the caller's frame pointer and a return address.
+/// Stores the return addresses after `frames[0]`; returns the frames stored, `frames[0]`
+/// included (`unwind::walk` is the same walk with the tables' steps between). It stops at a null or misaligned frame pointer, one below the stack pointer or not
 /// above the last (the chain runs outward, to higher addresses), and at a read that fails: a
 /// program without frame pointers ends it at once most of the time, and a whole chain ends on
 /// its null frame pointer without a read (the kernel's own walk faults on it).
+// An index the verifier sees bounded by the loop (an iterator over the array hides it).
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
-fn walk(frames: &mut [u64; USER_FRAMES], from: usize, mut fp: u64, sp: u64) -> usize {
+fn walk(frames: &mut [u64; USER_FRAMES], mut fp: u64, sp: u64) -> usize {
     let max = (USER_WALK_FRAMES.load() as usize).min(USER_FRAMES);
-    let mut nr = from;
-    for _ in 1..USER_FRAMES {
-        // The next frame's index, of no value the verifier knows (`from` came through map
-        // memory): one walk verified, not one per index.
-        let i = nr;
-        if i >= max || i >= USER_FRAMES || fp == 0 || fp & 7 != 0 || fp < sp || fp >= USER_TOP {
+    let mut nr = 1;
+    for i in 1..USER_FRAMES {
+        if i >= max || fp == 0 || fp & 7 != 0 || fp < sp || fp >= USER_TOP {
             break;
         }
         // SAFETY: a probe read of user memory fails safely (no fault taken). Read into a
@@ -195,15 +193,8 @@ fn walk(frames: &mut [u64; USER_FRAMES], from: usize, mut fp: u64, sp: u64) -> u
         if ret == 0 {
             break;
         }
-        // The index read back, checked where it is used: no pointer the compiler steps along
-        // beside it, of which the verifier knows no bound.
-        // SAFETY: reads a local.
-        let at = unsafe { core::ptr::read_volatile(&raw const i) };
-        if at >= USER_FRAMES {
-            break;
-        }
-        frames[at] = ret;
-        nr = at + 1;
+        frames[i] = ret;
+        nr = i + 1;
         if next <= fp {
             break;
         }

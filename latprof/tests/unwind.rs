@@ -132,3 +132,26 @@ fn a_wait_in_glibcs_frameless_code_keeps_its_callers() {
         }
     }
 }
+
+/// `--user-stacks` over the whole machine loads the best programs, the tables' walk in them:
+/// the walk under `bpf_loop` is verified once (as a bounded loop, or with its state on the
+/// program's stack, the verifier gave up on the best variant and latprof fell back to walking
+/// every counted sleep's kernel stack, silently but for a warning).
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn user_stacks_machine_wide_load_the_best_programs() {
+    latprof::probe::check_privileges()
+        .expect("unwind table tests need root or CAP_BPF+CAP_PERFMON: run `cargo xtask test`");
+    let _serial = common::serial("the user stack tests");
+    let out = Command::new(LATPROF)
+        .args(["--user-stacks", "stats", "--duration", "1s"])
+        .output()
+        .expect("run latprof");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("programs: backtraces at wakeup through the stack cache")
+            && !err.contains("not the best variant"),
+        "{err}"
+    );
+}

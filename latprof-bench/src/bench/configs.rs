@@ -49,6 +49,10 @@ pub(super) enum Config {
     /// counted sleep is this one's time less lazy's; naming the frames is its CPU time less
     /// lazy's.
     LazyUserStacks,
+    /// `LazyUserStacks` walking by frame pointers only (`--debug-no-unwind-tables`, as on a
+    /// kernel without `bpf_loop`): what the unwind tables' steps cost is `LazyUserStacks`'
+    /// time less this one's.
+    LazyUserStacksFp,
     /// latprof lazy and latprof normal attached together, in both orders each round: both see
     /// the same events in the same run, so the difference between their programs is the
     /// modes' and not the runs'. Measured as one, reported as `PairedLazy` and `PairedNormal`.
@@ -133,7 +137,7 @@ pub(super) const MAIN_CONFIGS: [Config; 10] = [
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
 /// lazy and normal together on the fork storm, and the spikes.
-pub(super) const EXTRA_CONFIGS: [Config; 23] = [
+pub(super) const EXTRA_CONFIGS: [Config; 24] = [
     Config::LazyDebug,
     Config::LazyWalk,
     Config::LazyNoCgroups,
@@ -143,6 +147,7 @@ pub(super) const EXTRA_CONFIGS: [Config; 23] = [
     Config::LazyWakerStacks,
     Config::LazyChains,
     Config::LazyUserStacks,
+    Config::LazyUserStacksFp,
     Config::Paired,
     Config::PairedLazy,
     Config::PairedNormal,
@@ -191,6 +196,7 @@ impl Config {
             Self::LazyWakerStacks => "lazy-wakerstacks",
             Self::LazyChains => "lazy-chains",
             Self::LazyUserStacks => "lazy-ustacks",
+            Self::LazyUserStacksFp => "lazy-ustacks-fp",
             Self::Paired => "lazy+normal",
             Self::PairedLazy => "lazy (paired)",
             Self::PairedNormal => "normal (paired)",
@@ -223,6 +229,7 @@ impl Config {
             Self::LazyWakerStacks => vec!["--waker-stacks"],
             Self::LazyChains => vec!["--chains"],
             Self::LazyUserStacks => vec!["--user-stacks"],
+            Self::LazyUserStacksFp => vec!["--user-stacks", "--debug-no-unwind-tables"],
             Self::LazyDebug => vec!["--debug-checks", "--log", "/dev/null"],
             Self::LazyWithout(part) => vec!["--debug-skip", part.flag()],
             Self::LazyFallback(fallback) => fallback.flags().to_vec(),
@@ -305,6 +312,7 @@ impl Config {
                 | Self::LazyWakerStacks
                 | Self::LazyChains
                 | Self::LazyUserStacks
+                | Self::LazyUserStacksFp
                 | Self::PairedLazy
                 | Self::PairedNormal
                 | Self::SpikesAdaptive
@@ -329,6 +337,7 @@ impl Config {
             | Self::LazyWakerStacks
             | Self::LazyChains
             | Self::LazyUserStacks
+            | Self::LazyUserStacksFp
             | Self::Paired
             | Self::PairedLazy
             | Self::PairedNormal
@@ -406,6 +415,7 @@ pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workloa
                     Config::LazyWakerStacks,
                     Config::LazyChains,
                     Config::LazyUserStacks,
+                    Config::LazyUserStacksFp,
                 ])
                 .chain(Part::ALL.map(Config::LazyWithout))
                 .chain(Fallback::ALL.map(Config::LazyFallback))
@@ -478,12 +488,16 @@ pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workloa
                         Config::LazyWakerStacks,
                         Config::LazyChains,
                         Config::LazyUserStacks,
+                        Config::LazyUserStacksFp,
                     ])
                     .chain(Part::ALL.map(Config::LazyWithout))
                     .chain(Fallback::ALL.map(Config::LazyFallback))
                     .collect(),
             });
         }
+    }
+    if !quick {
+        out.extend(super::runtimes::workloads());
     }
     // 1, 2, 4 ... up to 4 x cores processes sleeping 100 us in a loop, at one backtrace.
     let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);

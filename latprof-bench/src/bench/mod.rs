@@ -10,6 +10,7 @@ mod fallbacks;
 mod floor;
 mod measure;
 mod report;
+mod runtimes;
 mod scaling;
 mod serve;
 
@@ -39,7 +40,7 @@ pub struct BenchArgs {
     pub out: PathBuf,
     /// Only these configurations (none, floor, lazy, normal, lazy-before, normal-before, offcputime, runqlat, bpftrace, perf-sched,
     /// lazy-debug, lazy-walk, lazy-nocgroups, normal-nocgroups, lazy-wakers, lazy-wakerstacks,
-    /// lazy-ustacks, lazy-chains, lazy+normal,
+    /// lazy-ustacks, lazy-ustacks-fp, lazy-chains, lazy+normal,
     /// spikes-adaptive, spikes-always; the breakdown's lazy-no-stack, lazy-no-account,
     /// lazy-no-histograms, lazy-no-runq, lazy-no-counters, lazy-no-switch-check, lazy-no-mm,
     /// or all of them as `breakdown`; the fallback builds lazy-5.10 and lazy-raw, or both as
@@ -47,7 +48,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
     /// Only these workloads (pingpong, forkstorm, idle, hackbench-process, hackbench-thread,
-    /// contention-N, spikes-N, scaling-N): a series measured again without the rest.
+    /// node, java, contention-N, spikes-N, scaling-N): a series measured again without the rest.
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
     /// The scaling series on 1, 2, ... N CPUs (one pinned ping-pong per CPU, lazy against

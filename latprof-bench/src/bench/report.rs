@@ -506,7 +506,13 @@ pub(super) fn targets(works: &[Workload], s: &BTreeMap<(usize, Config), Summary>
     // lazy-ustacks' and not in lazy's).
     let mut ustacks = Vec::new();
     let mut under = true;
-    for name in ["pingpong", "hackbench-process", "hackbench-thread"] {
+    for name in [
+        "pingpong",
+        "hackbench-process",
+        "hackbench-thread",
+        "node",
+        "java",
+    ] {
         let (Some(off), Some(on)) = (get(name, Config::Lazy), get(name, Config::LazyUserStacks))
         else {
             continue;
@@ -524,6 +530,36 @@ pub(super) fn targets(works: &[Workload], s: &BTreeMap<(usize, Config), Summary>
                 .to_owned(),
             verdict(under),
             ustacks.join("; "),
+        ));
+    }
+    // Unwind tables (issue 32): user stacks with the tables' steps against frame pointers only.
+    let tables: Vec<String> = [
+        "pingpong",
+        "hackbench-process",
+        "hackbench-thread",
+        "node",
+        "java",
+    ]
+    .iter()
+    .filter_map(|name| {
+        let (fp, on) = (
+            get(name, Config::LazyUserStacksFp)?,
+            get(name, Config::LazyUserStacks)?,
+        );
+        Some(format!(
+            "{name}: {:.0} ns/event by frame pointers only, {:.0} with the tables ({:.2}x)",
+            fp.bpf_ns_per_event,
+            on.bpf_ns_per_event,
+            on.bpf_ns_per_event / fp.bpf_ns_per_event
+        ))
+    })
+    .collect();
+    if !tables.is_empty() {
+        out.push((
+            "unwind tables: --user-stacks against the same walk by frame pointers only (lazy-ustacks against lazy-ustacks-fp)"
+                .to_owned(),
+            "INFO",
+            tables.join("; "),
         ));
     }
     // Cgroups (issue 15): what attributing each sleep to its cgroup adds per event to the same

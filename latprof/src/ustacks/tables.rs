@@ -20,6 +20,10 @@ use latprof_common::{
 
 use super::{capture::View, leaf::Cfi};
 
+/// Files remembered as needing no table (or not fitting) before they are forgotten: a long
+/// `serve` sees every binary the machine runs.
+const MAX_FILES_SEEN: usize = 16_384;
+
 /// The kernel's tables, and which files' rows are in them.
 pub struct Tables {
     rows: Array<MapData, u64>,
@@ -55,6 +59,11 @@ impl Tables {
                 continue;
             };
             let key = (module.dev, module.ino);
+            if self.files.len() >= MAX_FILES_SEEN {
+                // Files without a table are judged again when next seen; those with one keep
+                // their rows (they are never reclaimed: at most `UNWIND_TABLE_ROWS` in all).
+                self.files.retain(|_, table| table.is_some());
+            }
             if !self.files.contains_key(&key) {
                 let table = Cfi::read(&module.file).and_then(|cfi| self.load(cfi));
                 self.files.insert(key, table);

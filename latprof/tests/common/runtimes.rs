@@ -57,10 +57,13 @@ pub fn check_three(doc: &Value, err: &str, pid: u32, calls: u64, slept: u64, cou
     );
 }
 
-/// Node's name of a JavaScript function in its perf map: `JS:~waitHere /path:15:18`
-/// (interpreted), `JS:^...` (baseline code), `JS:*...` (optimized): `waitHere`.
+/// Node's name of a JavaScript function in its perf map: `JS:~waitHere /path:15:18` (Node
+/// 20; `~` interpreted, `^` baseline, `*` optimized code), `LazyCompile:~waitHere ...` (Node
+/// 18, Debian 12's): `waitHere`.
 pub fn javascript(frame: &str) -> Option<&str> {
-    let name = frame.strip_prefix("JS:")?;
+    let name = ["JS:", "LazyCompile:", "Function:"]
+        .iter()
+        .find_map(|kind| frame.strip_prefix(kind))?;
     let name = name.trim_start_matches(['~', '^', '*', '+']);
     name.split(' ').next()
 }
