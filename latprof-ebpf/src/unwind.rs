@@ -97,7 +97,10 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
         let Ok([next, ret]) = (unsafe { bpf_probe_read_user(fp as *const [u64; 2]) }) else {
             return 1;
         };
-        (ret, fp + 16, next, next <= fp)
+        // A backward or null pointer ends the walk at the next step (its checks above), not
+        // here: the frame it leads to may be in a file with a table, which needs no frame
+        // pointer (a callback from code that reuses the register).
+        (ret, fp + 16, next, false)
     } else {
         let offset = u64::from(rule & (UNWIND_CFA_RBP - 1));
         let base = if rule & UNWIND_CFA_RBP != 0 {
@@ -106,6 +109,10 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
             regs.sp
         };
         let cfa = base.wrapping_add(offset);
+        // The caller's frame lies above this one.
+        if cfa <= regs.sp || cfa >= USER_TOP {
+            return 1;
+        }
         // SAFETY: probe reads of user memory fail safely.
         let Ok(ret) = (unsafe { bpf_probe_read_user(cfa.wrapping_sub(8) as *const u64) }) else {
             return 1;

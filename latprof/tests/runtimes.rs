@@ -272,12 +272,15 @@ fn node_names_the_javascript_functions_that_wait() {
         "/tests/fixtures/runtimes/sleep_in_three.js"
     );
     let (doc, err, pid, slept) = while_it_lives(
-        Command::new("node").args([
-            "--perf-basic-prof",
-            "--interpreted-frames-native-stack",
-            script,
-            "30",
-        ]),
+        // In a folder of its own: V8 writes an isolate-*-v8.log where it runs.
+        Command::new("node")
+            .current_dir(std::env::temp_dir())
+            .args([
+                "--perf-basic-prof",
+                "--interpreted-frames-native-stack",
+                script,
+                "30",
+            ]),
         &[],
         |_| {},
     );

@@ -32,7 +32,11 @@ pub(super) fn workloads() -> Vec<Workload> {
     if which("node") {
         out.push(Workload {
             name: "node".into(),
+            // In /tmp: V8 writes an isolate-*-v8.log where it runs.
             command: vec![
+                "sh".into(),
+                "-c".into(),
+                "cd /tmp && exec node \"$@\"".into(),
                 "node".into(),
                 "--perf-basic-prof".into(),
                 "--interpreted-frames-native-stack".into(),

@@ -56,6 +56,14 @@ impl Cfi {
         })
     }
 
+    /// The same, its `.eh_frame` dropped: where its segments load (`bias`) is all that is
+    /// kept of a file whose unwind table is loaded.
+    #[must_use]
+    pub(super) fn without_eh_frame(mut self) -> Self {
+        self.eh_frame = Vec::new();
+        self
+    }
+
     /// The `.eh_frame` section's bytes.
     pub(super) fn eh_frame(&self) -> &[u8] {
         &self.eh_frame
@@ -75,7 +83,7 @@ impl Cfi {
         let (off, _, vaddr) = self
             .segments
             .iter()
-            .find(|(off, size, _)| (*off..off + size).contains(&offset))?;
+            .find(|(off, size, _)| (*off..off.saturating_add(*size)).contains(&offset))?;
         Some(
             start
                 .wrapping_sub(offset)
@@ -92,7 +100,7 @@ impl Cfi {
         let Some(vaddr) = self
             .segments
             .iter()
-            .find(|(off, size, _)| (*off..off + size).contains(&at))
+            .find(|(off, size, _)| (*off..off.saturating_add(*size)).contains(&at))
             .map(|(off, _, vaddr)| at - off + vaddr)
         else {
             return Step::Unknown;

@@ -20,6 +20,12 @@ use latprof_common::{
 
 use super::{capture::View, leaf::Cfi};
 
+/// Initial instructions a CIE may have for its file to get a table (compilers write a few).
+const MAX_CIE_INSTRUCTIONS: usize = 256;
+/// `.eh_frame` bytes a file may have for its table to be built (libc's is about 250 KiB):
+/// the rows are read from all of it.
+const MAX_EH_FRAME: usize = 16 << 20;
+
 /// Files remembered as needing no table (or not fitting) before they are forgotten: a long
 /// `serve` sees every binary the machine runs.
 const MAX_FILES_SEEN: usize = 16_384;
@@ -101,7 +107,12 @@ impl Tables {
             self.rows.set(i, row, 0).ok()?;
         }
         self.next += count;
-        Some(FileTable { first, count, cfi })
+        // Where its segments load is all that is kept of it.
+        Some(FileTable {
+            first,
+            count,
+            cfi: cfi.without_eh_frame(),
+        })
     }
 }
 
@@ -116,17 +127,36 @@ struct FileTable {
 /// `None` where it does not, or where they are more than `UNWIND_FILE_ROWS` or unreadable.
 #[must_use]
 pub fn rows(cfi: &Cfi) -> Option<Vec<u64>> {
+    if cfi.eh_frame().len() > MAX_EH_FRAME {
+        return None;
+    }
     let eh = EhFrame::new(cfi.eh_frame(), LittleEndian);
     let bases = cfi.bases();
     let mut ctx = Box::new(UnwindContext::new());
     let mut starts: Vec<(u64, u32)> = Vec::new();
     let mut breaks_walk = false;
+    let mut checked_cies = std::collections::HashSet::new();
     let mut entries = eh.entries(&bases);
     while let Some(entry) = entries.next().ok()? {
         let CieOrFde::Fde(partial) = entry else {
             continue;
         };
         let fde = partial.parse(EhFrame::cie_from_offset).ok()?;
+        // gimli runs the CIE's initial instructions again for each of its FDEs: a real one
+        // has a few bytes of them, a file made to hold megabytes (any user's binary is read
+        // here, as root) would cost their product.
+        let cie = fde.cie();
+        if !checked_cies.contains(&cie.offset()) {
+            let mut instructions = cie.instructions(&eh, &bases);
+            let mut n = 0;
+            while instructions.next().ok()?.is_some() {
+                n += 1;
+                if n > MAX_CIE_INSTRUCTIONS {
+                    return None;
+                }
+            }
+            checked_cies.insert(cie.offset());
+        }
         let (mut frame, mut saves) = (false, false);
         let mut table = fde.rows(&eh, &bases, &mut ctx).ok()?;
         while let Some(row) = table.next_row().ok()? {
@@ -141,7 +171,9 @@ pub fn rows(cfi: &Cfi) -> Option<Vec<u64>> {
             };
             let saved = match row.register(X86_64::RBP) {
                 None | Some(RegisterRule::SameValue | RegisterRule::Undefined) => Some(0),
-                Some(RegisterRule::Offset(n)) if n < 0 => u64::try_from(-n).ok(),
+                Some(RegisterRule::Offset(n)) if n < 0 => {
+                    n.checked_neg().and_then(|n| u64::try_from(n).ok())
+                }
                 Some(_) => None,
             };
             let ra = matches!(row.register(X86_64::RA), Some(RegisterRule::Offset(-8)));

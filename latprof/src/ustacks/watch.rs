@@ -184,6 +184,9 @@ fn capture(
     tables: &mut Tables,
     stop: &AtomicBool,
 ) {
+    // The processes read whose tables are still to be given: after the ring is drained, so
+    // that loading a new file's table never keeps a short-lived process from being read.
+    let mut pending = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         while let Some(item) = ring.next() {
             if item.len() >= size_of::<UserSeen>() {
@@ -199,11 +202,14 @@ fn capture(
                         .then(|| processes.view((e.tgid, e.layout)))
                         .flatten()
                 };
-                // Its next sleeps step through its libc by the tables.
                 if let Some(view) = view {
-                    tables.install(e.layout, &view);
+                    pending.push((e.layout, view));
                 }
             }
+        }
+        // Their next sleeps step through their libc by the tables.
+        for (layout, view) in pending.drain(..) {
+            tables.install(layout, &view);
         }
         let mut fd = libc::pollfd {
             fd: ring.as_raw_fd(),
