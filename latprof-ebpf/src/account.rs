@@ -126,12 +126,16 @@ pub(crate) fn account<const CAS: bool>(
         }
     }
     if !found {
+        // Read again from the entry (map memory, of no value the verifier knows): each of the
+        // search's exits knows `n` in a range of its own, and would walk the rest once per
+        // exit (a sched_switch program walks this function from several places).
+        // SAFETY: the entry's own field; only its task's events write it.
+        let n = unsafe { core::ptr::read_volatile(&raw const entry.nr_records) } as usize;
         if n < TASK_RECORDS {
             // The mask kept (verifier rule 1 in `stack_cache`): 6.1's verifier follows this
             // branch even after the search proved n >= TASK_RECORDS, and then needs the index
             // bounded.
-            // SAFETY: reads a local.
-            let n = unsafe { core::ptr::read_volatile(&raw const n) } & (TASK_RECORDS - 1);
+            let n = n & (TASK_RECORDS - 1);
             entry.records[n] = LatencyRecord {
                 stack_id: stack,
                 count: 1,

@@ -79,6 +79,10 @@ pub(crate) struct UnwindRegs {
     pub(crate) layout: u64,
     pub(crate) win_sp: u64,
     pub(crate) stepped: u64,
+    /// Scratch: the index of the range a step's address lies in (`unwind::rule`).
+    pub(crate) range: u64,
+    /// 1 where the process has tables (`UNWIND_PROCS`).
+    pub(crate) tables: u64,
 }
 /// First sightings of user backtraces (`UserSeen`), for user space to read the process's
 /// memory map while it lives.

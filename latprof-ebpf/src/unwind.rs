@@ -10,8 +10,12 @@
 //! `UNWIND_WALK` and its frames counted in `USER_BUF`'s `nr`: map memory, of which the
 //! verifier knows no value, so that it walks a step once and what follows the walk once (a
 //! bounded loop of table steps beside the frame-pointer loop, or a state on the caller's
-//! stack, was over its million instructions). Without `bpf_loop` (`UNWIND_ON` 0), no process
-//! has tables here: `ustacks::walk` alone.
+//! stack, was over its million instructions). A process without tables is walked here too, by
+//! frame pointers only: the bounded loop of `ustacks::walk` is then left out of the programs
+//! the verifier walks. Inside a callback the verifier compares states exactly (a loop of its
+//! own), so a step holds no branch whose two sides go on apart for long: the range is found,
+//! then searched once, and the search's selects are arithmetic. Without `bpf_loop`
+//! (`UNWIND_ON` 0), no process has tables here: `ustacks::walk` alone.
 
 use core::ffi::c_void;
 
@@ -39,21 +43,27 @@ impl Regs {
             layout,
             win_sp: sp,
             stepped: 1,
+            range: 0,
+            tables: 0,
         }
     }
 }
 
-/// Walks the backtrace from `regs` (`frames[0]` of this CPU's `USER_BUF` their `ip`, its `nr`
-/// 1) into `USER_BUF`, where the process has tables; false where it has none (nothing done).
+/// Walks the backtrace from `regs` into this CPU's `USER_BUF` (its `frames[0]` their `ip`,
+/// its `nr` one), by the process's tables where it has them, by frame pointers elsewhere.
+/// False where this kernel runs no walk under `bpf_loop` (`UNWIND_ON` 0: nothing done).
 #[inline(always)]
 pub(crate) fn walk(regs: &mut Regs) -> bool {
-    if UNWIND_ON.load() != 1 || UNWIND_PROCS.get_ptr(&regs.layout).is_none() {
+    if UNWIND_ON.load() != 1 {
         return false;
     }
+    // Never missing; a backtrace of one frame where it were.
     let Some(walk) = UNWIND_WALK.get_ptr_mut(0) else {
-        return false;
+        return true;
     };
     let max = USER_WALK_FRAMES.load().min(USER_FRAMES as u32);
+    // Whether the process has tables: looked up once here, not at every frame.
+    regs.tables = u64::from(UNWIND_PROCS.get_ptr(&regs.layout).is_some());
     // SAFETY: this CPU's entry; programs on one CPU do not run concurrently here (IRQs off in
     // sched_switch). The callback is a static function of this object.
     unsafe {
@@ -84,8 +94,12 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
     } else {
         regs.ip.wrapping_sub(1)
     };
-    // SAFETY: a map value read in place; user space replaces it whole.
-    let rule = unsafe { UNWIND_PROCS.get(&regs.layout) }.map_or(0, |p| rule(p, look));
+    let rule = if regs.tables == 0 {
+        0
+    } else {
+        // SAFETY: a map value read in place; user space replaces it whole.
+        unsafe { UNWIND_PROCS.get(&regs.layout) }.map_or(0, |p| rule(p, look, regs))
+    };
     let (ret, cfa, bp, last) = if rule == 0 {
         // By the frame pointer: the frame holds the caller's frame pointer and the return
         // address (as `ustacks::walk`).
@@ -145,40 +159,54 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
     i64::from(last)
 }
 
-/// The rule of the row that covers `ip` in `process`'s tables; 0 where none does.
+/// The rule of the row that covers `ip` in `process`'s tables; 0 where none does. `regs`'
+/// scratch holds the range's index between its finding and its search.
 #[inline(always)]
-fn rule(process: &ProcUnwind, ip: u64) -> u32 {
+fn rule(process: &ProcUnwind, ip: u64, regs: &mut Regs) -> u32 {
+    regs.range = UNWIND_RANGES as u64;
     for r in 0..UNWIND_RANGES {
         let range = &process.ranges[r];
         if range.count == 0 {
             break;
         }
-        if ip < range.start || ip >= range.end {
-            continue;
+        if ip >= range.start && ip < range.end {
+            regs.range = r as u64;
+            break;
         }
-        let Ok(addr) = u32::try_from(ip.wrapping_sub(range.bias)) else {
+    }
+    // Read back from map memory: an index of no value the verifier knows, so that it walks
+    // one search, not one per range.
+    // SAFETY: reads this CPU's entry (see `walk`).
+    let r = unsafe { core::ptr::read_volatile(&raw const regs.range) } as usize;
+    let Some(range) = process.ranges.get(r) else {
+        return 0;
+    };
+    let Ok(addr) = u32::try_from(ip.wrapping_sub(range.bias)) else {
+        return 0;
+    };
+    // The last row at or below `addr`: rows[lo] <= addr < rows[hi]. Without a branch on the
+    // rows (arithmetic only), so that the verifier walks each round once.
+    let (mut lo, mut hi) = (0u64, u64::from(range.count));
+    for _ in 0..UNWIND_SEARCH {
+        let mid = u64::midpoint(lo, hi);
+        let Some(&row) = UNWIND_ROWS.get(range.first.wrapping_add(mid as u32)) else {
             return 0;
         };
-        // The last row at or below `addr`: rows[lo] <= addr < rows[hi]. Without a branch on
-        // the rows (arithmetic only), so that the verifier walks each round once.
-        let (mut lo, mut hi) = (0u64, u64::from(range.count));
-        for _ in 0..UNWIND_SEARCH {
-            let mid = u64::midpoint(lo, hi);
-            let Some(&row) = UNWIND_ROWS.get(range.first.wrapping_add(mid as u32)) else {
-                return 0;
-            };
-            // 1 where the row starts above `addr`, read back so that the compiler does not
-            // turn the arithmetic below into branches again.
-            let above = u64::from(addr).wrapping_sub(row & 0xffff_ffff) >> 63;
-            // SAFETY: reads a local.
-            let above = unsafe { core::ptr::read_volatile(&raw const above) } & 1;
-            hi = mid * above + hi * (1 - above);
-            lo = lo * above + mid * (1 - above);
-        }
-        return match UNWIND_ROWS.get(range.first.wrapping_add(lo as u32)) {
-            Some(&row) if (row & 0xffff_ffff) <= u64::from(addr) => (row >> 32) as u32,
-            _ => 0,
-        };
+        // All ones where the row starts above `addr` (the difference of two 32-bit numbers
+        // is negative), else 0: read back, so that the compiler knows nothing of it and does
+        // not turn the selects below into branches again.
+        let above = (u64::from(addr)
+            .wrapping_sub(row & 0xffff_ffff)
+            .cast_signed()
+            >> 63)
+            .cast_unsigned();
+        // SAFETY: reads a local.
+        let above = unsafe { core::ptr::read_volatile(&raw const above) };
+        hi = (mid & above) | (hi & !above);
+        lo = (lo & above) | (mid & !above);
     }
-    0
+    match UNWIND_ROWS.get(range.first.wrapping_add(lo as u32)) {
+        Some(&row) if (row & 0xffff_ffff) <= u64::from(addr) => (row >> 32) as u32,
+        _ => 0,
+    }
 }

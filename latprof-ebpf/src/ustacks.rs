@@ -105,19 +105,19 @@ pub(crate) fn take<const CAS: bool>(
         return NO_USER;
     }
     buf.frames[0] = ip;
-    // By the unwind tables where they cover a frame, by frame pointers elsewhere (under
-    // bpf_loop: the kernels with compare-and-swap only, their verifier knows callbacks, 5.13);
-    // by frame pointers only where the process has no tables.
+    // By the unwind tables where they cover a frame, by frame pointers elsewhere, under
+    // bpf_loop (the kernels with compare-and-swap only, their verifier knows callbacks, 5.13);
+    // by frame pointers only, in a bounded loop, where the kernel lacks bpf_loop.
     let mut regs = unwind::Regs::new(ip, sp, bp, layout);
     buf.nr = 1;
-    let tabled = CAS && unwind::walk(&mut regs);
-    let len = if tabled {
-        // SAFETY: reads this CPU's buffer (map memory: of no value the verifier knows, so that
-        // what follows is walked once).
-        (unsafe { core::ptr::read_volatile(&raw const buf.nr) } as usize) * 8
-    } else {
-        walk(&mut buf.frames, bp, sp) * 8
-    };
+    if !(CAS && unwind::walk(&mut regs)) {
+        buf.nr = walk(&mut buf.frames, bp, sp) as u32;
+    }
+    // Read back from map memory, of which the verifier knows no value: what follows is walked
+    // once, not once per frame count either walk can end with (each would be a walk of the
+    // hash's loop and of the rest, over half the verifier's million instructions).
+    // SAFETY: reads this CPU's buffer.
+    let len = (unsafe { core::ptr::read_volatile(&raw const buf.nr) } as usize) * 8;
     let nr = (len / 8).min(USER_FRAMES);
     if layout == 0 {
         count(Counter::UserStackEmpty);

@@ -599,6 +599,25 @@ fn check_ustacks(out: &str, variant: &str) {
         stderr.contains(&format!("latprof: programs: {variant}\n")),
         "--user-stacks: not the expected programs ({variant}):\n{stderr}"
     );
+    // record's programs (top's and serve's) load the same variant with the user walk, and
+    // fall back from nothing stats does not.
+    let record = section(out, "ustacks record stderr").join("\n");
+    assert_eq!(rc(out, "ustacks record"), "0", "{record}");
+    assert!(
+        record.contains(&format!("latprof: programs: {variant}\n")),
+        "record --user-stacks: not the expected programs ({variant}):\n{record}"
+    );
+    let fallbacks = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains("not the best variant"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        fallbacks(&record),
+        fallbacks(&stderr),
+        "record --user-stacks falls back where stats does not"
+    );
     let json: Value = serde_json::from_str(&section(out, "ustacks").join("\n"))
         .unwrap_or_else(|e| panic!("ustacks JSON: {e}\n{out}"));
     let causes = json["causes"].as_array().expect("causes");

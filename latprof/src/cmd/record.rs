@@ -130,9 +130,11 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             max_size: args.max_size,
         },
     );
+    // Said once the collector runs: with --user-stacks it read the processes there are first
+    // (their sleeps from now on step through their libc by the unwind tables).
+    let mut collector = session.collector(true)?;
     say_recording(cli, args);
     session.announce();
-    let mut collector = session.collector(true)?;
     let Session {
         probe,
         spikes: reader,

@@ -45,6 +45,8 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
             ..Needs::default()
         },
     )?;
+    // Said once the collector runs: with --user-stacks it read the processes there are first.
+    let mut collector = session.collector(false)?;
     eprintln!(
         "latprof: attached ({} mode); printing sleeps and run-queue waits of {} or more ({} wakeups), Ctrl-C to stop",
         cli.mode.as_str(),
@@ -55,7 +57,6 @@ pub fn run(cli: &Cli, args: &SpikesArgs) -> Result<()> {
         }
     );
     session.announce();
-    let mut collector = session.collector(false)?;
     let Session {
         probe,
         spikes: reader,

@@ -100,16 +100,7 @@ pub(super) fn from_config(
                 .to_owned(),
         );
     }
-    // With the histograms and run-queue waits (top, record, serve) the tables' walk makes the
-    // best programs more than the verifier takes (it gave up after a minute and latprof fell
-    // back to walking every counted sleep's stack): there, frame pointers only, for now.
-    if config.user_stacks && unwind_loop && config.details && !config.debug.no_unwind_tables {
-        fallbacks.push(
-            "user frames are walked by frame pointers only in top, record and serve (the unwind tables' walk is in stats and spikes): a caller of a function without a frame (libc's) may be missing"
-                .to_owned(),
-        );
-    }
-    let unwind_loop = unwind_loop && !config.details && !config.debug.no_unwind_tables;
+    let unwind_loop = unwind_loop && !config.debug.no_unwind_tables;
     let (task_stack_off, pt_regs_in_stack) = pt_regs_place(btf);
     let context = if config.wakers {
         waker_context(btf, config.percpu).unwrap_or_else(|why| {

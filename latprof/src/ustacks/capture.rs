@@ -147,12 +147,10 @@ pub fn process_layout(tgid: u32) -> Option<u64> {
         .split_whitespace()
         .collect();
     let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-    // startcode, endcode, startstack: fields 26 to 28 of proc(5).
-    Some(latprof_common::layout_key(
-        field(26)?,
-        field(27)?,
-        field(28)?,
-    ))
+    // startcode, endcode, startstack: fields 26 to 28 of proc(5). None for a kernel thread
+    // (no code), as the kernel side's layout.
+    let (start, end, stack) = (field(26)?, field(27)?, field(28)?);
+    (end != 0).then(|| latprof_common::layout_key(start, end, stack))
 }
 
 impl Processes {

@@ -75,6 +75,22 @@ pub struct Watcher {
     truncated: Arc<AtomicU64>,
 }
 
+/// How long reading the processes there are at the start may take, at most: the rest are read
+/// when their first backtrace is announced.
+const READ_AT_START_WITHIN: Duration = Duration::from_secs(3);
+
+/// The processes there are (`/proc`'s numeric entries), but latprof itself; kernel threads
+/// are left out by `process_layout` (no code).
+fn running_processes() -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&tgid| tgid != me)
+        .collect()
+}
+
 /// How often the capture thread looks whether it is to stop while no process is announced.
 const TICK: Duration = Duration::from_millis(50);
 /// How long a stop waits for the threads to end: they read files any user controls, and
@@ -89,15 +105,25 @@ impl Watcher {
         let (alive, ended) = mpsc::channel::<()>();
         let truncated = Arc::new(AtomicU64::new(0));
         let mut known = Processes::new();
-        // The one process traced (`--pid`) is read now: its first sleeps step through its
-        // libc by the tables already (another process's first sleeps, before it is announced
-        // and read, are walked by frame pointers only).
-        if let Some(tgid) = pid
-            && let Some(layout) = super::capture::process_layout(tgid)
-            && known.capture(tgid, layout)
-            && let Some(view) = known.view((tgid, layout))
-        {
-            tables.install(layout, &view);
+        // The processes there are (the one traced, with `--pid`) are read now, before latprof
+        // says it is attached: their sleeps step through their libc by the tables from then
+        // on. A process started later is read when its first backtrace is announced (its
+        // sleeps before that are walked by frame pointers only).
+        let deadline = Instant::now() + READ_AT_START_WITHIN;
+        let running = match pid {
+            Some(tgid) => vec![tgid],
+            None => running_processes(),
+        };
+        for tgid in running {
+            if Instant::now() >= deadline {
+                break;
+            }
+            if let Some(layout) = super::capture::process_layout(tgid)
+                && known.capture(tgid, layout)
+                && let Some(view) = known.view((tgid, layout))
+            {
+                tables.install(layout, &view);
+            }
         }
         let processes = Arc::new(Mutex::new(known));
         let stop = Arc::new(AtomicBool::new(false));

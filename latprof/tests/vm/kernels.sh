@@ -275,6 +275,14 @@ echo "=== ustacks"; cat /tmp/s.us
 echo "=== ustacks stderr"; cat /tmp/e.us
 echo "=== ustacks workload"; cat /tmp/w.us
 
+step "ustacks record"
+# 5a'. The same user walk in record's programs (top's and serve's: histograms, run-queue
+#      waits), the whole machine: the same variant loads, with no fallback stats has not.
+latprof --user-stacks --all-sleeps record -o /tmp/r.us --duration 2s > /dev/null 2> /tmp/e.usr
+RC=$?
+echo "=== ustacks record rc"; echo $RC
+echo "=== ustacks record stderr"; cat /tmp/e.usr
+
 step cgroups
 # 5b. Cgroups (issue 15): two cgroups (one named like a systemd service), a nanosleep workload
 #     moved into each before it starts, `stats --by cgroup`; beside it, on the same workloads,
