@@ -6,15 +6,18 @@
 
 /// Rows all the files' tables hold together.
 pub const UNWIND_TABLE_ROWS: u32 = 1 << 18;
-/// Rows of one file at most: more is a large program (node has 75,000 functions), which keeps
-/// frame pointers itself where it matters; libc and libstdc++ hold about 20,000 each.
-pub const UNWIND_FILE_ROWS: u32 = 1 << 16;
+/// Rows of one file at most, as many as `UNWIND_SEARCH` rounds search: an interpreter built
+/// without frame pointers fits (Debian 13's python3.13, whose perf trampolines name Python
+/// functions only if the walk goes through its evaluation loop: about 70,000), a large program
+/// does not (node: 370,000; libjvm: 177,000), which keeps frame pointers itself where it
+/// matters. libc and libstdc++ hold about 20,000 each.
+pub const UNWIND_FILE_ROWS: u32 = 1 << UNWIND_SEARCH;
 /// Processes (address-space layouts) with unwind ranges.
 pub const UNWIND_PROCESSES: u32 = 4096;
 /// Files with tables one process maps, at most (a JVM maps 7: libc, libstdc++, libm, the
 /// dynamic loader, libgcc_s, libz and one of its own).
 pub const UNWIND_RANGES: usize = 8;
-/// Steps of a binary search over one file's rows (`UNWIND_FILE_ROWS`).
+/// Steps of a binary search over one file's rows (`UNWIND_FILE_ROWS`: each halves them).
 pub const UNWIND_SEARCH: usize = 17;
 
 /// Where one file with a table is mapped executable in a process: its instruction pointers

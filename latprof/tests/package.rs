@@ -13,8 +13,7 @@ use std::{
 
 mod common;
 
-/// Where bootstrapped roots are kept: a run on the same machine reuses them.
-const CACHE: &str = "/var/cache/latprof-tests/roots";
+use common::roots;
 
 /// The package `cargo xtask deb` made (`LATPROF_DEB` names another).
 fn package() -> PathBuf {
@@ -33,57 +32,12 @@ fn package() -> PathBuf {
     deb
 }
 
-/// A minimal root of Debian `suite` with man-db, bootstrapped once and kept.
-fn bootstrapped(suite: &str) -> PathBuf {
-    let root = Path::new(CACHE).join(suite);
-    if root.join("usr/bin/dpkg").is_file() {
-        return root;
-    }
-    std::fs::create_dir_all(CACHE).expect("create the roots' cache");
-    let tmp = Path::new(CACHE).join(format!("{suite}.tmp"));
-    // An interrupted debootstrap leaves its root's /proc mounted: the half-made root could not
-    // be removed, and the next debootstrap failed on its files.
-    unmount_under(&tmp);
-    let _ = std::fs::remove_dir_all(&tmp);
-    let out = Command::new("debootstrap")
-        .args(["--variant=minbase", "--include=man-db", suite])
-        .arg(&tmp)
-        .output()
-        .expect("debootstrap (cargo xtask test installs it)");
-    assert!(
-        out.status.success(),
-        "debootstrap {suite}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::rename(&tmp, &root).expect("keep the root");
-    root
-}
-
-/// Unmounts whatever is mounted at or below `dir`, the deepest first (lazily: nothing in it
-/// is in use any more).
-fn unmount_under(dir: &Path) {
-    let Ok(mounts) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return;
-    };
-    // The fifth field is the mount point (no space in these paths to be escaped).
-    let mut points: Vec<&str> = mounts
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|p| Path::new(p).starts_with(dir))
-        .collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    for p in points {
-        let _ = Command::new("umount").args(["-l", p]).status();
-    }
-}
-
 /// A copy of `suite`'s root for one run (the kept one stays as bootstrapped).
 fn fresh_root(suite: &str, dir: &Path) -> PathBuf {
     let root = dir.join(suite);
     let status = Command::new("cp")
         .arg("-a")
-        .arg(bootstrapped(suite))
+        .arg(roots::bootstrapped(suite, suite, &["man-db"]))
         .arg(&root)
         .status()
         .expect("cp");
@@ -91,26 +45,11 @@ fn fresh_root(suite: &str, dir: &Path) -> PathBuf {
     root
 }
 
-/// `command` run in `root`, with the host's /proc, /sys (BTF, tracefs) and /dev bound in, in
-/// a mount namespace of its own (nothing stays mounted). The returned Command execs into the
-/// chroot: its pid is the command's.
-fn in_root(root: &Path, command: &[&str]) -> Command {
-    let mut cmd = Command::new("unshare");
-    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
-        .arg(
-            r#"set -e; r=$1; shift
-for d in proc sys dev; do mount --rbind /$d "$r/$d"; done
-exec chroot "$r" "$@""#,
-        )
-        .arg("sh")
-        .arg(root)
-        .args(command);
-    cmd
-}
-
 /// Runs `command` in `root`; it must succeed. Returns its stdout.
 fn run_in(root: &Path, command: &[&str]) -> String {
-    let out = in_root(root, command).output().expect("run in the root");
+    let out = roots::in_root(root, command)
+        .output()
+        .expect("run in the root");
     assert!(
         out.status.success(),
         "{command:?} in {}: {}\n{}",
@@ -142,7 +81,7 @@ fn installs_runs_and_purges(suite: &str) {
     // The installed latprof counts a workload on the host (one pid namespace) exactly:
     // every sleep, however long a loaded machine makes it.
     let run = common::count_nanosleeps("100", "2ms", |pid| {
-        in_root(
+        roots::in_root(
             &root,
             &[
                 "latprof",
@@ -170,7 +109,7 @@ fn installs_runs_and_purges(suite: &str) {
         })
         .collect();
     assert!(left.is_empty(), "{suite}: left after purge: {left:?}");
-    let status = in_root(&root, &["dpkg", "-s", "latprof"])
+    let status = roots::in_root(&root, &["dpkg", "-s", "latprof"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()

@@ -9,6 +9,7 @@ pub mod maps;
 pub mod perfmap;
 pub mod resolve;
 pub mod tables;
+pub mod trampolines;
 pub mod untrusted;
 pub mod watch;
 

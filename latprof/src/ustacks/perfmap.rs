@@ -170,6 +170,23 @@ impl PerfMap {
                 self.names.get(from..from + len)
             })
     }
+
+    /// Whether a symbol that starts in `start..end` is named `prefix...`, of the first few
+    /// there (a region of code one JIT makes holds its own kind).
+    #[must_use]
+    pub fn names_in(&self, start: u64, end: u64, prefix: &str) -> bool {
+        let from = self.entries.partition_point(|e| e.start < start);
+        self.entries[from..]
+            .iter()
+            .take_while(|e| e.start < end)
+            .take(16)
+            .any(|e| {
+                let (at, len) = (e.name.0 as usize, e.name.1 as usize);
+                self.names
+                    .get(at..at + len)
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+    }
 }
 
 /// Where in `chunk` the bytes after `piece` (a slice of it) start.

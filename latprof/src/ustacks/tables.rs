@@ -39,6 +39,11 @@ pub struct Tables {
     files: HashMap<(u64, u64), Option<FileTable>>,
     /// The next free row.
     next: u32,
+    /// By file (device, inode): the rule at its Python trampolines' return addresses, if it
+    /// holds CPython's template (`trampolines`).
+    templates: HashMap<(u64, u64), Option<u32>>,
+    /// Rows of rules that hold for whole regions, by rule.
+    rules: HashMap<u32, u32>,
 }
 
 impl Tables {
@@ -49,6 +54,8 @@ impl Tables {
             processes,
             files: HashMap::new(),
             next: 0,
+            templates: HashMap::new(),
+            rules: HashMap::new(),
         }
     }
 
@@ -89,10 +96,64 @@ impl Tables {
             };
             n += 1;
         }
+        n += self.python_trampolines(view, &mut process.ranges[n..]);
         if n > 0 {
             // A process that mapped more since replaces its ranges whole.
             let _ = self.processes.insert(&layout, &process, 0);
         }
+    }
+
+    /// Ranges (into `free`) for the Python perf trampolines of the process `view` shows,
+    /// where one of its files holds CPython's template of the shape `trampolines` steps
+    /// through; returns how many were given.
+    fn python_trampolines(&mut self, view: &View, free: &mut [UnwindRange]) -> usize {
+        if view.python_trampolines.is_empty() {
+            return 0;
+        }
+        let rule = view
+            .maps
+            .iter()
+            .filter(|m| m.exec && m.is_file())
+            .find_map(|m| {
+                let module = view.files.get(&m.start)?;
+                *self
+                    .templates
+                    .entry((module.dev, module.ino))
+                    .or_insert_with(|| super::trampolines::python_rule(&module.file))
+            });
+        let Some(rule) = rule else {
+            return 0;
+        };
+        let Some(row) = self.rule_row(rule) else {
+            return 0;
+        };
+        let mut n = 0;
+        for (&(start, end), range) in view.python_trampolines.iter().zip(free.iter_mut()) {
+            *range = UnwindRange {
+                start,
+                end,
+                bias: start,
+                first: row,
+                count: 1,
+            };
+            n += 1;
+        }
+        n
+    }
+
+    /// The row of a rule that holds for a whole region (a trampoline's), written once.
+    fn rule_row(&mut self, rule: u32) -> Option<u32> {
+        if let Some(&row) = self.rules.get(&rule) {
+            return Some(row);
+        }
+        if self.next >= UNWIND_TABLE_ROWS {
+            return None;
+        }
+        let row = self.next;
+        self.rows.set(row, &unwind_row(0, rule), 0).ok()?;
+        self.next += 1;
+        self.rules.insert(rule, row);
+        Some(row)
     }
 
     /// Loads the rows of `cfi`'s file if it needs them and they fit.

@@ -10,6 +10,7 @@ use std::{
 
 pub mod cgroups;
 pub mod probe;
+pub mod roots;
 pub mod runtimes;
 pub mod serve;
 pub mod tmux;
