@@ -17,8 +17,8 @@ pub struct Cfi {
     eh_frame: Vec<u8>,
     eh_frame_addr: u64,
     text_addr: u64,
-    /// Loaded segments: (file offset, size in the file, virtual address).
-    segments: Vec<(u64, u64, u64)>,
+    /// Loaded segments: (file offset, size in the file, virtual address, executable).
+    segments: Vec<(u64, u64, u64, bool)>,
 }
 
 impl Cfi {
@@ -39,7 +39,11 @@ impl Cfi {
             .segments()
             .map(|s| {
                 let (off, size) = s.file_range();
-                (off, size, s.address())
+                let exec = matches!(
+                    s.flags(),
+                    object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0
+                );
+                (off, size, s.address(), exec)
             })
             .collect();
         Some(Self {
@@ -59,9 +63,13 @@ impl Cfi {
     /// The same, its `.eh_frame` dropped: where its segments load (`bias`) is all that is
     /// kept of a file whose unwind table is loaded.
     #[must_use]
-    pub(super) fn without_eh_frame(mut self) -> Self {
-        self.eh_frame = Vec::new();
-        self
+    pub(super) fn without_eh_frame(&self) -> Self {
+        Self {
+            eh_frame: Vec::new(),
+            eh_frame_addr: self.eh_frame_addr,
+            text_addr: self.text_addr,
+            segments: self.segments.clone(),
+        }
     }
 
     /// The `.eh_frame` section's bytes.
@@ -76,14 +84,24 @@ impl Cfi {
             .set_text(self.text_addr)
     }
 
-    /// What to take from an address in a mapping of the file at `start` (file offset
-    /// `offset`) for the file's own address (the load bias of that segment); `None` where no
-    /// segment holds the offset.
-    pub(super) fn bias(&self, start: u64, offset: u64) -> Option<u64> {
-        let (off, _, vaddr) = self
+    /// What to take from an address in an executable mapping of the file at `start..end`
+    /// (file offset `offset`) for the file's own address (the load bias of the segment it
+    /// holds); `None` where no segment is there. The executable segment the mapping holds,
+    /// rather than the one at its offset: a mapping starts at a page, and a linker that packs
+    /// segments (lld, gold) starts the code segment within the page of the one before it.
+    pub(super) fn bias(&self, start: u64, end: u64, offset: u64) -> Option<u64> {
+        let until = offset.saturating_add(end.saturating_sub(start));
+        let (off, _, vaddr, _) = self
             .segments
             .iter()
-            .find(|(off, size, _)| (*off..off.saturating_add(*size)).contains(&offset))?;
+            .find(|(off, size, _, exec)| {
+                *exec && *off < until && offset < off.saturating_add(*size)
+            })
+            .or_else(|| {
+                self.segments
+                    .iter()
+                    .find(|(off, size, ..)| (*off..off.saturating_add(*size)).contains(&offset))
+            })?;
         Some(
             start
                 .wrapping_sub(offset)
@@ -100,8 +118,8 @@ impl Cfi {
         let Some(vaddr) = self
             .segments
             .iter()
-            .find(|(off, size, _)| (*off..off.saturating_add(*size)).contains(&at))
-            .map(|(off, _, vaddr)| at - off + vaddr)
+            .find(|(off, size, ..)| (*off..off.saturating_add(*size)).contains(&at))
+            .map(|(off, _, vaddr, _)| at - off + vaddr)
         else {
             return Step::Unknown;
         };
@@ -131,4 +149,62 @@ pub enum Step {
     Frame,
     Rsp(u64),
     Unknown,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cfi;
+
+    /// A file as lld lays it out: the read-only segment, then the code segment starting in
+    /// the same page of the file (offset 0x1240, loaded at 0x2240).
+    fn packed() -> Cfi {
+        Cfi {
+            eh_frame: Vec::new(),
+            eh_frame_addr: 0,
+            text_addr: 0x2240,
+            segments: vec![(0, 0x1234, 0, false), (0x1240, 0x4000, 0x2240, true)],
+        }
+    }
+
+    #[test]
+    fn the_bias_of_a_code_segment_that_shares_a_page_with_the_one_before() {
+        let base = 0x7f00_0000_0000;
+        // The code mapping starts at the page of 0x2240, file offset 0x1000 (the page of
+        // 0x1240): the offset lies in the read-only segment, the code in the next one.
+        assert_eq!(
+            packed().bias(base + 0x2000, base + 0x6000, 0x1000),
+            Some(base)
+        );
+    }
+
+    #[test]
+    fn this_test_binarys_code_is_where_its_load_bias_says() {
+        // Linked by rust-lld: its code segment starts within the page of the read-only one.
+        let me = std::fs::File::open("/proc/self/exe").expect("this test's binary");
+        let cfi = Cfi::read(&me).expect("its .eh_frame");
+        let maps = crate::ustacks::maps::parse(
+            &std::fs::read_to_string("/proc/self/maps").expect("its memory map"),
+        );
+        let exe = std::fs::read_link("/proc/self/exe").expect("its path");
+        let exe = exe.to_string_lossy();
+        let mine: Vec<_> = maps.iter().filter(|m| m.path == exe).collect();
+        let base = mine
+            .iter()
+            .find(|m| m.offset == 0)
+            .expect("its first mapping")
+            .start;
+        let code = mine.iter().find(|m| m.exec).expect("its code mapping");
+        assert_eq!(cfi.bias(code.start, code.end, code.offset), Some(base));
+    }
+
+    #[test]
+    fn the_bias_of_page_aligned_segments() {
+        // GNU ld: the code segment at its own page (offset 0x1000, loaded at 0x1000).
+        let cfi = Cfi {
+            segments: vec![(0, 0x800, 0, false), (0x1000, 0x3000, 0x1000, true)],
+            ..packed()
+        };
+        let base = 0x5555_0000_0000;
+        assert_eq!(cfi.bias(base + 0x1000, base + 0x4000, 0x1000), Some(base));
+    }
 }
