@@ -16,7 +16,7 @@ mod common;
 
 use common::{
     LATPROF, TempDir,
-    ustacks::{build_fixture, function, user_frames},
+    ustacks::{build_fixture, causes_where, function, user_frames},
 };
 
 /// The fixture's own functions, innermost first, above glibc's condition wait.
@@ -64,21 +64,6 @@ fn run(fixture: &Path, count: u32, args: &[&str]) -> (Value, String, u64, u64) {
     (json, rest, missing, waited)
 }
 
-/// The causes of `json` at a futex wait.
-fn futex_causes(json: &Value) -> Vec<&Value> {
-    json["causes"]
-        .as_array()
-        .expect("causes")
-        .iter()
-        .filter(|c| {
-            c["frames"].as_array().is_some_and(|f| {
-                f.iter()
-                    .any(|f| f.as_str().is_some_and(|f| f.contains("futex")))
-            })
-        })
-        .collect()
-}
-
 /// Whether `frames` hold the fixture's chain right above libc's frames, then libc's start.
 fn whole_chain(frames: &[String]) -> bool {
     let Some(at) = frames.iter().position(|f| function(f) == FRAMES[0]) else {
@@ -107,7 +92,7 @@ fn a_wait_in_glibcs_frameless_code_keeps_its_callers() {
     for mode in ["lazy", "normal"] {
         let (json, rest, missing, waited) = run(&fixture, 200, &["--mode", mode]);
         assert!(waited > 0, "the fixture never slept");
-        let futex = futex_causes(&json);
+        let futex = causes_where(&json, "futex", |_| true);
         let whole: Vec<&&Value> = futex
             .iter()
             .filter(|c| whole_chain(&user_frames(c)))

@@ -17,7 +17,7 @@ mod common;
 
 use common::{
     LATPROF, TempDir,
-    ustacks::{SERVER_FRAMES, build_server, function, has_server_chain, user_frames},
+    ustacks::{SERVER_FRAMES, build_server, causes_where, function, has_server_chain, user_frames},
 };
 
 /// One latprof at a time: the tests count everything the machine does.
@@ -97,26 +97,6 @@ fn stats_on(server: &mut Command, args: &[&str]) -> (Value, String, u64, Served)
     let (out, rest, missing, served) = run_on(server, &all);
     let json = serde_json::from_slice(&out).expect("stats JSON");
     (json, rest, missing, served)
-}
-
-/// The causes of `json` whose kernel frames hold `kernel` and whose user frames satisfy
-/// `user`.
-fn causes_where<'a>(
-    json: &'a Value,
-    kernel: &str,
-    user: impl Fn(&[String]) -> bool,
-) -> Vec<&'a Value> {
-    json["causes"]
-        .as_array()
-        .expect("causes")
-        .iter()
-        .filter(|c| {
-            c["frames"].as_array().is_some_and(|f| {
-                f.iter()
-                    .any(|f| f.as_str().is_some_and(|f| f.contains(kernel)))
-            }) && user(&user_frames(c))
-        })
-        .collect()
 }
 
 fn count(causes: &[&Value]) -> u64 {

@@ -15,11 +15,12 @@ use std::{
         unix::fs::{MetadataExt as _, OpenOptionsExt as _},
     },
     path::PathBuf,
-    sync::Arc,
+    sync::{Arc, OnceLock},
     time::{Duration, Instant},
 };
 
 use super::{
+    leaf::Cfi,
     maps::{self, Mapping},
     perfmap::PerfMap,
     untrusted,
@@ -35,9 +36,19 @@ pub(super) struct Module {
     pub(super) build_id: String,
     /// Whether its DWARF may be read (`untrusted::dwarf_safe`).
     pub(super) dwarf: bool,
+    /// Its unwind information, read once for both threads: the kernel's tables are made
+    /// from it, and the naming thread unwinds frameless callers with it.
+    cfi: OnceLock<Option<Arc<Cfi>>>,
 }
 
 impl Module {
+    /// Its unwind information (`None`: it has none), read the first time it is asked for.
+    pub(super) fn cfi(&self) -> Option<Arc<Cfi>> {
+        self.cfi
+            .get_or_init(|| Cfi::read(&self.file).map(Arc::new))
+            .clone()
+    }
+
     /// `/proc/self/fd/N`: a path any reader of the open file can use.
     pub(super) fn fd_path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
@@ -338,6 +349,7 @@ impl Processes {
             dev: meta.dev(),
             ino: meta.ino(),
             build_id,
+            cfi: OnceLock::new(),
         });
         self.modules
             .insert((meta.dev(), meta.ino()), Arc::clone(&module));

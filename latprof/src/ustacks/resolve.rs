@@ -94,8 +94,6 @@ pub struct Resolver {
     entries: HashMap<(u64, u64, u64), u32>,
     /// (device, inode, file offset) -> whether the bytes before it are a call instruction.
     calls: HashMap<(u64, u64, u64), bool>,
-    /// (device, inode) -> the binary's unwind information (`None`: it has none).
-    cfi: HashMap<(u64, u64), Option<super::leaf::Cfi>>,
     /// Backtraces named that were cut short (`[truncated]`).
     truncated: u64,
 }
@@ -127,7 +125,6 @@ impl Resolver {
             names: HashMap::new(),
             entries: HashMap::new(),
             calls: HashMap::new(),
-            cfi: HashMap::new(),
             truncated: 0,
         }
     }
@@ -163,7 +160,6 @@ impl Resolver {
             self.names.retain(|(dev, ino, _), _| keeps(*dev, *ino));
             self.entries.retain(|(dev, ino, _), _| keeps(*dev, *ino));
             self.calls.retain(|(dev, ino, _), _| keeps(*dev, *ino));
-            self.cfi.retain(|(dev, ino), _| keeps(*dev, *ino));
             drop(table);
             self.generation = generation;
         }
@@ -206,7 +202,7 @@ impl Resolver {
             (Vec::new(), true)
         } else {
             let from = addrs.get(stepped - 1).copied().unwrap_or(0);
-            self.unwind_frameless(&view, from, stepped > 1, window)
+            Self::unwind_frameless(&view, from, stepped > 1, window)
         };
         let mut addrs: Vec<u64> = addrs.iter().take(stepped).copied().chain(callers).collect();
         if joined {
@@ -236,13 +232,7 @@ impl Resolver {
     /// The return addresses of the frameless functions from `ip` up (see `leaf`; `ip` itself
     /// a return address where `is_return`), and whether the frame-pointer walk goes on from
     /// there (false: the stack words kept ran out first).
-    fn unwind_frameless(
-        &mut self,
-        view: &View,
-        ip: u64,
-        is_return: bool,
-        window: &[u64],
-    ) -> (Vec<u64>, bool) {
+    fn unwind_frameless(view: &View, ip: u64, is_return: bool, window: &[u64]) -> (Vec<u64>, bool) {
         let mut callers = Vec::new();
         let (mut pc, mut at_word) = (ip, 0usize);
         while callers.len() < 32 {
@@ -252,7 +242,7 @@ impl Resolver {
             } else {
                 pc.saturating_sub(1)
             };
-            let step = self.step(view, look);
+            let step = Self::step(view, look);
             let k = match step {
                 Step::Frame | Step::Unknown => return (callers, true),
                 Step::Rsp(k) => k,
@@ -273,7 +263,7 @@ impl Resolver {
 
     /// How the function at `addr` of the process `view` shows finds its caller
     /// (`leaf::Cfi::step`).
-    fn step(&mut self, view: &View, addr: u64) -> Step {
+    fn step(view: &View, addr: u64) -> Step {
         let Some(m) = maps::find(&view.maps, addr) else {
             return Step::Unknown;
         };
@@ -281,11 +271,7 @@ impl Resolver {
             return Step::Unknown;
         };
         let offset = m.file_offset(addr);
-        self.cfi
-            .entry((module.dev, module.ino))
-            .or_insert_with(|| super::leaf::Cfi::read(&module.file))
-            .as_ref()
-            .map_or(Step::Unknown, |cfi| cfi.step(offset))
+        module.cfi().map_or(Step::Unknown, |cfi| cfi.step(offset))
     }
 
     /// One frame of process `key`, or `None` where `addr` cannot be one (see `frames`);

@@ -78,13 +78,13 @@ impl Tables {
                 self.files.retain(|_, table| table.is_some());
             }
             if !self.files.contains_key(&key) {
-                let table = Cfi::read(&module.file).and_then(|cfi| self.load(cfi));
+                let table = module.cfi().and_then(|cfi| self.load(&cfi));
                 self.files.insert(key, table);
             }
             let Some(Some(table)) = self.files.get(&key) else {
                 continue;
             };
-            let Some(bias) = table.cfi.bias(m.start, m.offset) else {
+            let Some(bias) = table.cfi.bias(m.start, m.end, m.offset) else {
                 continue;
             };
             process.ranges[n] = UnwindRange {
@@ -97,8 +97,10 @@ impl Tables {
             n += 1;
         }
         n += self.python_trampolines(view, &mut process.ranges[n..]);
-        if n > 0 {
-            // A process that mapped more since replaces its ranges whole.
+        // A process that mapped more since replaces its ranges whole; the same ranges are not
+        // written again (an announcement comes with each new backtrace: a lookup costs the
+        // kernel less than a replacement in its LRU map).
+        if n > 0 && self.processes.get(&layout, 0).ok() != Some(process) {
             let _ = self.processes.insert(&layout, &process, 0);
         }
     }
@@ -157,8 +159,8 @@ impl Tables {
     }
 
     /// Loads the rows of `cfi`'s file if it needs them and they fit.
-    fn load(&mut self, cfi: Cfi) -> Option<FileTable> {
-        let rows = rows(&cfi)?;
+    fn load(&mut self, cfi: &Cfi) -> Option<FileTable> {
+        let rows = rows(cfi)?;
         let count = u32::try_from(rows.len()).ok()?;
         if count > UNWIND_FILE_ROWS || self.next + count > UNWIND_TABLE_ROWS {
             return None;

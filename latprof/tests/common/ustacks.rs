@@ -80,3 +80,23 @@ pub fn has_server_chain(frames: &[String]) -> bool {
             .zip(SERVER_FRAMES)
             .all(|(f, want)| function(f) == want)
 }
+
+/// The causes of `json` whose kernel frames hold `kernel` and whose user frames satisfy
+/// `user`.
+pub fn causes_where<'a>(
+    json: &'a serde_json::Value,
+    kernel: &str,
+    user: impl Fn(&[String]) -> bool,
+) -> Vec<&'a serde_json::Value> {
+    json["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .filter(|c| {
+            c["frames"].as_array().is_some_and(|f| {
+                f.iter()
+                    .any(|f| f.as_str().is_some_and(|f| f.contains(kernel)))
+            }) && user(&user_frames(c))
+        })
+        .collect()
+}

@@ -15,7 +15,11 @@ pub fn shared_vm() -> Option<PathBuf> {
     run.exists().then_some(run)
 }
 
-/// Boots the VM with `file` copied in (as /work/NAME) and runs `command`; returns its output.
+/// The helpers the VM scripts source (`. /work/lib.sh`).
+const LIB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vm/lib.sh");
+
+/// Boots the VM with `file` copied in (as /work/NAME, beside lib.sh) and runs `command`;
+/// returns its output.
 /// `None` when LATPROF_SKIP_VM is set (xtask says so loudly). As many guests at a time as the
 /// host has CPUs: each emulates all its vCPUs on one host thread (below), so two guests on
 /// this 2-core machine each have a CPU of their own.
@@ -54,7 +58,7 @@ pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
                 .arg(&latprof)
                 .arg("--bin")
                 .arg(&workload)
-                .args(["--file", file])
+                .args(["--file", file, "--file", LIB])
                 .arg(&script),
         );
         eprintln!(

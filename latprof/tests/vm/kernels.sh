@@ -5,6 +5,9 @@
 echo "=== uname"
 uname -r
 
+# attached, finished: tests/vm/lib.sh (copied in beside this script).
+. /work/lib.sh
+
 # step WHAT: a progress line with the guest's uptime (the test ignores "+++" lines), so a run
 # that stops shows where.
 step() {
@@ -27,18 +30,6 @@ step() {
 ) &
 WATCHDOG=$!
 
-# attached FILE PID: waits until the latprof writing its stderr to FILE has attached.
-attached() {
-    i=0
-    while ! grep -qs attached "$1"; do
-        if ! kill -0 "$2" 2> /dev/null; then
-            echo "latprof exited before attaching:"; cat "$1"; exit 1
-        fi
-        sleep 0.2; i=$((i + 1))
-        if [ $i -gt 900 ]; then echo "latprof did not attach:"; cat "$1"; exit 1; fi
-    done
-}
-
 # blocked PID: waits until the workload PID sleeps in a read of stdin (the go line, or the end
 # of file after its work), so that a latprof started after this sees none of the workload's
 # start: not the shell opening the fifo for it, not its exec, not that read's start. A count
@@ -51,15 +42,6 @@ blocked() {
         && grep -q '^State:.S' /proc/$1/status 2> /dev/null; do
         sleep 0.05; i=$((i + 1))
         if [ $i -gt 2000 ]; then echo "workload $1 never blocked reading its stdin"; exit 1; fi
-    done
-}
-
-# finished FILE WHAT: waits until the workload writing its stdout to FILE says it is done.
-finished() {
-    i=0
-    while ! grep -qs done "$1"; do
-        sleep 0.2; i=$((i + 1))
-        if [ $i -gt 900 ]; then echo "$2 did not finish"; exit 1; fi
     done
 }
 

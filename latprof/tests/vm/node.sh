@@ -7,6 +7,9 @@
 echo "=== uname"
 uname -r
 
+# attached, finished: tests/vm/lib.sh (copied in beside this script).
+. /work/lib.sh
+
 # Ends the guest if this has not finished after 300 s (it takes about a minute here).
 (
     sleep 300
@@ -26,19 +29,9 @@ exec 7> /tmp/go
 latprof --user-stacks --all-sleeps --stack-depth 127 stats --format json --duration 900s \
     --pid $N > /tmp/s.json 2> /tmp/e.txt &
 LP=$!
-i=0
-while ! grep -qs attached /tmp/e.txt; do
-    if ! kill -0 $LP 2> /dev/null; then echo "latprof exited before attaching:"; cat /tmp/e.txt; exit 1; fi
-    sleep 0.2; i=$((i + 1))
-    if [ $i -gt 900 ]; then echo "latprof did not attach:"; cat /tmp/e.txt; exit 1; fi
-done
+attached /tmp/e.txt $LP
 echo go >&7
-i=0
-while ! grep -qs done /tmp/w.out; do
-    if ! kill -0 $N 2> /dev/null; then echo "node exited:"; cat /tmp/w.out; exit 1; fi
-    sleep 0.2; i=$((i + 1))
-    if [ $i -gt 900 ]; then echo "node did not finish:"; cat /tmp/w.out; exit 1; fi
-done
+finished /tmp/w.out node $N
 kill -INT $LP
 wait $LP; RC=$?
 exec 7>&-
