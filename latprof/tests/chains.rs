@@ -652,18 +652,8 @@ impl Recorded {
     }
 
     fn dump(&self, args: &[&str]) -> String {
-        let out = Command::new(LATPROF)
-            .arg("dump")
-            .arg(&self.path)
-            .args(args)
-            .output()
-            .expect("latprof dump");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf-8")
+        let out = common::output_of(Command::new(LATPROF).arg("dump").arg(&self.path).args(args));
+        String::from_utf8(out).expect("utf-8")
     }
 }
 

@@ -291,20 +291,12 @@ fn while_it_lives(
     common::reported_missing(&err);
     let json = match via {
         Via::Stats => out.stdout,
-        Via::Record => {
-            let dump = Command::new(LATPROF)
-                .arg("dump")
-                .arg(&recording)
-                .args(["--format", "json", "--pid", &pid.to_string()])
-                .output()
-                .expect("latprof dump");
-            assert!(
-                dump.status.success(),
-                "{}",
-                String::from_utf8_lossy(&dump.stderr)
-            );
-            dump.stdout
-        }
+        Via::Record => common::output_of(Command::new(LATPROF).arg("dump").arg(&recording).args([
+            "--format",
+            "json",
+            "--pid",
+            &pid.to_string(),
+        ])),
     };
     let doc: Value = serde_json::from_slice(&json).expect("latprof's JSON");
     (doc, err, pid, slept)

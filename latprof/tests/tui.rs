@@ -368,17 +368,12 @@ fn replay_in_a_real_terminal_without_root() {
         .and_then(|(_, rest)| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no count on the workload's reason row:\n{screen}"));
-    let dump = Command::new(LATPROF)
-        .args(["dump", &path, "--pid", &pid, "--from", "+1s", "--to", "+2s"])
-        .args(["--format", "json"])
-        .output()
-        .expect("latprof dump");
-    assert!(
-        dump.status.success(),
-        "{}",
-        String::from_utf8_lossy(&dump.stderr)
+    let dump = common::output_of(
+        Command::new(LATPROF)
+            .args(["dump", &path, "--pid", &pid, "--from", "+1s", "--to", "+2s"])
+            .args(["--format", "json"]),
     );
-    let doc: serde_json::Value = serde_json::from_slice(&dump.stdout).expect("dump's JSON");
+    let doc: serde_json::Value = serde_json::from_slice(&dump).expect("dump's JSON");
     let recorded: u64 = doc["causes"]
         .as_array()
         .expect("causes")

@@ -206,6 +206,18 @@ pub fn start(cmd: &mut Command, ready: &str) -> (Child, BufReader<ChildStderr>) 
     (child, stderr)
 }
 
+/// Runs `cmd` (a latprof that reads a file: `dump`, `replay`'s exports) to its end; it must
+/// succeed. Returns its stdout.
+pub fn output_of(cmd: &mut Command) -> Vec<u8> {
+    let out = cmd.output().expect("run latprof");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// A directory on a real disk (not tmpfs), for fsync and direct I/O: the target directory of
 /// this build, or `LATPROF_FSYNC_DIR`.
 pub fn disk_dir() -> String {
