@@ -67,22 +67,22 @@ pub(crate) static UNWIND_PROCS: LruHashMap<u64, ProcUnwind> =
 pub(crate) static UNWIND_WALK: PerCpuArray<UnwindRegs> = PerCpuArray::with_max_entries(1, 0);
 
 /// Where a walk by the unwind tables stands: the instruction pointer, stack pointer and frame
-/// pointer of its last frame, the process's layout, and what user space's own unwinding takes
-/// up from: the frames up to the last one a table stepped to (`stepped`, the first frame
-/// counted: 1 where none) and that frame's stack pointer (`win_sp`).
+/// pointer of its last frame, and what user space's own unwinding takes up from: the frames up
+/// to the last one a table stepped to (`stepped`, the first frame counted: 1 where none) and
+/// that frame's stack pointer (`win_sp`); the process's ranges, copied once for the walk.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(crate) struct UnwindRegs {
     pub(crate) ip: u64,
     pub(crate) sp: u64,
     pub(crate) bp: u64,
-    pub(crate) layout: u64,
     pub(crate) win_sp: u64,
     pub(crate) stepped: u64,
     /// Scratch: the index of the range a step's address lies in (`unwind::rule`).
     pub(crate) range: u64,
-    /// 1 where the process has tables (`UNWIND_PROCS`).
+    /// 1 where the process has tables (`UNWIND_PROCS`), then copied into `process`.
     pub(crate) tables: u64,
+    pub(crate) process: ProcUnwind,
 }
 /// First sightings of user backtraces (`UserSeen`), for user space to read the process's
 /// memory map while it lives.

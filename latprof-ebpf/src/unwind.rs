@@ -33,50 +33,62 @@ const USER_TOP: u64 = 1 << 47;
 /// Where a walk stands (`maps::UnwindRegs`).
 pub(crate) type Regs = UnwindRegs;
 
-impl Regs {
-    /// The user registers at the syscall, of the process of layout `layout`.
-    pub(crate) fn new(ip: u64, sp: u64, bp: u64, layout: u64) -> Self {
-        Self {
-            ip,
-            sp,
-            bp,
-            layout,
-            win_sp: sp,
-            stepped: 1,
-            range: 0,
-            tables: 0,
-        }
-    }
+/// What a walk leaves for user space: the frames the tables stepped through, the first
+/// counted (1: none), and the stack pointer of the last of them.
+pub(crate) struct Walked {
+    pub(crate) stepped: u64,
+    pub(crate) win_sp: u64,
 }
 
-/// Walks the backtrace from `regs` into this CPU's `USER_BUF` (its `frames[0]` their `ip`,
-/// its `nr` one), by the process's tables where it has them, by frame pointers elsewhere.
-/// False where this kernel runs no walk under `bpf_loop` (`UNWIND_ON` 0: nothing done).
+/// Walks the backtrace from the user registers at the syscall (`ip`, `sp`, `bp`, of the
+/// process of layout `layout`) into this CPU's `USER_BUF` (its `frames[0]` their `ip`, its
+/// `nr` one), by the process's tables where it has them, by frame pointers elsewhere. `None`
+/// where this kernel runs no walk under `bpf_loop` (`UNWIND_ON` 0: nothing done).
 #[inline(always)]
-pub(crate) fn walk(regs: &mut Regs) -> bool {
+pub(crate) fn walk(ip: u64, sp: u64, bp: u64, layout: u64) -> Option<Walked> {
     if UNWIND_ON.load() != 1 {
-        return false;
+        return None;
     }
     // Never missing; a backtrace of one frame where it were.
     let Some(walk) = UNWIND_WALK.get_ptr_mut(0) else {
-        return true;
+        return Some(Walked {
+            stepped: 1,
+            win_sp: sp,
+        });
     };
     let max = USER_WALK_FRAMES.load().min(USER_FRAMES as u32);
-    // Whether the process has tables: looked up once here, not at every frame.
-    regs.tables = u64::from(UNWIND_PROCS.get_ptr(&regs.layout).is_some());
     // SAFETY: this CPU's entry; programs on one CPU do not run concurrently here (IRQs off in
     // sched_switch). The callback is a static function of this object.
     unsafe {
-        *walk = *regs;
+        let regs = &mut *walk;
+        regs.ip = ip;
+        regs.sp = sp;
+        regs.bp = bp;
+        regs.win_sp = sp;
+        regs.stepped = 1;
+        regs.range = 0;
+        regs.tables = 0;
+        // The process's ranges, copied once for the walk: each step reads them from this
+        // CPU's entry, not from the LRU map (a hash and a bucket walk a frame).
+        if let Some(process) = UNWIND_PROCS.get_ptr(&layout) {
+            let (from, to) = (process.cast::<u64>(), (&raw mut regs.process).cast::<u64>());
+            // Word by word, read through volatile loads: not a byte-wise memcpy call.
+            for w in 0..size_of::<ProcUnwind>() / 8 {
+                to.add(w).write(core::ptr::read_volatile(from.add(w)));
+            }
+            regs.tables = 1;
+        }
         bpf_loop(
             max.saturating_sub(1),
             step as *const () as *mut c_void,
             core::ptr::null_mut(),
             0,
         );
-        *regs = *walk;
+        Some(Walked {
+            stepped: core::ptr::read_volatile(&raw const regs.stepped),
+            win_sp: core::ptr::read_volatile(&raw const regs.win_sp),
+        })
     }
-    true
 }
 
 /// One step (the `i`th): the caller of the walk's last frame. Returns 1 to stop.
@@ -97,8 +109,7 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
     let rule = if regs.tables == 0 {
         0
     } else {
-        // SAFETY: a map value read in place; user space replaces it whole.
-        unsafe { UNWIND_PROCS.get(&regs.layout) }.map_or(0, |p| rule(p, look, regs))
+        rule(look, regs)
     };
     let (ret, cfa, bp, last) = if rule == 0 {
         // By the frame pointer: the frame holds the caller's frame pointer and the return
@@ -159,13 +170,14 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
     i64::from(last)
 }
 
-/// The rule of the row that covers `ip` in `process`'s tables; 0 where none does. `regs`'
-/// scratch holds the range's index between its finding and its search.
+/// The rule of the row that covers `ip` in the walk's process's tables (`regs.process`); 0
+/// where none does. `regs`' scratch holds the range's index between its finding and its
+/// search.
 #[inline(always)]
-fn rule(process: &ProcUnwind, ip: u64, regs: &mut Regs) -> u32 {
+fn rule(ip: u64, regs: &mut Regs) -> u32 {
     regs.range = UNWIND_RANGES as u64;
     for r in 0..UNWIND_RANGES {
-        let range = &process.ranges[r];
+        let range = &regs.process.ranges[r];
         if range.count == 0 {
             break;
         }
@@ -178,7 +190,7 @@ fn rule(process: &ProcUnwind, ip: u64, regs: &mut Regs) -> u32 {
     // one search, not one per range.
     // SAFETY: reads this CPU's entry (see `walk`).
     let r = unsafe { core::ptr::read_volatile(&raw const regs.range) } as usize;
-    let Some(range) = process.ranges.get(r) else {
+    let Some(range) = regs.process.ranges.get(r) else {
         return 0;
     };
     let Ok(addr) = u32::try_from(ip.wrapping_sub(range.bias)) else {

@@ -108,11 +108,18 @@ pub(crate) fn take<const CAS: bool>(
     // By the unwind tables where they cover a frame, by frame pointers elsewhere, under
     // bpf_loop (the kernels with compare-and-swap only, their verifier knows callbacks, 5.13);
     // by frame pointers only, in a bounded loop, where the kernel lacks bpf_loop.
-    let mut regs = unwind::Regs::new(ip, sp, bp, layout);
     buf.nr = 1;
-    if !(CAS && unwind::walk(&mut regs)) {
+    let walked = if CAS {
+        unwind::walk(ip, sp, bp, layout)
+    } else {
+        None
+    };
+    let (stepped, win_sp) = if let Some(w) = walked {
+        (w.stepped, w.win_sp)
+    } else {
         buf.nr = walk(&mut buf.frames, bp, sp) as u32;
-    }
+        (1, sp)
+    };
     // Read back from map memory, of which the verifier knows no value: what follows is walked
     // once, not once per frame count either walk can end with (each would be a walk of the
     // hash's loop and of the rest, over half the verifier's million instructions).
@@ -133,8 +140,8 @@ pub(crate) fn take<const CAS: bool>(
     buf.nr = nr as u32;
     // The window is the stack words of the frame the tables last stepped to (the first frame
     // where they did not), from which user space unwinds frameless callers they do not cover.
-    buf.stepped = regs.stepped as u32;
-    buf.sp = regs.win_sp;
+    buf.stepped = stepped as u32;
+    buf.sp = win_sp;
     let window: &mut [u8; USER_WINDOW * 8] =
         // SAFETY: the window's words as bytes, the same size.
         unsafe { &mut *buf.window.as_mut_ptr().cast() };
