@@ -3,7 +3,8 @@
 //! pointer and reuses the register: 0 at the futex call), inside `outer -> middle ->
 //! wait_here`. A frame-pointer walk ends in libc; with the tables latprof loads for libc the
 //! kernel steps through it, and every wait is counted under the whole chain, exactly, in both
-//! modes. Needs root and gcc (`cargo xtask test`).
+//! modes; without them (`--debug-no-unwind-tables`), under none. Needs root and gcc (`cargo
+//! xtask test`).
 use std::{
     io::Write as _,
     path::Path,
@@ -116,6 +117,16 @@ fn a_wait_in_glibcs_frameless_code_keeps_its_callers() {
             assert!(!frames.iter().any(|f| f == "[truncated]"), "{frames:?}");
         }
     }
+    // The control: without the tables (what a kernel without bpf_loop does) the walk ends in
+    // glibc, so a glibc that kept its frame pointers would not pass the check above unseen.
+    let (json, rest, _, waited) = run(&fixture, 50, &["--debug-no-unwind-tables"]);
+    assert!(waited > 0, "the fixture never slept");
+    let whole = causes_where(&json, "futex", whole_chain);
+    assert!(
+        whole.is_empty(),
+        "whole without the tables: this glibc keeps its frame pointers, so the check above shows \
+         nothing of the tables: {whole:#?}\n{rest}"
+    );
 }
 
 /// `--user-stacks` over the whole machine loads the best programs, the tables' walk in them:
