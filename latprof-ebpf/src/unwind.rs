@@ -27,11 +27,8 @@ use crate::{
     settings::{UNWIND_ON, USER_WALK_FRAMES},
 };
 
-/// The end of user addresses on x86-64 (as `ustacks`).
-const USER_TOP: u64 = 1 << 47;
-
-/// Where a walk stands (`maps::UnwindRegs`).
-pub(crate) type Regs = UnwindRegs;
+/// The end of user addresses on x86-64 (4-level paging; 5-level's are above, and rare).
+pub(crate) const USER_TOP: u64 = 1 << 47;
 
 /// What a walk leaves for user space: the frames the tables stepped through, the first
 /// counted (1: none), and the stack pointer of the last of them.
@@ -111,7 +108,7 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
     } else {
         rule(look, regs)
     };
-    let (ret, cfa, bp, last) = if rule == 0 {
+    let (ret, cfa, bp) = if rule == 0 {
         // By the frame pointer: the frame holds the caller's frame pointer and the return
         // address (as `ustacks::walk`).
         let fp = regs.bp;
@@ -125,7 +122,7 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
         // A backward or null pointer ends the walk at the next step (its checks above), not
         // here: the frame it leads to may be in a file with a table, which needs no frame
         // pointer (a callback from code that reuses the register).
-        (ret, fp + 16, next, false)
+        (ret, fp + 16, next)
     } else {
         let offset = u64::from(rule & (UNWIND_CFA_RBP - 1));
         let base = if rule & UNWIND_CFA_RBP != 0 {
@@ -152,7 +149,7 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
                 Err(_) => return 1,
             }
         };
-        (ret, cfa, bp, false)
+        (ret, cfa, bp)
     };
     let n = buf.nr as usize;
     if ret == 0 || n >= USER_FRAMES {
@@ -167,14 +164,14 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
     regs.ip = ret;
     regs.sp = cfa;
     regs.bp = bp;
-    i64::from(last)
+    0
 }
 
 /// The rule of the row that covers `ip` in the walk's process's tables (`regs.process`); 0
 /// where none does. `regs`' scratch holds the range's index between its finding and its
 /// search.
 #[inline(always)]
-fn rule(ip: u64, regs: &mut Regs) -> u32 {
+fn rule(ip: u64, regs: &mut UnwindRegs) -> u32 {
     regs.range = UNWIND_RANGES as u64;
     for r in 0..UNWIND_RANGES {
         let range = &regs.process.ranges[r];

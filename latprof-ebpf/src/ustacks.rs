@@ -25,7 +25,8 @@ use crate::{
         PT_REGS_IP_OFF, PT_REGS_SP_OFF, TASK_EXEC_ID_OFF, TASK_MM_OFF, TASK_STACK_OFF,
         USER_WALK_FRAMES, read_field,
     },
-    shared, unwind,
+    shared,
+    unwind::{self, USER_TOP},
 };
 
 /// The layout of the address space `mm` (`layout_key`); 0 where it is unreadable, or not
@@ -171,9 +172,6 @@ pub(crate) fn take<const CAS: bool>(
         }
     }
 }
-
-/// The end of user addresses on x86-64 (4-level paging; 5-level's are above, and rare).
-const USER_TOP: u64 = 1 << 47;
 
 /// Follows the frame pointers from `fp` (the user `rbp` at the syscall), the user stack
 /// pointer being `sp`: each frame holds the caller's frame pointer and a return address.
