@@ -81,9 +81,6 @@ pub(super) struct View {
     pub(super) maps: Vec<Mapping>,
     pub(super) files: HashMap<u64, Arc<Module>>,
     pub(super) has_perf_map: bool,
-    /// Executable anonymous memory whose code the perf map names as Python's perf
-    /// trampolines (`py::...`): `trampolines`.
-    pub(super) python_trampolines: Vec<(u64, u64)>,
 }
 
 impl View {
@@ -210,13 +207,22 @@ impl Processes {
             maps: p.maps.clone(),
             files: p.files.clone(),
             has_perf_map: p.perf_map.is_some(),
-            python_trampolines: p.perf_map.as_ref().map_or_else(Vec::new, |perf| {
-                p.maps
-                    .iter()
-                    .filter(|m| m.exec && !m.is_file() && perf.names_in(m.start, m.end, "py::"))
-                    .map(|m| (m.start, m.end))
-                    .collect()
-            }),
+        })
+    }
+
+    /// The executable anonymous memory of process `key` whose code its perf map names as
+    /// Python's perf trampolines (`py::...`: `trampolines`), for the tables (the capture
+    /// thread's; naming a backtrace needs none of it).
+    pub(super) fn python_trampolines(&self, key: (u32, u64)) -> Vec<(u64, u64)> {
+        let Some(p) = self.seen.get(&key) else {
+            return Vec::new();
+        };
+        p.perf_map.as_ref().map_or_else(Vec::new, |perf| {
+            p.maps
+                .iter()
+                .filter(|m| m.exec && !m.is_file() && perf.names_in(m.start, m.end, "py::"))
+                .map(|m| (m.start, m.end))
+                .collect()
         })
     }
 

@@ -61,7 +61,7 @@ impl Tables {
 
     /// Gives the process of layout `layout`, as `view` shows it, the tables of the files it
     /// maps executable that need one (loading those not loaded yet).
-    pub(super) fn install(&mut self, layout: u64, view: &View) {
+    pub(super) fn install(&mut self, layout: u64, view: &View, trampolines: &[(u64, u64)]) {
         let mut process = ProcUnwind::default();
         let mut n = 0;
         for m in view.maps.iter().filter(|m| m.exec && m.is_file()) {
@@ -96,7 +96,7 @@ impl Tables {
             };
             n += 1;
         }
-        n += self.python_trampolines(view, &mut process.ranges[n..]);
+        n += self.python_trampolines(view, trampolines, &mut process.ranges[n..]);
         // A process that mapped more since replaces its ranges whole; the same ranges are not
         // written again (an announcement comes with each new backtrace: a lookup costs the
         // kernel less than a replacement in its LRU map).
@@ -105,11 +105,16 @@ impl Tables {
         }
     }
 
-    /// Ranges (into `free`) for the Python perf trampolines of the process `view` shows,
-    /// where one of its files holds CPython's template of the shape `trampolines` steps
-    /// through; returns how many were given.
-    fn python_trampolines(&mut self, view: &View, free: &mut [UnwindRange]) -> usize {
-        if view.python_trampolines.is_empty() {
+    /// Ranges (into `free`) for `trampolines`, the Python perf trampolines of the process
+    /// `view` shows, where one of its files holds CPython's template of the shape
+    /// `trampolines.rs` steps through; returns how many were given.
+    fn python_trampolines(
+        &mut self,
+        view: &View,
+        trampolines: &[(u64, u64)],
+        free: &mut [UnwindRange],
+    ) -> usize {
+        if trampolines.is_empty() {
             return 0;
         }
         let rule = view
@@ -130,7 +135,7 @@ impl Tables {
             return 0;
         };
         let mut n = 0;
-        for (&(start, end), range) in view.python_trampolines.iter().zip(free.iter_mut()) {
+        for (&(start, end), range) in trampolines.iter().zip(free.iter_mut()) {
             *range = UnwindRange {
                 start,
                 end,

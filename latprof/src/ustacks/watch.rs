@@ -122,7 +122,7 @@ impl Watcher {
                 && known.capture(tgid, layout)
                 && let Some(view) = known.view((tgid, layout))
             {
-                tables.install(layout, &view);
+                tables.install(layout, &view, &known.python_trampolines((tgid, layout)));
             }
         }
         let processes = Arc::new(Mutex::new(known));
@@ -223,19 +223,21 @@ fn capture(
                     let mut processes = processes
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let key = (e.tgid, e.layout);
                     processes
                         .announced(e.tgid, e.layout)
-                        .then(|| processes.view((e.tgid, e.layout)))
+                        .then(|| processes.view(key))
                         .flatten()
+                        .map(|view| (view, processes.python_trampolines(key)))
                 };
-                if let Some(view) = view {
-                    pending.push((e.layout, view));
+                if let Some((view, trampolines)) = view {
+                    pending.push((e.layout, view, trampolines));
                 }
             }
         }
         // Their next sleeps step through their libc by the tables.
-        for (layout, view) in pending.drain(..) {
-            tables.install(layout, &view);
+        for (layout, view, trampolines) in pending.drain(..) {
+            tables.install(layout, &view, &trampolines);
         }
         let mut fd = libc::pollfd {
             fd: ring.as_raw_fd(),
