@@ -110,6 +110,10 @@ pub(crate) static TICKS: PerCpuArray<u64> = PerCpuArray::with_max_entries(TICK_C
 #[map]
 pub(crate) static STACK_COPY: PerCpuArray<[u64; REGION_WORDS]> =
     PerCpuArray::with_max_entries(1, 0);
+/// Per-CPU: where a task's user registers sit above its stack's lowest address, in bytes (0:
+/// not found yet), found once with `bpf_task_pt_regs` (`stack_cache::user_regs`).
+#[map]
+pub(crate) static REGS_IN_STACK: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// Per-CPU: frames of the last walk (in `STACK_BUF`).
 #[map]
 pub(crate) static WALKED_FRAMES: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);

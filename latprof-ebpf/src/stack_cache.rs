@@ -88,7 +88,8 @@ use latprof_common::{
 use crate::{
     debug::anomaly,
     maps::{
-        CPU_CACHE, LEARNT, REGION_WORDS, SCAN_POS, STACK_BUF, STACK_COPY, WALKED_FRAMES, count,
+        CPU_CACHE, LEARNT, REGION_WORDS, REGS_IN_STACK, SCAN_POS, STACK_BUF, STACK_COPY,
+        WALKED_FRAMES, count,
     },
     settings::{DEBUG_CHECKS, PT_REGS_IN_STACK, TASK_STACK_OFF, THREAD_SP_OFF, read_btf_field},
     stacks::task_stack,
@@ -125,12 +126,7 @@ pub(crate) fn sleeping_stack<C: EbpfContext, const HELPERS: bool>(
     // The BTF tracepoint's task: a plain load.
     let sp = read_btf_field::<u64>(task.cast_const().cast(), off);
     let regs = if HELPERS {
-        // SAFETY: task is the BTF tracepoint's trusted task pointer.
-        let regs = unsafe { bpf_task_pt_regs(task) } as u64;
-        // The kernel hands the registers' address as a pointer the verifier allows no
-        // arithmetic on; read back through a probe read, it is a number.
-        // SAFETY: reads a local.
-        unsafe { bpf_probe_read_kernel(&raw const regs) }.unwrap_or(0)
+        user_regs(task)
     } else {
         // x86-64's task_pt_regs(): at the top of the task's stack.
         read_btf_field::<u64>(task.cast_const().cast(), TASK_STACK_OFF.load())
@@ -156,6 +152,37 @@ pub(crate) fn sleeping_stack<C: EbpfContext, const HELPERS: bool>(
     remember::<HELPERS>(sp, regs, stack, entry);
     stack
 }
+
+/// The sleeping `task`'s user registers' address: its stack's lowest address plus where
+/// `bpf_task_pt_regs` put them the first time on this CPU (`REGS_IN_STACK`; the same for every
+/// task of a kernel, whatever padding its configuration leaves above them), so a wakeup reads
+/// one field instead of calling two helpers.
+#[inline(always)]
+fn user_regs(task: *mut task_struct) -> u64 {
+    let stack = read_btf_field::<u64>(task.cast_const().cast(), TASK_STACK_OFF.load());
+    let Some(place) = REGS_IN_STACK.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's slot; programs on one CPU do not run concurrently.
+    let place = unsafe { &mut *place };
+    if *place != 0 && TASK_STACK_OFF.load() != 0 && stack != 0 {
+        return stack + *place;
+    }
+    // SAFETY: task is the BTF tracepoint's trusted task pointer.
+    let regs = unsafe { bpf_task_pt_regs(task) } as u64;
+    // The kernel hands the registers' address as a pointer the verifier allows no
+    // arithmetic on; read back through a probe read, it is a number.
+    // SAFETY: reads a local.
+    let regs = unsafe { bpf_probe_read_kernel(&raw const regs) }.unwrap_or(0);
+    if stack != 0 && regs > stack && regs - stack < MAX_REGS_IN_STACK {
+        *place = regs - stack;
+    }
+    regs
+}
+
+/// Above this many bytes from its lowest address the registers are not in the task's stack
+/// (x86-64's stacks are 16 KiB, 32 with KASAN): `user_regs` keeps no place then.
+const MAX_REGS_IN_STACK: u64 = 64 * 1024;
 
 /// After a walk: learns the backtrace when this task, or any task on this CPU, slept with it
 /// not long ago (a task that sleeps once somewhere no other does, or somewhere new each time,

@@ -27,6 +27,8 @@ pub const MAP_TICKS: &str = "TICKS";
 pub const MAP_STACK_COPY: &str = "STACK_COPY";
 /// The stack cache: frames the last walk found, per CPU.
 pub const MAP_WALKED_FRAMES: &str = "WALKED_FRAMES";
+/// The stack cache: where a task's user registers sit in its stack, found once per CPU.
+pub const MAP_REGS_IN_STACK: &str = "REGS_IN_STACK";
 /// The stack cache: each CPU's cache of backtraces by stack shape.
 pub const MAP_CPU_CACHE: &str = "CPU_CACHE";
 /// The stack cache: the shape being learnt, per CPU.
@@ -69,7 +71,7 @@ pub const MAP_UNWIND_PROCS: &str = "UNWIND_PROCS";
 /// Per CPU: where the unwind tables' steps stand.
 pub const MAP_UNWIND_WALK: &str = "UNWIND_WALK";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 34] = [
+pub const MAPS: [&str; 35] = [
     MAP_UNWIND_ROWS,
     MAP_UNWIND_PROCS,
     MAP_UNWIND_WALK,
@@ -94,6 +96,7 @@ pub const MAPS: [&str; 34] = [
     MAP_TICKS,
     MAP_STACK_COPY,
     MAP_WALKED_FRAMES,
+    MAP_REGS_IN_STACK,
     MAP_CPU_CACHE,
     MAP_LEARNT,
     MAP_SCAN_POS,
