@@ -71,6 +71,11 @@ pub fn floor_waking(_ctx: RawTracePointContext) -> i32 {
     0
 }
 
+#[btf_tracepoint(function = "sched_waking")]
+pub fn floor_waking_btf(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
 #[raw_tracepoint(tracepoint = "hrtimer_expire_entry")]
 pub fn floor_hrt_entry(_ctx: RawTracePointContext) -> i32 {
     0

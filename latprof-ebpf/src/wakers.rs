@@ -15,13 +15,14 @@
 
 use aya_ebpf::bindings::BPF_NOEXIST;
 use aya_ebpf::{
+    EbpfContext,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task,
         bpf_get_smp_processor_id,
     },
-    macros::raw_tracepoint,
+    macros::{btf_tracepoint, raw_tracepoint},
     maps::PerCpuHashMap,
-    programs::RawTracePointContext,
+    programs::{BtfTracePointContext, RawTracePointContext},
 };
 use latprof_common::{
     Counter, HIDDEN_WAKER_RACED, HIDDEN_WAKER_UNSEEN, TASK_FLAG_FIRST_SLEEP,
@@ -34,7 +35,7 @@ use crate::{
     maps::{CPU_CONTEXT, CpuContext, TASKS, WAKERS, WAKERS_OTHER, count, ids, log_hidden},
     settings::{
         CFS_RQ_RQ_OFF, CHAINS_ON, PC_FROM_RQ, RQ_CPU_OFF, TASK_CFS_RQ_OFF, TASK_PID_OFF,
-        TASK_SOFTIRQ_CNT_OFF, WAKER_STACKS, WAKERS_ON, read_field,
+        TASK_SOFTIRQ_CNT_OFF, WAKER_STACKS, WAKERS_ON, read_btf_field, read_field,
     },
     shared,
     stacks::take_stack,
@@ -45,17 +46,32 @@ const PC_NMI: u32 = 0x00f0_0000;
 const PC_HARDIRQ: u32 = 0x000f_0000;
 const PC_SOFTIRQ_SERVING: u32 = 0x100;
 
-/// `TP_PROTO(struct task_struct *p)`, in the waker's context.
+/// `TP_PROTO(struct task_struct *p)`, in the waker's context: for kernels without BTF
+/// tracepoints.
 #[raw_tracepoint(tracepoint = "sched_waking")]
 pub fn sched_waking(ctx: RawTracePointContext) -> i32 {
-    try_sched_waking(&ctx).unwrap_or(1)
+    let wakee: *const u8 = ctx.arg(0);
+    match read_field::<i32>(wakee, TASK_PID_OFF.load()) {
+        Ok(tid) => note_waker(&ctx, tid as u32),
+        Err(_) => 1,
+    }
 }
 
-fn try_sched_waking(ctx: &RawTracePointContext) -> Result<i32, i32> {
+/// The same on the BTF tracepoint: the wakee's pid is a plain load, not a helper call.
+#[btf_tracepoint(function = "sched_waking")]
+pub fn sched_waking_btf(ctx: BtfTracePointContext) -> i32 {
     let wakee: *const u8 = ctx.arg(0);
-    let tid = read_field::<i32>(wakee, TASK_PID_OFF.load())? as u32;
+    note_waker(
+        &ctx,
+        read_btf_field::<i32>(wakee, TASK_PID_OFF.load()) as u32,
+    )
+}
+
+/// Notes the current context as the waker of `tid`'s coming wakeup.
+#[inline(always)]
+fn note_waker<C: EbpfContext>(ctx: &C, tid: u32) -> i32 {
     let Some(entry) = TASKS.get_ptr_mut(&tid) else {
-        return Ok(0);
+        return 0;
     };
     // SAFETY: try_to_wake_up holds the wakee's pi_lock: no other waking or wakeup of it runs.
     // The sleep may not have begun yet (the wakee is still switching out on another CPU):
@@ -80,7 +96,7 @@ fn try_sched_waking(ctx: &RawTracePointContext) -> Result<i32, i32> {
     } else {
         0
     };
-    Ok(0)
+    0
 }
 
 /// The context the current code runs in, as a `WAKER_*` kind.

@@ -13,10 +13,12 @@ use super::{
 /// The kernel keeps this many bytes of a program's name.
 const KERNEL_NAME: usize = 15;
 
-/// The hooks whose programs come in variants named after the hook (`sched_switch_nocas`).
-const VARIANT_HOOKS: [&str; 4] = [
+/// The hooks whose programs come in variants named after the hook (`sched_switch_nocas`,
+/// `sched_waking_btf`).
+const VARIANT_HOOKS: [&str; 5] = [
     "sched_switch",
     "sched_wakeup",
+    "sched_waking",
     "sched_process_exit",
     "sched_process_free",
 ];

@@ -60,10 +60,25 @@ pub(super) fn attach_rename(ebpf: &mut Ebpf, fallbacks: &mut Vec<String>) -> Res
     Ok(())
 }
 
-/// Loads and attaches the waker programs: `sched_waking` (Linux 4.3) must load; a kernel
-/// without the timer tracepoints counts timers' wakeups as interrupts', and latprof says so.
-pub(super) fn attach_waker_programs(ebpf: &mut Ebpf, fallbacks: &mut Vec<String>) -> Result<()> {
+/// Loads and attaches the waker programs: `sched_waking` (Linux 4.3) must load, on its BTF
+/// tracepoint with `btf` (where the variant's programs are on theirs: the wakee's pid is a
+/// plain load there); a kernel without the timer tracepoints counts timers' wakeups as
+/// interrupts', and latprof says so.
+pub(super) fn attach_waker_programs(
+    ebpf: &mut Ebpf,
+    btf: Option<&aya::Btf>,
+    fallbacks: &mut Vec<String>,
+) -> Result<()> {
     for prog in names::WAKER_PROGRAMS {
+        if let Some(btf) = btf
+            && prog == names::PROG_SCHED_WAKING
+        {
+            let p: &mut BtfTracePoint = prog_mut(ebpf, names::PROG_SCHED_WAKING_BTF)?;
+            p.load(prog, btf)
+                .map_err(|e| verifier::rejection(names::PROG_SCHED_WAKING_BTF, &e))?;
+            p.attach().context("attach BTF tracepoint sched_waking")?;
+            continue;
+        }
         let p: &mut RawTracePoint = prog_mut(ebpf, prog)?;
         p.load().map_err(|e| verifier::rejection(prog, &e))?;
         // The program is named after its tracepoint.

@@ -15,7 +15,7 @@ use super::{Variant, load::prog_mut, names};
 fn floor_of(hook: &str) -> Result<&'static str> {
     names::FLOOR_PROGRAMS
         .iter()
-        .find(|(p, h)| *h == hook && *p != names::FLOOR_WAKEUP_BTF && *p != names::FLOOR_SWITCH_BTF)
+        .find(|(p, h)| *h == hook && !p.ends_with("_btf"))
         .map(|(p, _)| *p)
         .with_context(|| format!("no floor program for {hook}"))
 }
@@ -36,6 +36,16 @@ fn attach_raw(ebpf: &mut Ebpf, hook: &str, optional: bool) -> Result<bool> {
     }
 }
 
+/// Attaches the do-nothing BTF tracepoint program `prog` to `hook`.
+fn attach_btf(ebpf: &mut Ebpf, prog: &str, hook: &str, btf: &aya::Btf) -> Result<()> {
+    let p: &mut BtfTracePoint = prog_mut(ebpf, prog)?;
+    p.load(hook, btf)
+        .with_context(|| format!("loading {prog}"))?;
+    p.attach()
+        .with_context(|| format!("attach BTF tracepoint {hook}"))?;
+    Ok(())
+}
+
 /// Attaches the floor on the hooks the session's programs would have: the variant's four
 /// (with the wakeup's program type), the wakers' where asked for, the rename and the tick
 /// hooks where the kernel has them. Returns the tick programs as `attach_tick_programs` does.
@@ -45,27 +55,30 @@ pub(super) fn attach_floor(
     wakers: bool,
     btf: Option<&aya::Btf>,
 ) -> Result<Vec<(&'static str, bool)>> {
+    let btf = if variant.btf() {
+        Some(btf.context("the variant's programs are BTF tracepoints', but no BTF was read")?)
+    } else {
+        None
+    };
     if wakers {
-        // The waker programs are named after their tracepoints.
+        // The waker programs are named after their tracepoints; `sched_waking`'s is a BTF
+        // tracepoint's beside the variant's (`attach_waker_programs`).
         for hook in names::WAKER_PROGRAMS {
-            attach_raw(ebpf, hook, hook != names::PROG_SCHED_WAKING)?;
+            match btf {
+                Some(btf) if hook == names::PROG_SCHED_WAKING => {
+                    attach_btf(ebpf, names::FLOOR_WAKING_BTF, hook, btf)?;
+                }
+                _ => {
+                    attach_raw(ebpf, hook, hook != names::PROG_SCHED_WAKING)?;
+                }
+            }
         }
     }
     attach_raw(ebpf, "sched_process_free", false)?;
     attach_raw(ebpf, "sched_process_exit", false)?;
-    if variant.btf() {
-        let btf =
-            btf.context("the variant's programs are BTF tracepoints', but no BTF was read")?;
-        for (prog, hook) in [
-            (names::FLOOR_WAKEUP_BTF, "sched_wakeup"),
-            (names::FLOOR_SWITCH_BTF, "sched_switch"),
-        ] {
-            let p: &mut BtfTracePoint = prog_mut(ebpf, prog)?;
-            p.load(hook, btf)
-                .with_context(|| format!("loading {prog}"))?;
-            p.attach()
-                .with_context(|| format!("attach BTF tracepoint {hook}"))?;
-        }
+    if let Some(btf) = btf {
+        attach_btf(ebpf, names::FLOOR_WAKEUP_BTF, "sched_wakeup", btf)?;
+        attach_btf(ebpf, names::FLOOR_SWITCH_BTF, "sched_switch", btf)?;
     } else {
         attach_raw(ebpf, "sched_wakeup", false)?;
         attach_raw(ebpf, "sched_switch", false)?;

@@ -137,7 +137,8 @@ impl Probe {
             // The wakers first: a sleep that starts once the latency programs run finds its
             // waking watched.
             if config.wakers {
-                attach_waker_programs(&mut ebpf, &mut fallbacks)?;
+                let btf = support.btf.as_ref().filter(|_| variant.btf());
+                attach_waker_programs(&mut ebpf, btf, &mut fallbacks)?;
             }
             attach_variant(&mut ebpf, variant)?;
             attach_rename(&mut ebpf, &mut fallbacks)?;

@@ -138,8 +138,10 @@ pub const PROG_USER_ENTER: &str = "user_enter";
 pub const PROG_USER_EXIT: &str = "user_exit";
 /// A task renamed (exec, prctl, /proc/PID/comm): its entry takes the new name.
 pub const PROG_TASK_RENAME: &str = "task_rename";
-/// Notes each wakeup's waker, in the waker's context.
+/// Notes each wakeup's waker, in the waker's context: on the BTF tracepoint where the
+/// variant's programs are on theirs, else on the raw tracepoint.
 pub const PROG_SCHED_WAKING: &str = "sched_waking";
+pub const PROG_SCHED_WAKING_BTF: &str = "sched_waking_btf";
 /// Tell a timer callback's wakeups from others'.
 pub const PROG_HRTIMER_EXPIRE_ENTRY: &str = "hrtimer_expire_entry";
 pub const PROG_HRTIMER_EXPIRE_EXIT: &str = "hrtimer_expire_exit";
@@ -164,8 +166,9 @@ pub const TICK_PROGRAMS: [&str; 4] = [
 ];
 /// Every program in the object; a session loads three latency programs (one variant of each),
 /// the rename program and the tick programs whose tracepoints exist.
-pub const PROGRAMS: [&str; 25] = [
+pub const PROGRAMS: [&str; 26] = [
     PROG_SCHED_WAKING,
+    PROG_SCHED_WAKING_BTF,
     PROG_HRTIMER_EXPIRE_ENTRY,
     PROG_HRTIMER_EXPIRE_EXIT,
     PROG_TIMER_EXPIRE_ENTRY,
@@ -192,9 +195,9 @@ pub const PROGRAMS: [&str; 25] = [
     PROG_TASK_RENAME,
 ];
 /// The floor (`--debug-floor`, for the benchmark): for each hook latprof uses, a program of
-/// the same type that does nothing, as (program, hook). `floor_switch_btf` and
-/// `floor_wakeup_btf` are BTF tracepoints'; every other is a raw tracepoint's.
-pub const FLOOR_PROGRAMS: [(&str, &str); 16] = [
+/// the same type that does nothing, as (program, hook). Those named `_btf` are BTF
+/// tracepoints'; every other is a raw tracepoint's.
+pub const FLOOR_PROGRAMS: [(&str, &str); 17] = [
     ("floor_switch", "sched_switch"),
     (FLOOR_SWITCH_BTF, "sched_switch"),
     ("floor_wakeup", "sched_wakeup"),
@@ -207,12 +210,14 @@ pub const FLOOR_PROGRAMS: [(&str, &str); 16] = [
     ("floor_user_ent", "user_enter"),
     ("floor_user_exit", "user_exit"),
     ("floor_waking", "sched_waking"),
+    (FLOOR_WAKING_BTF, "sched_waking"),
     ("floor_hrt_entry", "hrtimer_expire_entry"),
     ("floor_hrt_exit", "hrtimer_expire_exit"),
     ("floor_tmr_entry", "timer_expire_entry"),
     ("floor_tmr_exit", "timer_expire_exit"),
 ];
 pub const FLOOR_WAKEUP_BTF: &str = "floor_wakeup_btf";
+pub const FLOOR_WAKING_BTF: &str = "floor_waking_btf";
 pub const FLOOR_SWITCH_BTF: &str = "floor_switch_btf";
 /// Programs a session has loaded besides the tick programs: the three latency programs, the
 /// free program and the rename program.
