@@ -85,6 +85,13 @@ macro_rules! settings {
             /// 1: each sleep is attributed to its task's cgroup v2 id (records keyed by it, the per-cgroup
             /// table filled at exit); 0: every cgroup id is 0 and the reads are dead code.
             CGROUPS_ON: u32 = 0,
+            /// Offsets of `task_struct.cgroups`, `css_set.dfl_cgrp`, `cgroup.kn` and `kernfs_node.id`:
+            /// the way to a task's cgroup v2 id by plain loads on a BTF tracepoint, where the helper
+            /// call costs more; any 0: the helper (`bpf_get_current_cgroup_id`).
+            TASK_CGROUPS_OFF: u32 = 0,
+            CSS_SET_DFL_CGRP_OFF: u32 = 0,
+            CGROUP_KN_OFF: u32 = 0,
+            KERNFS_NODE_ID_OFF: u32 = 0,
             /// 1: each exiting task's records are sent through `EXITED` (profiles' pid and thread labels).
             EXITS_ON: u32 = 0,
             /// How many slots of `CGROUP_FILTER` hold a cgroup (`--cgroup`); 0: no filter (dead code).

@@ -135,3 +135,18 @@ pub(super) fn thread_sp_offset(btf: &btf::Btf) -> u32 {
         _ => 0,
     }
 }
+
+/// Offsets of `task_struct.cgroups`, `css_set.dfl_cgrp`, `cgroup.kn` and `kernfs_node.id`: the
+/// way from a task to its cgroup v2 id (`cgroup_id(task_dfl_cgroup(task))`, what
+/// `bpf_get_current_cgroup_id` returns); all 0 where one is missing (the helper is called).
+pub(super) fn cgroup_id_offsets(btf: &btf::Btf) -> [u32; 4] {
+    match (
+        btf.member_offset("task_struct", "cgroups"),
+        btf.member_offset("css_set", "dfl_cgrp"),
+        btf.member_offset("cgroup", "kn"),
+        btf.member_offset("kernfs_node", "id"),
+    ) {
+        (Ok(cgroups), Ok(dfl), Ok(kn), Ok(id)) => [cgroups, dfl, kn, id],
+        _ => [0; 4],
+    }
+}

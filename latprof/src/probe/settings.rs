@@ -12,7 +12,10 @@ use super::{
     btf::Btf,
     config::{LATENCYTOP_UNIT_NS, STACK_SLACK_FRAMES},
     latencytop_cutoff_ns,
-    places::{WakerContext, pt_regs_place, recovery_offsets, thread_sp_offset, waker_context},
+    places::{
+        WakerContext, cgroup_id_offsets, pt_regs_place, recovery_offsets, thread_sp_offset,
+        waker_context,
+    },
 };
 
 /// A struct with a field per setting of a table, the names of its globals, and the writes.
@@ -102,6 +105,7 @@ pub(super) fn from_config(
     }
     let unwind_loop = unwind_loop && !config.debug.no_unwind_tables;
     let (task_stack_off, pt_regs_in_stack) = pt_regs_place(btf);
+    let cgroup_id = cgroup_id_offsets(btf);
     let context = if config.wakers {
         waker_context(btf, config.percpu).unwrap_or_else(|why| {
             fallbacks.push(format!(
@@ -161,6 +165,10 @@ pub(super) fn from_config(
         TASK_EXEC_RUNTIME_OFF: exec_runtime_off,
         TASK_RUN_DELAY_OFF: run_delay_off,
         CGROUPS_ON: u32::from(kernel.cgroups_on),
+        TASK_CGROUPS_OFF: cgroup_id[0],
+        CSS_SET_DFL_CGRP_OFF: cgroup_id[1],
+        CGROUP_KN_OFF: cgroup_id[2],
+        KERNFS_NODE_ID_OFF: cgroup_id[3],
         EXITS_ON: u32::from(config.exits),
         FILTER_CGROUPS: u32::try_from(kernel.filters).unwrap_or(u32::MAX),
         WAKERS_ON: u32::from(config.wakers),
