@@ -47,7 +47,7 @@ const PC_HARDIRQ: u32 = 0x000f_0000;
 const PC_SOFTIRQ_SERVING: u32 = 0x100;
 
 /// `TP_PROTO(struct task_struct *p)`, in the waker's context: for kernels without BTF
-/// tracepoints.
+/// tracepoints or `bpf_get_current_task_btf` (5.10), and the raw variants.
 #[raw_tracepoint(tracepoint = "sched_waking")]
 pub fn sched_waking(ctx: RawTracePointContext) -> i32 {
     let wakee: *const u8 = ctx.arg(0);

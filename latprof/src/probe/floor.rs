@@ -52,6 +52,7 @@ fn attach_btf(ebpf: &mut Ebpf, prog: &str, hook: &str, btf: &aya::Btf) -> Result
 pub(super) fn attach_floor(
     ebpf: &mut Ebpf,
     variant: Variant,
+    btf_waking: bool,
     wakers: bool,
     btf: Option<&aya::Btf>,
 ) -> Result<Vec<(&'static str, bool)>> {
@@ -62,10 +63,10 @@ pub(super) fn attach_floor(
     };
     if wakers {
         // The waker programs are named after their tracepoints; `sched_waking`'s is a BTF
-        // tracepoint's beside the variant's (`attach_waker_programs`).
+        // tracepoint's where latprof's is (`attach_waker_programs`: `btf_waking`).
         for hook in names::WAKER_PROGRAMS {
             match btf {
-                Some(btf) if hook == names::PROG_SCHED_WAKING => {
+                Some(btf) if hook == names::PROG_SCHED_WAKING && btf_waking => {
                     attach_btf(ebpf, names::FLOOR_WAKING_BTF, hook, btf)?;
                 }
                 _ => {

@@ -86,6 +86,8 @@ impl Probe {
         let cgroups_on = config.cgroups && crate::cgroups::mount_point().is_some();
         let cgroups_unavailable = config.cgroups && !cgroups_on;
         let cache_helpers = settings::cache_helpers(&btf);
+        // `sched_waking_btf` calls `bpf_get_current_task_btf` (Linux 5.11).
+        let btf_waking = btf.has_enumerator("BPF_FUNC_get_current_task_btf");
         let (globals, debug) = settings::from_config(
             &config,
             &btf,
@@ -132,13 +134,19 @@ impl Probe {
         };
         let maps = Maps::take(&mut ebpf)?;
         let ticks = if config.debug.floor {
-            floor::attach_floor(&mut ebpf, variant, config.wakers, support.btf.as_ref())?
+            floor::attach_floor(
+                &mut ebpf,
+                variant,
+                config.wakers && btf_waking,
+                config.wakers,
+                support.btf.as_ref(),
+            )?
         } else {
             // The wakers first: a sleep that starts once the latency programs run finds its
             // waking watched.
             if config.wakers {
-                let btf = support.btf.as_ref().filter(|_| variant.btf());
-                attach_waker_programs(&mut ebpf, btf, &mut fallbacks)?;
+                let btf_tp = support.btf.as_ref().filter(|_| variant.btf());
+                attach_waker_programs(&mut ebpf, btf_tp, btf_waking, &mut fallbacks)?;
             }
             attach_variant(&mut ebpf, variant)?;
             attach_rename(&mut ebpf, &mut fallbacks)?;

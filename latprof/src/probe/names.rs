@@ -139,7 +139,8 @@ pub const PROG_USER_EXIT: &str = "user_exit";
 /// A task renamed (exec, prctl, /proc/PID/comm): its entry takes the new name.
 pub const PROG_TASK_RENAME: &str = "task_rename";
 /// Notes each wakeup's waker, in the waker's context: on the BTF tracepoint where the
-/// variant's programs are on theirs, else on the raw tracepoint.
+/// variant's programs are on theirs and the kernel has `bpf_get_current_task_btf` (5.11), else
+/// on the raw tracepoint.
 pub const PROG_SCHED_WAKING: &str = "sched_waking";
 pub const PROG_SCHED_WAKING_BTF: &str = "sched_waking_btf";
 /// Tell a timer callback's wakeups from others'.
