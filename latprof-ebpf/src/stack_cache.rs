@@ -159,13 +159,17 @@ pub(crate) fn sleeping_stack<C: EbpfContext, const HELPERS: bool>(
 /// one field instead of calling two helpers.
 #[inline(always)]
 fn user_regs(task: *mut task_struct) -> u64 {
-    let stack = read_btf_field::<u64>(task.cast_const().cast(), TASK_STACK_OFF.load());
+    // 0 where the kernel's BTF gave no offset: the helper every time.
+    let stack = match TASK_STACK_OFF.load() {
+        0 => 0,
+        off => read_btf_field::<u64>(task.cast_const().cast(), off),
+    };
     let Some(place) = REGS_IN_STACK.get_ptr_mut(0) else {
         return 0;
     };
     // SAFETY: this CPU's slot; programs on one CPU do not run concurrently.
     let place = unsafe { &mut *place };
-    if *place != 0 && TASK_STACK_OFF.load() != 0 && stack != 0 {
+    if *place != 0 && stack != 0 {
         return stack + *place;
     }
     // SAFETY: task is the BTF tracepoint's trusted task pointer.

@@ -61,24 +61,23 @@ pub(super) fn attach_rename(ebpf: &mut Ebpf, fallbacks: &mut Vec<String>) -> Res
 }
 
 /// Loads and attaches the waker programs: `sched_waking` (Linux 4.3) must load, on its BTF
-/// tracepoint with `btf` where the kernel has `bpf_get_current_task_btf` (`btf_waking`; the
-/// variant's programs are on theirs: the wakee's pid and the waker's name are plain loads
-/// there), else on the raw one; a kernel without the timer tracepoints counts timers' wakeups
-/// as interrupts', and latprof says so.
+/// tracepoint with `btf` (given where the variant's programs are on theirs and the kernel has
+/// `bpf_get_current_task_btf`: the wakee's pid and the waker's name are plain loads there),
+/// else on the raw one; a kernel without the timer tracepoints counts timers' wakeups as
+/// interrupts', and latprof says so.
 pub(super) fn attach_waker_programs(
     ebpf: &mut Ebpf,
     btf: Option<&aya::Btf>,
-    btf_waking: bool,
     fallbacks: &mut Vec<String>,
 ) -> Result<()> {
     for prog in names::WAKER_PROGRAMS {
         if let Some(btf) = btf
             && prog == names::PROG_SCHED_WAKING
-            && load_btf_waking(ebpf, btf, btf_waking)?
         {
-            prog_mut::<BtfTracePoint>(ebpf, names::PROG_SCHED_WAKING_BTF)?
-                .attach()
-                .context("attach BTF tracepoint sched_waking")?;
+            let p: &mut BtfTracePoint = prog_mut(ebpf, names::PROG_SCHED_WAKING_BTF)?;
+            p.load(prog, btf)
+                .map_err(|e| verifier::rejection(names::PROG_SCHED_WAKING_BTF, &e))?;
+            p.attach().context("attach BTF tracepoint sched_waking")?;
             continue;
         }
         let p: &mut RawTracePoint = prog_mut(ebpf, prog)?;
@@ -95,20 +94,6 @@ pub(super) fn attach_waker_programs(
         }
     }
     Ok(())
-}
-
-/// Loads `sched_waking`'s BTF tracepoint program where the kernel has what it calls
-/// (`btf_waking`, see `probe::btf_waking`); false elsewhere (5.10 has no
-/// `bpf_get_current_task_btf`): the raw tracepoint's does the same work, by helper calls. A
-/// kernel that has it and still refuses the program is an error, as the raw one's would be.
-fn load_btf_waking(ebpf: &mut Ebpf, btf: &aya::Btf, btf_waking: bool) -> Result<bool> {
-    if !btf_waking {
-        return Ok(false);
-    }
-    let p: &mut BtfTracePoint = prog_mut(ebpf, names::PROG_SCHED_WAKING_BTF)?;
-    p.load(names::PROG_SCHED_WAKING, btf)
-        .map_err(|e| verifier::rejection(names::PROG_SCHED_WAKING_BTF, &e))?;
-    Ok(true)
 }
 
 /// Loads and attaches each tick program whose tracepoint this kernel has; the others are

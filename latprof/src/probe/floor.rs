@@ -52,8 +52,8 @@ fn attach_btf(ebpf: &mut Ebpf, prog: &str, hook: &str, btf: &aya::Btf) -> Result
 pub(super) fn attach_floor(
     ebpf: &mut Ebpf,
     variant: Variant,
-    btf_waking: bool,
     wakers: bool,
+    waking_btf: bool,
     btf: Option<&aya::Btf>,
 ) -> Result<Vec<(&'static str, bool)>> {
     let btf = if variant.btf() {
@@ -63,10 +63,10 @@ pub(super) fn attach_floor(
     };
     if wakers {
         // The waker programs are named after their tracepoints; `sched_waking`'s is a BTF
-        // tracepoint's where latprof's is (`attach_waker_programs`: `btf_waking`).
+        // tracepoint's where latprof's is (`waking_btf`, as `attach_waker_programs` is told).
         for hook in names::WAKER_PROGRAMS {
             match btf {
-                Some(btf) if hook == names::PROG_SCHED_WAKING && btf_waking => {
+                Some(btf) if hook == names::PROG_SCHED_WAKING && waking_btf => {
                     attach_btf(ebpf, names::FLOOR_WAKING_BTF, hook, btf)?;
                 }
                 _ => {

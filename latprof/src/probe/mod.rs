@@ -133,20 +133,22 @@ impl Probe {
             None
         };
         let maps = Maps::take(&mut ebpf)?;
+        // `sched_waking` on its BTF tracepoint beside the variant's, where the kernel has what
+        // that program calls.
+        let waking_btf = support.btf.as_ref().filter(|_| variant.btf() && btf_waking);
         let ticks = if config.debug.floor {
             floor::attach_floor(
                 &mut ebpf,
                 variant,
-                config.wakers && btf_waking,
                 config.wakers,
+                waking_btf.is_some(),
                 support.btf.as_ref(),
             )?
         } else {
             // The wakers first: a sleep that starts once the latency programs run finds its
             // waking watched.
             if config.wakers {
-                let btf_tp = support.btf.as_ref().filter(|_| variant.btf());
-                attach_waker_programs(&mut ebpf, btf_tp, btf_waking, &mut fallbacks)?;
+                attach_waker_programs(&mut ebpf, waking_btf, &mut fallbacks)?;
             }
             attach_variant(&mut ebpf, variant)?;
             attach_rename(&mut ebpf, &mut fallbacks)?;
