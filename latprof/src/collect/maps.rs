@@ -126,10 +126,7 @@ pub(super) fn read_tables(maps: &Maps) -> Result<Tables> {
     let read_counters = || -> Result<Counters> {
         let mut c = Counters::default();
         for (i, slot) in c.0.iter_mut().enumerate() {
-            let values = counters_map
-                .get(&u32::try_from(i)?, 0)
-                .context("read COUNTERS")?;
-            *slot = values.iter().sum();
+            *slot = counter_sum(counters_map, u32::try_from(i)?)?;
         }
         Ok(c)
     };
@@ -180,6 +177,15 @@ pub(super) fn read_tables(maps: &Maps) -> Result<Tables> {
         }
         retries += 1;
     }
+}
+
+/// One counter, summed over CPUs, read now.
+pub(super) fn read_counter(maps: &Maps, counter: Counter) -> Result<u64> {
+    counter_sum(&maps.counters, counter as u32)
+}
+
+fn counter_sum(map: &aya::maps::PerCpuArray<aya::maps::MapData, u64>, index: u32) -> Result<u64> {
+    Ok(map.get(&index, 0).context("read COUNTERS")?.iter().sum())
 }
 
 /// The latency histograms, summed over CPUs: by backtrace, and by cgroup and backtrace.

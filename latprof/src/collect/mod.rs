@@ -13,7 +13,8 @@ pub use exits::{ExitKey, Exits};
 pub use hidden::HiddenSleeps;
 pub use maps::comm_str;
 use maps::{
-    Tables, program_stats, read_hidden, read_histograms, read_tables, read_ticks, read_wakers,
+    Tables, program_stats, read_counter, read_hidden, read_histograms, read_tables, read_ticks,
+    read_wakers,
 };
 pub use snapshot::{Counters, Snapshot, TaskSnapshot, TickCounts, Waker, stack_ids};
 pub use spikes::{Spike, SpikeReader};
@@ -222,6 +223,13 @@ impl Collector {
         if let Some(watcher) = &self.watcher {
             counters.0[Counter::UserStackTruncated as usize] = watcher.truncated();
         }
+        // After the counters: every lost or recovered sleep they count is in the log. The
+        // check may visit idle CPUs, ending gaps open there (the only proof of a hiding the
+        // counters' read may have missed): the switches hidden and who hid them are read
+        // after it, so that a loss it explains is never reported with no hiding beside it.
+        let hidden = self.hidden.read(maps)?;
+        counters.0[Counter::SwitchesHidden as usize] = read_counter(maps, Counter::SwitchesHidden)?;
+        let hidden_tids = read_hidden(maps)?;
         Ok(Snapshot {
             mode: probe.config().mode,
             skip_kthreads: probe.config().pid.is_none(),
@@ -238,9 +246,8 @@ impl Collector {
             cgroup_histograms,
             programs,
             ticks: read_ticks(maps)?,
-            hidden_tids: read_hidden(maps)?,
-            // After the counters: every lost or recovered sleep they count is in the log.
-            hidden: self.hidden.read(maps)?,
+            hidden_tids,
+            hidden,
             wakers,
             chains,
             unsettled: !settled,

@@ -436,7 +436,7 @@ pub fn reported_lost(text: &str) -> u64 {
     };
     assert!(
         line.contains("their wakeups were hidden"),
-        "sleeps lost with no hidden switch to explain them: {line}"
+        "sleeps lost with no hidden switch to explain them: {line}\nlatprof's stderr:\n{text}"
     );
     line.split_whitespace()
         .nth(2)
