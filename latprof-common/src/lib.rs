@@ -10,6 +10,7 @@
 mod chains;
 mod counters;
 mod events;
+mod kfuncs;
 mod records;
 mod settings;
 mod stacks;
@@ -19,6 +20,7 @@ mod wakers;
 pub use chains::*;
 pub use counters::*;
 pub use events::*;
+pub use kfuncs::*;
 pub use records::*;
 pub use stacks::*;
 pub use unwind::*;

@@ -47,6 +47,11 @@ macro_rules! settings {
             /// Offset of the saved kernel stack pointer (`thread.sp`) in `struct task_struct`, from BTF;
             /// 0: unknown here, no stack cache.
             THREAD_SP_OFF: u32 = 0,
+            /// The id of `struct pt_regs` in the kernel's BTF where `bpf_rdonly_cast` is called
+            /// (`KFUNC_RDONLY_CAST`): the stack cache reads the sleeper's stack by plain loads
+            /// through it (a struct of 8-byte words from offset 0). 0: the kernel lacks the kfunc
+            /// (before 6.2), and the cache copies the stack with `bpf_probe_read_kernel`.
+            RDONLY_CAST_WORDS_ID: u32 = 0,
             /// Frames walked per backtrace (the shown depth plus room for the frames dropped above it).
             STACK_WALK_FRAMES: u32 = $crate::STACK_FRAMES as u32,
             /// Offsets of `__state` (or `state`) and `pid` in `struct task_struct`, from vmlinux BTF.

@@ -64,6 +64,8 @@
 //!   branches a run does not use.
 //! * [`maps`]: every map, and the counters' helpers.
 //! * [`shared`]: `--debug-checks`' count of writes to data every CPU shares.
+//! * [`kfuncs`]: the kernel functions called where the kernel has them (`bpf_rdonly_cast`:
+//!   plain loads of kernel memory), by markers user space rewrites.
 //! * [`unwind`]: user frames without frame pointers stepped through by unwind tables.
 //! * [`debug`]: `--debug-checks`, counted and logged anomalies, absent from the programs
 //!   without the flag.
@@ -110,6 +112,7 @@ mod chains;
 mod debug;
 mod exit;
 mod floor;
+mod kfuncs;
 mod maps;
 mod recover;
 mod rename;

@@ -16,7 +16,9 @@
 //!   entry matches when the copy holds its innermost return address at its first position and
 //!   the hash of the words at all its `CACHE_FRAMES` positions is the hash it learnt. The
 //!   task's entries are tried first, then the CPU's. A hit returns the entry's stack id;
-//!   anything else walks.
+//!   anything else walks. Where the kernel has the `bpf_rdonly_cast` kfunc (Linux 6.2;
+//!   `kfuncs`), nothing is copied: each word an entry checks is a plain load where it lies
+//!   (`InPlace`), not one helper call for the whole region (`Copied`).
 //! * **Positions**: the inner frames sit at fixed distances from the stack pointer; the
 //!   outermost one (the entry code's call into C, right below the user registers) does not,
 //!   since a syscall moves the rest of the stack down by a random offset
@@ -87,6 +89,7 @@ use latprof_common::{
 
 use crate::{
     debug::anomaly,
+    kfuncs,
     maps::{
         CPU_CACHE, LEARNT, REGION_WORDS, REGS_IN_STACK, SCAN_POS, STACK_BUF, STACK_COPY,
         WALKED_FRAMES, count,
@@ -271,6 +274,15 @@ fn cached_stack(sp: u64, regs: u64, entry: &TaskState) -> Option<u64> {
     if words == 0 {
         return None;
     }
+    if kfuncs::rdonly_cast_on() {
+        // Read where they lie, each word an entry checks by a plain load: no copy.
+        let stack = InPlace {
+            sp,
+            outer: kfuncs::kernel_read(regs.wrapping_sub(8)),
+        };
+        return matching_entry(&stack, &entry.stack_cache, words)
+            .or_else(|| matching_entry(&stack, cpu, words));
+    }
     let copy = STACK_COPY.get_ptr_mut(0)?;
     // SAFETY: the copy is a per-CPU map value of REGION_WORDS words; a bad read fails safely.
     let read = unsafe {
@@ -286,7 +298,45 @@ fn cached_stack(sp: u64, regs: u64, entry: &TaskState) -> Option<u64> {
         (*copy)[OUTER_WORD] = bpf_probe_read_kernel(regs.wrapping_sub(8) as *const u64).ok()?;
         (*copy)[ZERO_WORD] = 0;
     }
-    matching_entry(copy, &entry.stack_cache, words).or_else(|| matching_entry(copy, cpu, words))
+    let stack = Copied(copy);
+    matching_entry(&stack, &entry.stack_cache, words).or_else(|| matching_entry(&stack, cpu, words))
+}
+
+/// The sleeper's stack words as the hit check reads them, by their place in the copy
+/// (`OUTER_WORD` the word below the user registers, `ZERO_WORD` zero).
+trait StackWords {
+    fn word(&self, at: usize) -> u64;
+}
+
+/// The stack copied into `STACK_COPY`.
+struct Copied(*const [u64; REGION_WORDS]);
+
+impl StackWords for Copied {
+    #[inline(always)]
+    fn word(&self, at: usize) -> u64 {
+        // SAFETY: the masked place is in range of the copy.
+        unsafe { (*self.0)[at & (REGION_WORDS - 1)] }
+    }
+}
+
+/// The stack itself, read word by word with plain loads (`kfuncs::kernel_read`), where the
+/// kernel has `bpf_rdonly_cast`: a checked entry reads only its own words, and no helper call.
+struct InPlace {
+    /// The saved stack pointer: place `at` is the word at `sp + 8 * at`.
+    sp: u64,
+    /// The word right below the user registers.
+    outer: u64,
+}
+
+impl StackWords for InPlace {
+    #[inline(always)]
+    fn word(&self, at: usize) -> u64 {
+        match at {
+            OUTER_WORD => self.outer,
+            ZERO_WORD => 0,
+            _ => kfuncs::kernel_read(self.sp + 8 * at as u64),
+        }
+    }
 }
 
 /// The most words any entry of `cache` that fits in `avail` words needs read.
@@ -305,11 +355,7 @@ fn usable_words(cache: &StackCache, avail: usize) -> usize {
 /// The backtrace of the first entry of `cache` the copy (of `words` words) matches. Only
 /// entries within what was read: the copy past it holds another stack's words.
 #[inline(always)]
-fn matching_entry(
-    copy: *const [u64; REGION_WORDS],
-    cache: &StackCache,
-    words: usize,
-) -> Option<u64> {
+fn matching_entry(copy: &impl StackWords, cache: &StackCache, words: usize) -> Option<u64> {
     for e in 0..CACHE_ENTRIES {
         let cached = &cache.entries[e];
         if cached.words != 0 && cached.words as usize <= words && cache_entry_matches(copy, cached)
@@ -323,11 +369,10 @@ fn matching_entry(
 /// Whether the copied stack holds `cached`'s return addresses in their places: the same
 /// steps for every entry, without a branch.
 #[inline(always)]
-fn cache_entry_matches(copy: *const [u64; REGION_WORDS], cached: &CachedStack) -> bool {
+fn cache_entry_matches(copy: &impl StackWords, cached: &CachedStack) -> bool {
     // The innermost return address first: most entries that do not match stop here.
     let first = cached.pos[0] as usize & (REGION_WORDS - 1);
-    // SAFETY: first is in range of the copy.
-    if unsafe { (*copy)[first] } != cached.first {
+    if copy.word(first) != cached.first {
         return false;
     }
     let frames = cached.frames as usize;
@@ -338,11 +383,8 @@ fn cache_entry_matches(copy: *const [u64; REGION_WORDS], cached: &CachedStack) -
         }
         let at = cached.pos[2 * i] as usize & (REGION_WORDS - 1);
         let next = cached.pos[2 * i + 1] as usize & (REGION_WORDS - 1);
-        // SAFETY: at and next are in range of the copy.
-        unsafe {
-            a = stack_hash_step(a, (*copy)[at]);
-            b = stack_hash_step(b, (*copy)[next]);
-        }
+        a = stack_hash_step(a, copy.word(at));
+        b = stack_hash_step(b, copy.word(next));
     }
     check_of(a, b) == cached.check
 }

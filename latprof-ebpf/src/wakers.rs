@@ -31,7 +31,7 @@ use latprof_common::{
 };
 
 use crate::{
-    chains,
+    chains, kfuncs,
     maps::{CPU_CONTEXT, CpuContext, TASKS, WAKERS, WAKERS_OTHER, count, ids, log_hidden},
     settings::{
         CFS_RQ_RQ_OFF, CHAINS_ON, PC_FROM_RQ, RQ_CPU_OFF, TASK_CFS_RQ_OFF, TASK_COMM_OFF,
@@ -184,6 +184,11 @@ fn preempt_count(cpu: &mut CpuContext) -> Option<u32> {
             return None;
         }
         cpu.pc_addr = rq.wrapping_add(from_rq);
+    }
+    if kfuncs::rdonly_cast_on() {
+        // A plain load, not a helper call (a fault reads 0: a task's context, as a failed
+        // read says).
+        return Some(kfuncs::kernel_read::<u32>(cpu.pc_addr));
     }
     read_field::<u32>(cpu.pc_addr as *const u8, 0).ok()
 }

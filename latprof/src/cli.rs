@@ -155,6 +155,9 @@ pub struct Cli {
     /// Learn the stack cache in a bounded loop, as on kernels without bpf_loop.
     #[arg(long, global = true, hide = true)]
     pub debug_bounded_cache: bool,
+    /// Call no kfunc, as on kernels before 6.2 (Debian 12's 6.1 among them).
+    #[arg(long, global = true, hide = true)]
+    pub debug_no_kfuncs: bool,
     /// Ignore about one wakeup in N, as a kernel that hides tasks from tracing does (tests the
     /// recovery of such sleeps).
     #[arg(long, global = true, hide = true, default_value_t = 0,
@@ -564,6 +567,7 @@ impl Cli {
                 checks: self.debug_checks,
                 force_reject: self.debug_force_reject,
                 bounded_cache: self.debug_bounded_cache,
+                no_kfuncs: self.debug_no_kfuncs,
                 hide_wakeups: self.debug_hide_wakeups,
                 hide_unlogged: self.debug_hide_unlogged,
                 drop_sleeps: self.debug_drop_sleeps,

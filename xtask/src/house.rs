@@ -47,7 +47,7 @@ const EBPF: &[&[&str]] = &[
     &["floor"],
     &["settings"],
     &["maps"],
-    &["shared", "unwind"],
+    &["shared", "unwind", "kfuncs"],
     &[
         "debug", "stacks", "ustacks", "spikes", "ticks", "rename", "chains",
     ],

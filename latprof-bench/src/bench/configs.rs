@@ -137,7 +137,7 @@ pub(super) const MAIN_CONFIGS: [Config; 10] = [
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
 /// lazy and normal together on the fork storm, and the spikes.
-pub(super) const EXTRA_CONFIGS: [Config; 24] = [
+pub(super) const EXTRA_CONFIGS: [Config; 25] = [
     Config::LazyDebug,
     Config::LazyWalk,
     Config::LazyNoCgroups,
@@ -161,6 +161,7 @@ pub(super) const EXTRA_CONFIGS: [Config; 24] = [
     Config::LazyWithout(Part::SwitchCheck),
     Config::LazyWithout(Part::Mm),
     Config::LazyFallback(Fallback::Linux510),
+    Config::LazyFallback(Fallback::Linux61),
     Config::LazyFallback(Fallback::Raw),
 ];
 

@@ -17,18 +17,23 @@ pub(super) enum Fallback {
     /// compare-and-swap differs only in the maxima of the global and merged records, which
     /// lazy mode writes at exits.
     Linux510,
+    /// As Debian 12's 6.1 runs them: the best build, but without kfuncs (`bpf_rdonly_cast`
+    /// came in 6.2), so the stack cache copies the sleeper's stack with
+    /// `bpf_probe_read_kernel` instead of loading the words it checks.
+    Linux61,
     /// As a kernel without BTF tracepoints runs them: raw tracepoints, each counted sleep's
     /// backtrace walked at its switch-out.
     Raw,
 }
 
 impl Fallback {
-    pub(super) const ALL: [Self; 2] = [Self::Linux510, Self::Raw];
+    pub(super) const ALL: [Self; 3] = [Self::Linux510, Self::Linux61, Self::Raw];
 
     /// The configuration's name.
     pub(super) fn name(self) -> &'static str {
         match self {
             Self::Linux510 => "lazy-5.10",
+            Self::Linux61 => "lazy-6.1",
             Self::Raw => "lazy-raw",
         }
     }
@@ -36,7 +41,12 @@ impl Fallback {
     /// latprof's flags that load it.
     pub(super) fn flags(self) -> &'static [&'static str] {
         match self {
-            Self::Linux510 => &["--debug-bounded-cache", "--debug-state-from-task"],
+            Self::Linux510 => &[
+                "--debug-bounded-cache",
+                "--debug-state-from-task",
+                "--debug-no-kfuncs",
+            ],
+            Self::Linux61 => &["--debug-no-kfuncs"],
             Self::Raw => &["--no-btf-wakeup"],
         }
     }
@@ -47,6 +57,7 @@ impl Fallback {
             Self::Linux510 => {
                 "Debian 11's 5.10 build (bounded-loop stack cache, state from the task)"
             }
+            Self::Linux61 => "Debian 12's 6.1 build (no kfuncs: the stack copied by a helper)",
             Self::Raw => "raw tracepoints (no BTF tracepoints: backtraces walked at switch-out)",
         }
     }

@@ -43,8 +43,8 @@ pub struct BenchArgs {
     /// lazy-ustacks, lazy-ustacks-fp, lazy-chains, lazy+normal,
     /// spikes-adaptive, spikes-always; the breakdown's lazy-no-stack, lazy-no-account,
     /// lazy-no-histograms, lazy-no-runq, lazy-no-counters, lazy-no-switch-check, lazy-no-mm,
-    /// or all of them as `breakdown`; the fallback builds lazy-5.10 and lazy-raw, or both as
-    /// `fallbacks`).
+    /// or all of them as `breakdown`; the fallback builds lazy-5.10, lazy-6.1 and lazy-raw, or
+    /// all three as `fallbacks`).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
     /// Only these workloads (pingpong, forkstorm, idle, hackbench-process, hackbench-thread,

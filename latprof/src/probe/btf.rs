@@ -10,6 +10,7 @@ const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
 const KIND_ENUM: u32 = 6;
 const KIND_TYPEDEF: u32 = 8;
+const KIND_FUNC: u32 = 12;
 const KIND_FUNC_PROTO: u32 = 13;
 const KIND_VAR: u32 = 14;
 const KIND_DATASEC: u32 = 15;
@@ -171,6 +172,29 @@ impl Btf {
         u32_at(&self.data, t.members_at - 4)
     }
 
+    /// The id of the function `name` (a kfunc's, where the kernel has it): what a kfunc call
+    /// names it by.
+    #[must_use]
+    pub fn func_id(&self, name: &str) -> Option<u32> {
+        self.id_of(KIND_FUNC, name)
+    }
+
+    /// The id of `struct name`'s definition.
+    #[must_use]
+    pub fn struct_id(&self, name: &str) -> Option<u32> {
+        self.types
+            .iter()
+            .position(|t| t.kind == KIND_STRUCT && t.vlen > 0 && self.name(t.name_off) == name)
+            .and_then(|id| u32::try_from(id).ok())
+    }
+
+    fn id_of(&self, kind: u32, name: &str) -> Option<u32> {
+        self.types
+            .iter()
+            .position(|t| t.kind == kind && self.name(t.name_off) == name)
+            .and_then(|id| u32::try_from(id).ok())
+    }
+
     /// Whether some enum of the kernel has the enumerator `name` (e.g. `BPF_FUNC_loop` in
     /// `enum bpf_func_id`: the helpers this kernel knows).
     #[must_use]
@@ -219,8 +243,8 @@ impl Btf {
 mod tests {
     use super::*;
 
-    /// Builds BTF with `struct s { int a; union { long b; }; }` and
-    /// `typedef void (*fp)(void *, int, long)` by hand.
+    /// Builds BTF with `struct s { int a; union { long b; }; }`,
+    /// `typedef void (*fp)(void *, int, long)` and a function `a` by hand.
     fn sample() -> Vec<u8> {
         let strings = b"\0s\0a\0b\0int\0long\0fp\0E_ONE\0.data..percpu\0";
         let mut types = Vec::new();
@@ -246,6 +270,8 @@ mod tests {
         // 9: var int a (per-CPU); 10: datasec .data..percpu { a at 64 }
         push(&[3, KIND_VAR << 24, 1, 0]);
         push(&[25, (KIND_DATASEC << 24) | 1, 0, 9, 64, 4]);
+        // 11: function a (of prototype 5)
+        push(&[3, KIND_FUNC << 24, 5]);
         let mut data = Vec::new();
         data.extend_from_slice(&BTF_MAGIC.to_le_bytes());
         data.extend_from_slice(&[1, 0]);
@@ -290,6 +316,15 @@ mod tests {
         let btf = Btf::parse(sample()).unwrap();
         assert_eq!(btf.percpu_var_offset("a"), Some(64));
         assert_eq!(btf.percpu_var_offset("b"), None);
+    }
+
+    #[test]
+    fn finds_functions_and_structs_by_id() {
+        let btf = Btf::parse(sample()).unwrap();
+        assert_eq!(btf.func_id("a"), Some(11));
+        assert_eq!(btf.func_id("s"), None);
+        assert_eq!(btf.struct_id("s"), Some(4));
+        assert_eq!(btf.struct_id("a"), None);
     }
 
     #[test]

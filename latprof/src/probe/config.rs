@@ -89,6 +89,9 @@ pub struct DebugConfig {
     /// Learn the stack cache in a bounded loop as on kernels without `bpf_loop`, even where
     /// the kernel has it (tests that form here).
     pub bounded_cache: bool,
+    /// Call no kfunc, as on kernels without them (before 6.2: the stack cache copies the
+    /// stack with `bpf_probe_read_kernel`), even where the kernel has them.
+    pub no_kfuncs: bool,
     /// Ignore about one wakeup in N (0: none), as a kernel that hides tasks from tracing
     /// does: for tests of the recovery of such sleeps.
     pub hide_wakeups: u32,

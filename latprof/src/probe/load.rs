@@ -22,6 +22,8 @@ pub(super) struct KernelSupport {
     pub(super) cache: bool,
     /// The helpers of the stack cache's best form exist (`bpf_loop`, `bpf_task_pt_regs`).
     pub(super) cache_helpers: bool,
+    /// The kfuncs the object's marker calls become.
+    pub(super) kfuncs: super::kfuncs::Kfuncs,
 }
 
 pub(super) fn prog_mut<'a, T>(ebpf: &'a mut Ebpf, prog: &str) -> Result<&'a mut T>
@@ -66,9 +68,11 @@ pub(super) fn lacks_cas(rejection: &Rejection) -> bool {
     rejection.reason.contains("reserved fields") || rejection.reason.contains("unknown opcode")
 }
 
-/// Loads the object with `g`, then verifies the programs of the first of `candidates` the
-/// kernel accepts. Returns the object and the variant, or every rejection.
+/// Loads the object `object` (its kfunc calls rewritten for this kernel) with `g`, then
+/// verifies the programs of the first of `candidates` the kernel accepts. Returns the object
+/// and the variant, or every rejection.
 pub(super) fn load_variant(
+    object: &[u8],
     g: &Globals,
     debug: &DebugGlobals,
     config: &ProbeConfig,
@@ -138,7 +142,7 @@ pub(super) fn load_variant(
         .map_max_entries(names::MAP_CGROUP_LATENCY, config.max_records)
         .map_max_entries(names::MAP_STACKS, config.max_stacks);
     let mut ebpf = loader
-        .load(EBPF_OBJECT)
+        .load(object)
         .context("loading latprof's eBPF object")?;
     // Once one program showed that compare-and-swap is missing, its variants are not tried.
     let mut cas_missing = false;
@@ -201,6 +205,8 @@ impl Probe {
     ) -> Result<(Ebpf, Variant)> {
         let variant = |backtraces, cas| Variant { backtraces, cas };
         let mut rejected = Vec::new();
+        let (object, _) = support.kfuncs.rewrite(EBPF_OBJECT)?;
+        let object = object.bytes();
         if let Some(btf) = &support.btf {
             let mut candidates = Vec::new();
             if support.cache && support.cache_helpers {
@@ -221,9 +227,15 @@ impl Probe {
                 },
                 ..globals.clone()
             };
-            if let Some(loaded) =
-                load_variant(&g, debug, config, Some(btf), &candidates, &mut rejected)?
-            {
+            if let Some(loaded) = load_variant(
+                object,
+                &g,
+                debug,
+                config,
+                Some(btf),
+                &candidates,
+                &mut rejected,
+            )? {
                 fallbacks.extend(rejected.iter().map(|(v, r)| fallback_reason(*v, r)));
                 return Ok(loaded);
             }
@@ -236,7 +248,9 @@ impl Probe {
             THREAD_SP_OFF: 0,
             ..globals.clone()
         };
-        if let Some(loaded) = load_variant(&g, debug, config, None, &candidates, &mut rejected)? {
+        if let Some(loaded) =
+            load_variant(object, &g, debug, config, None, &candidates, &mut rejected)?
+        {
             fallbacks.extend(rejected.iter().map(|(v, r)| fallback_reason(*v, r)));
             return Ok(loaded);
         }

@@ -5,6 +5,7 @@ pub mod btf;
 mod config;
 pub mod facts;
 mod floor;
+mod kfuncs;
 mod load;
 pub mod log;
 mod maps;
@@ -27,6 +28,7 @@ use attach::{
     attach_rename, attach_tick_programs, attach_variant, attach_waker_programs, open_cgroup_filters,
 };
 use aya::{Ebpf, maps::CgroupArray};
+use kfuncs::Kfuncs;
 use load::KernelSupport;
 use settings::Kernel;
 
@@ -86,6 +88,7 @@ impl Probe {
         let cgroups_on = config.cgroups && crate::cgroups::mount_point().is_some();
         let cgroups_unavailable = config.cgroups && !cgroups_on;
         let cache_helpers = settings::cache_helpers(&btf);
+        let kfuncs = Kfuncs::find(&btf, config.debug.no_kfuncs);
         // `sched_waking_btf` calls `bpf_get_current_task_btf` (Linux 5.11).
         let btf_waking = btf.has_enumerator("BPF_FUNC_get_current_task_btf");
         let (globals, debug) = settings::from_config(
@@ -95,6 +98,7 @@ impl Probe {
                 filters: filters.len(),
                 cgroups_on,
                 cache_helpers,
+                kfuncs,
             },
             &mut fallbacks,
         )?;
@@ -112,6 +116,7 @@ impl Probe {
             },
             cache: config.stack_cache && globals.THREAD_SP_OFF != 0,
             cache_helpers: cache_helpers && !config.debug.bounded_cache,
+            kfuncs,
         };
         let (mut ebpf, variant) =
             Self::load_best(&globals, &debug, &config, &support, &mut fallbacks)?;

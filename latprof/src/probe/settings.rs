@@ -61,6 +61,7 @@ pub(super) struct Kernel {
     pub(super) filters: usize,
     pub(super) cgroups_on: bool,
     pub(super) cache_helpers: bool,
+    pub(super) kfuncs: super::kfuncs::Kfuncs,
 }
 
 /// `DEBUG_HIDE_WAKEUPS`'s bit that leaves the wakeups it hides out of the `HIDDEN` log.
@@ -90,6 +91,12 @@ pub(super) fn from_config(
         } else if !kernel.cache_helpers {
             fallbacks.push(
                 "stack cache learnt in a bounded loop: this kernel lacks bpf_loop (Linux 5.17) or bpf_task_pt_regs (5.15)"
+                    .to_owned(),
+            );
+        }
+        if thread_sp_off != 0 && kernel.kfuncs.rdonly_cast.is_none() {
+            fallbacks.push(
+                "stack cache copies the sleeping task's stack by a helper call, not plain loads (1.2x the kernel time per ping-pong round trip, docs/bench.md): this kernel lacks the bpf_rdonly_cast kfunc (Linux 6.2)"
                     .to_owned(),
             );
         }
@@ -143,6 +150,7 @@ pub(super) fn from_config(
         STACK_AT_WAKEUP: 0,
         TASK_STACK_OFF: task_stack_off,
         PT_REGS_IN_STACK: pt_regs_in_stack,
+        RDONLY_CAST_WORDS_ID: kernel.kfuncs.rdonly_cast_words(),
         THREAD_SP_OFF: thread_sp_off,
         // Above the cause frames sit the tracing frames and the scheduler's (about 10).
         STACK_WALK_FRAMES: (u32::from(config.stack_depth) + STACK_SLACK_FRAMES).min(127),
