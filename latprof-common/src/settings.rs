@@ -57,8 +57,8 @@ macro_rules! settings {
             /// Offsets of `__state` (or `state`) and `pid` in `struct task_struct`, from vmlinux BTF.
             TASK_STATE_OFF: u32 = 0,
             TASK_PID_OFF: u32 = 0,
-            /// Offset of `tgid` in `struct task_struct` (`--debug-checks`, and `--wakers`' waker on the BTF
-            /// tracepoint).
+            /// Offset of `tgid` in `struct task_struct` (`--debug-checks`; on the BTF tracepoints the
+            /// sleeper's and `--wakers`' waker's).
             TASK_TGID_OFF: u32 = 0,
             /// Offsets of `flags` and `mm` in `struct task_struct`, from vmlinux BTF.
             TASK_FLAGS_OFF: u32 = 0,
