@@ -19,11 +19,12 @@ use latprof_common::{
 };
 
 use crate::{
+    kfuncs::read_kernel,
     maps::{CAUSE_PARTS, USER_BUF, USER_SEEN, USER_STACKS, count},
     settings::{
         MM_END_CODE_OFF, MM_START_CODE_OFF, MM_START_STACK_OFF, PT_REGS_BP_OFF, PT_REGS_IN_STACK,
         PT_REGS_IP_OFF, PT_REGS_SP_OFF, TASK_EXEC_ID_OFF, TASK_MM_OFF, TASK_STACK_OFF,
-        USER_WALK_FRAMES, read_field,
+        USER_WALK_FRAMES,
     },
     shared,
     unwind::{self, USER_TOP},
@@ -36,9 +37,9 @@ use crate::{
 #[inline(always)]
 fn layout(mm: *const u8) -> u64 {
     match (
-        read_field::<u64>(mm, MM_START_CODE_OFF.load()),
-        read_field::<u64>(mm, MM_END_CODE_OFF.load()),
-        read_field::<u64>(mm, MM_START_STACK_OFF.load()),
+        read_kernel::<u64>(mm, MM_START_CODE_OFF.load()),
+        read_kernel::<u64>(mm, MM_END_CODE_OFF.load()),
+        read_kernel::<u64>(mm, MM_START_STACK_OFF.load()),
     ) {
         (Ok(start), Ok(end), Ok(stack)) if !mm.is_null() && end != 0 => {
             layout_key(start, end, stack)
@@ -60,13 +61,13 @@ pub(crate) fn take<const CAS: bool>(
     task: *const u8,
     entry: &mut TaskState,
 ) -> u64 {
-    let mm = match read_field::<u64>(task, TASK_MM_OFF.load()) {
+    let mm = match read_kernel::<u64>(task, TASK_MM_OFF.load()) {
         Ok(mm) if mm != 0 => mm,
         _ => return NO_USER,
     };
     // The low half of the exec count: a u32 before Linux 5.7, and a change is all the memo
     // asks of it.
-    let exec = u64::from(read_field::<u32>(task, TASK_EXEC_ID_OFF.load()).unwrap_or(0));
+    let exec = u64::from(read_kernel::<u32>(task, TASK_EXEC_ID_OFF.load()).unwrap_or(0));
     if entry.user_mm != mm || entry.user_exec != exec {
         let layout = layout(mm as *const u8);
         if layout == 0 {
@@ -87,15 +88,15 @@ pub(crate) fn take<const CAS: bool>(
     // sched_switch).
     let buf = unsafe { &mut *buf };
     // The user registers sit at the top of the task's kernel stack (x86-64's task_pt_regs).
-    let Ok(stack) = read_field::<u64>(task, TASK_STACK_OFF.load()) else {
+    let Ok(stack) = read_kernel::<u64>(task, TASK_STACK_OFF.load()) else {
         count(Counter::UserStackEmpty);
         return NO_USER;
     };
     let regs = (stack + u64::from(PT_REGS_IN_STACK.load())) as *const u8;
     let (Ok(ip), Ok(sp), Ok(bp)) = (
-        read_field::<u64>(regs, PT_REGS_IP_OFF.load()),
-        read_field::<u64>(regs, PT_REGS_SP_OFF.load()),
-        read_field::<u64>(regs, PT_REGS_BP_OFF.load()),
+        read_kernel::<u64>(regs, PT_REGS_IP_OFF.load()),
+        read_kernel::<u64>(regs, PT_REGS_SP_OFF.load()),
+        read_kernel::<u64>(regs, PT_REGS_BP_OFF.load()),
     ) else {
         count(Counter::UserStackEmpty);
         return NO_USER;
