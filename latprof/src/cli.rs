@@ -158,6 +158,10 @@ pub struct Cli {
     /// Call no kfunc, as on kernels before 6.2 (Debian 12's 6.1 among them).
     #[arg(long, global = true, hide = true)]
     pub debug_no_kfuncs: bool,
+    /// Call a kfunc in a way the kernel refuses, as a kernel without a JIT refuses every
+    /// kfunc call (tests the load without kfuncs that follows).
+    #[arg(long, global = true, hide = true)]
+    pub debug_refuse_kfuncs: bool,
     /// Ignore about one wakeup in N, as a kernel that hides tasks from tracing does (tests the
     /// recovery of such sleeps).
     #[arg(long, global = true, hide = true, default_value_t = 0,
@@ -568,6 +572,7 @@ impl Cli {
                 force_reject: self.debug_force_reject,
                 bounded_cache: self.debug_bounded_cache,
                 no_kfuncs: self.debug_no_kfuncs,
+                refuse_kfuncs: self.debug_refuse_kfuncs,
                 hide_wakeups: self.debug_hide_wakeups,
                 hide_unlogged: self.debug_hide_unlogged,
                 drop_sleeps: self.debug_drop_sleeps,

@@ -272,6 +272,51 @@ fn a_verifier_rejection_is_said_with_its_reason_and_log() {
     }
 }
 
+/// Where the kernel has the kfuncs latprof calls but refuses the calls (a kernel without a JIT
+/// refuses every one; forced here by a hidden flag that calls one the kernel refuses there),
+/// the programs load again without them: still the best variant, with the refusal said once.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn refused_kfunc_calls_load_the_programs_without_them() {
+    let _guard = serial();
+    let out = Command::new(LATPROF)
+        .args([
+            "stats",
+            "--debug-refuse-kfuncs",
+            "--counters",
+            "--duration",
+            "1s",
+        ])
+        .output()
+        .expect("run latprof");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for line in stderr.lines() {
+        if let Some((_, p)) = line.rsplit_once("whole verifier log: ") {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("latprof: programs: backtraces at wakeup through the stack cache\n"),
+        "not the best variant: {stderr}"
+    );
+    let refusals: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("no kfunc calls"))
+        .collect();
+    assert_eq!(refusals.len(), 1, "{stderr}");
+    assert!(
+        refusals[0].contains("call bpf_dynptr_from_skb"),
+        "{}",
+        refusals[0]
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l.starts_with("sched_wakeup_btf ")),
+        "{stdout}"
+    );
+}
+
 /// The kernel's own account (`memlock` in /proc/self/fdinfo) of the maps this process holds.
 fn maps_memlock() -> u64 {
     std::fs::read_dir("/proc/self/fdinfo")

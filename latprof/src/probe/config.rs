@@ -92,6 +92,10 @@ pub struct DebugConfig {
     /// Call no kfunc, as on kernels without them (before 6.2: the stack cache copies the
     /// stack with `bpf_probe_read_kernel`), even where the kernel has them.
     pub no_kfuncs: bool,
+    /// Call a kfunc the kernel has but refuses in these programs in place of each kfunc
+    /// (tests the load without kfuncs that follows such a refusal, as on a kernel without a
+    /// JIT).
+    pub refuse_kfuncs: bool,
     /// Ignore about one wakeup in N (0: none), as a kernel that hides tasks from tracing
     /// does: for tests of the recovery of such sleeps.
     pub hide_wakeups: u32,

@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result, bail};
 use latprof_common::{KFUNC_RDONLY_CAST, KFUNCS};
 use object::{Object as _, ObjectSection as _, SectionKind};
 
-use super::btf::Btf;
+use super::{DebugConfig, btf::Btf};
 
 /// `BPF_JMP | BPF_CALL`.
 const CALL: u8 = 0x85;
@@ -25,13 +25,21 @@ pub(super) struct Kfuncs {
 }
 
 impl Kfuncs {
-    /// Those `btf` has; none with `off` (`--debug-no-kfuncs`: the paths older kernels take).
-    pub(super) fn find(btf: &Btf, off: bool) -> Self {
-        if off {
+    /// Those `btf` has; none with `--debug-no-kfuncs` (the paths older kernels take); with
+    /// `--debug-refuse-kfuncs`, one whose call the kernel refuses in place of each.
+    pub(super) fn find(btf: &Btf, debug: &DebugConfig) -> Self {
+        if debug.no_kfuncs {
             return Self::default();
         }
+        let name = if debug.refuse_kfuncs {
+            // A socket buffer's kfunc: the kernel has it, and refuses this call of it (its
+            // arguments are none it takes).
+            "bpf_dynptr_from_skb"
+        } else {
+            "bpf_rdonly_cast"
+        };
         Self {
-            rdonly_cast: btf.func_id("bpf_rdonly_cast").zip(btf.struct_id("pt_regs")),
+            rdonly_cast: btf.func_id(name).zip(btf.struct_id("pt_regs")),
         }
     }
 

@@ -9,7 +9,9 @@ use aya::{
 use latprof_common::{UNWIND_PROCESSES, UNWIND_TABLE_ROWS};
 
 use super::{
-    Backtraces, EBPF_OBJECT, Probe, ProbeConfig, Variant, names,
+    Backtraces, EBPF_OBJECT, Probe, ProbeConfig, Variant,
+    kfuncs::Kfuncs,
+    names,
     settings::{DebugGlobals, Globals},
     verifier::{self, Rejection},
 };
@@ -195,7 +197,10 @@ pub(super) fn fallback_reason(variant: Variant, rejection: &Rejection) -> String
 impl Probe {
     /// The best variant the kernel accepts: backtraces at wakeup (through the stack cache where
     /// it can run) on BTF tracepoints, else walked at switch-out; with compare-and-swap where
-    /// the kernel has it. Each variant passed over is said in `fallbacks`.
+    /// the kernel has it. Each variant passed over is said in `fallbacks`. Where the programs
+    /// that call kfuncs load a worse variant than the best, or none (a kernel may have a kfunc
+    /// and refuse its calls: without a JIT it refuses every one), they are loaded again
+    /// without them, and the better load is kept.
     pub(super) fn load_best(
         globals: &Globals,
         debug: &DebugGlobals,
@@ -203,9 +208,61 @@ impl Probe {
         support: &KernelSupport,
         fallbacks: &mut Vec<String>,
     ) -> Result<(Ebpf, Variant)> {
+        let mut tried = Vec::new();
+        let first =
+            Self::load_best_with(globals, debug, config, support, support.kfuncs, &mut tried)?;
+        // Without kfuncs where those calls cost the best variant (or every one): a kernel that
+        // has them may refuse their calls (without a JIT it refuses every one).
+        let worse = match &first {
+            Ok(_) => tried.first().cloned(),
+            Err(rejected) => rejected.first().map(|(v, r)| fallback_reason(*v, r)),
+        };
+        let (Some(why), true) = (worse, support.kfuncs != Kfuncs::default()) else {
+            fallbacks.extend(tried);
+            return first.map_err(nothing_loads);
+        };
+        let plain = Globals {
+            RDONLY_CAST_WORDS_ID: 0,
+            ..globals.clone()
+        };
+        let mut tried_plain = Vec::new();
+        let second = Self::load_best_with(
+            &plain,
+            debug,
+            config,
+            support,
+            Kfuncs::default(),
+            &mut tried_plain,
+        )?;
+        let better = match (&first, &second) {
+            (_, Err(_)) => false,
+            (Err(_), Ok(_)) => true,
+            (Ok(_), Ok(_)) => tried_plain.len() < tried.len(),
+        };
+        if !better {
+            fallbacks.extend(tried);
+            return first.map_err(nothing_loads);
+        }
+        fallbacks.push(format!(
+            "no kfunc calls (the stack cache copies the sleeping task's stack by a helper): the programs that call them were refused: {why}"
+        ));
+        fallbacks.extend(tried_plain);
+        second.map_err(nothing_loads)
+    }
+
+    /// [`Self::load_best`] with the object's kfunc calls rewritten for `kfuncs`; `Ok(Err)`:
+    /// no variant loads, with every rejection.
+    fn load_best_with(
+        globals: &Globals,
+        debug: &DebugGlobals,
+        config: &ProbeConfig,
+        support: &KernelSupport,
+        kfuncs: Kfuncs,
+        fallbacks: &mut Vec<String>,
+    ) -> Result<Loaded> {
         let variant = |backtraces, cas| Variant { backtraces, cas };
         let mut rejected = Vec::new();
-        let (object, _) = support.kfuncs.rewrite(EBPF_OBJECT)?;
+        let (object, _) = kfuncs.rewrite(EBPF_OBJECT)?;
         let object = object.bytes();
         if let Some(btf) = &support.btf {
             let mut candidates = Vec::new();
@@ -237,7 +294,7 @@ impl Probe {
                 &mut rejected,
             )? {
                 fallbacks.extend(rejected.iter().map(|(v, r)| fallback_reason(*v, r)));
-                return Ok(loaded);
+                return Ok(Ok(loaded));
             }
         }
         let candidates = [
@@ -252,20 +309,27 @@ impl Probe {
             load_variant(object, &g, debug, config, None, &candidates, &mut rejected)?
         {
             fallbacks.extend(rejected.iter().map(|(v, r)| fallback_reason(*v, r)));
-            return Ok(loaded);
+            return Ok(Ok(loaded));
         }
-        // Nothing loads: the last rejection is of the simplest variant, the one that should
-        // load anywhere; the others are said before it.
-        let (_, last) = rejected
-            .pop()
-            .context("no variant of latprof's programs was tried")?;
-        for (v, r) in rejected.iter().filter(|(_, r)| r.reason != last.reason) {
-            eprintln!(
-                "latprof: {} not loaded: {}",
-                v.describe(),
-                fallback_reason(*v, r)
-            );
-        }
-        Err(anyhow::Error::new(last))
+        Ok(Err(rejected))
     }
+}
+
+/// The object with the best variant the kernel took, or every variant's rejection.
+type Loaded = Result<(Ebpf, Variant), Vec<(Variant, Rejection)>>;
+
+/// Nothing loads: the last rejection is of the simplest variant, the one that should load
+/// anywhere; the others are said before it.
+fn nothing_loads(mut rejected: Vec<(Variant, Rejection)>) -> anyhow::Error {
+    let Some((_, last)) = rejected.pop() else {
+        return anyhow::anyhow!("no variant of latprof's programs was tried");
+    };
+    for (v, r) in rejected.iter().filter(|(_, r)| r.reason != last.reason) {
+        eprintln!(
+            "latprof: {} not loaded: {}",
+            v.describe(),
+            fallback_reason(*v, r)
+        );
+    }
+    anyhow::Error::new(last)
 }

@@ -88,7 +88,7 @@ impl Probe {
         let cgroups_on = config.cgroups && crate::cgroups::mount_point().is_some();
         let cgroups_unavailable = config.cgroups && !cgroups_on;
         let cache_helpers = settings::cache_helpers(&btf);
-        let kfuncs = Kfuncs::find(&btf, config.debug.no_kfuncs);
+        let kfuncs = Kfuncs::find(&btf, &config.debug);
         // `sched_waking_btf` calls `bpf_get_current_task_btf` (Linux 5.11).
         let btf_waking = btf.has_enumerator("BPF_FUNC_get_current_task_btf");
         let (globals, debug) = settings::from_config(
