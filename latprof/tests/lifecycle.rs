@@ -9,7 +9,8 @@
 use std::{
     collections::HashSet,
     io::{BufRead as _, BufReader},
-    process::{Command, Stdio},
+    path::PathBuf,
+    process::{Command, Output, Stdio},
 };
 
 use latprof::probe::{Backtraces, Maps, Mode, Probe, ProbeConfig, names};
@@ -229,10 +230,7 @@ fn the_best_variant_loads_here() {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn a_verifier_rejection_is_said_with_its_reason_and_log() {
     let _guard = serial();
-    let out = Command::new(LATPROF)
-        .args(["stats", "--debug-force-reject", "--duration", "1s"])
-        .output()
-        .expect("run latprof");
+    let (pid, out) = run_latprof(&["stats", "--debug-force-reject", "--duration", "1s"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let errors: Vec<&str> = stderr
@@ -264,12 +262,44 @@ fn a_verifier_rejection_is_said_with_its_reason_and_log() {
         error.contains(&format!(": {last} (at ")),
         "the error does not quote the log's reason {last:?}: {error}"
     );
-    // The same for every log this run wrote (one per variant tried).
+    // Every log this run left is named in its output.
+    remove_named_logs(&stderr);
+    assert_eq!(logs_left(pid), [] as [PathBuf; 0], "{stderr}");
+}
+
+/// Runs latprof with `args` to its end: its pid and output.
+fn run_latprof(args: &[&str]) -> (u32, Output) {
+    let child = Command::new(LATPROF)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run latprof");
+    let pid = child.id();
+    (pid, child.wait_with_output().expect("wait for latprof"))
+}
+
+/// Removes the verifier logs latprof's `stderr` names.
+fn remove_named_logs(stderr: &str) {
     for line in stderr.lines() {
         if let Some((_, p)) = line.rsplit_once("whole verifier log: ") {
             let _ = std::fs::remove_file(p);
         }
     }
+}
+
+/// The verifier logs latprof's process `pid` wrote that are still there.
+fn logs_left(pid: u32) -> Vec<PathBuf> {
+    let suffix = format!("-{pid}-");
+    std::fs::read_dir(std::env::temp_dir())
+        .expect("the temporary directory")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("latprof-verifier-") && n.contains(&suffix))
+        })
+        .collect()
 }
 
 /// Where the kernel has the kfuncs latprof calls but refuses the calls (a kernel without a JIT
@@ -279,22 +309,17 @@ fn a_verifier_rejection_is_said_with_its_reason_and_log() {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn refused_kfunc_calls_load_the_programs_without_them() {
     let _guard = serial();
-    let out = Command::new(LATPROF)
-        .args([
-            "stats",
-            "--debug-refuse-kfuncs",
-            "--counters",
-            "--duration",
-            "1s",
-        ])
-        .output()
-        .expect("run latprof");
+    let (pid, out) = run_latprof(&[
+        "stats",
+        "--debug-refuse-kfuncs",
+        "--counters",
+        "--duration",
+        "1s",
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    for line in stderr.lines() {
-        if let Some((_, p)) = line.rsplit_once("whole verifier log: ") {
-            let _ = std::fs::remove_file(p);
-        }
-    }
+    remove_named_logs(&stderr);
+    // The refused load's other logs, which no line names, are gone.
+    assert_eq!(logs_left(pid), [] as [PathBuf; 0], "{stderr}");
     assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains("latprof: programs: backtraces at wakeup through the stack cache\n"),

@@ -208,58 +208,48 @@ impl Probe {
         support: &KernelSupport,
         fallbacks: &mut Vec<String>,
     ) -> Result<(Ebpf, Variant)> {
-        let mut tried = Vec::new();
-        let first =
-            Self::load_best_with(globals, debug, config, support, support.kfuncs, &mut tried)?;
-        // Without kfuncs where those calls cost the best variant (or every one): a kernel that
-        // has them may refuse their calls (without a JIT it refuses every one).
-        let worse = match &first {
-            Ok(_) => tried.first().cloned(),
-            Err(rejected) => rejected.first().map(|(v, r)| fallback_reason(*v, r)),
-        };
-        let (Some(why), true) = (worse, support.kfuncs != Kfuncs::default()) else {
-            fallbacks.extend(tried);
-            return first.map_err(nothing_loads);
-        };
+        let first = Self::load_best_with(globals, debug, config, support, support.kfuncs)?;
+        if first.rejected.is_empty() || support.kfuncs == Kfuncs::default() {
+            return first.finish(fallbacks);
+        }
+        // The kfunc calls may have cost the best variant, or every one: a kernel that has a
+        // kfunc may refuse its calls (without a JIT it refuses every one). The programs
+        // without them are kept where they do better; a hard error of theirs keeps the first.
         let plain = Globals {
             RDONLY_CAST_WORDS_ID: 0,
             ..globals.clone()
         };
-        let mut tried_plain = Vec::new();
-        let second = Self::load_best_with(
-            &plain,
-            debug,
-            config,
-            support,
-            Kfuncs::default(),
-            &mut tried_plain,
-        )?;
-        let better = match (&first, &second) {
-            (_, Err(_)) => false,
-            (Err(_), Ok(_)) => true,
-            (Ok(_), Ok(_)) => tried_plain.len() < tried.len(),
+        let Ok(second) = Self::load_best_with(&plain, debug, config, support, Kfuncs::default())
+        else {
+            return first.finish(fallbacks);
+        };
+        let better = match (&first.loaded, &second.loaded) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(_), Some(_)) => second.rejected.len() < first.rejected.len(),
         };
         if !better {
-            fallbacks.extend(tried);
-            return first.map_err(nothing_loads);
+            second.forget();
+            return first.finish(fallbacks);
         }
+        let mut first = first;
+        let (v, why) = first.rejected.remove(0);
         fallbacks.push(format!(
-            "no kfunc calls (the stack cache copies the sleeping task's stack by a helper): the programs that call them were refused: {why}"
+            "no kfunc calls (the stack cache copies the sleeping task's stack by a helper): the programs that call them were refused: {}",
+            fallback_reason(v, &why)
         ));
-        fallbacks.extend(tried_plain);
-        second.map_err(nothing_loads)
+        first.forget();
+        second.finish(fallbacks)
     }
 
-    /// [`Self::load_best`] with the object's kfunc calls rewritten for `kfuncs`; `Ok(Err)`:
-    /// no variant loads, with every rejection.
+    /// [`Self::load_best`] with the object's kfunc calls rewritten for `kfuncs`.
     fn load_best_with(
         globals: &Globals,
         debug: &DebugGlobals,
         config: &ProbeConfig,
         support: &KernelSupport,
         kfuncs: Kfuncs,
-        fallbacks: &mut Vec<String>,
-    ) -> Result<Loaded> {
+    ) -> Result<Attempt> {
         let variant = |backtraces, cas| Variant { backtraces, cas };
         let mut rejected = Vec::new();
         let (object, _) = kfuncs.rewrite(EBPF_OBJECT)?;
@@ -293,8 +283,10 @@ impl Probe {
                 &candidates,
                 &mut rejected,
             )? {
-                fallbacks.extend(rejected.iter().map(|(v, r)| fallback_reason(*v, r)));
-                return Ok(Ok(loaded));
+                return Ok(Attempt {
+                    loaded: Some(loaded),
+                    rejected,
+                });
             }
         }
         let candidates = [
@@ -308,28 +300,66 @@ impl Probe {
         if let Some(loaded) =
             load_variant(object, &g, debug, config, None, &candidates, &mut rejected)?
         {
-            fallbacks.extend(rejected.iter().map(|(v, r)| fallback_reason(*v, r)));
-            return Ok(Ok(loaded));
+            return Ok(Attempt {
+                loaded: Some(loaded),
+                rejected,
+            });
         }
-        Ok(Err(rejected))
+        Ok(Attempt {
+            loaded: None,
+            rejected,
+        })
     }
 }
 
-/// The object with the best variant the kernel took, or every variant's rejection.
-type Loaded = Result<(Ebpf, Variant), Vec<(Variant, Rejection)>>;
+/// One load of the object: the best variant the kernel took (`None`: none), and the
+/// rejection of each variant tried before it.
+struct Attempt {
+    loaded: Option<(Ebpf, Variant)>,
+    rejected: Vec<(Variant, Rejection)>,
+}
+
+impl Attempt {
+    /// The variant loaded, each rejection before it said in `fallbacks`; or the error when
+    /// none loads.
+    fn finish(self, fallbacks: &mut Vec<String>) -> Result<(Ebpf, Variant)> {
+        match self.loaded {
+            Some(loaded) => {
+                fallbacks.extend(self.rejected.iter().map(|(v, r)| fallback_reason(*v, r)));
+                Ok(loaded)
+            }
+            None => Err(nothing_loads(self.rejected)),
+        }
+    }
+
+    /// A load not kept: its programs unloaded, and the verifier logs it wrote, which no line
+    /// names, removed.
+    fn forget(self) {
+        for (_, r) in self.rejected {
+            if let Some(log) = r.log {
+                let _ = std::fs::remove_file(log);
+            }
+        }
+    }
+}
 
 /// Nothing loads: the last rejection is of the simplest variant, the one that should load
-/// anywhere; the others are said before it.
+/// anywhere; the others are said before it, but those for the same reason, whose verifier
+/// logs no line would name (they are removed).
 fn nothing_loads(mut rejected: Vec<(Variant, Rejection)>) -> anyhow::Error {
     let Some((_, last)) = rejected.pop() else {
         return anyhow::anyhow!("no variant of latprof's programs was tried");
     };
-    for (v, r) in rejected.iter().filter(|(_, r)| r.reason != last.reason) {
-        eprintln!(
-            "latprof: {} not loaded: {}",
-            v.describe(),
-            fallback_reason(*v, r)
-        );
+    for (v, r) in rejected {
+        if r.reason != last.reason {
+            eprintln!(
+                "latprof: {} not loaded: {}",
+                v.describe(),
+                fallback_reason(v, &r)
+            );
+        } else if let Some(log) = r.log {
+            let _ = std::fs::remove_file(log);
+        }
     }
     anyhow::Error::new(last)
 }

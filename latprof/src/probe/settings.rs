@@ -95,10 +95,14 @@ pub(super) fn from_config(
             );
         }
         if thread_sp_off != 0 && kernel.kfuncs.rdonly_cast.is_none() {
-            fallbacks.push(
-                "stack cache copies the sleeping task's stack by a helper call, not plain loads (1.2x the kernel time per ping-pong round trip, docs/bench.md): this kernel lacks the bpf_rdonly_cast kfunc (Linux 6.2)"
-                    .to_owned(),
-            );
+            let why = if config.debug.no_kfuncs {
+                "--debug-no-kfuncs"
+            } else {
+                "this kernel lacks the bpf_rdonly_cast kfunc (Linux 6.2)"
+            };
+            fallbacks.push(format!(
+                "stack cache copies the sleeping task's stack by a helper call, not plain loads (1.2x the kernel time per ping-pong round trip, docs/bench.md): {why}"
+            ));
         }
     }
     // The unwind tables' steps run under bpf_loop: a bounded loop of them is more than the
