@@ -14,5 +14,5 @@
 /// verifier turns the call into a plain move.
 pub const KFUNC_RDONLY_CAST: u32 = 0x4c50_4b01;
 
-/// Every kfunc marker with the kfunc's name in the kernel's BTF.
-pub const KFUNCS: [(u32, &str); 1] = [(KFUNC_RDONLY_CAST, "bpf_rdonly_cast")];
+/// Every kfunc marker: what user space looks for in the object.
+pub const KFUNCS: [u32; 1] = [KFUNC_RDONLY_CAST];

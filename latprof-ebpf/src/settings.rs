@@ -41,6 +41,14 @@ pub(crate) fn read_btf_field<T: Copy>(task: *const u8, offset: u32) -> T {
     unsafe { core::ptr::read_volatile(task.add(offset as usize).cast()) }
 }
 
+/// The ids of a task the verifier knows by its BTF type, in `bpf_get_current_pid_tgid`'s
+/// layout (tgid high, tid low): two plain loads instead of that helper's call.
+#[inline(always)]
+pub(crate) fn btf_pid_tgid(task: *const u8) -> u64 {
+    (u64::from(read_btf_field::<i32>(task, TASK_TGID_OFF.load()) as u32) << 32)
+        | u64::from(read_btf_field::<i32>(task, TASK_PID_OFF.load()) as u32)
+}
+
 /// Reads a field of a kernel object at an offset taken from BTF.
 #[inline(always)]
 pub(crate) fn read_field<T>(object: *const u8, offset: u32) -> Result<T, i32> {

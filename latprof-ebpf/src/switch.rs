@@ -31,7 +31,7 @@ use crate::{
         CGROUP_KN_OFF, CGROUPS_ON, CHAINS_ON, CSS_SET_DFL_CGRP_OFF, DEBUG_CHECKS, FILTER_CGROUPS,
         FILTER_TGID, FORCE_REJECT, KERNFS_NODE_ID_OFF, MIN_SLEEP_NS, RUNQ, SELF_TGID,
         STACK_AT_WAKEUP, SWITCH_HAS_PREV_STATE, TASK_CGROUPS_OFF, TASK_COMM_OFF, TASK_FLAGS_OFF,
-        TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF, TASK_TGID_OFF, USER_STACKS_ON, read_btf_field,
+        TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF, USER_STACKS_ON, btf_pid_tgid, read_btf_field,
         read_field, skipped,
     },
     shared,
@@ -245,9 +245,7 @@ fn switch_out<C: EbpfContext, const CAS: bool, const BTF: bool>(
     // prev is the current task at sched_switch: on the BTF tracepoint, one the verifier
     // knows, its ids two plain loads.
     let pid_tgid = if BTF {
-        let prev = arg(ctx, 1) as *const u8;
-        (u64::from(read_btf_field::<i32>(prev, TASK_TGID_OFF.load()) as u32) << 32)
-            | u64::from(read_btf_field::<i32>(prev, TASK_PID_OFF.load()) as u32)
+        btf_pid_tgid(arg(ctx, 1) as *const u8)
     } else {
         bpf_get_current_pid_tgid()
     };

@@ -35,7 +35,7 @@ use crate::{
     maps::{CPU_CONTEXT, CpuContext, TASKS, WAKERS, WAKERS_OTHER, count, ids, log_hidden},
     settings::{
         CFS_RQ_RQ_OFF, CHAINS_ON, PC_FROM_RQ, RQ_CPU_OFF, TASK_CFS_RQ_OFF, TASK_COMM_OFF,
-        TASK_PID_OFF, TASK_SOFTIRQ_CNT_OFF, TASK_TGID_OFF, WAKER_STACKS, WAKERS_ON, read_btf_field,
+        TASK_PID_OFF, TASK_SOFTIRQ_CNT_OFF, WAKER_STACKS, WAKERS_ON, btf_pid_tgid, read_btf_field,
         read_field,
     },
     shared,
@@ -93,15 +93,12 @@ fn current_task<const BTF: bool>() -> (u32, u32, [u8; 16]) {
     let mut comm = [0; 16];
     comm[..8].copy_from_slice(&low);
     comm[8..].copy_from_slice(&high);
-    (
-        read_btf_field::<i32>(task, TASK_PID_OFF.load()) as u32,
-        read_btf_field::<i32>(task, TASK_TGID_OFF.load()) as u32,
-        comm,
-    )
+    let pid_tgid = btf_pid_tgid(task);
+    (pid_tgid as u32, (pid_tgid >> 32) as u32, comm)
 }
 
 /// Notes the current context as the waker of `tid`'s coming wakeup (`BTF`: from the BTF
-/// tracepoint, see `current_comm`).
+/// tracepoint, see `current_task`).
 #[inline(always)]
 fn note_waker<C: EbpfContext, const BTF: bool>(ctx: &C, tid: u32) -> i32 {
     let Some(entry) = TASKS.get_ptr_mut(&tid) else {
@@ -196,12 +193,9 @@ fn preempt_count(cpu: &mut CpuContext) -> Option<u32> {
         }
         cpu.pc_addr = rq.wrapping_add(from_rq);
     }
-    if kfuncs::rdonly_cast_on() {
-        // A plain load, not a helper call (a fault reads 0: a task's context, as a failed
-        // read says).
-        return Some(kfuncs::kernel_read::<u32>(cpu.pc_addr));
-    }
-    read_field::<u32>(cpu.pc_addr as *const u8, 0).ok()
+    // A plain load where the kernel has the kfunc (a fault reads 0: a task's context, as a
+    // failed read says).
+    kfuncs::read_kernel::<u32>(cpu.pc_addr as *const u8, 0).ok()
 }
 
 /// PREEMPT_RT: the current task serves softirqs (it is ksoftirqd, or raised them and serves

@@ -108,9 +108,7 @@ impl Btf {
     /// Byte offset of `member` in `struct name`, looking through anonymous structs and unions.
     pub fn member_offset(&self, name: &str, member: &str) -> Result<u32> {
         let id = self
-            .types
-            .iter()
-            .position(|t| t.kind == KIND_STRUCT && t.vlen > 0 && self.name(t.name_off) == name)
+            .struct_index(name)
             .ok_or_else(|| anyhow!("BTF has no struct {name}"))?;
         self.find_member(id, member, 0)?
             .ok_or_else(|| anyhow!("BTF: struct {name} has no member {member}"))
@@ -164,34 +162,34 @@ impl Btf {
 
     /// Size in bytes of `struct name`.
     pub fn struct_size(&self, name: &str) -> Result<u32> {
-        let t = self
-            .types
-            .iter()
-            .find(|t| t.kind == KIND_STRUCT && t.vlen > 0 && self.name(t.name_off) == name)
+        let id = self
+            .struct_index(name)
             .ok_or_else(|| anyhow!("BTF has no struct {name}"))?;
-        u32_at(&self.data, t.members_at - 4)
+        u32_at(&self.data, self.types[id].members_at - 4)
+    }
+
+    /// The index (type id) of `struct name`'s definition (not a forward declaration, which
+    /// has no members).
+    fn struct_index(&self, name: &str) -> Option<usize> {
+        self.types
+            .iter()
+            .position(|t| t.kind == KIND_STRUCT && t.vlen > 0 && self.name(t.name_off) == name)
     }
 
     /// The id of the function `name` (a kfunc's, where the kernel has it): what a kfunc call
     /// names it by.
     #[must_use]
     pub fn func_id(&self, name: &str) -> Option<u32> {
-        self.id_of(KIND_FUNC, name)
+        self.types
+            .iter()
+            .position(|t| t.kind == KIND_FUNC && self.name(t.name_off) == name)
+            .and_then(|id| u32::try_from(id).ok())
     }
 
     /// The id of `struct name`'s definition.
     #[must_use]
     pub fn struct_id(&self, name: &str) -> Option<u32> {
-        self.types
-            .iter()
-            .position(|t| t.kind == KIND_STRUCT && t.vlen > 0 && self.name(t.name_off) == name)
-            .and_then(|id| u32::try_from(id).ok())
-    }
-
-    fn id_of(&self, kind: u32, name: &str) -> Option<u32> {
-        self.types
-            .iter()
-            .position(|t| t.kind == kind && self.name(t.name_off) == name)
+        self.struct_index(name)
             .and_then(|id| u32::try_from(id).ok())
     }
 

@@ -88,7 +88,7 @@ impl Kfuncs {
 /// number: no helper has one).
 fn marker_call(insn: [u8; 8]) -> Option<u32> {
     let imm = u32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]]);
-    (insn[0] == CALL && insn[1] == 0 && KFUNCS.iter().any(|(m, _)| *m == imm)).then_some(imm)
+    (insn[0] == CALL && insn[1] == 0 && KFUNCS.contains(&imm)).then_some(imm)
 }
 
 /// A marker call made a call of the kfunc `id` (in vmlinux's BTF: offset 0), or `r0 = 0`.

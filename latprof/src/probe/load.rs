@@ -215,11 +215,7 @@ impl Probe {
         // The kfunc calls may have cost the best variant, or every one: a kernel that has a
         // kfunc may refuse its calls (without a JIT it refuses every one). The programs
         // without them are kept where they do better; a hard error of theirs keeps the first.
-        let plain = Globals {
-            RDONLY_CAST_WORDS_ID: 0,
-            ..globals.clone()
-        };
-        let Ok(second) = Self::load_best_with(&plain, debug, config, support, Kfuncs::default())
+        let Ok(second) = Self::load_best_with(globals, debug, config, support, Kfuncs::default())
         else {
             return first.finish(fallbacks);
         };
@@ -242,7 +238,8 @@ impl Probe {
         second.finish(fallbacks)
     }
 
-    /// [`Self::load_best`] with the object's kfunc calls rewritten for `kfuncs`.
+    /// [`Self::load_best`] with the object's kfunc calls rewritten for `kfuncs`, and the
+    /// setting that lets the programs take the kfuncs' paths written to match.
     fn load_best_with(
         globals: &Globals,
         debug: &DebugGlobals,
@@ -254,6 +251,10 @@ impl Probe {
         let mut rejected = Vec::new();
         let (object, _) = kfuncs.rewrite(EBPF_OBJECT)?;
         let object = object.bytes();
+        let globals = &Globals {
+            RDONLY_CAST_WORDS_ID: kfuncs.rdonly_cast_words(),
+            ..globals.clone()
+        };
         if let Some(btf) = &support.btf {
             let mut candidates = Vec::new();
             if support.cache && support.cache_helpers {

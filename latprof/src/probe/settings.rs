@@ -154,7 +154,8 @@ pub(super) fn from_config(
         STACK_AT_WAKEUP: 0,
         TASK_STACK_OFF: task_stack_off,
         PT_REGS_IN_STACK: pt_regs_in_stack,
-        RDONLY_CAST_WORDS_ID: kernel.kfuncs.rdonly_cast_words(),
+        // Set per load (`load_best_with`), with the kfunc calls its object holds.
+        RDONLY_CAST_WORDS_ID: 0,
         THREAD_SP_OFF: thread_sp_off,
         // Above the cause frames sit the tracing frames and the scheduler's (about 10).
         STACK_WALK_FRAMES: (u32::from(config.stack_depth) + STACK_SLACK_FRAMES).min(127),
