@@ -3,7 +3,7 @@
 
 use core::mem::size_of;
 
-use crate::StackCache;
+use crate::{StackCache, WakerKey, WakerValue};
 
 /// Causes kept per task, as latencytop's `LT_SAVECOUNT`. A task with more distinct causes sends
 /// the overflow straight to the global table (counted in [`crate::Counter::TaskRecordsFull`]).
@@ -272,6 +272,13 @@ pub struct TaskState {
     /// `sched_process_free` retires an exiting task's entry.
     pub task_low: u32,
     pub waker_comm: [u8; 16],
+    /// `--wakers`: the counted sleeps of this task's latest waker (cause and waker as in
+    /// `WAKERS`' key), not yet added to `WAKERS` (count 0: none). A sleep with the same key
+    /// adds here, in the entry the wakeup holds already, instead of looking the key up in
+    /// `WAKERS`; another key, or the task's exit, adds them there first. User space adds them
+    /// to what it reads of `WAKERS`.
+    pub waker_pending_key: WakerKey,
+    pub waker_pending: WakerValue,
     /// `--chains`: the task's last `RECENT_SLEEPS` ended sleeps (`recent_next` is where the
     /// next goes), and its wait for a CPU right after the most recent (set when it got one)...
     pub recent: [RecentSleep; RECENT_SLEEPS],
@@ -291,7 +298,7 @@ pub struct TaskState {
 }
 const _: () = assert!(
     size_of::<TaskState>()
-        == 168 + 168 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
+        == 168 + 72 + 168 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
 );
 
 /// A task's records as it exited, sent through the `EXITED` ring buffer (in both modes) so

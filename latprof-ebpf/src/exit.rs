@@ -21,8 +21,11 @@ use crate::{
     debug::anomaly,
     maps::{EXITED, TASKS, count, ids, log_hidden},
     recover::recover,
-    settings::{CGROUPS_ON, DEBUG_CHECKS, EXITS_ON, MODE, SKIP_KTHREADS, TASK_PID_OFF, read_field},
-    shared,
+    settings::{
+        CGROUPS_ON, DEBUG_CHECKS, EXITS_ON, MODE, SKIP_KTHREADS, TASK_PID_OFF, WAKERS_ON,
+        read_field,
+    },
+    shared, wakers,
 };
 
 /// A task is freed (an RCU grace period after it was reaped): the entry of a task first seen
@@ -133,11 +136,15 @@ fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result
     Ok(0)
 }
 
-/// The end of a task's entry: its records are sent to user space (with `EXITS_ON`); in lazy
-/// mode they merge into the global table, with cgroups into the per-cgroup table; then the
-/// entry goes.
+/// The end of a task's entry: its pending waker goes to the waker table, its records are sent
+/// to user space (with `EXITS_ON`); in lazy mode they merge into the global table, with
+/// cgroups into the per-cgroup table; then the entry goes.
 #[inline(always)]
-fn retire<C: EbpfContext, const CAS: bool>(ctx: &C, tid: u32, entry: &TaskState) {
+fn retire<C: EbpfContext, const CAS: bool>(ctx: &C, tid: u32, entry: &mut TaskState) {
+    if WAKERS_ON.load() == 1 {
+        // Its pending waker, before the entry goes.
+        wakers::flush(entry);
+    }
     if EXITS_ON.load() == 1 && entry.nr_records > 0 {
         send_exited(tid, entry);
     }

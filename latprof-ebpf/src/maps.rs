@@ -232,12 +232,18 @@ pub(crate) fn short_sleep(ids: u64, start_ns: u64, end_ns: u64) {
 /// Adds one to this CPU's slot of `counter` in `COUNTERS`.
 #[inline(always)]
 pub(crate) fn count(counter: Counter) {
+    count_n(counter, 1);
+}
+
+/// Adds `n` to this CPU's slot of `counter` in `COUNTERS`.
+#[inline(always)]
+pub(crate) fn count_n(counter: Counter, n: u64) {
     if skipped(SKIP_COUNTERS) {
         return;
     }
     if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
         // SAFETY: per-CPU slot; programs on one CPU do not run concurrently.
-        unsafe { *slot += 1 };
+        unsafe { *slot += n };
     }
 }
 

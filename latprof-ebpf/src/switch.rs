@@ -385,6 +385,7 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
         (*template).sleep_run_delay_ns = 0;
         (*template).cgroup = 0;
         (*template).waker_kind = WAKER_UNSEEN;
+        (*template).waker_pending.count = 0;
         // No sleep ended yet (`chains`); the waker's part is noted at each waking.
         for e in 0..RECENT_SLEEPS {
             // An end of 0 overlaps nothing.

@@ -17,8 +17,11 @@ use super::{Counters, MAX_RETRIES, TaskSnapshot, TickCounts, Waker};
 use crate::probe::{Maps, names};
 
 /// The waker table, summed over CPUs (a waker's name is in the part of the CPU that first
-/// saw it; the others are zero-filled).
-pub(super) fn read_wakers(maps: &Maps) -> Result<Vec<Waker>> {
+/// saw it; the others are zero-filled). Read before the tasks (`read_tables`), whose pending
+/// wakers `with_pending` adds: a pending waker moves into the table when its task's next sleep
+/// has another or the task exits, and a move between the two reads then leaves it out of this
+/// snapshot (the next one has it) instead of counting it twice.
+pub(super) fn read_wakers(maps: &Maps) -> Result<BTreeMap<WakerKey, Waker>> {
     let mut out: BTreeMap<WakerKey, Waker> = BTreeMap::new();
     for (map, name) in maps
         .wakers
@@ -27,29 +30,47 @@ pub(super) fn read_wakers(maps: &Maps) -> Result<Vec<Waker>> {
     {
         read_waker_map(map, &mut out).with_context(|| format!("read {name}"))?;
     }
-    Ok(out.into_values().filter(|w| w.count > 0).collect())
+    Ok(out)
 }
 
-pub(super) fn read_waker_map(
+/// The wakers read from the table, plus the tasks' pending ones (`Tables::pending_wakers`).
+pub(super) fn with_pending(
+    mut table: BTreeMap<WakerKey, Waker>,
+    pending: &[(WakerKey, WakerValue)],
+) -> Vec<Waker> {
+    for (key, value) in pending {
+        add_waker(&mut table, *key, value);
+    }
+    table.into_values().filter(|w| w.count > 0).collect()
+}
+
+fn read_waker_map(
     map: &PerCpuHashMap<MapData, WakerKey, WakerValue>,
     out: &mut BTreeMap<WakerKey, Waker>,
 ) -> Result<()> {
     for item in map {
         let (key, per_cpu) = item?;
-        let w = out.entry(key).or_insert_with(|| Waker {
-            key,
-            ..Waker::default()
-        });
-        for part in per_cpu.iter().filter(|v| v.count > 0) {
-            w.count += part.count;
-            w.total_ns += part.total_ns;
-            w.max_ns = w.max_ns.max(part.max_ns);
-            if w.comm.is_empty() && part.comm[0] != 0 {
-                w.comm = comm_str(&part.comm);
-            }
+        for part in per_cpu.iter() {
+            add_waker(out, key, part);
         }
     }
     Ok(())
+}
+
+fn add_waker(out: &mut BTreeMap<WakerKey, Waker>, key: WakerKey, value: &WakerValue) {
+    let w = out.entry(key).or_insert_with(|| Waker {
+        key,
+        ..Waker::default()
+    });
+    if value.count == 0 {
+        return;
+    }
+    w.count += value.count;
+    w.total_ns += value.total_ns;
+    w.max_ns = w.max_ns.max(value.max_ns);
+    if w.comm.is_empty() && value.comm[0] != 0 {
+        w.comm = comm_str(&value.comm);
+    }
 }
 
 /// The per-CPU tick counters.
@@ -104,6 +125,8 @@ pub(super) struct Tables {
     pub(super) global: Vec<(u64, GlobalRecord)>,
     pub(super) cgroups: Vec<(CgroupCause, GlobalRecord)>,
     pub(super) counters: Counters,
+    /// The tasks' pending wakers (`TaskState::waker_pending`), by `WAKERS`' key.
+    pub(super) pending_wakers: Vec<(WakerKey, WakerValue)>,
     /// Reads retried because an exit moved records meanwhile.
     pub(super) retries: u32,
     /// False: the last read still overlapped a move (after `MAX_RETRIES`).
@@ -135,9 +158,13 @@ pub(super) fn read_tables(maps: &Maps) -> Result<Tables> {
     loop {
         let before = read_counters()?;
         let mut tasks = Vec::new();
+        let mut pending_wakers = Vec::new();
         for item in tasks_map {
             let (tid, state) = item.context("read TASKS")?;
             tasks.push(task_snapshot(tid, &state));
+            if state.waker_pending.count > 0 {
+                pending_wakers.push((state.waker_pending_key, state.waker_pending));
+            }
         }
         // The shared table, plus each CPU's part of lazy mode's exit merges (and, on
         // kernels without compare-and-swap, normal mode's maxima: parts with no count).
@@ -171,6 +198,7 @@ pub(super) fn read_tables(maps: &Maps) -> Result<Tables> {
                 global,
                 cgroups,
                 counters: after,
+                pending_wakers,
                 retries,
                 settled,
             });

@@ -14,7 +14,7 @@ pub use hidden::HiddenSleeps;
 pub use maps::comm_str;
 use maps::{
     Tables, program_stats, read_counter, read_hidden, read_histograms, read_tables, read_ticks,
-    read_wakers,
+    read_wakers, with_pending,
 };
 pub use snapshot::{Counters, Snapshot, TaskSnapshot, TickCounts, Waker, stack_ids};
 pub use spikes::{Spike, SpikeReader};
@@ -180,11 +180,18 @@ impl Collector {
 
     pub fn snapshot(&mut self, probe: &Probe) -> Result<Snapshot> {
         let maps = probe.maps();
+        // Before the tasks: see `read_wakers`.
+        let waker_table = if probe.config().wakers {
+            Some(read_wakers(maps)?)
+        } else {
+            None
+        };
         let Tables {
             mut tasks,
             mut global,
             cgroups,
             counters,
+            pending_wakers,
             retries,
             settled,
         } = read_tables(maps)?;
@@ -193,11 +200,8 @@ impl Collector {
         let live: std::collections::HashSet<u32> = tasks.iter().map(|t| t.tid).collect();
         self.exits.drain_holding(maps, &live);
         let exited = self.exits.snapshot();
-        let wakers = if probe.config().wakers {
-            read_wakers(maps)?
-        } else {
-            Vec::new()
-        };
+        let wakers =
+            waker_table.map_or_else(Vec::new, |table| with_pending(table, &pending_wakers));
         let chains = if probe.config().wakers && probe.config().chains {
             chains::read_chains(maps)?
         } else {
