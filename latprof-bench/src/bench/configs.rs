@@ -17,6 +17,10 @@ pub(super) enum Config {
     /// Do-nothing programs on latprof's hooks (`--debug-floor`): the kernel's cost of running
     /// any program there, which latprof's own are measured against.
     Floor,
+    /// The floor with `--wakers`: the same and, on the hooks `--wakers` adds (`sched_waking`,
+    /// the timer callbacks'), do-nothing programs too. Its time less the floor's is the least
+    /// that attributing each sleep to its waker could add.
+    FloorWakers,
     Lazy,
     Normal,
     Offcputime,
@@ -137,7 +141,8 @@ pub(super) const MAIN_CONFIGS: [Config; 10] = [
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
 /// lazy and normal together on the fork storm, and the spikes.
-pub(super) const EXTRA_CONFIGS: [Config; 25] = [
+pub(super) const EXTRA_CONFIGS: [Config; 26] = [
+    Config::FloorWakers,
     Config::LazyDebug,
     Config::LazyWalk,
     Config::LazyNoCgroups,
@@ -180,6 +185,7 @@ impl Config {
         match self {
             Self::None => "none",
             Self::Floor => "floor",
+            Self::FloorWakers => "floor-wakers",
             Self::LazyBefore => "lazy-before",
             Self::NormalBefore => "normal-before",
             Self::Lazy => "lazy",
@@ -222,6 +228,7 @@ impl Config {
             Self::Lazy | Self::PairedLazy | Self::LazyBefore => vec!["--mode", "lazy"],
             Self::Normal | Self::PairedNormal | Self::NormalBefore => vec!["--mode", "normal"],
             Self::Floor => vec!["--debug-floor"],
+            Self::FloorWakers => vec!["--debug-floor", "--wakers"],
             Self::LazyWalk => vec!["--no-stack-cache"],
             Self::LazyNoCgroups => vec!["--debug-no-cgroups"],
             Self::NormalNoCgroups => vec!["--mode", "normal", "--debug-no-cgroups"],
@@ -301,6 +308,7 @@ impl Config {
             self,
             Self::Lazy
                 | Self::Floor
+                | Self::FloorWakers
                 | Self::LazyBefore
                 | Self::NormalBefore
                 | Self::Normal
@@ -327,6 +335,7 @@ impl Config {
         match self {
             Self::None
             | Self::Floor
+            | Self::FloorWakers
             | Self::Lazy
             | Self::Normal
             | Self::LazyDebug
@@ -412,6 +421,7 @@ pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workloa
                     Config::LazyWalk,
                     Config::LazyNoCgroups,
                     Config::NormalNoCgroups,
+                    Config::FloorWakers,
                     Config::LazyWakers,
                     Config::LazyWakerStacks,
                     Config::LazyChains,
@@ -485,6 +495,7 @@ pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workloa
                     .chain([
                         Config::LazyNoCgroups,
                         Config::NormalNoCgroups,
+                        Config::FloorWakers,
                         Config::LazyWakers,
                         Config::LazyWakerStacks,
                         Config::LazyChains,

@@ -103,11 +103,32 @@ pub(super) fn table(
     let Some(floor) = samples.get(&(w, Config::Floor)) else {
         return String::new();
     };
-    let floor_hooks = per_hook(floor);
+    let mut floor_hooks = per_hook(floor);
+    // The hooks only `--wakers` uses: their floor from the floor with wakers, where measured.
+    if let Some(with_wakers) = samples.get(&(w, Config::FloorWakers)) {
+        for (hook, v) in per_hook(with_wakers) {
+            floor_hooks.entry(hook).or_insert(v);
+        }
+    }
     let configs: Vec<(Config, PerHook)> = AGAINST
         .into_iter()
         .filter_map(|c| Some((c, per_hook(samples.get(&(w, c))?))))
         .collect();
+    // latprof's programs whose kept names are the same (`hrtimer_expire_`) are one row, "a or
+    // b": the floor's programs on those hooks, named apart, are summed into it.
+    for (_, h) in &configs {
+        for hook in h.keys().filter(|k| k.contains(" or ")) {
+            let parts: Vec<(f64, f64)> = hook
+                .split(" or ")
+                .filter_map(|part| floor_hooks.remove(part))
+                .collect();
+            let runs: f64 = parts.iter().map(|(_, r)| r).sum();
+            if runs > 0.0 {
+                let ns = parts.iter().map(|(ns, r)| ns * r).sum::<f64>() / runs;
+                floor_hooks.insert(hook.clone(), (ns, runs));
+            }
+        }
+    }
     let mut hooks: Vec<&String> = floor_hooks.keys().collect();
     for (_, h) in &configs {
         hooks.extend(h.keys());
@@ -117,7 +138,7 @@ pub(super) fn table(
     let mut md = String::new();
     let _ = write!(
         md,
-        "\n### {}: each program against the floor\n\nns per run of each hook's program (median over the rounds), and its multiple of the floor's: a do-nothing program of the same type on the same hook.\n\n| hook | runs | floor ns |",
+        "\n### {}: each program against the floor\n\nns per run of each hook's program (median over the rounds), and its multiple of the floor's: a do-nothing program of the same type on the same hook (on the hooks only `--wakers` uses, from `floor-wakers`).\n\n| hook | runs | floor ns |",
         work.name
     );
     for (c, _) in &configs {

@@ -39,7 +39,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "target/bench")]
     pub out: PathBuf,
     /// Only these configurations (none, floor, lazy, normal, lazy-before, normal-before, offcputime, runqlat, bpftrace, perf-sched,
-    /// lazy-debug, lazy-walk, lazy-nocgroups, normal-nocgroups, lazy-wakers, lazy-wakerstacks,
+    /// floor-wakers, lazy-debug, lazy-walk, lazy-nocgroups, normal-nocgroups, lazy-wakers, lazy-wakerstacks,
     /// lazy-ustacks, lazy-ustacks-fp, lazy-chains, lazy+normal,
     /// spikes-adaptive, spikes-always; the breakdown's lazy-no-stack, lazy-no-account,
     /// lazy-no-histograms, lazy-no-runq, lazy-no-counters, lazy-no-switch-check, lazy-no-mm,

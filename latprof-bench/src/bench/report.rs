@@ -489,8 +489,18 @@ pub(super) fn targets(works: &[Workload], s: &BTreeMap<(usize, Config), Summary>
                 (st.bpf_ns_per_switch / off.bpf_ns_per_switch - 1.0) * 100.0
             )
         });
+        // The least the hooks `--wakers` adds could cost: do-nothing programs there.
+        let least = get(name, Config::Floor)
+            .zip(get(name, Config::FloorWakers))
+            .map_or(String::new(), |(floor, with)| {
+                let added = with.bpf_ns_per_switch - floor.bpf_ns_per_switch;
+                format!(
+                    "; its hooks doing nothing add {added:.0} ns ({:+.0}%)",
+                    added / off.bpf_ns_per_switch * 100.0
+                )
+            });
         wakers.push(format!(
-            "{name}: lazy {:.0} ns/switch, --wakers {:.0} ns ({added:+.0}%){stacks}",
+            "{name}: lazy {:.0} ns/switch, --wakers {:.0} ns ({added:+.0}%{least}){stacks}",
             off.bpf_ns_per_switch, on.bpf_ns_per_switch
         ));
     }
