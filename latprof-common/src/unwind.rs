@@ -19,6 +19,11 @@ pub const UNWIND_PROCESSES: u32 = 4096;
 pub const UNWIND_RANGES: usize = 8;
 /// Steps of a binary search over one file's rows (`UNWIND_FILE_ROWS`: each halves them).
 pub const UNWIND_SEARCH: usize = 17;
+/// Per CPU, the rules the searches found last (`UNWIND_RULES`), as many as `1 <<` this: a
+/// sleeping thread's backtrace goes through the same return addresses sleep after sleep.
+pub const UNWIND_RULE_BITS: u32 = 10;
+/// Bytes of one of them: the row and address it is for, and the rule.
+pub const UNWIND_RULE_SLOT: u64 = 16;
 
 /// Where one file with a table is mapped executable in a process: its instruction pointers
 /// `start..end` look up rows `first..first + count` at `ip - bias` (the file's own addresses).

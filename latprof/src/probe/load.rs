@@ -6,7 +6,7 @@ use aya::{
     Ebpf, EbpfLoader,
     programs::{BtfTracePoint, RawTracePoint},
 };
-use latprof_common::{UNWIND_PROCESSES, UNWIND_TABLE_ROWS};
+use latprof_common::{UNWIND_PROCESSES, UNWIND_RULE_BITS, UNWIND_TABLE_ROWS};
 
 use super::{
     Backtraces, EBPF_OBJECT, Probe, ProbeConfig, Variant,
@@ -125,6 +125,14 @@ pub(super) fn load_variant(
             names::MAP_UNWIND_PROCS,
             if config.user_stacks {
                 UNWIND_PROCESSES
+            } else {
+                1
+            },
+        )
+        .map_max_entries(
+            names::MAP_UNWIND_RULES,
+            if config.user_stacks {
+                1 << UNWIND_RULE_BITS
             } else {
                 1
             },

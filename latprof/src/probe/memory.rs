@@ -14,7 +14,8 @@ use std::path::Path;
 use anyhow::{Result, bail};
 use latprof_common::{
     CauseParts, ChainKey, ChainValue, GlobalRecord, Histogram, ProcUnwind, RawStack, TaskState,
-    UNWIND_PROCESSES, UNWIND_TABLE_ROWS, UserStack, WakerKey, WakerValue,
+    UNWIND_PROCESSES, UNWIND_RULE_BITS, UNWIND_RULE_SLOT, UNWIND_TABLE_ROWS, UserStack, WakerKey,
+    WakerValue,
 };
 
 use super::ProbeConfig;
@@ -53,6 +54,12 @@ fn hash_map(entries: u32, key: usize, value: usize, per_cpu: bool, cpus: u64) ->
 /// An array map of `entries` values of `value` bytes.
 fn array(entries: u32, value: u64) -> u64 {
     u64::from(entries) * round8(value) + ARRAY_FIXED
+}
+
+/// A per-CPU array map of `entries` values of `value` bytes on each of `cpus` CPUs (and a
+/// pointer per entry).
+fn per_cpu_array(entries: u32, value: u64, cpus: u64) -> u64 {
+    u64::from(entries) * (round8(value) * cpus + 8) + ARRAY_FIXED
 }
 
 /// What the maps sized by the command line pin, and all of them together.
@@ -119,15 +126,16 @@ pub fn estimate(config: &ProbeConfig, cpus: u64) -> Estimate {
     } else {
         (1, 1)
     };
-    let (rows, processes) = if config.user_stacks {
-        (UNWIND_TABLE_ROWS, UNWIND_PROCESSES)
+    let (rows, processes, rules) = if config.user_stacks {
+        (UNWIND_TABLE_ROWS, UNWIND_PROCESSES, 1 << UNWIND_RULE_BITS)
     } else {
-        (1, 1)
+        (1, 1, 1)
     };
     let user_stacks = hash_map(user, 8, size_of::<UserStack>(), false, cpus)
         + hash_map(parts, 8, size_of::<CauseParts>(), false, cpus)
         + array(rows, 8)
-        + hash_map(processes, 8, size_of::<ProcUnwind>(), false, cpus);
+        + hash_map(processes, 8, size_of::<ProcUnwind>(), false, cpus)
+        + per_cpu_array(rules, UNWIND_RULE_SLOT, cpus);
     Estimate {
         tasks,
         records,
@@ -296,7 +304,7 @@ mod tests {
         };
         let e = estimate(&wakers, 2);
         assert!(e.total.abs_diff(42_583_056) < 42_583_056 / 100, "{e:?}");
-        // Each of the four user stack maps at one entry.
+        // Each of the five user stack maps at one entry.
         assert!(e.user_stacks < 16384, "{e:?}");
         let user = estimate(
             &ProbeConfig {
@@ -307,7 +315,7 @@ mod tests {
         );
         assert!(
             user.user_stacks
-                .abs_diff(13_373_488 + 1_442_912 + 2_097_464 + 1_344_384)
+                .abs_diff(13_373_488 + 1_442_912 + 2_097_464 + 1_344_384 + 41_272)
                 < 4096,
             "{user:?}"
         );

@@ -68,13 +68,15 @@ pub const MAP_USER_SEEN: &str = "USER_SEEN";
 /// (`--user-stacks`).
 pub const MAP_UNWIND_ROWS: &str = "UNWIND_ROWS";
 pub const MAP_UNWIND_PROCS: &str = "UNWIND_PROCS";
-/// Per CPU: where the unwind tables' steps stand.
+/// Per CPU: where the unwind tables' steps stand, and the rules their searches found last.
 pub const MAP_UNWIND_WALK: &str = "UNWIND_WALK";
+pub const MAP_UNWIND_RULES: &str = "UNWIND_RULES";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 35] = [
+pub const MAPS: [&str; 36] = [
     MAP_UNWIND_ROWS,
     MAP_UNWIND_PROCS,
     MAP_UNWIND_WALK,
+    MAP_UNWIND_RULES,
     MAP_USER_STACKS,
     MAP_USER_BUF,
     MAP_CAUSE_PARTS,
