@@ -247,6 +247,9 @@ pub struct TaskState {
     pub user_exec: u64,
     pub user_layout: u64,
     pub user_cause: u64,
+    /// `--user-stacks`: the highest address of this task's stack its last walk read (0: none
+    /// yet, or its memory map changed since): the next walk reads up to it in one read.
+    pub user_top: u64,
     pub sleep_kind: u32,
     pub tgid: u32,
     pub flags: u32,
@@ -298,7 +301,7 @@ pub struct TaskState {
 }
 const _: () = assert!(
     size_of::<TaskState>()
-        == 168 + 72 + 168 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
+        == 176 + 72 + 168 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS
 );
 
 /// A task's records as it exited, sent through the `EXITED` ring buffer (in both modes) so

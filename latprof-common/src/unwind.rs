@@ -24,6 +24,10 @@ pub const UNWIND_SEARCH: usize = 17;
 pub const UNWIND_RULE_BITS: u32 = 10;
 /// Bytes of one of them: the row and address it is for, and the rule.
 pub const UNWIND_RULE_SLOT: u64 = 16;
+/// Words of a task's user stack a walk reads at its start in one read (at most up to the
+/// highest address the task's last walk read), where its steps then take their words from:
+/// 16 KiB per CPU, with `--user-stacks` only.
+pub const USER_STACK_WINDOW: usize = 2048;
 
 /// Where one file with a table is mapped executable in a process: its instruction pointers
 /// `start..end` look up rows `first..first + count` at `ip - bias` (the file's own addresses).

@@ -83,6 +83,14 @@ pub(crate) struct UnwindRegs {
     /// 1 where the process has tables (`UNWIND_PROCS`), then copied into `process`.
     pub(crate) tables: u64,
     pub(crate) process: ProcUnwind,
+    /// The highest address of the stack a step read (`TaskState::user_top` for the next walk).
+    pub(crate) top: u64,
+    /// The stack from `window_base` (the walk's first stack pointer), `window_len` bytes of it
+    /// read at the walk's start into this CPU's `unwind::STACK_WINDOWS` entry (`window_cpu`),
+    /// where the steps take their words from.
+    pub(crate) window_base: u64,
+    pub(crate) window_len: u64,
+    pub(crate) window_cpu: u32,
 }
 /// First sightings of user backtraces (`UserSeen`), for user space to read the process's
 /// memory map while it lives.

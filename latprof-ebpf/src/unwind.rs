@@ -20,13 +20,13 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    helpers::{bpf_loop, bpf_probe_read_user},
+    helpers::{bpf_get_smp_processor_id, bpf_loop, bpf_probe_read_user, generated},
     macros::map,
-    maps::PerCpuArray,
+    maps::{Array, PerCpuArray},
 };
 use latprof_common::{
     ProcUnwind, UNWIND_CFA_RBP, UNWIND_RANGES, UNWIND_RULE_BITS, UNWIND_RULE_SLOT, UNWIND_SEARCH,
-    USER_FRAMES, UnwindRange,
+    USER_FRAMES, USER_STACK_WINDOW, UnwindRange,
 };
 
 use crate::{
@@ -39,6 +39,12 @@ use crate::{
 #[map]
 static UNWIND_RULES: PerCpuArray<RuleSlot> =
     PerCpuArray::with_max_entries(1 << UNWIND_RULE_BITS, 0);
+
+/// Each CPU's stack window (`window`), by the CPU's number: in an array of one entry per
+/// possible CPU with `--user-stacks`, one entry without (a per-CPU map's value is that size
+/// on every CPU whether it is used or not).
+#[map]
+static STACK_WINDOWS: Array<[u64; USER_STACK_WINDOW]> = Array::with_max_entries(1, 0);
 
 /// A rule a search found: `tag` says for which file's rows (their first row) and address in
 /// the file; `RULE_TAGGED` set, so that a slot never written matches nothing.
@@ -55,18 +61,22 @@ const RULE_TAGGED: u64 = 1 << 63;
 pub(crate) const USER_TOP: u64 = 1 << 47;
 
 /// What a walk leaves for user space: the frames the tables stepped through, the first
-/// counted (1: none), and the stack pointer of the last of them.
+/// counted (1: none), and the stack pointer of the last of them; and for the task's next
+/// walk, the highest address of the stack it read.
 pub(crate) struct Walked {
     pub(crate) stepped: u64,
     pub(crate) win_sp: u64,
+    pub(crate) top: u64,
 }
 
 /// Walks the backtrace from the user registers at the syscall (`ip`, `sp`, `bp`, of the
 /// process of layout `layout`) into this CPU's `USER_BUF` (its `frames[0]` their `ip`, its
-/// `nr` one), by the process's tables where it has them, by frame pointers elsewhere. `None`
-/// where this kernel runs no walk under `bpf_loop` (`UNWIND_ON` 0: nothing done).
+/// `nr` one), by the process's tables where it has them, by frame pointers elsewhere. `top`
+/// is the highest address of the task's stack its last walk read (0: none): the stack up to
+/// it is read in one read first (`window`). `None` where this kernel runs no walk under
+/// `bpf_loop` (`UNWIND_ON` 0: nothing done).
 #[inline(always)]
-pub(crate) fn walk(ip: u64, sp: u64, bp: u64, layout: u64) -> Option<Walked> {
+pub(crate) fn walk(ip: u64, sp: u64, bp: u64, layout: u64, top: u64) -> Option<Walked> {
     if UNWIND_ON.load() != 1 {
         return None;
     }
@@ -75,6 +85,7 @@ pub(crate) fn walk(ip: u64, sp: u64, bp: u64, layout: u64) -> Option<Walked> {
         return Some(Walked {
             stepped: 1,
             win_sp: sp,
+            top: 0,
         });
     };
     let max = USER_WALK_FRAMES.load().min(USER_FRAMES as u32);
@@ -89,6 +100,8 @@ pub(crate) fn walk(ip: u64, sp: u64, bp: u64, layout: u64) -> Option<Walked> {
         regs.stepped = 1;
         regs.range = 0;
         regs.tables = 0;
+        regs.top = 0;
+        window(regs, sp, top);
         // The process's ranges, copied once for the walk: each step reads them from this
         // CPU's entry, not from the LRU map (a hash and a bucket walk a frame).
         if let Some(process) = UNWIND_PROCS.get_ptr(&layout) {
@@ -108,8 +121,76 @@ pub(crate) fn walk(ip: u64, sp: u64, bp: u64, layout: u64) -> Option<Walked> {
         Some(Walked {
             stepped: core::ptr::read_volatile(&raw const regs.stepped),
             win_sp: core::ptr::read_volatile(&raw const regs.win_sp),
+            top: core::ptr::read_volatile(&raw const regs.top),
         })
     }
+}
+
+/// Reads the task's stack from `sp` up to `top` (the highest address its last walk read),
+/// at most `USER_STACK_WINDOW` words, into `regs.window` in one read: a step's reads of the
+/// stack (probe reads, each a helper call that opens user memory) then come from it. That
+/// memory was read before and stays mapped (a stack does not shrink while its thread lives);
+/// where the read fails all the same (the task's stack moved), the steps read the stack as
+/// before.
+#[inline(always)]
+fn window(regs: &mut UnwindRegs, sp: u64, top: u64) {
+    regs.window_base = sp;
+    regs.window_len = 0;
+    // SAFETY: a helper without arguments.
+    regs.window_cpu = unsafe { bpf_get_smp_processor_id() };
+    if top <= sp {
+        return;
+    }
+    let Some(window) = STACK_WINDOWS.get_ptr_mut(regs.window_cpu) else {
+        return;
+    };
+    // Its innermost part where the stack runs deeper than the window.
+    let len = top.wrapping_sub(sp).min((USER_STACK_WINDOW * 8) as u64);
+    // A bound the verifier sees.
+    let len = len as u32 & (USER_STACK_WINDOW * 8 * 2 - 1) as u32;
+    if len as usize > USER_STACK_WINDOW * 8 {
+        return;
+    }
+    // SAFETY: `len` bytes fit the window; a probe read of user memory fails safely.
+    let read = unsafe { generated::bpf_probe_read_user(window.cast(), len, sp as *const c_void) };
+    if read == 0 {
+        regs.window_len = u64::from(len);
+    }
+}
+
+/// The word of the stack at `addr`: from the window where it lies inside it, else by a probe
+/// read.
+#[inline(always)]
+fn read_word(regs: &UnwindRegs, addr: u64) -> Result<u64, i32> {
+    let off = addr.wrapping_sub(regs.window_base);
+    if off.is_multiple_of(8)
+        && off < regs.window_len
+        && let Some(window) = STACK_WINDOWS.get(regs.window_cpu)
+    {
+        // Masked: a bound the verifier sees (`window_len` is at most the window's size).
+        return Ok(window[(off / 8) as usize & (USER_STACK_WINDOW - 1)]);
+    }
+    // SAFETY: a probe read of user memory fails safely.
+    unsafe { bpf_probe_read_user(addr as *const u64) }
+}
+
+/// The two words of the stack at `addr` (a frame's saved frame pointer and return address).
+#[inline(always)]
+fn read_pair(regs: &UnwindRegs, addr: u64) -> Result<[u64; 2], i32> {
+    let off = addr.wrapping_sub(regs.window_base);
+    if off.is_multiple_of(8)
+        && off.wrapping_add(8) < regs.window_len
+        && let Some(window) = STACK_WINDOWS.get(regs.window_cpu)
+    {
+        // Masked as in `read_word`.
+        let i = (off / 8) as usize;
+        return Ok([
+            window[i & (USER_STACK_WINDOW - 1)],
+            window[(i + 1) & (USER_STACK_WINDOW - 1)],
+        ]);
+    }
+    // SAFETY: a probe read of user memory fails safely.
+    unsafe { bpf_probe_read_user(addr as *const [u64; 2]) }
 }
 
 /// One step (the `i`th): the caller of the walk's last frame. Returns 1 to stop.
@@ -139,10 +220,10 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
         if fp == 0 || fp & 7 != 0 || fp < regs.sp || fp >= USER_TOP {
             return 1;
         }
-        // SAFETY: a probe read of user memory fails safely.
-        let Ok([next, ret]) = (unsafe { bpf_probe_read_user(fp as *const [u64; 2]) }) else {
+        let Ok([next, ret]) = read_pair(regs, fp) else {
             return 1;
         };
+        regs.top = fp + 16;
         // A backward or null pointer ends the walk at the next step (its checks above), not
         // here: the frame it leads to may be in a file with a table, which needs no frame
         // pointer (a callback from code that reuses the register).
@@ -159,16 +240,15 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
         if cfa <= regs.sp || cfa >= USER_TOP {
             return 1;
         }
-        // SAFETY: probe reads of user memory fail safely.
-        let Ok(ret) = (unsafe { bpf_probe_read_user(cfa.wrapping_sub(8) as *const u64) }) else {
+        let Ok(ret) = read_word(regs, cfa.wrapping_sub(8)) else {
             return 1;
         };
+        regs.top = cfa;
         let saved = u64::from(rule >> 16);
         let bp = if saved == 0 {
             regs.bp
         } else {
-            // SAFETY: as above.
-            match unsafe { bpf_probe_read_user(cfa.wrapping_sub(saved) as *const u64) } {
+            match read_word(regs, cfa.wrapping_sub(saved)) {
                 Ok(bp) => bp,
                 Err(_) => return 1,
             }

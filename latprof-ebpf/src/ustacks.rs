@@ -79,6 +79,7 @@ pub(crate) fn take<const CAS: bool>(
         entry.user_mm = mm;
         entry.user_exec = exec;
         entry.user_layout = layout;
+        entry.user_top = 0;
     }
     let layout = entry.user_layout;
     let Some(buf) = USER_BUF.get_ptr_mut(0) else {
@@ -112,11 +113,12 @@ pub(crate) fn take<const CAS: bool>(
     // by frame pointers only, in a bounded loop, where the kernel lacks bpf_loop.
     buf.nr = 1;
     let walked = if CAS {
-        unwind::walk(ip, sp, bp, layout)
+        unwind::walk(ip, sp, bp, layout, entry.user_top)
     } else {
         None
     };
     let (stepped, win_sp) = if let Some(w) = walked {
+        entry.user_top = w.top;
         (w.stepped, w.win_sp)
     } else {
         buf.nr = walk(&mut buf.frames, bp, sp) as u32;

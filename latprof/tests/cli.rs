@@ -139,9 +139,10 @@ fn record_refuses_to_rotate_over_existing_files() {
     );
 }
 
-/// `--max-tasks 4194304` was taken as asked: 8.5 GiB of kernel memory pinned (6.3 before
+/// `--max-tasks 4194304` was taken as asked: 8.6 GiB of kernel memory pinned (6.3 before
 /// each record carried its cgroup, 7.3 before each task noted its waker, 7.6 before each kept
-/// its last sleeps for `--chains`, 8.3 before each kept its pending waker). Table sizes over half of the memory available are refused, with the estimate, before anything is
+/// its last sleeps for `--chains`, 8.3 before each kept its pending waker, 8.5 before each
+/// kept how far its last user walk read its stack). Table sizes over half of the memory available are refused, with the estimate, before anything is
 /// created or loaded (and before the privileges are checked). The memory available is given
 /// here, so that the test does not depend on this machine's.
 #[test]

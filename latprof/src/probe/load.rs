@@ -138,6 +138,14 @@ pub(super) fn load_variant(
             },
         )
         .map_max_entries(
+            names::MAP_STACK_WINDOWS,
+            if config.user_stacks {
+                u32::try_from(crate::cpus::possible()).unwrap_or(1)
+            } else {
+                1
+            },
+        )
+        .map_max_entries(
             names::MAP_CAUSE_PARTS,
             if config.user_stacks {
                 config.max_records

@@ -1,6 +1,6 @@
 //! The kernel memory latprof's maps pin, estimated before anything loads, so that table sizes
 //! the machine cannot hold are refused with one line rather than taken from everything else
-//! (`--max-tasks 4194304` alone pins 8.5 GiB).
+//! (`--max-tasks 4194304` alone pins 8.6 GiB).
 //!
 //! The hash maps are preallocated: the kernel allocates every entry when the map is created,
 //! used or not. Their size follows the kernel's own accounting (`htab_map_mem_usage`, what
@@ -14,8 +14,8 @@ use std::path::Path;
 use anyhow::{Result, bail};
 use latprof_common::{
     CauseParts, ChainKey, ChainValue, GlobalRecord, Histogram, ProcUnwind, RawStack, TaskState,
-    UNWIND_PROCESSES, UNWIND_RULE_BITS, UNWIND_RULE_SLOT, UNWIND_TABLE_ROWS, UserStack, WakerKey,
-    WakerValue,
+    UNWIND_PROCESSES, UNWIND_RULE_BITS, UNWIND_RULE_SLOT, UNWIND_TABLE_ROWS, USER_STACK_WINDOW,
+    UserStack, WakerKey, WakerValue,
 };
 
 use super::ProbeConfig;
@@ -126,16 +126,22 @@ pub fn estimate(config: &ProbeConfig, cpus: u64) -> Estimate {
     } else {
         (1, 1)
     };
-    let (rows, processes, rules) = if config.user_stacks {
-        (UNWIND_TABLE_ROWS, UNWIND_PROCESSES, 1 << UNWIND_RULE_BITS)
+    let (rows, processes, rules, windows) = if config.user_stacks {
+        (
+            UNWIND_TABLE_ROWS,
+            UNWIND_PROCESSES,
+            1 << UNWIND_RULE_BITS,
+            u32::try_from(cpus).unwrap_or(u32::MAX),
+        )
     } else {
-        (1, 1, 1)
+        (1, 1, 1, 1)
     };
     let user_stacks = hash_map(user, 8, size_of::<UserStack>(), false, cpus)
         + hash_map(parts, 8, size_of::<CauseParts>(), false, cpus)
         + array(rows, 8)
         + hash_map(processes, 8, size_of::<ProcUnwind>(), false, cpus)
-        + per_cpu_array(rules, UNWIND_RULE_SLOT, cpus);
+        + per_cpu_array(rules, UNWIND_RULE_SLOT, cpus)
+        + array(windows, (USER_STACK_WINDOW * 8) as u64);
     Estimate {
         tasks,
         records,
@@ -237,7 +243,7 @@ mod tests {
             (
                 "TASKS",
                 hash_map(8192, 4, size_of::<TaskState>(), false, 2),
-                17_896_576,
+                17_962_128,
             ),
             (
                 "WAKERS",
@@ -303,9 +309,10 @@ mod tests {
             ..ProbeConfig::default()
         };
         let e = estimate(&wakers, 2);
-        assert!(e.total.abs_diff(42_583_056) < 42_583_056 / 100, "{e:?}");
-        // Each of the five user stack maps at one entry.
-        assert!(e.user_stacks < 16384, "{e:?}");
+        assert!(e.total.abs_diff(42_648_608) < 42_648_608 / 100, "{e:?}");
+        // Each of the six user stack maps at one entry (the stack window's one entry is its
+        // 16 KiB).
+        assert!(e.user_stacks < 32768, "{e:?}");
         let user = estimate(
             &ProbeConfig {
                 user_stacks: true,
@@ -315,7 +322,7 @@ mod tests {
         );
         assert!(
             user.user_stacks
-                .abs_diff(13_373_488 + 1_442_912 + 2_097_464 + 1_344_384 + 41_272)
+                .abs_diff(13_373_488 + 1_442_912 + 2_097_464 + 1_344_384 + 41_272 + 33_080)
                 < 4096,
             "{user:?}"
         );
@@ -325,7 +332,7 @@ mod tests {
             max_tasks: 4_194_304,
             ..ProbeConfig::default()
         };
-        assert_eq!(format_bytes(estimate(&big, 2).tasks), "8.5 GiB");
+        assert_eq!(format_bytes(estimate(&big, 2).tasks), "8.6 GiB");
     }
 
     #[test]

@@ -71,12 +71,15 @@ pub const MAP_UNWIND_PROCS: &str = "UNWIND_PROCS";
 /// Per CPU: where the unwind tables' steps stand, and the rules their searches found last.
 pub const MAP_UNWIND_WALK: &str = "UNWIND_WALK";
 pub const MAP_UNWIND_RULES: &str = "UNWIND_RULES";
+/// By CPU number: the stack a walk reads at its start (`--user-stacks`).
+pub const MAP_STACK_WINDOWS: &str = "STACK_WINDOWS";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 36] = [
+pub const MAPS: [&str; 37] = [
     MAP_UNWIND_ROWS,
     MAP_UNWIND_PROCS,
     MAP_UNWIND_WALK,
     MAP_UNWIND_RULES,
+    MAP_STACK_WINDOWS,
     MAP_USER_STACKS,
     MAP_USER_BUF,
     MAP_CAUSE_PARTS,
