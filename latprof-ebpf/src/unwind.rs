@@ -144,8 +144,9 @@ fn window(regs: &mut UnwindRegs, sp: u64, top: u64) {
     let Some(window) = STACK_WINDOWS.get_ptr_mut(regs.window_cpu) else {
         return;
     };
-    // Its innermost part where the stack runs deeper than the window.
-    let len = top.wrapping_sub(sp).min((USER_STACK_WINDOW * 8) as u64);
+    // Its innermost part where the stack runs deeper than the window; whole words, so that
+    // a word `read_word` takes from it was read whole.
+    let len = top.wrapping_sub(sp).min((USER_STACK_WINDOW * 8) as u64) & !7;
     // A bound the verifier sees.
     let len = len as u32 & (USER_STACK_WINDOW * 8 * 2 - 1) as u32;
     if len as usize > USER_STACK_WINDOW * 8 {
@@ -165,6 +166,7 @@ fn read_word(regs: &UnwindRegs, addr: u64) -> Result<u64, i32> {
     let off = addr.wrapping_sub(regs.window_base);
     if off.is_multiple_of(8)
         && off < regs.window_len
+        && regs.window_len - off >= 8
         && let Some(window) = STACK_WINDOWS.get(regs.window_cpu)
     {
         // Masked: a bound the verifier sees (`window_len` is at most the window's size).
@@ -179,7 +181,8 @@ fn read_word(regs: &UnwindRegs, addr: u64) -> Result<u64, i32> {
 fn read_pair(regs: &UnwindRegs, addr: u64) -> Result<[u64; 2], i32> {
     let off = addr.wrapping_sub(regs.window_base);
     if off.is_multiple_of(8)
-        && off.wrapping_add(8) < regs.window_len
+        && off < regs.window_len
+        && regs.window_len - off >= 16
         && let Some(window) = STACK_WINDOWS.get(regs.window_cpu)
     {
         // Masked as in `read_word`.

@@ -344,7 +344,10 @@ pub(crate) fn flush(entry: &mut TaskState) {
     let (key, value) = (&entry.waker_pending_key, &entry.waker_pending);
     if !add_to(&WAKERS, key, value) {
         shared::write();
-        if WAKERS.insert(key, value, u64::from(BPF_NOEXIST)).is_err() {
+        // A failed insert is a full table, or another CPU's insert of the same key first.
+        if WAKERS.insert(key, value, u64::from(BPF_NOEXIST)).is_err()
+            && !add_to(&WAKERS, key, value)
+        {
             to_other(key, value);
         }
     }

@@ -43,6 +43,15 @@ pub fn online() -> Vec<usize> {
     )
 }
 
+/// One past the highest possible CPU's number: an array indexed by CPU number needs that many
+/// entries (the possible CPUs may be numbered with gaps).
+#[must_use]
+pub fn possible_numbers() -> u64 {
+    read_list("/sys/devices/system/cpu/possible")
+        .and_then(|cpus| cpus.into_iter().max())
+        .map_or_else(possible, |highest| u64::from(highest) + 1)
+}
+
 /// How many CPUs the kernel sizes per-CPU maps for: the possible ones, often more than are
 /// online (a VM that may hot-add CPUs).
 #[must_use]

@@ -1,77 +1,17 @@
-//! One reader per group of maps the snapshot does not take itself: the wakers, the tick
-//! counters, the CPUs' last switches (who hid them), and a task's entry.
+//! One reader per group of maps the snapshot does not take itself: the tick counters, the
+//! CPUs' last switches (who hid them), and a task's entry (the wakers: `wakers.rs`).
 
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, Result};
-use aya::{
-    Ebpf,
-    maps::{MapData, PerCpuHashMap},
-};
+use aya::Ebpf;
 use latprof_common::{
     CgroupCause, Counter, GlobalRecord, HIST_BUCKETS, Histogram, TICK_COUNTER_COUNT, TaskState,
     WakerKey, WakerValue,
 };
 
-use super::{Counters, MAX_RETRIES, TaskSnapshot, TickCounts, Waker};
-use crate::probe::{Maps, names};
-
-/// The waker table, summed over CPUs (a waker's name is in the part of the CPU that first
-/// saw it; the others are zero-filled). Read before the tasks (`read_tables`), whose pending
-/// wakers `with_pending` adds: a pending waker moves into the table when its task's next sleep
-/// has another or the task exits, and a move between the two reads then leaves it out of this
-/// snapshot (the next one has it) instead of counting it twice.
-pub(super) fn read_wakers(maps: &Maps) -> Result<BTreeMap<WakerKey, Waker>> {
-    let mut out: BTreeMap<WakerKey, Waker> = BTreeMap::new();
-    for (map, name) in maps
-        .wakers
-        .iter()
-        .zip([names::MAP_WAKERS, names::MAP_WAKERS_OTHER])
-    {
-        read_waker_map(map, &mut out).with_context(|| format!("read {name}"))?;
-    }
-    Ok(out)
-}
-
-/// The wakers read from the table, plus the tasks' pending ones (`Tables::pending_wakers`).
-pub(super) fn with_pending(
-    mut table: BTreeMap<WakerKey, Waker>,
-    pending: &[(WakerKey, WakerValue)],
-) -> Vec<Waker> {
-    for (key, value) in pending {
-        add_waker(&mut table, *key, value);
-    }
-    table.into_values().filter(|w| w.count > 0).collect()
-}
-
-fn read_waker_map(
-    map: &PerCpuHashMap<MapData, WakerKey, WakerValue>,
-    out: &mut BTreeMap<WakerKey, Waker>,
-) -> Result<()> {
-    for item in map {
-        let (key, per_cpu) = item?;
-        for part in per_cpu.iter() {
-            add_waker(out, key, part);
-        }
-    }
-    Ok(())
-}
-
-fn add_waker(out: &mut BTreeMap<WakerKey, Waker>, key: WakerKey, value: &WakerValue) {
-    let w = out.entry(key).or_insert_with(|| Waker {
-        key,
-        ..Waker::default()
-    });
-    if value.count == 0 {
-        return;
-    }
-    w.count += value.count;
-    w.total_ns += value.total_ns;
-    w.max_ns = w.max_ns.max(value.max_ns);
-    if w.comm.is_empty() && value.comm[0] != 0 {
-        w.comm = comm_str(&value.comm);
-    }
-}
+use super::{Counters, MAX_RETRIES, TaskSnapshot, TickCounts};
+use crate::probe::Maps;
 
 /// The per-CPU tick counters.
 pub(super) fn read_ticks(maps: &Maps) -> Result<Vec<TickCounts>> {

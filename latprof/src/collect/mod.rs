@@ -7,6 +7,7 @@ mod maps;
 mod snapshot;
 pub mod spikes;
 mod stacks;
+mod wakers;
 
 pub use chains::Chain;
 pub use exits::{ExitKey, Exits};
@@ -14,10 +15,10 @@ pub use hidden::HiddenSleeps;
 pub use maps::comm_str;
 use maps::{
     Tables, program_stats, read_counter, read_hidden, read_histograms, read_tables, read_ticks,
-    read_wakers, with_pending,
 };
 pub use snapshot::{Counters, Snapshot, TaskSnapshot, TickCounts, Waker, stack_ids};
 pub use spikes::{Spike, SpikeReader};
+use wakers::{read_wakers, with_pending};
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -53,6 +54,8 @@ pub struct Collector {
     /// With `--user-stacks`: the thread that reads processes' memory maps and names frames
     /// (`watch_users`).
     watcher: Option<crate::ustacks::Watcher>,
+    /// With `--wakers`: each waker's sums at their largest so far.
+    wakers_seen: wakers::Seen,
 }
 
 /// How long a snapshot waits for user backtraces to be named, unless told to be patient.
@@ -190,7 +193,7 @@ impl Collector {
             mut tasks,
             mut global,
             cgroups,
-            counters,
+            mut counters,
             pending_wakers,
             retries,
             settled,
@@ -200,8 +203,15 @@ impl Collector {
         let live: std::collections::HashSet<u32> = tasks.iter().map(|t| t.tid).collect();
         self.exits.drain_holding(maps, &live);
         let exited = self.exits.snapshot();
-        let wakers =
-            waker_table.map_or_else(Vec::new, |table| with_pending(table, &pending_wakers));
+        let wakers = waker_table.map_or_else(Vec::new, |table| {
+            let read = with_pending(
+                table,
+                &pending_wakers,
+                probe.config().max_wakers,
+                &mut counters,
+            );
+            self.wakers_seen.keep(read)
+        });
         let chains = if probe.config().wakers && probe.config().chains {
             chains::read_chains(maps)?
         } else {
@@ -223,7 +233,6 @@ impl Collector {
         let programs = program_stats(probe.ebpf());
         let cgroup_paths = self.cgroup_paths(&cgroups, &tasks, &exited);
         let (user_parts, user_stacks) = self.user_stacks(probe, &stacks);
-        let mut counters = counters;
         if let Some(watcher) = &self.watcher {
             counters.0[Counter::UserStackTruncated as usize] = watcher.truncated();
         }

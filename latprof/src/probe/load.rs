@@ -140,7 +140,7 @@ pub(super) fn load_variant(
         .map_max_entries(
             names::MAP_STACK_WINDOWS,
             if config.user_stacks {
-                u32::try_from(crate::cpus::possible()).unwrap_or(1)
+                u32::try_from(crate::cpus::possible_numbers()).unwrap_or(1)
             } else {
                 1
             },

@@ -68,8 +68,9 @@ pub const MAP_USER_SEEN: &str = "USER_SEEN";
 /// (`--user-stacks`).
 pub const MAP_UNWIND_ROWS: &str = "UNWIND_ROWS";
 pub const MAP_UNWIND_PROCS: &str = "UNWIND_PROCS";
-/// Per CPU: where the unwind tables' steps stand, and the rules their searches found last.
+/// Per CPU: where the unwind tables' steps stand.
 pub const MAP_UNWIND_WALK: &str = "UNWIND_WALK";
+/// Per CPU: the rules the unwind tables' searches found last.
 pub const MAP_UNWIND_RULES: &str = "UNWIND_RULES";
 /// By CPU number: the stack a walk reads at its start (`--user-stacks`).
 pub const MAP_STACK_WINDOWS: &str = "STACK_WINDOWS";
