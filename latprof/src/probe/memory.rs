@@ -6,9 +6,9 @@
 //! used or not. Their size follows the kernel's own accounting (`htab_map_mem_usage`, what
 //! `/proc/PID/fdinfo` shows as `memlock`): a bucket per power of two of entries, and an element
 //! of 48 bytes of links and hash, the key and the value (for a per-CPU map a pointer, and the
-//! value once per possible CPU). What the defaults pin, and how close the estimate came, is in
-//! docs/bench.md ("Measured while building"); `tests/lifecycle.rs` checks the estimate against
-//! the kernel's own account on every run.
+//! value once per possible CPU). What the defaults pin is in docs/bench.md ("Measured while
+//! building"); `tests/lifecycle.rs` checks the estimate against the kernel's own account on
+//! every run.
 use std::path::Path;
 
 use anyhow::{Result, bail};
