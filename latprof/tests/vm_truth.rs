@@ -57,23 +57,25 @@ const CAUSE_MIN: u64 = 3;
 /// - single sleeps much further apart, one or two in a cause: max skews of -4.0 ms (a 1 s
 ///   vfork wait, twice), +2.8 ms (a futex wait), -1.9 ms (a pipe read). (Journal commits
 ///   waited for beside the mkdir storm on another CPU were off by up to 10 ms, 35 ms in all
-///   in one cause: truth.sh keeps the two on one CPU; see there.)
+///   in one cause: truth.sh keeps the two on one CPU; see there.) With the host's two CPUs
+///   busy with builds and hackbench beside the guest, once +12.4 ms (a 1 s vfork wait, in the
+///   process table: the vCPU stopped between the kernel's enqueue and the sched_wakeup event).
 ///
 /// So a total may be `count * PER_SLEEP_US` plus one `OUTLIER_US` off, and a max `PER_SLEEP_US`
 /// plus one `OUTLIER_US`. The error these must catch is a factor 1.024 (kernel units read as
 /// microseconds, or latprof's nanoseconds divided by 1024): 2.4% of every sleep. That is within
-/// the skew for a 1 ms sleep, so truth.sh makes three uninterruptible 1 s sleeps (vfork), where
-/// it is 24 ms on the max and 72 ms on the total; `assert_sensitive` checks in every run that
-/// this is over twice the tolerance (seen to fail: latprof printing totals times 1.024 and
-/// maxima over 1.024 gave skews of +72 ms and -23 ms there, against 8.5 ms and 8.2 ms allowed).
-/// A double count fails on the counts.
+/// the skew for a 1 ms sleep, so truth.sh makes three uninterruptible 3 s sleeps (vfork), where
+/// it is 70 ms on the max and 211 ms on the total; `assert_sensitive` checks in every run that
+/// this is over twice the tolerance (seen to fail with 1 s sleeps and an 8 ms outlier allowed:
+/// latprof printing totals times 1.024 and maxima over 1.024 gave skews of +72 ms and -23 ms
+/// there, against 8.5 ms and 8.2 ms allowed). A double count fails on the counts.
 struct Skew;
 
 impl Skew {
     /// Mean per sleep, latprof minus kernel, in microseconds.
     const PER_SLEEP_US: (f64, f64) = (-100.0, 150.0);
     /// One sleep's skew beyond `PER_SLEEP_US`: twice the largest seen.
-    const OUTLIER_US: f64 = 8000.0;
+    const OUTLIER_US: f64 = 25000.0;
 
     fn total(sleeps: u64) -> (f64, f64) {
         let n = sleeps as f64;

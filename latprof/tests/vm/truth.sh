@@ -128,9 +128,9 @@ workloads() {
     # Children that exit with a direct read in flight: they sleep in exit_aio after exit_mm,
     # without a memory map, where latencytop keeps a sleep out of the global table.
     work exit-aio --count 20 --dir /mnt
-    # Uninterruptible sleeps of 1 s: long enough that a total or a max off by 2.4% (1024
-    # against 1000 ns) is far outside the two tools' measured skew.
-    work vfork --count 3 --sleep 1s
+    # Uninterruptible sleeps of 3 s: long enough that a total or a max off by 2.4% (1024
+    # against 1000 ns) is far outside the two tools' measured skew, a loaded host's included.
+    work vfork --count 3 --sleep 3s
 }
 
 global() {
@@ -231,6 +231,6 @@ for NAME in "$@"; do
     global
     # Threads that stay alive (each thread's own records), and long uninterruptible sleeps.
     process futex --count 50 --interval 500us
-    process vfork --count 3 --sleep 1s
+    process vfork --count 3 --sleep 3s
 done
 echo "=== end"
