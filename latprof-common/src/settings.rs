@@ -31,6 +31,9 @@ macro_rules! settings {
             /// 1 when the `sched_switch` tracepoint passes `prev_state` (Linux 5.18 and later); otherwise it
             /// is read from the task at `TASK_STATE_OFF`.
             SWITCH_HAS_PREV_STATE: u32 = 1,
+            /// Slots of `TASK_SLOTS`, the task entries indexed by tid (where the kernel has
+            /// compare-and-swap to claim one); 0: none, every entry in `TASKS`, the hash.
+            TASK_SLOTS_N: u32 = 0,
             /// 1: keep run-queue latency ("waiting for CPU"); costs a task lookup on every switch.
             RUNQ: u32 = 1,
             /// 1: keep per-cause latency histograms; costs a per-CPU map update per counted event.

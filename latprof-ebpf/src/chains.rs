@@ -14,8 +14,8 @@ use latprof_common::{
 };
 
 use crate::{
-    maps::{CHAINS, TASKS, count},
-    shared,
+    maps::{CHAINS, count},
+    shared, task_table,
 };
 
 // The ring's index is masked.
@@ -69,7 +69,7 @@ pub(crate) fn note(wakee: &mut TaskState, wakee_tid: u32, waker_tid: u32) {
     if wakee.sleep_kind == SLEEP_NONE {
         return;
     }
-    let Some(waker) = TASKS.get_ptr(&waker_tid) else {
+    let Some(waker) = task_table::get(waker_tid) else {
         // Never slept while latprof watched it.
         return;
     };

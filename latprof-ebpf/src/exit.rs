@@ -19,13 +19,13 @@ use latprof_common::{
 use crate::{
     account::{cgroup_add, merged_add},
     debug::anomaly,
-    maps::{EXITED, TASKS, count, ids, log_hidden},
+    maps::{EXITED, count, ids, log_hidden},
     recover::recover,
     settings::{
         CGROUPS_ON, DEBUG_CHECKS, EXITS_ON, MODE, SKIP_KTHREADS, TASK_PID_OFF, WAKERS_ON,
         read_field,
     },
-    shared, wakers,
+    shared, task_table, wakers,
 };
 
 /// A task is freed (an RCU grace period after it was reaped): the entry of a task first seen
@@ -48,7 +48,7 @@ fn try_sched_process_free<const CAS: bool>(ctx: &RawTracePointContext) -> Result
     // TP_PROTO(struct task_struct *p)
     let task: *const u8 = ctx.arg(0);
     let tid = read_field::<i32>(task, TASK_PID_OFF.load())? as u32;
-    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+    let Some(entry) = task_table::get(tid) else {
         return Ok(0);
     };
     // SAFETY: the task is dead: nothing of its own writes its entry any more.
@@ -85,7 +85,7 @@ fn try_sched_process_free<const CAS: bool>(ctx: &RawTracePointContext) -> Result
 #[inline(always)]
 pub(crate) fn switched_out_dead<C: EbpfContext, const CAS: bool>(ctx: &C, now: u64) {
     let tid = bpf_get_current_pid_tgid() as u32;
-    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+    let Some(entry) = task_table::get(tid) else {
         return;
     };
     // SAFETY: the dead task is current; only its own events write its entry.
@@ -120,7 +120,7 @@ pub fn sched_process_exit_nocas(ctx: RawTracePointContext) -> i32 {
 )]
 fn try_sched_process_exit<const CAS: bool>(ctx: &RawTracePointContext) -> Result<i32, i32> {
     let tid = bpf_get_current_pid_tgid() as u32;
-    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+    let Some(entry) = task_table::get(tid) else {
         return Ok(0);
     };
     // SAFETY: the exiting task is current; only its own events write its entry.
@@ -180,7 +180,7 @@ fn retire<C: EbpfContext, const CAS: bool>(ctx: &C, tid: u32, entry: &mut TaskSt
             }
         }
         shared::write();
-        let _ = TASKS.remove(&tid);
+        task_table::remove(tid, entry);
         if lazy {
             count(Counter::ExitMerges);
         }
@@ -196,7 +196,7 @@ fn retire<C: EbpfContext, const CAS: bool>(ctx: &C, tid: u32, entry: &mut TaskSt
             );
         }
         shared::write();
-        let _ = TASKS.remove(&tid);
+        task_table::remove(tid, entry);
     }
 }
 

@@ -67,6 +67,7 @@
 //! * [`kfuncs`]: the kernel functions called where the kernel has them (`bpf_rdonly_cast`:
 //!   plain loads of kernel memory), by markers user space rewrites.
 //! * [`unwind`]: user frames without frame pointers stepped through by unwind tables.
+//! * [`task_table`]: where each task's entry lives: a slot indexed by tid, or the hash.
 //! * [`debug`]: `--debug-checks`, counted and logged anomalies, absent from the programs
 //!   without the flag.
 //! * [`stacks`] (walk and store kernel backtraces), [`stack_cache`] (backtraces without a
@@ -122,6 +123,7 @@ mod spikes;
 mod stack_cache;
 mod stacks;
 mod switch;
+mod task_table;
 mod ticks;
 mod unwind;
 mod ustacks;

@@ -8,8 +8,8 @@ use aya_ebpf::{
 };
 
 use crate::{
-    maps::TASKS,
     settings::{TASK_PID_OFF, read_field},
+    task_table,
 };
 
 #[raw_tracepoint(tracepoint = "task_rename")]
@@ -22,7 +22,7 @@ fn try_task_rename(ctx: &RawTracePointContext) -> Result<i32, i32> {
     let task: *const u8 = ctx.arg(0);
     let comm: *const u8 = ctx.arg(1);
     let tid = read_field::<i32>(task, TASK_PID_OFF.load())? as u32;
-    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+    let Some(entry) = task_table::get(tid) else {
         return Ok(0);
     };
     let mut name = [0u8; 16];

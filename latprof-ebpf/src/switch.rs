@@ -3,7 +3,6 @@
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
         bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel_buf,
@@ -23,7 +22,7 @@ use crate::{
     debug::anomaly,
     exit::switched_out_dead,
     maps::{
-        CGROUP_FILTER, COUNTERS, HIDING_SEEN, LAST_SWITCH, SCRATCH, TASKS, count, ids, log_hidden,
+        CGROUP_FILTER, COUNTERS, HIDING_SEEN, LAST_SWITCH, SCRATCH, count, ids, log_hidden,
         tick_count,
     },
     recover::{note_sleep_start, recover},
@@ -34,10 +33,9 @@ use crate::{
         TASK_MM_OFF, TASK_PID_OFF, TASK_STATE_OFF, USER_STACKS_ON, btf_pid_tgid, read_btf_field,
         read_field, skipped,
     },
-    shared,
     spikes::spike,
     stacks::take_stack,
-    ustacks,
+    task_table, ustacks,
 };
 
 /// `task_struct::flags` bits (`include/linux/sched.h`, the same since 2.6): a task that is
@@ -207,7 +205,7 @@ fn runq_end<C: EbpfContext, const CAS: bool, const BTF: bool>(
     let next = arg(ctx, 2) as *const u8;
     let next_tid = task_field::<i32, BTF>(next, TASK_PID_OFF.load())? as u32;
     if next_tid != 0
-        && let Some(entry) = TASKS.get_ptr_mut(&next_tid)
+        && let Some(entry) = task_table::get(next_tid)
     {
         // SAFETY: next is not running yet; only its own events write its entry.
         let entry = unsafe { &mut *entry };
@@ -254,9 +252,9 @@ fn switch_out<C: EbpfContext, const CAS: bool, const BTF: bool>(
     if !traced(pid_tgid) {
         return Ok(0);
     }
-    let entry = match TASKS.get_ptr_mut(&tid) {
+    let entry = match task_table::get(tid) {
         Some(entry) => entry,
-        None => match new_task(tid, tgid)? {
+        None => match new_task::<CAS>(tid, tgid)? {
             Some(entry) => entry,
             None => return Ok(0),
         },
@@ -347,7 +345,7 @@ fn in_filtered_cgroup() -> bool {
 
 /// Creates the entry of the current task; `None` when the table is full.
 #[expect(clippy::similar_names, reason = "tid and tgid are the kernel's names")]
-fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
+fn new_task<const CAS: bool>(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
     let task = unsafe { bpf_get_current_task() } as *const u8;
     let flags: u32 = read_field(task, TASK_FLAGS_OFF.load())?;
     let mm: u64 = read_field(task, TASK_MM_OFF.load())?;
@@ -367,50 +365,77 @@ fn new_task(tid: u32, tgid: u32) -> Result<Option<*mut TaskState>, i32> {
     } else {
         0
     };
-    let template = SCRATCH.get_ptr_mut(0).ok_or(1)?;
-    // SAFETY: per-CPU scratch; stale records past nr_records are never read.
-    unsafe {
-        (*template).sleep_start_ns = 0;
-        (*template).runq_start_ns = 0;
-        (*template).sleep_stack = NO_STACK;
-        (*template).sleep_kind = SLEEP_NONE;
-        (*template).tgid = tgid;
-        (*template).flags = kind | TASK_FLAG_FIRST_SLEEP;
-        (*template).task_low = task as u64 as u32;
-        (*template).comm = bpf_get_current_comm().unwrap_or([0; 16]);
-        (*template).nr_records = 0;
-        (*template).task_only = 0;
-        // 0: the sleep's start did not note what recovering it needs.
-        (*template).sleep_exec_ns = 0;
-        (*template).sleep_run_delay_ns = 0;
-        (*template).cgroup = 0;
-        (*template).waker_kind = WAKER_UNSEEN;
-        (*template).waker_pending.count = 0;
-        // No sleep ended yet (`chains`); the waker's part is noted at each waking.
-        for e in 0..RECENT_SLEEPS {
-            // An end of 0 overlaps nothing.
-            (*template).recent[e].end_ns = 0;
-        }
-        (*template).recent_next = 0;
-        (*template).last_runq_ns = 0;
-        let cache = &mut (*template).stack_cache;
-        cache.recent = [NO_STACK; CACHE_ENTRIES];
-        cache.recent_next = 0;
-        cache.next = 0;
-        for e in 0..CACHE_ENTRIES {
-            cache.entries[e].words = 0;
-        }
-        shared::write();
-        if TASKS
-            .insert(&tid, &*template, u64::from(BPF_NOEXIST))
-            .is_err()
-        {
-            count(Counter::TaskTableFull);
-            return Ok(None);
-        }
-    }
+    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    let entry = if let Some(slot) = task_table::claim::<CAS>(tid) {
+        // SAFETY: the slot this CPU claimed.
+        fill_entry(unsafe { &mut *slot }, task, tgid, kind, comm);
+        task_table::publish(tid, slot);
+        Some(slot)
+    } else {
+        let template = SCRATCH.get_ptr_mut(0).ok_or(1)?;
+        // SAFETY: per-CPU scratch.
+        let template = unsafe { &mut *template };
+        fill_entry(template, task, tgid, kind, comm);
+        template.slot_tid = 0;
+        task_table::insert_hash(tid, template)
+    };
+    let Some(entry) = entry else {
+        count(Counter::TaskTableFull);
+        return Ok(None);
+    };
     if kind & TASK_FLAG_EXITING != 0 {
         count(Counter::ExitingFirstSeen);
     }
-    Ok(TASKS.get_ptr_mut(&tid))
+    Ok(Some(entry))
+}
+
+/// Fills a new entry of the current task (`task`, its process `tgid`, its first-seen `flags`).
+/// Stale records past `nr_records` are never read.
+#[inline(always)]
+fn fill_entry(e: &mut TaskState, task: *const u8, tgid: u32, flags: u32, comm: [u8; 16]) {
+    e.sleep_start_ns = 0;
+    e.runq_start_ns = 0;
+    e.sleep_stack = NO_STACK;
+    e.sleep_kind = SLEEP_NONE;
+    e.tgid = tgid;
+    e.flags = flags | TASK_FLAG_FIRST_SLEEP;
+    e.task_low = task as u64 as u32;
+    e.comm = comm;
+    e.nr_records = 0;
+    e.task_only = 0;
+    // 0: the sleep's start did not note what recovering it needs.
+    e.sleep_exec_ns = 0;
+    e.sleep_run_delay_ns = 0;
+    e.cgroup = 0;
+    e.sleep_flags = 0;
+    // A slot holds its last task's: none of it is this one's (`--user-stacks`' memo,
+    // the waker noted, the chains' overlap).
+    e.user_mm = 0;
+    e.user_exec = 0;
+    e.user_layout = 0;
+    e.user_cause = 0;
+    e.user_top = 0;
+    e.waker_stack = 0;
+    e.waker_tgid = 0;
+    e.waker_tid = 0;
+    e.waker_comm = [0; 16];
+    e.chain_cause = 0;
+    e.chain_behind_ns = 0;
+    e.chain_runq_ns = 0;
+    e.waker_kind = WAKER_UNSEEN;
+    e.waker_pending.count = 0;
+    // No sleep ended yet (`chains`); the waker's part is noted at each waking.
+    for r in 0..RECENT_SLEEPS {
+        // An end of 0 overlaps nothing.
+        e.recent[r].end_ns = 0;
+    }
+    e.recent_next = 0;
+    e.last_runq_ns = 0;
+    let cache = &mut e.stack_cache;
+    cache.recent = [NO_STACK; CACHE_ENTRIES];
+    cache.recent_next = 0;
+    cache.next = 0;
+    for c in 0..CACHE_ENTRIES {
+        cache.entries[c].words = 0;
+    }
 }

@@ -32,7 +32,7 @@ use latprof_common::{
 
 use crate::{
     chains, kfuncs,
-    maps::{CPU_CONTEXT, CpuContext, TASKS, WAKERS, WAKERS_OTHER, count, count_n, ids, log_hidden},
+    maps::{CPU_CONTEXT, CpuContext, WAKERS, WAKERS_OTHER, count, count_n, ids, log_hidden},
     settings::{
         CFS_RQ_RQ_OFF, CHAINS_ON, PC_FROM_RQ, RQ_CPU_OFF, TASK_CFS_RQ_OFF, TASK_COMM_OFF,
         TASK_PID_OFF, TASK_SOFTIRQ_CNT_OFF, WAKER_STACKS, WAKERS_ON, btf_pid_tgid, read_btf_field,
@@ -40,6 +40,7 @@ use crate::{
     },
     shared,
     stacks::take_stack,
+    task_table,
 };
 
 /// The preempt count's NMI, hard interrupt and softirq-serving bits.
@@ -101,7 +102,7 @@ fn current_task<const BTF: bool>() -> (u32, u32, [u8; 16]) {
 /// tracepoint, see `current_task`).
 #[inline(always)]
 fn note_waker<C: EbpfContext, const BTF: bool>(ctx: &C, tid: u32) -> i32 {
-    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+    let Some(entry) = task_table::get(tid) else {
         return 0;
     };
     // SAFETY: try_to_wake_up holds the wakee's pi_lock: no other waking or wakeup of it runs.

@@ -17,7 +17,7 @@ use crate::{
     account::{account, has_mm_btf, sleep_in_global, sleep_in_global_with},
     chains,
     debug::anomaly,
-    maps::{TASKS, count, ids, log_hidden, short_sleep},
+    maps::{count, ids, log_hidden, short_sleep},
     settings::{
         CHAINS_ON, DEBUG_CHECKS, DEBUG_DROP_SLEEPS, DEBUG_HIDE_WAKEUPS, FILTER_TGID,
         INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF,
@@ -26,7 +26,7 @@ use crate::{
     spikes::spike,
     stack_cache::sleeping_stack,
     stacks::task_stack,
-    ustacks, wakers,
+    task_table, ustacks, wakers,
 };
 
 /// `DEBUG_HIDE_WAKEUPS`'s bit that leaves the wakeups it hides out of the `HIDDEN` log.
@@ -117,7 +117,7 @@ fn wake<C: EbpfContext, const CAS: bool, const BT: u8>(
     } else {
         read_btf_field::<i32>(task, TASK_PID_OFF.load())
     } as u32;
-    let Some(entry) = TASKS.get_ptr_mut(&tid) else {
+    let Some(entry) = task_table::get(tid) else {
         if DEBUG_CHECKS.load() == 1 && tid != 0 && watched(task) {
             // A sleep latprof never saw begin: the task slept before latprof attached.
             anomaly(ctx, Counter::DebugWakeupWithoutSleep, tid, 0);

@@ -111,7 +111,8 @@ pub struct Cli {
     /// histograms, runq), comma-separated: the benchmark's breakdown of what each costs.
     #[arg(long, global = true, hide = true, value_name = "PARTS", value_parser = parse_skip)]
     pub debug_skip: Option<Skip>,
-    /// Tasks tracked at once (kernel table size).
+    /// Tasks tracked at once (kernel table size): slots indexed by tid, and a quarter as many
+    /// more for tids whose slots are taken (before Linux 5.12, a hash of this size).
     #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub max_tasks: u32,
@@ -158,6 +159,10 @@ pub struct Cli {
     /// Call no kfunc, as on kernels before 6.2 (Debian 12's 6.1 among them).
     #[arg(long, global = true, hide = true)]
     pub debug_no_kfuncs: bool,
+    /// Keep every task entry in the hash, as on kernels without compare-and-swap (Debian
+    /// 11's 5.10): no task slots.
+    #[arg(long, global = true, hide = true)]
+    pub debug_no_task_slots: bool,
     /// Call a kfunc in a way the kernel refuses, as a kernel without a JIT refuses every
     /// kfunc call (tests the load without kfuncs that follows).
     #[arg(long, global = true, hide = true)]
@@ -572,6 +577,7 @@ impl Cli {
                 force_reject: self.debug_force_reject,
                 bounded_cache: self.debug_bounded_cache,
                 no_kfuncs: self.debug_no_kfuncs,
+                no_task_slots: self.debug_no_task_slots,
                 refuse_kfuncs: self.debug_refuse_kfuncs,
                 hide_wakeups: self.debug_hide_wakeups,
                 hide_unlogged: self.debug_hide_unlogged,

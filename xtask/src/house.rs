@@ -48,6 +48,7 @@ const EBPF: &[&[&str]] = &[
     &["settings"],
     &["maps"],
     &["shared", "unwind", "kfuncs"],
+    &["task_table"],
     &[
         "debug", "stacks", "ustacks", "spikes", "ticks", "rename", "chains",
     ],

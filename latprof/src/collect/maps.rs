@@ -73,9 +73,9 @@ pub(super) struct Tables {
     pub(super) settled: bool,
 }
 
-/// Reads the tables: in lazy mode an exit moves a task's records from TASKS to
-/// GLOBAL_LATENCY, and with cgroups to the per-cgroup table; a read that overlaps such a move
-/// would count it twice or not at all, so it is retried.
+/// Reads the tables: in lazy mode an exit moves a task's records from its entry (in
+/// TASK_SLOTS or TASKS) to GLOBAL_LATENCY, and with cgroups to the per-cgroup table; a read
+/// that overlaps such a move would count it twice or not at all, so it is retried.
 pub(super) fn read_tables(maps: &Maps) -> Result<Tables> {
     let Maps {
         counters: counters_map,
@@ -99,12 +99,16 @@ pub(super) fn read_tables(maps: &Maps) -> Result<Tables> {
         let before = read_counters()?;
         let mut tasks = Vec::new();
         let mut pending_wakers = Vec::new();
-        for item in tasks_map {
-            let (tid, state) = item.context("read TASKS")?;
-            tasks.push(task_snapshot(tid, &state));
+        let mut take = |tid: u32, state: &TaskState| {
+            tasks.push(task_snapshot(tid, state));
             if state.waker_pending.count > 0 {
                 pending_wakers.push((state.waker_pending_key, state.waker_pending));
             }
+        };
+        maps.task_slots.for_each(&mut take);
+        for item in tasks_map {
+            let (tid, state) = item.context("read TASKS")?;
+            take(tid, &state);
         }
         // The shared table, plus each CPU's part of lazy mode's exit merges (and, on
         // kernels without compare-and-swap, normal mode's maxima: parts with no count).

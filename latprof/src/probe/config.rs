@@ -92,6 +92,9 @@ pub struct DebugConfig {
     /// Call no kfunc, as on kernels without them (before 6.2: the stack cache copies the
     /// stack with `bpf_probe_read_kernel`), even where the kernel has them.
     pub no_kfuncs: bool,
+    /// Keep every task entry in the hash as on kernels without compare-and-swap (no task
+    /// slots), even where the kernel has it.
+    pub no_task_slots: bool,
     /// Call a kfunc the kernel has but refuses in these programs in place of each kfunc
     /// (tests the load without kfuncs that follows such a refusal, as on a kernel without a
     /// JIT).

@@ -153,7 +153,11 @@ pub(super) fn load_variant(
                 1
             },
         )
-        .map_max_entries(names::MAP_TASKS, config.max_tasks)
+        .map_max_entries(names::MAP_TASK_SLOTS, g.TASK_SLOTS_N.max(1))
+        .map_max_entries(
+            names::MAP_TASKS,
+            super::task_slots::hash_entries(config, g.TASK_SLOTS_N),
+        )
         .map_max_entries(names::MAP_GLOBAL_LATENCY, config.max_records)
         .map_max_entries(names::MAP_MERGED, config.max_records)
         .map_max_entries(names::MAP_HISTOGRAMS, config.max_records)

@@ -14,7 +14,7 @@ use latprof_common::{
     TaskState, UserStack, WakerKey, WakerValue,
 };
 
-use super::names;
+use super::{names, task_slots::TaskSlots};
 
 /// Every map a snapshot reads, owned: they live as long as the probe.
 pub struct Maps {
@@ -22,8 +22,10 @@ pub struct Maps {
     pub counters: PerCpuArray<MapData, u64>,
     /// Tick and time-accounting counters, per CPU.
     pub ticks: PerCpuArray<MapData, u64>,
-    /// Each task's entry, by tid.
+    /// The task entries in the hash, by tid (all of them where the kernel has no slots)...
     pub tasks: HashMap<MapData, u32, TaskState>,
+    /// ...and those in slots (`task_table`).
+    pub task_slots: TaskSlots,
     /// The global causes, by record id.
     pub global: HashMap<MapData, u64, GlobalRecord>,
     /// Lazy mode's exit merges, per CPU.
@@ -53,10 +55,11 @@ pub struct Maps {
 impl Maps {
     /// The maps taken (the rest stay in the object: the programs' own, and those other
     /// readers take for themselves).
-    pub const NAMES: [&str; 16] = [
+    pub const NAMES: [&str; 17] = [
         names::MAP_COUNTERS,
         names::MAP_TICKS,
         names::MAP_TASKS,
+        names::MAP_TASK_SLOTS,
         names::MAP_GLOBAL_LATENCY,
         names::MAP_MERGED,
         names::MAP_CGROUP_LATENCY,
@@ -78,6 +81,10 @@ impl Maps {
             counters: take(ebpf, names::MAP_COUNTERS)?,
             ticks: take(ebpf, names::MAP_TICKS)?,
             tasks: take(ebpf, names::MAP_TASKS)?,
+            task_slots: TaskSlots::new(
+                ebpf.take_map(names::MAP_TASK_SLOTS)
+                    .context("no TASK_SLOTS map in latprof's eBPF object")?,
+            )?,
             global: take(ebpf, names::MAP_GLOBAL_LATENCY)?,
             merged: take(ebpf, names::MAP_MERGED)?,
             cgroups: take(ebpf, names::MAP_CGROUP_LATENCY)?,

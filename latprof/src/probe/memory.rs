@@ -1,6 +1,6 @@
 //! The kernel memory latprof's maps pin, estimated before anything loads, so that table sizes
 //! the machine cannot hold are refused with one line rather than taken from everything else
-//! (`--max-tasks 4194304` alone pins 8.6 GiB).
+//! (`--max-tasks 4194304` alone pins 10.5 GiB).
 //!
 //! The hash maps are preallocated: the kernel allocates every entry when the map is created,
 //! used or not. Their size follows the kernel's own accounting (`htab_map_mem_usage`, what
@@ -56,6 +56,13 @@ fn array(entries: u32, value: u64) -> u64 {
     u64::from(entries) * round8(value) + ARRAY_FIXED
 }
 
+/// An array map of `entries` values of `value` bytes that user space can map
+/// (`BPF_F_MMAPABLE`): its header and its values each take whole pages.
+fn mmapable_array(entries: u32, value: u64) -> u64 {
+    const PAGE: u64 = 4096;
+    ARRAY_FIXED.div_ceil(PAGE) * PAGE + (u64::from(entries) * round8(value)).div_ceil(PAGE) * PAGE
+}
+
 /// A per-CPU array map of `entries` values of `value` bytes on each of `cpus` CPUs (and a
 /// pointer per entry).
 fn per_cpu_array(entries: u32, value: u64, cpus: u64) -> u64 {
@@ -85,7 +92,21 @@ pub struct Estimate {
 /// The kernel memory `config`'s maps pin on a machine with `cpus` possible CPUs.
 #[must_use]
 pub fn estimate(config: &ProbeConfig, cpus: u64) -> Estimate {
-    let tasks = hash_map(config.max_tasks, 4, size_of::<TaskState>(), false, cpus);
+    // The slots and their overflow's hash where the kernel has compare-and-swap (assumed:
+    // without it the hash alone is smaller than both).
+    let slots = if config.debug.no_task_slots {
+        0
+    } else {
+        config.max_tasks
+    };
+    let tasks = mmapable_array(slots.max(1), size_of::<TaskState>() as u64)
+        + hash_map(
+            super::task_slots::hash_entries(config, slots),
+            4,
+            size_of::<TaskState>(),
+            false,
+            cpus,
+        );
     let records = hash_map(
         config.max_records,
         8,
@@ -241,9 +262,14 @@ mod tests {
         let records = 16384;
         for (what, bytes, measured) in [
             (
+                "TASK_SLOTS",
+                mmapable_array(8192, size_of::<TaskState>() as u64),
+                17_436_672,
+            ),
+            (
                 "TASKS",
-                hash_map(8192, 4, size_of::<TaskState>(), false, 2),
-                17_962_128,
+                hash_map(2048, 4, size_of::<TaskState>(), false, 2),
+                4_510_880,
             ),
             (
                 "WAKERS",
@@ -302,14 +328,14 @@ mod tests {
                 "{what}: {bytes} vs {measured}"
             );
         }
-        // About 42.6 MB for all maps with --wakers; without, the two waker tables hold one
+        // About 46.6 MB for all maps with --wakers; without, the two waker tables hold one
         // entry.
         let wakers = ProbeConfig {
             wakers: true,
             ..ProbeConfig::default()
         };
         let e = estimate(&wakers, 2);
-        assert!(e.total.abs_diff(42_648_608) < 42_648_608 / 100, "{e:?}");
+        assert!(e.total.abs_diff(46_634_032) < 46_634_032 / 100, "{e:?}");
         // Each of the six user stack maps at one entry (the stack window's one entry is its
         // 16 KiB).
         assert!(e.user_stacks < 32768, "{e:?}");
@@ -332,7 +358,7 @@ mod tests {
             max_tasks: 4_194_304,
             ..ProbeConfig::default()
         };
-        assert_eq!(format_bytes(estimate(&big, 2).tasks), "8.6 GiB");
+        assert_eq!(format_bytes(estimate(&big, 2).tasks), "10.5 GiB");
     }
 
     #[test]

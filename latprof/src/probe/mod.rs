@@ -13,6 +13,7 @@ pub mod memory;
 pub mod names;
 mod places;
 mod settings;
+mod task_slots;
 mod variant;
 pub mod verifier;
 
@@ -98,6 +99,9 @@ impl Probe {
                 filters: filters.len(),
                 cgroups_on,
                 cache_helpers,
+                bounded_cache: config.stack_cache
+                    && config.btf_wakeup
+                    && (!cache_helpers || config.debug.bounded_cache),
                 kfuncs,
             },
             &mut fallbacks,

@@ -61,6 +61,8 @@ pub(super) struct Kernel {
     pub(super) filters: usize,
     pub(super) cgroups_on: bool,
     pub(super) cache_helpers: bool,
+    /// The stack cache will be learnt in a bounded loop (no `cache_helpers`, or forced).
+    pub(super) bounded_cache: bool,
     pub(super) kfuncs: super::kfuncs::Kfuncs,
 }
 
@@ -148,6 +150,7 @@ pub(super) fn from_config(
         SWITCH_HAS_PREV_STATE: u32::from(
             !config.debug.state_from_task && btf.fn_pointer_arity("btf_trace_sched_switch")? >= 5,
         ),
+        TASK_SLOTS_N: super::task_slots::slots(config, btf, kernel.bounded_cache, fallbacks),
         RUNQ: u32::from(config.details && !config.debug.skip.runq),
         HISTOGRAMS_ON: u32::from(config.details && !config.debug.skip.histograms),
         // Set per variant (`load_variant`): whether its wakeup program takes the backtraces.

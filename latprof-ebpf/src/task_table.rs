@@ -1,0 +1,137 @@
+//! Where each task's entry (`TaskState`) lives: a slot of `TASK_SLOTS`, an array indexed by
+//! the tid, where the kernel has compare-and-swap to claim one; else, or where the tid's
+//! slots are all taken, `TASKS`, the hash keyed by tid.
+//!
+//! A hash lookup hashes the key and walks its bucket: 30-34 ns even with everything in cache
+//! (docs/bench.md, "Where lazy's time goes"), and a sleep takes two (its start and its
+//! wakeup). An array lookup is an address computed inline; the entry's own `slot_tid` says
+//! whose it is. A tid looks at `SLOT_PROBES` slots from `tid % TASK_SLOTS_N`, then the hash.
+//!
+//! * **Claim** (a task's first sleep, by its own `sched_switch`): the first free slot of its
+//!   probes is taken by compare-and-swap from 0 to the tid with `SLOT_CLAIMING` set (another
+//!   CPU may claim it for another tid at once), filled, then given the bare tid: until then
+//!   neither a lookup nor user space takes it.
+//! * **Release** (the task retired at exit): its records emptied, then the slot freed
+//!   (`slot_tid` 0). A later tid of the same probes may take it; a tid in a later slot of the
+//!   probes is still found there (a lookup skips free slots, it does not stop at them).
+//! * Kernels without compare-and-swap (before 5.12) have no slots (`TASK_SLOTS_N` 0): every
+//!   entry is in the hash, sized to `--max-tasks`.
+//!
+//! User space reads the slots through a read-only mapping of the array (`BPF_F_MMAPABLE`),
+//! taking those whose `slot_tid` is a bare tid (`latprof/src/probe/task_slots.rs`).
+
+use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg};
+
+use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::Array};
+use latprof_common::{SLOT_CLAIMING, TaskState};
+
+use crate::{maps::TASKS, settings::TASK_SLOTS_N, shared};
+
+/// `BPF_F_MMAPABLE`: user space maps the array instead of reading it an entry at a time.
+const MMAPABLE: u32 = 1 << 10;
+
+/// Slots a tid may take, from `tid % TASK_SLOTS_N` on.
+const SLOT_PROBES: u32 = 4;
+
+/// The task entries in slots (`TASK_SLOTS_N` of them; resized at load).
+#[map]
+pub(crate) static TASK_SLOTS: Array<TaskState> = Array::with_max_entries(1, MMAPABLE);
+
+/// The slot `k` places after `tid`'s first.
+#[inline(always)]
+fn slot(tid: u32, k: u32, n: u32) -> Option<*mut TaskState> {
+    let mut i = tid % n + k;
+    if i >= n {
+        i -= n;
+    }
+    TASK_SLOTS.get_ptr_mut(i)
+}
+
+/// The entry of `tid`: in its slots, else in the hash.
+#[inline(always)]
+pub(crate) fn get(tid: u32) -> Option<*mut TaskState> {
+    let n = TASK_SLOTS_N.load();
+    // Tid 0 (the idle tasks) would match a free slot.
+    if n != 0 && tid != 0 {
+        for k in 0..SLOT_PROBES {
+            if let Some(e) = slot(tid, k, n)
+                // SAFETY: a slot of the array; another CPU may write `slot_tid` (a claim or a
+                // release), an aligned word read whole.
+                && unsafe { core::ptr::read_volatile(&raw const (*e).slot_tid) } == tid
+            {
+                return Some(e);
+            }
+        }
+    }
+    TASKS.get_ptr_mut(&tid)
+}
+
+/// A free slot of `tid`'s probes, claimed for it (none of its entries exists), where the
+/// kernel has compare-and-swap (`CAS`): the caller fills it, then [`publish`]es it. `None`:
+/// no slots, or all of its probes taken; the entry goes in the hash ([`insert_hash`]).
+#[inline(always)]
+pub(crate) fn claim<const CAS: bool>(tid: u32) -> Option<*mut TaskState> {
+    let n = TASK_SLOTS_N.load();
+    if !CAS || n == 0 || tid == 0 {
+        return None;
+    }
+    for k in 0..SLOT_PROBES {
+        let Some(e) = slot(tid, k, n) else {
+            continue;
+        };
+        // SAFETY: as in `get`; the compare-and-swap makes the slot this CPU's alone.
+        let word = unsafe { &raw mut (*e).slot_tid };
+        if unsafe { core::ptr::read_volatile(word) } != 0 {
+            continue;
+        }
+        shared::write();
+        // On `slot_tid` and `slot_pad` (0) as one aligned 8-byte word (asserted beside
+        // `TaskState`). The old value, not the success flag: the toolchain's linker cannot
+        // read the bitcode of the flag's form.
+        #[expect(clippy::cast_ptr_alignment, reason = "slot_tid is 8-byte aligned")]
+        let won = unsafe {
+            atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(
+                word.cast::<u64>(),
+                0,
+                u64::from(tid | SLOT_CLAIMING),
+            )
+        }
+        .0 == 0;
+        if won {
+            return Some(e);
+        }
+    }
+    None
+}
+
+/// Makes the slot [`claim`]ed for `tid` and filled since its entry: lookups and user space
+/// take it from now on.
+#[inline(always)]
+pub(crate) fn publish(tid: u32, entry: *mut TaskState) {
+    // SAFETY: the slot this CPU claimed.
+    unsafe { core::ptr::write_volatile(&raw mut (*entry).slot_tid, tid) };
+}
+
+/// Puts `template` (filled, its `slot_tid` 0) in the hash as `tid`'s entry, and returns it
+/// there. `None`: the hash is full.
+#[inline(always)]
+pub(crate) fn insert_hash(tid: u32, template: &TaskState) -> Option<*mut TaskState> {
+    shared::write();
+    TASKS.insert(&tid, template, u64::from(BPF_NOEXIST)).ok()?;
+    TASKS.get_ptr_mut(&tid)
+}
+
+/// Retires `tid`'s entry `entry` (from [`get`]): its slot freed, or its hash entry removed.
+#[inline(always)]
+pub(crate) fn remove(tid: u32, entry: *mut TaskState) {
+    // SAFETY: the entry of a retired task: nothing of its own writes it any more.
+    unsafe {
+        if core::ptr::read_volatile(&raw const (*entry).slot_tid) == tid && tid != 0 {
+            // User space skips a free slot; a read between the two stores sees no records.
+            core::ptr::write_volatile(&raw mut (*entry).nr_records, 0);
+            core::ptr::write_volatile(&raw mut (*entry).slot_tid, 0);
+            return;
+        }
+    }
+    let _ = TASKS.remove(&tid);
+}
