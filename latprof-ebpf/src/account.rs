@@ -1,7 +1,10 @@
 //! Accounting: a counted sleep or wait into the task's records, the histograms and (normal
 //! mode) the global table; the adds that lazy mode's exit merge (`exit.rs`) makes.
 
-use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
+use core::{
+    intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd},
+    sync::atomic::{Ordering::Release, compiler_fence},
+};
 
 use aya_ebpf::bindings::BPF_NOEXIST;
 use latprof_common::{
@@ -144,6 +147,9 @@ pub(crate) fn account<const CAS: bool>(
                 cgroup,
             };
             entry.task_only |= task_only << n;
+            // The record before the count that takes it in: user space reads the count
+            // first (`task_slots`).
+            compiler_fence(Release);
             entry.nr_records = n as u32 + 1;
         } else {
             count(Counter::TaskRecordsFull);

@@ -19,7 +19,8 @@ use latprof_common::{
 /// Words of `STACK_COPY`: the part of a sleeping task's stack the stack cache reads.
 pub(crate) const REGION_WORDS: usize = STACK_REGION / 8;
 
-/// Per-task state, keyed by tid. Only events of that task touch its entry.
+/// Per-task state, keyed by tid, where the run has no task slots (`task_table`; one unused
+/// entry where it has). Only events of that task touch its entry.
 #[map]
 pub(crate) static TASKS: HashMap<u32, TaskState> = HashMap::with_max_entries(8192, 0);
 /// Global causes keyed by stack id: every event in normal mode, exits (and overflow) in lazy.

@@ -11,9 +11,10 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use latprof_common::{
-    CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, NO_STACK, NO_USER, RECENT_SLEEPS,
-    RUNQ_STACK, SKIP_SWITCH_CHECK, SLEEP_NONE, SPIKE_RUNQ, TASK_FLAG_EXITING,
-    TASK_FLAG_FIRST_SLEEP, TASK_FLAG_KTHREAD, TaskState, TickCounter, WAKER_UNSEEN, sleep_kind,
+    CACHE_ENTRIES, Counter, DEFERRED_STACK, HIDDEN_GAP, LatencyRecord, NO_STACK, NO_USER,
+    RECENT_SLEEPS, RUNQ_STACK, SKIP_SWITCH_CHECK, SLEEP_NONE, SPIKE_RUNQ, TASK_FLAG_EXITING,
+    TASK_FLAG_FIRST_SLEEP, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState, TickCounter, WAKER_UNSEEN,
+    sleep_kind,
 };
 
 use crate::{
@@ -366,11 +367,24 @@ fn new_task<const CAS: bool>(tid: u32, tgid: u32) -> Result<Option<*mut TaskStat
         0
     };
     let comm = bpf_get_current_comm().unwrap_or([0; 16]);
-    let entry = if let Some(slot) = task_table::claim::<CAS>(tid) {
-        // SAFETY: the slot this CPU claimed.
-        fill_entry(unsafe { &mut *slot }, task, tgid, kind, comm);
-        task_table::publish(tid, slot);
-        Some(slot)
+    let entry = if task_table::slots_on() {
+        task_table::claim::<CAS>(tid).inspect(|&slot| {
+            // SAFETY: the slot this CPU claimed.
+            let e = unsafe { &mut *slot };
+            fill_entry(e, task, tgid, kind, comm);
+            // Its last task's records, merged at its exit, must not show as this one's to a
+            // read that sees `nr_records` grow before the record it counts.
+            for r in 0..TASK_RECORDS {
+                e.records[r] = LatencyRecord {
+                    stack_id: 0,
+                    count: 0,
+                    total_ns: 0,
+                    max_ns: 0,
+                    cgroup: 0,
+                };
+            }
+            task_table::publish(tid, slot);
+        })
     } else {
         let template = SCRATCH.get_ptr_mut(0).ok_or(1)?;
         // SAFETY: per-CPU scratch.

@@ -1,26 +1,31 @@
 //! Where each task's entry (`TaskState`) lives: a slot of `TASK_SLOTS`, an array indexed by
-//! the tid, where the kernel has compare-and-swap to claim one; else, or where the tid's
-//! slots are all taken, `TASKS`, the hash keyed by tid.
+//! the tid, where the kernel has compare-and-swap to claim one; else `TASKS`, the hash keyed
+//! by tid. A run uses one or the other (`TASK_SLOTS_N`, a constant to the verifier): a lookup
+//! that could end in either map would have the verifier walk all that follows it twice.
 //!
 //! A hash lookup hashes the key and walks its bucket: 30-34 ns even with everything in cache
 //! (docs/bench.md, "Where lazy's time goes"), and a sleep takes two (its start and its
 //! wakeup). An array lookup is an address computed inline; the entry's own `slot_tid` says
-//! whose it is. A tid looks at `SLOT_PROBES` slots from `tid % TASK_SLOTS_N`, then the hash.
+//! whose it is. A tid looks at `SLOT_PROBES` slots from `tid % TASK_SLOTS_N`.
 //!
 //! * **Claim** (a task's first sleep, by its own `sched_switch`): the first free slot of its
 //!   probes is taken by compare-and-swap from 0 to the tid with `SLOT_CLAIMING` set (another
 //!   CPU may claim it for another tid at once), filled, then given the bare tid: until then
-//!   neither a lookup nor user space takes it.
+//!   neither a lookup nor user space takes it. A tid whose probes are all taken is not
+//!   tracked, and counted (`TaskTableFull`), as a full hash's.
 //! * **Release** (the task retired at exit): its records emptied, then the slot freed
 //!   (`slot_tid` 0). A later tid of the same probes may take it; a tid in a later slot of the
 //!   probes is still found there (a lookup skips free slots, it does not stop at them).
-//! * Kernels without compare-and-swap (before 5.12) have no slots (`TASK_SLOTS_N` 0): every
-//!   entry is in the hash, sized to `--max-tasks`.
+//! * Kernels without compare-and-swap (before 5.12), and the bounded stack cache's programs,
+//!   have no slots (`TASK_SLOTS_N` 0): every entry is in the hash, sized to `--max-tasks`.
 //!
 //! User space reads the slots through a read-only mapping of the array (`BPF_F_MMAPABLE`),
 //! taking those whose `slot_tid` is a bare tid (`latprof/src/probe/task_slots.rs`).
 
-use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg};
+use core::{
+    intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg},
+    sync::atomic::{Ordering::Release, compiler_fence},
+};
 
 use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::Array};
 use latprof_common::{SLOT_CLAIMING, TaskState};
@@ -31,7 +36,7 @@ use crate::{maps::TASKS, settings::TASK_SLOTS_N, shared};
 const MMAPABLE: u32 = 1 << 10;
 
 /// Slots a tid may take, from `tid % TASK_SLOTS_N` on.
-const SLOT_PROBES: u32 = 4;
+const SLOT_PROBES: u32 = 8;
 
 /// The task entries in slots (`TASK_SLOTS_N` of them; resized at load).
 #[map]
@@ -47,12 +52,15 @@ fn slot(tid: u32, k: u32, n: u32) -> Option<*mut TaskState> {
     TASK_SLOTS.get_ptr_mut(i)
 }
 
-/// The entry of `tid`: in its slots, else in the hash.
+/// The entry of `tid`: in its slots, or in the hash where the run has none.
 #[inline(always)]
 pub(crate) fn get(tid: u32) -> Option<*mut TaskState> {
     let n = TASK_SLOTS_N.load();
+    if n == 0 {
+        return TASKS.get_ptr_mut(&tid);
+    }
     // Tid 0 (the idle tasks) would match a free slot.
-    if n != 0 && tid != 0 {
+    if tid != 0 {
         for k in 0..SLOT_PROBES {
             if let Some(e) = slot(tid, k, n)
                 // SAFETY: a slot of the array; another CPU may write `slot_tid` (a claim or a
@@ -63,12 +71,18 @@ pub(crate) fn get(tid: u32) -> Option<*mut TaskState> {
             }
         }
     }
-    TASKS.get_ptr_mut(&tid)
+    None
+}
+
+/// Whether this run keeps its entries in slots ([`claim`]), not in the hash ([`insert_hash`]).
+#[inline(always)]
+pub(crate) fn slots_on() -> bool {
+    TASK_SLOTS_N.load() != 0
 }
 
 /// A free slot of `tid`'s probes, claimed for it (none of its entries exists), where the
-/// kernel has compare-and-swap (`CAS`): the caller fills it, then [`publish`]es it. `None`:
-/// no slots, or all of its probes taken; the entry goes in the hash ([`insert_hash`]).
+/// kernel has compare-and-swap (`CAS`; the loader gives the programs without it no slots):
+/// the caller fills it, then [`publish`]es it. `None`: all of its probes are taken.
 #[inline(always)]
 pub(crate) fn claim<const CAS: bool>(tid: u32) -> Option<*mut TaskState> {
     let n = TASK_SLOTS_N.load();
@@ -108,12 +122,15 @@ pub(crate) fn claim<const CAS: bool>(tid: u32) -> Option<*mut TaskState> {
 /// take it from now on.
 #[inline(always)]
 pub(crate) fn publish(tid: u32, entry: *mut TaskState) {
+    // The filling's stores stay before this one (x86-64 keeps stores in order; the compiler
+    // must too).
+    compiler_fence(Release);
     // SAFETY: the slot this CPU claimed.
     unsafe { core::ptr::write_volatile(&raw mut (*entry).slot_tid, tid) };
 }
 
-/// Puts `template` (filled, its `slot_tid` 0) in the hash as `tid`'s entry, and returns it
-/// there. `None`: the hash is full.
+/// Puts `template` (filled, its `slot_tid` 0) in the hash as `tid`'s entry, where the run has
+/// no slots, and returns it there. `None`: the hash is full.
 #[inline(always)]
 pub(crate) fn insert_hash(tid: u32, template: &TaskState) -> Option<*mut TaskState> {
     shared::write();
@@ -124,14 +141,16 @@ pub(crate) fn insert_hash(tid: u32, template: &TaskState) -> Option<*mut TaskSta
 /// Retires `tid`'s entry `entry` (from [`get`]): its slot freed, or its hash entry removed.
 #[inline(always)]
 pub(crate) fn remove(tid: u32, entry: *mut TaskState) {
-    // SAFETY: the entry of a retired task: nothing of its own writes it any more.
-    unsafe {
-        if core::ptr::read_volatile(&raw const (*entry).slot_tid) == tid && tid != 0 {
-            // User space skips a free slot; a read between the two stores sees no records.
-            core::ptr::write_volatile(&raw mut (*entry).nr_records, 0);
-            core::ptr::write_volatile(&raw mut (*entry).slot_tid, 0);
-            return;
-        }
+    if !slots_on() {
+        let _ = TASKS.remove(&tid);
+        return;
     }
-    let _ = TASKS.remove(&tid);
+    // The merge's reads and the stores before stay before these.
+    compiler_fence(Release);
+    // SAFETY: the entry of a retired task: nothing of its own writes it any more. User space
+    // skips a free slot; a read between the two stores sees no records.
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*entry).nr_records, 0);
+        core::ptr::write_volatile(&raw mut (*entry).slot_tid, 0);
+    }
 }

@@ -111,8 +111,9 @@ pub struct Cli {
     /// histograms, runq), comma-separated: the benchmark's breakdown of what each costs.
     #[arg(long, global = true, hide = true, value_name = "PARTS", value_parser = parse_skip)]
     pub debug_skip: Option<Skip>,
-    /// Tasks tracked at once (kernel table size): slots indexed by tid, and a quarter as many
-    /// more for tids whose slots are taken (before Linux 5.12, a hash of this size).
+    /// Tasks tracked at once (kernel table size): slots indexed by tid, a task whose 8 slots
+    /// from tid % N are all taken not tracked but counted (a hash of this size where the
+    /// kernel lacks BPF compare-and-swap, before Linux 5.12, and with the bounded stack cache).
     #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub max_tasks: u32,

@@ -357,7 +357,7 @@ fn maps_memlock() -> u64 {
 }
 
 /// Table sizes are refused up front by what their maps would pin (`--max-tasks 4194304` alone
-/// pins 10.5 GiB): the estimate must follow what the kernel allocates, for larger tables than
+/// pins 8.6 GiB): the estimate must follow what the kernel allocates, for larger tables than
 /// the defaults too. Kernels before 6.4 report `memlock` by a simpler rule (key and value per
 /// entry), a few percent under what they allocate: hence 10%.
 #[test]

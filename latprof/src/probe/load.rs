@@ -206,6 +206,34 @@ pub(super) fn load_variant(
     Ok(None)
 }
 
+/// [`load_variant`] of `candidates` with compare-and-swap, then, where none loaded, of those
+/// without: an object of their own whose task entries are all in the hash (no task slots: a
+/// slot is claimed by compare-and-swap).
+fn load_each(
+    object: &[u8],
+    g: &Globals,
+    debug: &DebugGlobals,
+    config: &ProbeConfig,
+    btf: Option<&aya::Btf>,
+    candidates: &[Variant],
+    rejected: &mut Vec<(Variant, Rejection)>,
+) -> Result<Option<(Ebpf, Variant)>> {
+    let (cas, nocas): (Vec<Variant>, Vec<Variant>) = candidates.iter().partition(|v| v.cas);
+    if !cas.is_empty()
+        && let Some(loaded) = load_variant(object, g, debug, config, btf, &cas, rejected)?
+    {
+        return Ok(Some(loaded));
+    }
+    if nocas.is_empty() {
+        return Ok(None);
+    }
+    let g = Globals {
+        TASK_SLOTS_N: 0,
+        ..g.clone()
+    };
+    load_variant(object, &g, debug, config, btf, &nocas, rejected)
+}
+
 /// Why a better variant than the one loaded is not running, for the user.
 pub(super) fn fallback_reason(variant: Variant, rejection: &Rejection) -> String {
     if variant.cas && lacks_cas(rejection) {
@@ -295,7 +323,7 @@ impl Probe {
                 },
                 ..globals.clone()
             };
-            if let Some(loaded) = load_variant(
+            if let Some(loaded) = load_each(
                 object,
                 &g,
                 debug,
@@ -318,18 +346,8 @@ impl Probe {
             THREAD_SP_OFF: 0,
             ..globals.clone()
         };
-        if let Some(loaded) =
-            load_variant(object, &g, debug, config, None, &candidates, &mut rejected)?
-        {
-            return Ok(Attempt {
-                loaded: Some(loaded),
-                rejected,
-            });
-        }
-        Ok(Attempt {
-            loaded: None,
-            rejected,
-        })
+        let loaded = load_each(object, &g, debug, config, None, &candidates, &mut rejected)?;
+        Ok(Attempt { loaded, rejected })
     }
 }
 

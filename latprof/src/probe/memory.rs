@@ -1,6 +1,6 @@
 //! The kernel memory latprof's maps pin, estimated before anything loads, so that table sizes
 //! the machine cannot hold are refused with one line rather than taken from everything else
-//! (`--max-tasks 4194304` alone pins 10.5 GiB).
+//! (`--max-tasks 4194304` alone pins 8.6 GiB).
 //!
 //! The hash maps are preallocated: the kernel allocates every entry when the map is created,
 //! used or not. Their size follows the kernel's own accounting (`htab_map_mem_usage`, what
@@ -92,21 +92,10 @@ pub struct Estimate {
 /// The kernel memory `config`'s maps pin on a machine with `cpus` possible CPUs.
 #[must_use]
 pub fn estimate(config: &ProbeConfig, cpus: u64) -> Estimate {
-    // The slots and their overflow's hash where the kernel has compare-and-swap (assumed:
-    // without it the hash alone is smaller than both).
-    let slots = if config.debug.no_task_slots {
-        0
-    } else {
-        config.max_tasks
-    };
-    let tasks = mmapable_array(slots.max(1), size_of::<TaskState>() as u64)
-        + hash_map(
-            super::task_slots::hash_entries(config, slots),
-            4,
-            size_of::<TaskState>(),
-            false,
-            cpus,
-        );
+    // The task slots where the kernel has compare-and-swap, else the hash: the hash's
+    // estimate, the larger by its links and buckets (3% here), holds for both.
+    let tasks = hash_map(config.max_tasks, 4, size_of::<TaskState>(), false, cpus)
+        + mmapable_array(1, size_of::<TaskState>() as u64);
     let records = hash_map(
         config.max_records,
         8,
@@ -268,8 +257,8 @@ mod tests {
             ),
             (
                 "TASKS",
-                hash_map(2048, 4, size_of::<TaskState>(), false, 2),
-                4_510_880,
+                hash_map(8192, 4, size_of::<TaskState>(), false, 2),
+                18_027_680,
             ),
             (
                 "WAKERS",
@@ -328,14 +317,14 @@ mod tests {
                 "{what}: {bytes} vs {measured}"
             );
         }
-        // About 46.6 MB for all maps with --wakers; without, the two waker tables hold one
-        // entry.
+        // About 42.6 MB for all maps with --wakers (the task table estimated as the hash);
+        // without, the two waker tables hold one entry.
         let wakers = ProbeConfig {
             wakers: true,
             ..ProbeConfig::default()
         };
         let e = estimate(&wakers, 2);
-        assert!(e.total.abs_diff(46_634_032) < 46_634_032 / 100, "{e:?}");
+        assert!(e.total.abs_diff(42_648_608) < 42_648_608 / 100, "{e:?}");
         // Each of the six user stack maps at one entry (the stack window's one entry is its
         // 16 KiB).
         assert!(e.user_stacks < 32768, "{e:?}");
@@ -358,7 +347,7 @@ mod tests {
             max_tasks: 4_194_304,
             ..ProbeConfig::default()
         };
-        assert_eq!(format_bytes(estimate(&big, 2).tasks), "10.5 GiB");
+        assert_eq!(format_bytes(estimate(&big, 2).tasks), "8.6 GiB");
     }
 
     #[test]

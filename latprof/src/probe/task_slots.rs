@@ -81,9 +81,13 @@ impl TaskSlots {
             if tid == 0 || tid & SLOT_CLAIMING != 0 {
                 continue;
             }
-            let copy = unsafe { std::ptr::read_volatile(slot) };
+            // The count before the records: a record is written before the count that takes
+            // it in (`account`), so those under the count read first are whole.
+            let n = unsafe { std::ptr::read_volatile(&raw const (*slot).nr_records) };
+            let mut copy = unsafe { std::ptr::read_volatile(slot) };
             let after = unsafe { std::ptr::read_volatile(&raw const (*slot).slot_tid) };
             if after == tid && copy.slot_tid == tid {
+                copy.nr_records = copy.nr_records.min(n);
                 f(tid, &copy);
             }
         }
@@ -97,12 +101,10 @@ impl Drop for TaskSlots {
     }
 }
 
-/// Slots per entry of the hash beside them: the tids whose probes are all taken.
-const OVERFLOW_PER_SLOT: u32 = 4;
-
 /// How many slots a run has (`TASK_SLOTS_N`): `--max-tasks` where the kernel has BPF
 /// compare-and-swap to claim one (Linux 5.12, which added the `bpf_check_mtu` helper in the
-/// same release: BTF names helpers, not instructions), else none (said in `fallbacks`).
+/// same release: BTF names helpers, not instructions), else none (said in `fallbacks`); the
+/// programs without compare-and-swap are loaded with none all the same (`load_best_with`).
 /// Nor with the stack cache's bounded loop (`bounded_cache`: before 5.17): each lookup that
 /// may end in either table doubles what the verifier walks after it, and that program's
 /// wakeup was past the verifier's million instructions.
@@ -127,12 +129,7 @@ pub(super) fn slots(
     0
 }
 
-/// The hash's entries for `slots` slots: a quarter as many (at least one), the tids whose
-/// probes are all taken; without slots, every entry.
+/// The hash's entries: every entry where the run has no slots, else one (unused).
 pub(super) fn hash_entries(config: &ProbeConfig, slots: u32) -> u32 {
-    if slots == 0 {
-        config.max_tasks
-    } else {
-        (slots / OVERFLOW_PER_SLOT).max(1)
-    }
+    if slots == 0 { config.max_tasks } else { 1 }
 }
