@@ -221,8 +221,8 @@ pub struct RecentSleep {
 }
 const _: () = assert!(size_of::<RecentSleep>() == 32);
 
-/// `TaskState::slot_tid` bit: the slot is being made for the tid in the low bits; neither its
-/// task's lookups nor user space take it yet (tids stay below 2^22, `PID_MAX_LIMIT`).
+/// A `SLOT_TIDS` owner word's bit: the slot is being made for the tid in the low bits; neither
+/// its task's lookups nor user space take it yet (tids stay below 2^22, `PID_MAX_LIMIT`).
 pub const SLOT_CLAIMING: u32 = 1 << 31;
 
 /// Everything latprof keeps for one task (keyed by tid): the sleep in progress and its causes.
@@ -265,11 +265,11 @@ pub struct TaskState {
     /// `SLEEP_NO_MM`: when the open sleep began (and kept what recovering it needs), the task
     /// had no memory map.
     pub sleep_flags: u32,
-    /// The tid of the task whose entry this is, in `TASK_SLOTS` (0: a free slot;
-    /// `SLOT_CLAIMING` set: being made, not yet the task's); 0 in `TASKS`, keyed by tid.
+    /// The tid of the task whose entry this is, in `TASK_SLOTS` (0: a free slot, or one
+    /// being made); 0 in `TASKS`, keyed by tid.
     pub slot_tid: u32,
-    /// 0: with `slot_tid`, the 8-byte word a slot is claimed by.
-    pub slot_pad: u32,
+    /// In `TASK_SLOTS`: the slot's index (its owner word's in `SLOT_TIDS`).
+    pub slot_index: u32,
     pub comm: [u8; 16],
     /// Who is waking the task, from `sched_waking` (in the waker's context), taken at the
     /// matching `sched_wakeup` and cleared there: a `WAKER_*` kind (`WAKER_UNSEEN`: none
@@ -308,8 +308,6 @@ pub struct TaskState {
     pub stack_cache: StackCache,
     pub records: [LatencyRecord; TASK_RECORDS],
 }
-// `slot_tid` and `slot_pad` are one aligned 8-byte word.
-const _: () = assert!(core::mem::offset_of!(TaskState, slot_tid) % 8 == 0);
 const _: () = assert!(
     size_of::<TaskState>()
         == 184 + 72 + 168 + size_of::<StackCache>() + size_of::<LatencyRecord>() * TASK_RECORDS

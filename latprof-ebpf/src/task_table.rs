@@ -9,18 +9,19 @@
 //! whose it is. A tid looks at `SLOT_PROBES` slots from `tid % TASK_SLOTS_N`.
 //!
 //! * **Claim** (a task's first sleep, by its own `sched_switch`): the first free slot of its
-//!   probes is taken by compare-and-swap from 0 to the tid with `SLOT_CLAIMING` set (another
-//!   CPU may claim it for another tid at once), filled, then given the bare tid: until then
-//!   neither a lookup nor user space takes it. A tid whose probes are all taken is not
+//!   probes is taken by compare-and-swap of its owner word (`SLOT_TIDS`) from 0 to the tid
+//!   with `SLOT_CLAIMING` set (another CPU may claim it for another tid at once), filled,
+//!   then given the tid (the entry's `slot_tid`, then the owner word): until then neither a
+//!   lookup nor user space takes it. A tid whose probes are all taken is not
 //!   tracked, and counted (`TaskTableFull`), as a full hash's.
 //! * **Release** (the task retired at exit): its records emptied, then the slot freed
-//!   (`slot_tid` 0). A later tid of the same probes may take it; a tid in a later slot of the
+//!   (`slot_tid` 0, the owner word 0). A later tid of the same probes may take it; a tid in a later slot of the
 //!   probes is still found there (a lookup skips free slots, it does not stop at them).
 //! * Kernels without compare-and-swap (before 5.12), and the bounded stack cache's programs,
 //!   have no slots (`TASK_SLOTS_N` 0): every entry is in the hash, sized to `--max-tasks`.
 //!
-//! User space reads the slots through a read-only mapping of the array (`BPF_F_MMAPABLE`),
-//! taking those whose `slot_tid` is a bare tid (`latprof/src/probe/task_slots.rs`).
+//! User space finds the slots to read through a read-only mapping of the owner words
+//! (`BPF_F_MMAPABLE`), and reads each by the system call (`latprof/src/probe/task_slots.rs`).
 
 use core::{
     intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg},
@@ -40,16 +41,19 @@ const SLOT_PROBES: u32 = 8;
 
 /// The task entries in slots (`TASK_SLOTS_N` of them; resized at load).
 #[map]
-pub(crate) static TASK_SLOTS: Array<TaskState> = Array::with_max_entries(1, MMAPABLE);
+pub(crate) static TASK_SLOTS: Array<TaskState> = Array::with_max_entries(1, 0);
+/// Whose each slot is: 0 free, a tid with `SLOT_CLAIMING` while it is being made, then the
+/// bare tid. A slot is claimed here by compare-and-swap; user space maps this array (8 bytes
+/// a slot) to find the slots to read, instead of mapping the entries (their pages would count
+/// in its resident memory).
+#[map]
+pub(crate) static SLOT_TIDS: Array<u64> = Array::with_max_entries(1, MMAPABLE);
 
-/// The slot `k` places after `tid`'s first.
+/// Slot `k` of `tid`'s probes.
 #[inline(always)]
-fn slot(tid: u32, k: u32, n: u32) -> Option<*mut TaskState> {
-    let mut i = tid % n + k;
-    if i >= n {
-        i -= n;
-    }
-    TASK_SLOTS.get_ptr_mut(i)
+fn slot_index(tid: u32, k: u32, n: u32) -> u32 {
+    let i = tid % n + k;
+    if i >= n { i - n } else { i }
 }
 
 /// The entry of `tid`: in its slots, or in the hash where the run has none.
@@ -62,9 +66,9 @@ pub(crate) fn get(tid: u32) -> Option<*mut TaskState> {
     // Tid 0 (the idle tasks) would match a free slot.
     if tid != 0 {
         for k in 0..SLOT_PROBES {
-            if let Some(e) = slot(tid, k, n)
-                // SAFETY: a slot of the array; another CPU may write `slot_tid` (a claim or a
-                // release), an aligned word read whole.
+            if let Some(e) = TASK_SLOTS.get_ptr_mut(slot_index(tid, k, n))
+                // SAFETY: a slot of the array; another CPU may write `slot_tid` (a publish or
+                // a release), an aligned word read whole.
                 && unsafe { core::ptr::read_volatile(&raw const (*e).slot_tid) } == tid
             {
                 return Some(e);
@@ -90,28 +94,24 @@ pub(crate) fn claim<const CAS: bool>(tid: u32) -> Option<*mut TaskState> {
         return None;
     }
     for k in 0..SLOT_PROBES {
-        let Some(e) = slot(tid, k, n) else {
+        let i = slot_index(tid, k, n);
+        let Some(owner) = SLOT_TIDS.get_ptr_mut(i) else {
             continue;
         };
-        // SAFETY: as in `get`; the compare-and-swap makes the slot this CPU's alone.
-        let word = unsafe { &raw mut (*e).slot_tid };
-        if unsafe { core::ptr::read_volatile(word) } != 0 {
+        // SAFETY: a word of the array; the compare-and-swap makes the slot this CPU's alone.
+        if unsafe { core::ptr::read_volatile(owner) } != 0 {
             continue;
         }
         shared::write();
-        // On `slot_tid` and `slot_pad` (0) as one aligned 8-byte word (asserted beside
-        // `TaskState`). The old value, not the success flag: the toolchain's linker cannot
-        // read the bitcode of the flag's form.
-        #[expect(clippy::cast_ptr_alignment, reason = "slot_tid is 8-byte aligned")]
+        // The old value, not the success flag: the toolchain's linker cannot read the
+        // bitcode of the flag's form.
         let won = unsafe {
-            atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(
-                word.cast::<u64>(),
-                0,
-                u64::from(tid | SLOT_CLAIMING),
-            )
+            atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(owner, 0, u64::from(tid | SLOT_CLAIMING))
         }
         .0 == 0;
-        if won {
+        if won && let Some(e) = TASK_SLOTS.get_ptr_mut(i) {
+            // SAFETY: the slot this CPU claimed; its `slot_tid` is 0 since its release.
+            unsafe { (*e).slot_index = i };
             return Some(e);
         }
     }
@@ -122,11 +122,16 @@ pub(crate) fn claim<const CAS: bool>(tid: u32) -> Option<*mut TaskState> {
 /// take it from now on.
 #[inline(always)]
 pub(crate) fn publish(tid: u32, entry: *mut TaskState) {
-    // The filling's stores stay before this one (x86-64 keeps stores in order; the compiler
+    // The filling's stores stay before these (x86-64 keeps stores in order; the compiler
     // must too).
     compiler_fence(Release);
     // SAFETY: the slot this CPU claimed.
-    unsafe { core::ptr::write_volatile(&raw mut (*entry).slot_tid, tid) };
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*entry).slot_tid, tid);
+        if let Some(owner) = SLOT_TIDS.get_ptr_mut((*entry).slot_index) {
+            core::ptr::write_volatile(owner, u64::from(tid));
+        }
+    }
 }
 
 /// Puts `template` (filled, its `slot_tid` 0) in the hash as `tid`'s entry, where the run has
@@ -148,9 +153,13 @@ pub(crate) fn remove(tid: u32, entry: *mut TaskState) {
     // The merge's reads and the stores before stay before these.
     compiler_fence(Release);
     // SAFETY: the entry of a retired task: nothing of its own writes it any more. User space
-    // skips a free slot; a read between the two stores sees no records.
+    // skips a free slot, and an entry that is no longer the tid it found there; a read
+    // between the stores sees no records.
     unsafe {
         core::ptr::write_volatile(&raw mut (*entry).nr_records, 0);
         core::ptr::write_volatile(&raw mut (*entry).slot_tid, 0);
+        if let Some(owner) = SLOT_TIDS.get_ptr_mut((*entry).slot_index) {
+            core::ptr::write_volatile(owner, 0);
+        }
     }
 }

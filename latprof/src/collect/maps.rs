@@ -105,7 +105,7 @@ pub(super) fn read_tables(maps: &Maps) -> Result<Tables> {
                 pending_wakers.push((state.waker_pending_key, state.waker_pending));
             }
         };
-        maps.task_slots.for_each(&mut take);
+        maps.task_slots.for_each(&mut take)?;
         for item in tasks_map {
             let (tid, state) = item.context("read TASKS")?;
             take(tid, &state);

@@ -154,6 +154,7 @@ pub(super) fn load_variant(
             },
         )
         .map_max_entries(names::MAP_TASK_SLOTS, g.TASK_SLOTS_N.max(1))
+        .map_max_entries(names::MAP_SLOT_TIDS, g.TASK_SLOTS_N.max(1))
         .map_max_entries(
             names::MAP_TASKS,
             super::task_slots::hash_entries(config, g.TASK_SLOTS_N),

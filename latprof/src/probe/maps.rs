@@ -55,11 +55,12 @@ pub struct Maps {
 impl Maps {
     /// The maps taken (the rest stay in the object: the programs' own, and those other
     /// readers take for themselves).
-    pub const NAMES: [&str; 17] = [
+    pub const NAMES: [&str; 18] = [
         names::MAP_COUNTERS,
         names::MAP_TICKS,
         names::MAP_TASKS,
         names::MAP_TASK_SLOTS,
+        names::MAP_SLOT_TIDS,
         names::MAP_GLOBAL_LATENCY,
         names::MAP_MERGED,
         names::MAP_CGROUP_LATENCY,
@@ -84,6 +85,8 @@ impl Maps {
             task_slots: TaskSlots::new(
                 ebpf.take_map(names::MAP_TASK_SLOTS)
                     .context("no TASK_SLOTS map in latprof's eBPF object")?,
+                ebpf.take_map(names::MAP_SLOT_TIDS)
+                    .context("no SLOT_TIDS map in latprof's eBPF object")?,
             )?,
             global: take(ebpf, names::MAP_GLOBAL_LATENCY)?,
             merged: take(ebpf, names::MAP_MERGED)?,

@@ -92,10 +92,12 @@ pub struct Estimate {
 /// The kernel memory `config`'s maps pin on a machine with `cpus` possible CPUs.
 #[must_use]
 pub fn estimate(config: &ProbeConfig, cpus: u64) -> Estimate {
-    // The task slots where the kernel has compare-and-swap, else the hash: the hash's
-    // estimate, the larger by its links and buckets (3% here), holds for both.
+    // The task slots and their owner words where the kernel has compare-and-swap, else the
+    // hash: the hash's estimate, the larger by its links and buckets (3% here), and the owner
+    // words hold for both.
     let tasks = hash_map(config.max_tasks, 4, size_of::<TaskState>(), false, cpus)
-        + mmapable_array(1, size_of::<TaskState>() as u64);
+        + array(1, size_of::<TaskState>() as u64)
+        + mmapable_array(config.max_tasks, 8);
     let records = hash_map(
         config.max_records,
         8,
@@ -252,9 +254,10 @@ mod tests {
         for (what, bytes, measured) in [
             (
                 "TASK_SLOTS",
-                mmapable_array(8192, size_of::<TaskState>() as u64),
-                17_436_672,
+                array(8192, size_of::<TaskState>() as u64),
+                17_432_888,
             ),
+            ("SLOT_TIDS", mmapable_array(8192, 8), 69_632),
             (
                 "TASKS",
                 hash_map(8192, 4, size_of::<TaskState>(), false, 2),

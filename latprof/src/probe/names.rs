@@ -4,6 +4,7 @@
 /// Live tasks: each one's open sleep and its own records.
 pub const MAP_TASKS: &str = "TASKS";
 pub const MAP_TASK_SLOTS: &str = "TASK_SLOTS";
+pub const MAP_SLOT_TIDS: &str = "SLOT_TIDS";
 /// The global table: every event (normal mode) or exited tasks' records (lazy mode).
 pub const MAP_GLOBAL_LATENCY: &str = "GLOBAL_LATENCY";
 /// Per-CPU parts of exit merges (lazy) and of maxima without compare-and-swap.
@@ -76,7 +77,7 @@ pub const MAP_UNWIND_RULES: &str = "UNWIND_RULES";
 /// By CPU number: the stack a walk reads at its start (`--user-stacks`).
 pub const MAP_STACK_WINDOWS: &str = "STACK_WINDOWS";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 38] = [
+pub const MAPS: [&str; 39] = [
     MAP_UNWIND_ROWS,
     MAP_UNWIND_PROCS,
     MAP_UNWIND_WALK,
@@ -92,6 +93,7 @@ pub const MAPS: [&str; 38] = [
     MAP_CPU_CONTEXT,
     MAP_TASKS,
     MAP_TASK_SLOTS,
+    MAP_SLOT_TIDS,
     MAP_GLOBAL_LATENCY,
     MAP_MERGED,
     MAP_STACKS,

@@ -1,6 +1,8 @@
-//! `TASK_SLOTS`, the task entries the programs index by tid (`latprof-ebpf/src/task_table.rs`),
-//! read in place: the array is mapped read-only once at attach, and a read copies the slots
-//! that hold a task, instead of one system call per slot.
+//! `TASK_SLOTS`, the task entries the programs index by tid (`latprof-ebpf/src/task_table.rs`):
+//! their owner words (`SLOT_TIDS`, 8 bytes a slot) are mapped read-only once at attach, and a
+//! read looks up only the slots that hold a task, one system call each, as it read each entry
+//! of the hash. The entries themselves are not mapped: their pages (17 MB at the defaults)
+//! would count in latprof's resident memory.
 
 use std::{
     os::fd::{AsFd as _, AsRawFd as _},
@@ -8,18 +10,19 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use aya::maps::{Map, MapData};
+use aya::maps::{Array, Map, MapData};
 use latprof_common::{SLOT_CLAIMING, TaskState};
 
 use super::{ProbeConfig, btf::Btf};
 
-/// The array, mapped read-only.
+/// The slots: their owner words, mapped read-only, and the entries.
 pub struct TaskSlots {
-    base: NonNull<TaskState>,
+    owners: NonNull<u64>,
     slots: usize,
     len: usize,
-    /// Keeps the map (and so the mapping's object) alive.
-    _map: MapData,
+    entries: Array<MapData, TaskState>,
+    /// Keeps the owner words' map (and so the mapping's object) alive.
+    _owners_map: MapData,
 }
 
 // SAFETY: the mapping is read-only and lives as long as the value; reads copy out of it.
@@ -28,23 +31,22 @@ unsafe impl Send for TaskSlots {}
 unsafe impl Sync for TaskSlots {}
 
 impl TaskSlots {
-    /// Maps the array `map`, as the loaded object made it.
-    pub(super) fn new(map: Map) -> Result<Self> {
-        let Map::Array(map) = map else {
-            bail!("TASK_SLOTS is not an array");
+    /// Maps the owner words `owners` (`SLOT_TIDS`) of the entries `entries` (`TASK_SLOTS`),
+    /// as the loaded object made them.
+    pub(super) fn new(entries: Map, owners: Map) -> Result<Self> {
+        let entries =
+            Array::<MapData, TaskState>::try_from(entries).context("TASK_SLOTS is not an array")?;
+        let Map::Array(owners) = owners else {
+            bail!("SLOT_TIDS is not an array");
         };
-        let info = map.info().context("TASK_SLOTS' size")?;
-        if info.value_size() as usize != size_of::<TaskState>() {
-            bail!(
-                "TASK_SLOTS holds {} bytes a slot, latprof expects {}",
-                info.value_size(),
-                size_of::<TaskState>()
-            );
+        let info = owners.info().context("SLOT_TIDS' size")?;
+        if info.value_size() != 8 {
+            bail!("SLOT_TIDS holds {} bytes a slot, not 8", info.value_size());
         }
-        let slots = info.max_entries() as usize;
+        let slots = (info.max_entries() as usize).min(entries.len() as usize);
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let len = (slots * size_of::<TaskState>()).div_ceil(page) * page;
+        let len = (info.max_entries() as usize * 8).div_ceil(page) * page;
         // SAFETY: a new shared read-only mapping of the map's values; the kernel checks the
         // length against the map's.
         let addr = unsafe {
@@ -53,51 +55,51 @@ impl TaskSlots {
                 len,
                 libc::PROT_READ,
                 libc::MAP_SHARED,
-                map.fd().as_fd().as_raw_fd(),
+                owners.fd().as_fd().as_raw_fd(),
                 0,
             )
         };
         if addr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context("mapping TASK_SLOTS");
+            return Err(std::io::Error::last_os_error()).context("mapping SLOT_TIDS");
         }
-        let base = NonNull::new(addr.cast::<TaskState>()).context("mapping TASK_SLOTS")?;
+        let base = NonNull::new(addr.cast::<u64>()).context("mapping SLOT_TIDS")?;
         Ok(Self {
-            base,
+            owners: base,
             slots,
             len,
-            _map: map,
+            entries,
+            _owners_map: owners,
         })
     }
 
     /// Each slot that holds a task: its tid and a copy of its entry. The programs write
-    /// slots meanwhile: an entry is copied as a hash lookup copies one, field by field as they
-    /// stand, and one freed or taken by another tid while it was copied is left out.
-    pub fn for_each(&self, mut f: impl FnMut(u32, &TaskState)) {
+    /// slots meanwhile: an entry is copied as a hash lookup copies one, and one freed or
+    /// taken by another tid by then (its own `slot_tid` is not the owner's) is left out.
+    pub fn for_each(&self, mut f: impl FnMut(u32, &TaskState)) -> Result<()> {
         for i in 0..self.slots {
-            // SAFETY: slot i lies within the mapping; the kernel's writes race with this read
-            // as they race with a lookup's copy (plain data, any bit pattern valid).
-            let slot = unsafe { self.base.as_ptr().add(i) };
-            let tid = unsafe { std::ptr::read_volatile(&raw const (*slot).slot_tid) };
+            // SAFETY: word i lies within the mapping; the programs write it whole.
+            let owner = unsafe { std::ptr::read_volatile(self.owners.as_ptr().add(i)) };
+            // Free (0), being made (`SLOT_CLAIMING`), or not a word the programs write.
+            let Ok(tid) = u32::try_from(owner) else {
+                continue;
+            };
             if tid == 0 || tid & SLOT_CLAIMING != 0 {
                 continue;
             }
-            // The count before the records: a record is written before the count that takes
-            // it in (`account`), so those under the count read first are whole.
-            let n = unsafe { std::ptr::read_volatile(&raw const (*slot).nr_records) };
-            let mut copy = unsafe { std::ptr::read_volatile(slot) };
-            let after = unsafe { std::ptr::read_volatile(&raw const (*slot).slot_tid) };
-            if after == tid && copy.slot_tid == tid {
-                copy.nr_records = copy.nr_records.min(n);
-                f(tid, &copy);
+            let index = u32::try_from(i)?;
+            let entry = self.entries.get(&index, 0).context("read TASK_SLOTS")?;
+            if entry.slot_tid == tid {
+                f(tid, &entry);
             }
         }
+        Ok(())
     }
 }
 
 impl Drop for TaskSlots {
     fn drop(&mut self) {
         // SAFETY: the mapping `new` made, not used after this.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+        unsafe { libc::munmap(self.owners.as_ptr().cast(), self.len) };
     }
 }
 
