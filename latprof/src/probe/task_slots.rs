@@ -15,6 +15,9 @@ use latprof_common::{SLOT_CLAIMING, TaskState};
 
 use super::{ProbeConfig, btf::Btf};
 
+/// Owner words a read passes over at once where all are free.
+const BLOCK: usize = 64;
+
 /// The slots: their owner words, mapped read-only, and the entries.
 pub struct TaskSlots {
     owners: NonNull<u64>,
@@ -76,20 +79,31 @@ impl TaskSlots {
     /// slots meanwhile: an entry is copied as a hash lookup copies one, and one freed or
     /// taken by another tid by then (its own `slot_tid` is not the owner's) is left out.
     pub fn for_each(&self, mut f: impl FnMut(u32, &TaskState)) -> Result<()> {
-        for i in 0..self.slots {
-            // SAFETY: word i lies within the mapping; the programs write it whole.
-            let owner = unsafe { std::ptr::read_volatile(self.owners.as_ptr().add(i)) };
-            // Free (0), being made (`SLOT_CLAIMING`), or not a word the programs write.
-            let Ok(tid) = u32::try_from(owner) else {
-                continue;
-            };
-            if tid == 0 || tid & SLOT_CLAIMING != 0 {
+        // One copy of the words, then a run of free ones passed over a block at a time
+        // (most slots are free: a read must cost what the tasks do, not the table's size).
+        let mut owners = vec![0u64; self.slots];
+        // SAFETY: the mapping holds `slots` words; the programs write each whole (a word
+        // torn between two values is either, and is checked against the entry below).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.owners.as_ptr(), owners.as_mut_ptr(), self.slots);
+        }
+        for (b, block) in owners.chunks(BLOCK).enumerate() {
+            if block.iter().all(|&w| w == 0) {
                 continue;
             }
-            let index = u32::try_from(i)?;
-            let entry = self.entries.get(&index, 0).context("read TASK_SLOTS")?;
-            if entry.slot_tid == tid {
-                f(tid, &entry);
+            for (k, &owner) in block.iter().enumerate() {
+                // Free (0), being made (`SLOT_CLAIMING`), or not a word the programs write.
+                let Ok(tid) = u32::try_from(owner) else {
+                    continue;
+                };
+                if tid == 0 || tid & SLOT_CLAIMING != 0 {
+                    continue;
+                }
+                let index = u32::try_from(b * BLOCK + k)?;
+                let entry = self.entries.get(&index, 0).context("read TASK_SLOTS")?;
+                if entry.slot_tid == tid {
+                    f(tid, &entry);
+                }
             }
         }
         Ok(())
