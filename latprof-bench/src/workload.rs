@@ -36,7 +36,9 @@ pub struct WorkloadArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Workload {
-    /// `count` nanosleeps of `interval`.
+    /// `count` nanosleeps of `interval`. Reports the longest and total call (`max_ns`,
+    /// `total_ns`), the calls' sleeps (`slept`; `split`: those of calls that slept more than
+    /// once) and every sleep from the first call to the last (`switched`).
     Sleep {
         #[arg(long, default_value_t = 200)]
         count: u32,
@@ -290,6 +292,9 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             // And whether each nanosleep really slept: on a slow (emulated) CPU the timer can
             // expire before the task leaves the CPU, and then there is no sleep to count.
             let (mut max_ns, mut total_ns, mut slept, mut split) = (0u128, 0u128, 0u32, 0u32);
+            // `switched`: every sleep from the first call to the last, the nanosleeps' and any
+            // other (a page fault's, a lock's), so a test can tell an extra sleep from a miscount.
+            let first = voluntary_switches();
             for _ in 0..*count {
                 let switches = voluntary_switches();
                 let t = std::time::Instant::now();
@@ -306,13 +311,14 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
                     split += n;
                 }
             }
+            let switched = voluntary_switches() - first;
             if *print_proc_latency {
                 let text = std::fs::read_to_string("/proc/self/latency")
                     .context("reading /proc/self/latency (kernel without CONFIG_LATENCYTOP?)")?;
                 print!("{text}");
             }
             finish_with(&format!(
-                " max_ns={max_ns} total_ns={total_ns} slept={slept} split={split}"
+                " max_ns={max_ns} total_ns={total_ns} slept={slept} split={split} switched={switched}"
             ));
             Ok(())
         }

@@ -151,9 +151,10 @@ impl Workload {
         fact(&self.wait_done(), key)
     }
 
-    /// After `wait_done`: waits until the workload sleeps in its wait for the release (its
-    /// main thread off the CPU in a read of stdin), so that a sleep before it has been
-    /// followed by a switch-out latprof saw. At most 10 s.
+    /// Waits until the workload sleeps in a read of stdin (its main thread off the CPU there):
+    /// before `go`, so that its wait for it began before what the test starts next; after
+    /// `wait_done`, so that a sleep before its wait for the release has been followed by a
+    /// switch-out latprof saw. At most 10 s.
     pub fn wait_blocked(&self) {
         let pid = self.pid();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -332,6 +333,16 @@ pub fn judge(doc: &serde_json::Value, pid: u32, counted: u64, slept: u64) -> Res
 /// The nanosleeps counted in a `stats --format json` document.
 pub fn nanosleeps(json: &str) -> u64 {
     nanosleeps_of(&serde_json::from_str(json).expect("latprof's JSON"))
+}
+
+/// Every sleep counted in a JSON value with causes (the document, or one of its cgroups).
+pub fn counted_of(value: &serde_json::Value) -> u64 {
+    value["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .map(|c| c["count"].as_u64().expect("count"))
+        .sum()
 }
 
 /// The nanosleeps of a JSON value with causes (the document, or one of its cgroups): the
