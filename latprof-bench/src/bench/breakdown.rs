@@ -57,6 +57,11 @@ pub(super) fn table(
                     "exit-log",
                     "exited tasks' records sent to user space",
                 ),
+                (
+                    Config::LazySkeleton,
+                    "all (skeleton)",
+                    "every part above at once: what is left (lazy-skeleton) only times each sleep",
+                ),
             ]
             .into_iter()
             .filter_map(|(c, name, what)| {

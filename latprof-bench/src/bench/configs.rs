@@ -70,6 +70,10 @@ pub(super) enum Config {
     /// latprof lazy without one part of its hot programs' work (`--debug-skip`): what the
     /// part costs is lazy's time less this one's (the breakdown).
     LazyWithout(Part),
+    /// latprof lazy without every part `--debug-skip` can leave out, nor cgroups, nor the
+    /// exited tasks' log: each sleep timed, and nothing kept. The least any configuration of
+    /// latprof's programs costs, against which the goals are read.
+    LazySkeleton,
     /// latprof lazy in a fallback build of its programs, as older kernels load it (hidden
     /// flags): issue 30's goals within 1.5x for each.
     LazyFallback(Fallback),
@@ -86,6 +90,9 @@ pub(super) enum Part {
     SwitchCheck,
     Mm,
 }
+
+/// `--debug-skip`'s value for `Config::LazySkeleton`: every part.
+const SKELETON_SKIPS: &str = "stack,account,histograms,runq,counters,switch-check,mm";
 
 impl Part {
     pub(super) const ALL: [Self; 7] = [
@@ -141,7 +148,7 @@ pub(super) const MAIN_CONFIGS: [Config; 10] = [
 
 /// Configurations of their own series: the debug checks and the stack cache on the ping-pong,
 /// lazy and normal together on the fork storm, and the spikes.
-pub(super) const EXTRA_CONFIGS: [Config; 26] = [
+pub(super) const EXTRA_CONFIGS: [Config; 27] = [
     Config::FloorWakers,
     Config::LazyDebug,
     Config::LazyWalk,
@@ -165,6 +172,7 @@ pub(super) const EXTRA_CONFIGS: [Config; 26] = [
     Config::LazyWithout(Part::Counters),
     Config::LazyWithout(Part::SwitchCheck),
     Config::LazyWithout(Part::Mm),
+    Config::LazySkeleton,
     Config::LazyFallback(Fallback::Linux510),
     Config::LazyFallback(Fallback::Linux61),
     Config::LazyFallback(Fallback::Raw),
@@ -218,6 +226,7 @@ impl Config {
                 Part::SwitchCheck => "lazy-no-switch-check",
                 Part::Mm => "lazy-no-mm",
             },
+            Self::LazySkeleton => "lazy-skeleton",
             Self::LazyFallback(fallback) => fallback.name(),
         }
     }
@@ -240,6 +249,12 @@ impl Config {
             Self::LazyUserStacksFp => vec!["--user-stacks", "--debug-no-unwind-tables"],
             Self::LazyDebug => vec!["--debug-checks", "--log", "/dev/null"],
             Self::LazyWithout(part) => vec!["--debug-skip", part.flag()],
+            Self::LazySkeleton => vec![
+                "--debug-skip",
+                SKELETON_SKIPS,
+                "--debug-no-cgroups",
+                "--debug-no-exit-log",
+            ],
             Self::LazyFallback(fallback) => fallback.flags().to_vec(),
             _ => Vec::new(),
         }
@@ -327,6 +342,7 @@ impl Config {
                 | Self::SpikesAdaptive
                 | Self::SpikesAlways
                 | Self::LazyWithout(_)
+                | Self::LazySkeleton
                 | Self::LazyFallback(_)
         )
     }
@@ -354,6 +370,7 @@ impl Config {
             | Self::SpikesAdaptive
             | Self::SpikesAlways
             | Self::LazyWithout(_)
+            | Self::LazySkeleton
             | Self::LazyFallback(_) => true,
             Self::LazyBefore | Self::NormalBefore => BEFORE.get().is_some(),
             Self::Offcputime => Path::new("/usr/sbin/offcputime").exists(),
@@ -429,6 +446,7 @@ pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workloa
                     Config::LazyUserStacksFp,
                 ])
                 .chain(Part::ALL.map(Config::LazyWithout))
+                .chain([Config::LazySkeleton])
                 .chain(Fallback::ALL.map(Config::LazyFallback))
                 .collect(),
         },
@@ -503,6 +521,7 @@ pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workloa
                         Config::LazyUserStacksFp,
                     ])
                     .chain(Part::ALL.map(Config::LazyWithout))
+                    .chain([Config::LazySkeleton])
                     .chain(Fallback::ALL.map(Config::LazyFallback))
                     .collect(),
             });

@@ -43,7 +43,8 @@ pub struct BenchArgs {
     /// lazy-ustacks, lazy-ustacks-fp, lazy-chains, lazy+normal,
     /// spikes-adaptive, spikes-always; the breakdown's lazy-no-stack, lazy-no-account,
     /// lazy-no-histograms, lazy-no-runq, lazy-no-counters, lazy-no-switch-check, lazy-no-mm,
-    /// or all of them as `breakdown`; the fallback builds lazy-5.10, lazy-6.1 and lazy-raw, or
+    /// lazy-skeleton (all of those parts, cgroups and the exit log left out at once), or all of
+    /// them as `breakdown`; the fallback builds lazy-5.10, lazy-6.1 and lazy-raw, or
     /// all three as `fallbacks`).
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
@@ -121,7 +122,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             };
             args.configs.is_empty()
                 || args.configs.iter().any(|n| n == name)
-                || (matches!(c, Config::LazyWithout(_))
+                || (matches!(c, Config::LazyWithout(_) | Config::LazySkeleton)
                     && args.configs.iter().any(|n| n == "breakdown"))
                 || (matches!(c, Config::LazyFallback(_))
                     && args.configs.iter().any(|n| n == "fallbacks"))

@@ -371,6 +371,21 @@ pub(super) fn targets(works: &[Workload], s: &BTreeMap<(usize, Config), Summary>
                 lazy.bpf_cpu_percent / cpus
             ),
         ));
+        // What no change to what the programs keep can go under: each sleep only timed.
+        if let (Some(skeleton), Some(floor)) =
+            (get(hb, Config::LazySkeleton), get(hb, Config::Floor))
+        {
+            out.push((
+                format!(
+                    "{hb}: lazy's skeleton (each sleep timed, nothing kept: every part of the breakdown, cgroups and the exit log left out) and the floor, against the 3% goal"
+                ),
+                "INFO",
+                format!(
+                    "skeleton {:.2}%, floor {:.2}%, lazy {:.2}% of one CPU's time",
+                    skeleton.bpf_cpu_percent, floor.bpf_cpu_percent, lazy.bpf_cpu_percent
+                ),
+            ));
+        }
         // The no-tracer runs' own spread: their slowest and fastest against their median.
         let (lo, hi) = (
             none.wall_min_ms / none.wall_ms,
