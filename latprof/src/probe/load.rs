@@ -71,8 +71,10 @@ pub(super) fn lacks_cas(rejection: &Rejection) -> bool {
 }
 
 /// Loads the object `object` (its kfunc calls rewritten for this kernel) with `g`, then
-/// verifies the programs of the first of `candidates` the kernel accepts. Returns the object
-/// and the variant, or every rejection.
+/// verifies the programs of the first of `candidates` the kernel accepts: those with
+/// compare-and-swap first, then, where none loaded, those without, in an object of their own
+/// whose task entries are all in the hash (no task slots: a slot is claimed by
+/// compare-and-swap). Returns the object and the variant, or every rejection.
 pub(super) fn load_variant(
     object: &[u8],
     g: &Globals,
@@ -82,9 +84,29 @@ pub(super) fn load_variant(
     candidates: &[Variant],
     rejected: &mut Vec<(Variant, Rejection)>,
 ) -> Result<Option<(Ebpf, Variant)>> {
-    // Whether this variant's wakeup program takes the backtraces: it is the BTF one.
-    let mut g = g.clone();
-    g.STACK_AT_WAKEUP = u32::from(btf.is_some());
+    let (cas, nocas): (Vec<Variant>, Vec<Variant>) = candidates.iter().partition(|v| v.cas);
+    for (group, slots) in [(cas, g.TASK_SLOTS_N), (nocas, 0)] {
+        if group.is_empty() {
+            continue;
+        }
+        let g = Globals {
+            // Whether this variant's wakeup program takes the backtraces: it is the BTF one.
+            STACK_AT_WAKEUP: u32::from(btf.is_some()),
+            TASK_SLOTS_N: slots,
+            ..g.clone()
+        };
+        let mut ebpf = loader(&g, debug, config)
+            .load(object)
+            .context("loading latprof's eBPF object")?;
+        if let Some(variant) = first_accepted(&mut ebpf, btf, &group, rejected) {
+            return Ok(Some((ebpf, variant)));
+        }
+    }
+    Ok(None)
+}
+
+/// The loader of the object with `g` and the maps sized for `config`.
+fn loader<'a>(g: &'a Globals, debug: &'a DebugGlobals, config: &ProbeConfig) -> EbpfLoader<'a> {
     let mut loader = EbpfLoader::new();
     g.write(&mut loader);
     debug.write(&mut loader);
@@ -164,9 +186,17 @@ pub(super) fn load_variant(
         .map_max_entries(names::MAP_HISTOGRAMS, config.max_records)
         .map_max_entries(names::MAP_CGROUP_LATENCY, config.max_records)
         .map_max_entries(names::MAP_STACKS, config.max_stacks);
-    let mut ebpf = loader
-        .load(object)
-        .context("loading latprof's eBPF object")?;
+    loader
+}
+
+/// The first of `candidates` whose programs the kernel accepts in the loaded `ebpf` (the BTF
+/// tracepoints' programs attach by `btf`), each rejected one in `rejected`.
+fn first_accepted(
+    ebpf: &mut Ebpf,
+    btf: Option<&aya::Btf>,
+    candidates: &[Variant],
+    rejected: &mut Vec<(Variant, Rejection)>,
+) -> Option<Variant> {
     // Once one program showed that compare-and-swap is missing, its variants are not tried.
     let mut cas_missing = false;
     for &variant in candidates {
@@ -183,7 +213,7 @@ pub(super) fn load_variant(
         let mut loaded = Vec::new();
         let mut failed = None;
         for (prog, btf) in programs {
-            match load_program(&mut ebpf, prog, btf) {
+            match load_program(ebpf, prog, btf) {
                 Ok(()) => loaded.push((prog, btf.is_some())),
                 Err(rejection) => {
                     failed = Some(rejection);
@@ -192,47 +222,19 @@ pub(super) fn load_variant(
             }
         }
         let Some(rejection) = failed else {
-            return Ok(Some((ebpf, variant)));
+            return Some(variant);
         };
         for (prog, is_btf) in loaded {
             let _ = if is_btf {
-                prog_mut::<BtfTracePoint>(&mut ebpf, prog).map(aya::programs::BtfTracePoint::unload)
+                prog_mut::<BtfTracePoint>(ebpf, prog).map(aya::programs::BtfTracePoint::unload)
             } else {
-                prog_mut::<RawTracePoint>(&mut ebpf, prog).map(aya::programs::RawTracePoint::unload)
+                prog_mut::<RawTracePoint>(ebpf, prog).map(aya::programs::RawTracePoint::unload)
             };
         }
         cas_missing |= variant.cas && lacks_cas(&rejection);
         rejected.push((variant, rejection));
     }
-    Ok(None)
-}
-
-/// [`load_variant`] of `candidates` with compare-and-swap, then, where none loaded, of those
-/// without: an object of their own whose task entries are all in the hash (no task slots: a
-/// slot is claimed by compare-and-swap).
-fn load_each(
-    object: &[u8],
-    g: &Globals,
-    debug: &DebugGlobals,
-    config: &ProbeConfig,
-    btf: Option<&aya::Btf>,
-    candidates: &[Variant],
-    rejected: &mut Vec<(Variant, Rejection)>,
-) -> Result<Option<(Ebpf, Variant)>> {
-    let (cas, nocas): (Vec<Variant>, Vec<Variant>) = candidates.iter().partition(|v| v.cas);
-    if !cas.is_empty()
-        && let Some(loaded) = load_variant(object, g, debug, config, btf, &cas, rejected)?
-    {
-        return Ok(Some(loaded));
-    }
-    if nocas.is_empty() {
-        return Ok(None);
-    }
-    let g = Globals {
-        TASK_SLOTS_N: 0,
-        ..g.clone()
-    };
-    load_variant(object, &g, debug, config, btf, &nocas, rejected)
+    None
 }
 
 /// Why a better variant than the one loaded is not running, for the user.
@@ -324,7 +326,7 @@ impl Probe {
                 },
                 ..globals.clone()
             };
-            if let Some(loaded) = load_each(
+            if let Some(loaded) = load_variant(
                 object,
                 &g,
                 debug,
@@ -347,7 +349,7 @@ impl Probe {
             THREAD_SP_OFF: 0,
             ..globals.clone()
         };
-        let loaded = load_each(object, &g, debug, config, None, &candidates, &mut rejected)?;
+        let loaded = load_variant(object, &g, debug, config, None, &candidates, &mut rejected)?;
         Ok(Attempt { loaded, rejected })
     }
 }

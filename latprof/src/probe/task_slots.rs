@@ -120,7 +120,7 @@ impl Drop for TaskSlots {
 /// How many slots a run has (`TASK_SLOTS_N`): `--max-tasks` where the kernel has BPF
 /// compare-and-swap to claim one (Linux 5.12, which added the `bpf_check_mtu` helper in the
 /// same release: BTF names helpers, not instructions), else none (said in `fallbacks`); the
-/// programs without compare-and-swap are loaded with none all the same (`load_each`).
+/// programs without compare-and-swap are loaded with none all the same (`load::load_variant`).
 /// Nor with the stack cache's bounded loop (`bounded_cache`: before 5.17): its wakeup went
 /// past the verifier's million instructions when a lookup could end in either table (the
 /// first form of the slots); since a run uses one table it has not been tried with slots.
