@@ -92,7 +92,8 @@ pub(super) enum Part {
 }
 
 /// `--debug-skip`'s value for `Config::LazySkeleton`: every part.
-const SKELETON_SKIPS: &str = "stack,account,histograms,runq,counters,switch-check,mm";
+static SKELETON_SKIPS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| Part::ALL.map(Part::flag).join(","));
 
 impl Part {
     pub(super) const ALL: [Self; 7] = [
@@ -251,7 +252,7 @@ impl Config {
             Self::LazyWithout(part) => vec!["--debug-skip", part.flag()],
             Self::LazySkeleton => vec![
                 "--debug-skip",
-                SKELETON_SKIPS,
+                SKELETON_SKIPS.as_str(),
                 "--debug-no-cgroups",
                 "--debug-no-exit-log",
             ],
