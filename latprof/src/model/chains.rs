@@ -3,8 +3,18 @@
 //! expanded from that waker cause's own rows (in the waker's process), its parts scaled to the
 //! time it stood behind: each level below the first is an average over the waker cause's
 //! sleeps, not the exact sleep that overlapped (README, Wait chains).
+//!
+//! The tree of a wait grows with the wakers of each level: processes that pass work around
+//! (each waking each other, at several sites) make it exponential in the depth (24 processes
+//! at 5 sites took `stats --chains` past 4 GiB at depth 4). So each part expands at most the
+//! `MAX_EXPANDED` largest of its wakers' sleeps, one wait's tree holds at most
+//! `MAX_PARTS_PER_WAIT` parts and one `Chains` (one view, export or read) `MAX_PARTS` in all;
+//! a sleep past these keeps its time but not its split (`Chains::cut` counts them).
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    cell::Cell,
+    collections::{BTreeMap, HashMap},
+};
 
 use latprof_common::{CHAIN_SLEPT, CHAIN_UNCOUNTED, ChainKey, WAKER_OTHER, WAKER_TASK};
 
@@ -93,6 +103,13 @@ pub struct Sleeper {
     pub ids: Vec<u64>,
 }
 
+/// The most of a part's wakers' sleeps split further, the largest first.
+pub const MAX_EXPANDED: usize = 8;
+/// The most parts of one wait's tree (`Chains::of_ids`).
+pub const MAX_PARTS_PER_WAIT: usize = 512;
+/// The most parts one `Chains` makes in all its trees.
+pub const MAX_PARTS: usize = 16_384;
+
 /// The chain and waker rows of an interval (`cur` less `base`), and how to name causes.
 pub struct Chains<'a> {
     snap: &'a Snapshot,
@@ -108,6 +125,11 @@ pub struct Chains<'a> {
     deep: Option<(Vec<Chain>, Vec<Waker>)>,
     /// Each record id's (kernel, user) frames, named once.
     named: std::cell::RefCell<HashMap<u64, (Backtrace, Vec<String>)>>,
+    /// Parts left to make, in all and in the wait being split.
+    left: Cell<usize>,
+    left_in_wait: Cell<usize>,
+    /// Sleeps not split for the bounds above (not for the depth).
+    cut: Cell<u64>,
 }
 
 impl<'a> Chains<'a> {
@@ -128,7 +150,17 @@ impl<'a> Chains<'a> {
             wakers: super::wakers_since(cur, base, |_| true),
             deep: None,
             named: std::cell::RefCell::default(),
+            left: Cell::new(MAX_PARTS),
+            left_in_wait: Cell::new(0),
+            cut: Cell::new(0),
         }
+    }
+
+    /// Sleeps of wakers whose parts were not split for the bounds on a tree's size
+    /// (`MAX_EXPANDED`, `MAX_PARTS_PER_WAIT`, `MAX_PARTS`), so far.
+    #[must_use]
+    pub fn cut(&self) -> u64 {
+        self.cut.get()
     }
 
     /// Splits the levels below the first by every row since the collection began, not only
@@ -218,6 +250,7 @@ impl<'a> Chains<'a> {
             .map(|w| w.total_ns)
             .sum();
         let mut path = Vec::new();
+        self.left_in_wait.set(MAX_PARTS_PER_WAIT);
         self.expand(ids, sleeper, total, 1, &mut path)
     }
 
@@ -238,8 +271,7 @@ impl<'a> Chains<'a> {
         let scale = |ns: u64| -> u64 {
             u64::try_from(u128::from(ns) * u128::from(time) / u128::from(own)).unwrap_or(u64::MAX)
         };
-        path.push((ids.to_vec(), sleeper));
-        let mut out: Vec<Behind> = sums
+        let mut out: Vec<(Behind, Vec<u64>)> = sums
             .into_iter()
             .filter(|(_, sum)| sum.ns > 0)
             .map(|((tgid, part), sum)| {
@@ -249,27 +281,44 @@ impl<'a> Chains<'a> {
                     count,
                     ids: waker_ids,
                 } = sum;
-                let time_ns = scale(ns);
-                let below = if matches!(part, Part::Slept { .. })
-                    && level < self.levels
-                    && !path.iter().any(|(p, s)| *p == waker_ids && *s == tgid)
-                {
-                    self.expand(&waker_ids, tgid, time_ns, level + 1, path)
-                } else {
-                    Vec::new()
-                };
-                Behind {
+                let part = Behind {
                     waker: tgid.map(|t| (t, comm)),
                     part,
-                    time_ns,
+                    time_ns: scale(ns),
                     count,
-                    below,
-                }
+                    below: Vec::new(),
+                };
+                (part, waker_ids)
             })
             .collect();
+        out.sort_by(|(a, _), (b, _)| b.time_ns.cmp(&a.time_ns).then_with(|| a.part.cmp(&b.part)));
+        self.spend(out.len());
+        path.push((ids.to_vec(), sleeper));
+        let mut expanded = 0;
+        for (b, waker_ids) in &mut out {
+            let tgid = b.waker.as_ref().map(|w| w.0);
+            if !matches!(b.part, Part::Slept { .. })
+                || level >= self.levels
+                || path.iter().any(|(p, s)| p == waker_ids && *s == tgid)
+            {
+                continue;
+            }
+            if expanded >= MAX_EXPANDED || self.left.get() == 0 || self.left_in_wait.get() == 0 {
+                self.cut.set(self.cut.get() + b.count);
+                continue;
+            }
+            expanded += 1;
+            b.below = self.expand(waker_ids, tgid, b.time_ns, level + 1, path);
+        }
         path.pop();
-        out.sort_by(|a, b| b.time_ns.cmp(&a.time_ns).then_with(|| a.part.cmp(&b.part)));
-        out
+        out.into_iter().map(|(b, _)| b).collect()
+    }
+
+    /// Counts `n` parts made against the bounds.
+    fn spend(&self, n: usize) {
+        self.left.set(self.left.get().saturating_sub(n));
+        self.left_in_wait
+            .set(self.left_in_wait.get().saturating_sub(n));
     }
 }
 
@@ -569,6 +618,56 @@ ffffffff81600000 T zzz_end
 
     fn depth(b: &[Behind]) -> usize {
         b.iter().map(|p| 1 + depth(&p.below)).max().unwrap_or(0)
+    }
+
+    fn parts(b: &[Behind]) -> usize {
+        b.iter().map(|p| 1 + parts(&p.below)).sum()
+    }
+
+    /// R11: 24 processes each woken by each other's sleeps (a token passed around) made a
+    /// tree of 24^depth parts: at depth 4, a million; at 16, never done.
+    #[test]
+    fn a_mesh_of_wakers_stays_bounded_at_any_depth() {
+        let mut snap = Snapshot::default();
+        let n = 24u32;
+        for i in 0..n {
+            let id = 1_000 + u64::from(i);
+            snap.stacks.insert(id, vec![0xffff_ffff_8130_0010]);
+            snap.wakers
+                .push(waker(id, 100 + i, WAKER_TASK, 1_000_000, 100));
+            for j in (0..n).filter(|&j| j != i) {
+                snap.chains.push(chain(
+                    id,
+                    100 + i,
+                    100 + j,
+                    CHAIN_SLEPT,
+                    1_000 + u64::from(j),
+                    (4, 40_000, 30_000, 1_000),
+                    "p",
+                ));
+            }
+        }
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        for levels in [4, 16] {
+            let chains = Chains::new(&snap, None, &syms, 12, levels);
+            let tree = chains.of_ids(&[1_000], Some(100));
+            // One level of every waker's three parts past the bound, at most.
+            let made = parts(&tree);
+            assert!(
+                made <= MAX_PARTS_PER_WAIT + 3 * n as usize,
+                "depth {levels}: {made} parts"
+            );
+            assert!(depth(&tree) > 2, "still split below the first level");
+            assert!(chains.cut() > 0, "the sleeps not split are counted");
+            // The first level's time is the wait's, whatever was cut below.
+            let top: u64 = tree.iter().map(|b| b.time_ns).sum();
+            assert_eq!(top, 1_000_000);
+            // Every sleeper's tree in one Chains: bounded in all.
+            let all: usize = (0..n)
+                .map(|i| parts(&chains.of_ids(&[1_000 + u64::from(i)], Some(100 + i))))
+                .sum();
+            assert!(all <= MAX_PARTS + MAX_PARTS_PER_WAIT, "{all} parts");
+        }
     }
 
     #[test]

@@ -374,7 +374,10 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits) -> std
 /// Serves one connection until it ends or a limit ends it.
 async fn connection(stream: TcpStream, router: Router, activity: Arc<Activity>, limits: Limits) {
     let born = Instant::now();
-    let peer = super::Peer(stream.peer_addr().ok().map(|a| a.ip()));
+    let peer = super::peer::Peer {
+        addr: stream.peer_addr().ok(),
+        local: stream.local_addr().ok(),
+    };
     let service = {
         let activity = Arc::clone(&activity);
         hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {

@@ -3,6 +3,7 @@
 //! collection or holds anything it needs, so a slow, stuck or numerous client cannot stall it.
 pub mod chains;
 pub mod conn;
+pub mod peer;
 pub mod pulls;
 pub mod rendered;
 pub mod state;
@@ -205,10 +206,6 @@ fn decode(s: &str) -> String {
         .into_owned()
 }
 
-/// The address a request came from, put in its extensions by the connection.
-#[derive(Clone, Copy, Debug)]
-pub struct Peer(pub Option<std::net::IpAddr>);
-
 /// `seconds` of `/debug/pprof/offcpu` from its query, percent-decoded (other keys are
 /// ignored, as Go's handlers ignore them, and so are later `seconds`, as Go's `FormValue`
 /// takes the first: Parca can send it twice), from `min` to [`MAX_SECONDS`].
@@ -244,7 +241,7 @@ pub fn profile_seconds(query: Option<&str>, min: u32) -> Result<u32, String> {
 async fn offcpu(
     State(shared): State<Shared>,
     RawQuery(query): RawQuery,
-    peer: Option<Extension<Peer>>,
+    peer: Option<Extension<peer::Peer>>,
     headers: HeaderMap,
 ) -> Response {
     let seconds = match profile_seconds(query.as_deref(), min_seconds(shared.interval)) {
@@ -255,12 +252,22 @@ async fn offcpu(
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let who = pulls::scraper_name(query.as_deref(), peer.and_then(|Extension(p)| p.0), agent);
+    let name = pulls::scraper_name(query.as_deref(), agent);
+    let peer = peer.map(|Extension(p)| p).unwrap_or_default();
+    // The kernel's socket tables: read off the threads that answer the other requests.
+    let identity = tokio::task::spawn_blocking(move || peer.identity())
+        .await
+        .unwrap_or_else(|_| "?".to_owned());
     let latest = shared.latest();
     let now = crate::time::monotonic_ns();
-    let span = shared
-        .pulls
-        .next(&who, seconds, now, latest.window_from_ns(), latest.taken_ns);
+    let span = shared.pulls.next(
+        &identity,
+        &name,
+        seconds,
+        now,
+        latest.window_from_ns(),
+        latest.taken_ns,
+    );
     // Encoding is CPU work: off the threads that answer the other requests.
     match tokio::task::spawn_blocking(move || latest.profile(span.after_ns)).await {
         Ok(body) => (

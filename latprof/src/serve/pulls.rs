@@ -7,14 +7,22 @@
 //! no overlap, whatever its `seconds`. A first pull, or one whose previous pull the window no
 //! longer reaches (over `MAX_SECONDS` ago), holds the trailing `seconds`.
 //!
-//! A scraper is told by its `scraper=` query value where it sends one, else by its address and
-//! User-Agent. At most `MAX_SCRAPERS` are remembered; the one that pulled least recently is
-//! forgotten first (its next pull is a first pull again).
+//! A scraper is told by who it is (`peer::Peer::identity`: the user owning its socket on this
+//! machine, its address from elsewhere), then by its `scraper=` query value where it sends
+//! one, else by its User-Agent: a local user who sends the real scraper's name or agent is
+//! another scraper, and cannot move the real one's place. At most `MAX_SCRAPERS` are
+//! remembered, `MAX_PER_IDENTITY` of one identity (its own least recent is forgotten for its
+//! next), and a scraper that pulled within `MAX_SECONDS` is never forgotten for a newcomer:
+//! with no room, the newcomer's pulls are each a first pull (the trailing `seconds`).
 
 use std::{collections::HashMap, sync::Mutex};
 
+use super::state::MAX_SECONDS;
+
 /// Scrapers remembered at most.
 pub const MAX_SCRAPERS: usize = 64;
+/// Scrapers of one identity remembered at most.
+pub const MAX_PER_IDENTITY: usize = 8;
 
 /// The longest scraper name kept (a longer one is cut: any client names itself).
 const MAX_NAME: usize = 200;
@@ -36,10 +44,17 @@ pub struct Pulls {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Per scraper: the latest read its previous pull held, and when it pulled (a sequence
-    /// number: the least recent is forgotten first).
-    last: HashMap<String, (u64, u64)>,
+    /// Per scraper (identity, name): the latest read its previous pull held, and when it
+    /// pulled (a sequence number: the least recent is forgotten first; and the time).
+    last: HashMap<(String, String), Last>,
     pulls: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Last {
+    through: u64,
+    seq: u64,
+    at_ns: u64,
 }
 
 impl Pulls {
@@ -49,7 +64,8 @@ impl Pulls {
     /// the reads up to `latest_ns`.
     pub fn next(
         &self,
-        who: &str,
+        identity: &str,
+        name: &str,
         seconds: u32,
         now_ns: u64,
         window_from_ns: u64,
@@ -61,10 +77,11 @@ impl Pulls {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         state.pulls += 1;
         let seq = state.pulls;
-        let who: String = who.chars().take(MAX_NAME).collect();
-        let span = match state.last.get(&who) {
-            Some(&(through, _)) if through >= window_from_ns => Span {
-                after_ns: through,
+        let cut = |s: &str| -> String { s.chars().take(MAX_NAME).collect() };
+        let key = (cut(identity), cut(name));
+        let span = match state.last.get(&key) {
+            Some(last) if last.through >= window_from_ns => Span {
+                after_ns: last.through,
                 continued: true,
             },
             _ => Span {
@@ -72,37 +89,68 @@ impl Pulls {
                 continued: false,
             },
         };
-        if !state.last.contains_key(&who) && state.last.len() >= MAX_SCRAPERS {
-            let oldest = state
-                .last
-                .iter()
-                .min_by_key(|(_, (_, at))| *at)
-                .map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                state.last.remove(&k);
-            }
+        if !state.last.contains_key(&key) && !state.make_room(&key.0, now_ns) {
+            return span;
         }
         // A pull held no read after the latest: the next one starts there.
         let through = latest_ns.max(span.after_ns);
-        state.last.insert(who, (through, seq));
+        state.last.insert(
+            key,
+            Last {
+                through,
+                seq,
+                at_ns: now_ns,
+            },
+        );
         span
     }
 }
 
-/// The name a pull's scraper goes by: its `scraper` query value, else its address and
-/// User-Agent.
+impl State {
+    /// Room for one more scraper of `identity`: its own least recent is forgotten where it
+    /// has `MAX_PER_IDENTITY`; where all are taken, the least recent that has not pulled for
+    /// `MAX_SECONDS`. False where there is none to forget.
+    fn make_room(&mut self, identity: &str, now_ns: u64) -> bool {
+        let least_recent = |state: &Self, pick: &dyn Fn(&(String, String), &Last) -> bool| {
+            state
+                .last
+                .iter()
+                .filter(|(k, l)| pick(k, l))
+                .min_by_key(|(_, l)| l.seq)
+                .map(|(k, _)| k.clone())
+        };
+        let own = self.last.keys().filter(|(i, _)| i == identity).count();
+        if own >= MAX_PER_IDENTITY {
+            if let Some(k) = least_recent(self, &|(i, _), _| i == identity) {
+                self.last.remove(&k);
+            }
+            return true;
+        }
+        if self.last.len() < MAX_SCRAPERS {
+            return true;
+        }
+        let stale = u64::from(MAX_SECONDS) * 1_000_000_000;
+        match least_recent(self, &|_, l| now_ns.saturating_sub(l.at_ns) > stale) {
+            Some(k) => {
+                self.last.remove(&k);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The name a pull's scraper goes by among its identity's: its `scraper` query value, else
+/// its User-Agent.
 #[must_use]
-pub fn scraper_name(query: Option<&str>, peer: Option<std::net::IpAddr>, agent: &str) -> String {
+pub fn scraper_name(query: Option<&str>, agent: &str) -> String {
     let named = query.unwrap_or("").split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=')?;
         (super::decode(key) == "scraper").then(|| super::decode(value))
     });
     match named {
         Some(name) => format!("scraper={name}"),
-        None => format!(
-            "{} {agent}",
-            peer.map_or_else(|| "?".to_owned(), |ip| ip.to_string())
-        ),
+        None => format!("agent={agent}"),
     }
 }
 
@@ -115,8 +163,11 @@ mod tests {
     #[test]
     fn a_scraper_continues_from_its_previous_pull() {
         let pulls = Pulls::default();
+        let next = |name: &str, seconds, now, from, latest| {
+            pulls.next("uid 0", name, seconds, now, from, latest)
+        };
         // Parca's pull: seconds = interval - 1 (9 of every 10 s).
-        let first = pulls.next("parca", 9, 100 * S, 0, 100 * S);
+        let first = next("parca", 9, 100 * S, 0, 100 * S);
         assert_eq!(
             first,
             Span {
@@ -124,7 +175,7 @@ mod tests {
                 continued: false
             }
         );
-        let second = pulls.next("parca", 9, 110 * S, 0, 110 * S);
+        let second = next("parca", 9, 110 * S, 0, 110 * S);
         assert_eq!(
             second,
             Span {
@@ -133,16 +184,10 @@ mod tests {
             }
         );
         // Another scraper keeps its own place.
-        assert_eq!(
-            pulls.next("alloy", 14, 112 * S, 0, 112 * S).after_ns,
-            98 * S
-        );
-        assert_eq!(
-            pulls.next("parca", 9, 120 * S, 0, 119 * S).after_ns,
-            110 * S
-        );
+        assert_eq!(next("alloy", 14, 112 * S, 0, 112 * S).after_ns, 98 * S);
+        assert_eq!(next("parca", 9, 120 * S, 0, 119 * S).after_ns, 110 * S);
         // Past the window's reach: a first pull again.
-        let late = pulls.next("parca", 9, 500 * S, 200 * S, 500 * S);
+        let late = next("parca", 9, 500 * S, 200 * S, 500 * S);
         assert_eq!(
             late,
             Span {
@@ -152,20 +197,71 @@ mod tests {
         );
     }
 
+    /// R8: a local user who pulled with the real scraper's name took its place (the real
+    /// one's next profile covered the time since the user's pull), and 70 made-up names
+    /// evicted it.
     #[test]
-    fn scrapers_are_bounded_the_least_recent_forgotten() {
+    fn another_user_neither_takes_nor_evicts_a_scrapers_place() {
+        let pulls = Pulls::default();
+        let real = |now| pulls.next("uid 0", "scraper=parca", 9, now, 0, now);
+        real(100 * S);
+        // The user sends the same name: its own place, not the real one's.
+        let forged = pulls.next("uid 65534", "scraper=parca", 9, 103 * S, 0, 103 * S);
+        assert!(!forged.continued);
+        // And many names: only its own are forgotten for its next.
+        for i in 0..70 {
+            pulls.next("uid 65534", &format!("scraper={i}"), 9, 104 * S, 0, 104 * S);
+        }
+        let state = pulls.state.lock().unwrap();
+        let own = state.last.keys().filter(|(i, _)| i == "uid 65534").count();
+        assert_eq!(own, MAX_PER_IDENTITY);
+        drop(state);
+        assert_eq!(
+            real(110 * S),
+            Span {
+                after_ns: 100 * S,
+                continued: true
+            },
+            "the real scraper's pull covers all since its own last"
+        );
+    }
+
+    #[test]
+    fn scrapers_are_bounded_and_recent_ones_never_forgotten() {
         let pulls = Pulls::default();
         for i in 0..MAX_SCRAPERS {
-            pulls.next(&i.to_string(), 10, 100 * S, 0, 100 * S);
+            pulls.next(&format!("10.0.0.{i}"), "agent=Go", 10, 100 * S, 0, 100 * S);
         }
-        // 0 pulls again: 1 is now the least recent, forgotten for the newcomer.
-        assert!(pulls.next("0", 10, 101 * S, 0, 101 * S).continued);
-        pulls.next("new", 10, 102 * S, 0, 102 * S);
+        // All recent: a newcomer is served, not remembered, and forgets no one.
+        let new = pulls.next("10.0.1.1", "agent=Go", 10, 101 * S, 0, 101 * S);
+        assert!(!new.continued);
+        assert!(
+            !pulls
+                .next("10.0.1.1", "agent=Go", 10, 102 * S, 0, 102 * S)
+                .continued
+        );
+        assert!(
+            pulls
+                .next("10.0.0.0", "agent=Go", 10, 103 * S, 0, 103 * S)
+                .continued
+        );
+        // Past MAX_SECONDS, the least recent stale one makes room.
+        let later = 103 * S + u64::from(MAX_SECONDS) * S + S;
+        pulls.next("10.0.0.0", "agent=Go", 10, later - S, 0, later - S);
+        pulls.next("10.0.1.1", "agent=Go", 10, later, 0, later);
+        assert!(
+            pulls
+                .next("10.0.1.1", "agent=Go", 10, later + S, 0, later)
+                .continued
+        );
+        assert!(
+            pulls
+                .next("10.0.0.0", "agent=Go", 10, later + S, 0, later)
+                .continued
+        );
         assert_eq!(pulls.state.lock().unwrap().last.len(), MAX_SCRAPERS);
-        assert!(!pulls.next("1", 10, 103 * S, 0, 103 * S).continued);
-        assert!(pulls.next("0", 10, 104 * S, 0, 104 * S).continued);
         let long = "x".repeat(10_000);
-        pulls.next(&long, 10, 105 * S, 0, 105 * S);
+        pulls.next(&long, &long, 10, later, 0, later);
         assert!(
             pulls
                 .state
@@ -173,21 +269,20 @@ mod tests {
                 .unwrap()
                 .last
                 .keys()
-                .all(|k| k.len() <= MAX_NAME)
+                .all(|(i, n)| i.len() <= MAX_NAME && n.len() <= MAX_NAME)
         );
     }
 
     #[test]
-    fn scrapers_are_named_by_query_or_by_address_and_agent() {
-        let ip = Some("10.0.0.7".parse().unwrap());
+    fn scrapers_are_named_by_query_or_agent() {
         assert_eq!(
-            scraper_name(Some("seconds=9&scraper=parca%2D1"), ip, "Go"),
+            scraper_name(Some("seconds=9&scraper=parca%2D1"), "Go"),
             "scraper=parca-1"
         );
         assert_eq!(
-            scraper_name(Some("seconds=9"), ip, "Alloy/v1.5"),
-            "10.0.0.7 Alloy/v1.5"
+            scraper_name(Some("seconds=9"), "Alloy/v1.5"),
+            "agent=Alloy/v1.5"
         );
-        assert_eq!(scraper_name(None, None, ""), "? ");
+        assert_eq!(scraper_name(None, ""), "agent=");
     }
 }

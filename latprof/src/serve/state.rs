@@ -783,7 +783,7 @@ ffffffff81402000 T __lock_text_end
                     continue;
                 }
                 let now = t * 1_000_000_000 + 300_000_000;
-                let span = pulls.next(who, seconds, now, p.window_from_ns(), p.taken_ns);
+                let span = pulls.next("uid 0", who, seconds, now, p.window_from_ns(), p.taken_ns);
                 let mut raw = Vec::new();
                 flate2::read::GzDecoder::new(p.profile(span.after_ns).as_slice())
                     .read_to_end(&mut raw)

@@ -20,6 +20,7 @@ use std::{
 };
 
 use super::{
+    copies::{self, Budget, Charge},
     leaf::Cfi,
     maps::{self, Mapping},
     perfmap::PerfMap,
@@ -27,15 +28,24 @@ use super::{
 };
 
 /// An executable file some process mapped, open (its inode, even once deleted or in another
-/// mount namespace).
+/// mount namespace), or a private copy of it (`copies`).
 #[derive(Debug)]
 pub(super) struct Module {
+    /// The file itself where root may map it (`copies::may_map`), else a sealed copy, or the
+    /// file itself where no copy could be made (`parse` is then false: it is only read).
     pub(super) file: File,
+    /// The original's device and inode.
     pub(super) dev: u64,
     pub(super) ino: u64,
     pub(super) build_id: String,
+    /// Whether `file` may be parsed and mapped: it cannot change under latprof and its
+    /// sections claim no more than it holds (`untrusted::sections_fit`). Without, its frames
+    /// are named `file+0xoffset`, and it has no unwind information.
+    pub(super) parse: bool,
     /// Whether its DWARF may be read (`untrusted::dwarf_safe`).
     pub(super) dwarf: bool,
+    /// What its copy costs the budget, given back when it is dropped.
+    _charge: Option<Charge>,
     /// Its unwind information, read once for both threads: the kernel's tables are made
     /// from it, and the naming thread unwinds frameless callers with it.
     cfi: OnceLock<Option<Arc<Cfi>>>,
@@ -45,7 +55,11 @@ impl Module {
     /// Its unwind information (`None`: it has none), read the first time it is asked for.
     pub(super) fn cfi(&self) -> Option<Arc<Cfi>> {
         self.cfi
-            .get_or_init(|| Cfi::read(&self.file).map(Arc::new))
+            .get_or_init(|| {
+                self.parse
+                    .then(|| Cfi::read(&self.file).map(Arc::new))
+                    .flatten()
+            })
             .clone()
     }
 
@@ -100,6 +114,8 @@ impl View {
 /// Processes kept before dead ones not used for `KEEP_DEAD` are dropped.
 const MAX_PROCESSES: usize = 1024;
 const KEEP_DEAD: Duration = Duration::from_secs(300);
+/// How long a process gone is kept when the copies' budget is short (`copy_of`).
+const KEEP_DEAD_SHORT: Duration = Duration::from_secs(10);
 /// How often a process's memory map may be read again for a frame it did not cover.
 const REREAD: Duration = Duration::from_secs(1);
 /// How often its perf map may be read again meanwhile (what it gained: a stat and the new
@@ -124,6 +140,8 @@ pub struct Processes {
     /// One more each time files were closed: the naming thread then drops what it keeps
     /// of them.
     generation: u64,
+    /// What the private copies of users' files cost.
+    copies: Budget,
 }
 
 impl Default for Processes {
@@ -173,7 +191,14 @@ impl Processes {
             max_open: open_files_limit(),
             perf_bytes: 0,
             generation: 0,
+            copies: Budget::default(),
         }
+    }
+
+    /// Bytes of users' files copied now, and files not copied for want of budget so far.
+    #[must_use]
+    pub fn copies(&self) -> (u64, u64) {
+        (self.copies.spent(), self.copies.refused())
     }
 
     /// Reads the memory map of process `tgid` with address-space layout `layout` and opens its
@@ -338,7 +363,17 @@ impl Processes {
         if !meta.file_type().is_file() {
             return None;
         }
-        let build_id =
+        let mappable = copies::may_map(&file, &meta);
+        let (file, charge) = if mappable {
+            (file, None)
+        } else {
+            match self.copy_of(&file, &meta) {
+                Some((copy, charge)) => (copy, Some(charge)),
+                None => (file, None),
+            }
+        };
+        let parse = (mappable || charge.is_some()) && untrusted::sections_fit(&file, &meta);
+        let build_id = if parse {
             blazesym::helper::read_elf_build_id(&format!("/proc/self/fd/{}", file.as_raw_fd()))
                 .ok()
                 .flatten()
@@ -348,18 +383,36 @@ impl Processes {
                         hex
                     })
                 })
-                .unwrap_or_default();
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
         let module = Arc::new(Module {
-            dwarf: untrusted::dwarf_safe(&file),
+            dwarf: parse && untrusted::dwarf_safe(&file, &meta),
+            parse,
             file,
             dev: meta.dev(),
             ino: meta.ino(),
             build_id,
             cfi: OnceLock::new(),
+            _charge: charge,
         });
         self.modules
             .insert((meta.dev(), meta.ino()), Arc::clone(&module));
         Some(module)
+    }
+
+    /// A private copy of a user's `file` (`copies`); where the budget is short, the files
+    /// of processes gone a while are closed first, giving their copies' bytes back.
+    fn copy_of(&mut self, file: &File, meta: &std::fs::Metadata) -> Option<(File, Charge)> {
+        if !self.copies.fits(meta.uid(), copies::held_bytes(meta)) {
+            let now = Instant::now();
+            self.seen.retain(|&(tgid, layout), p| {
+                now.duration_since(p.used) < KEEP_DEAD_SHORT || process_layout(tgid) == Some(layout)
+            });
+            self.close_unused();
+        }
+        self.copies.copy(file, meta)
     }
 
     /// Closes the files only processes dropped held (a view the naming thread holds keeps

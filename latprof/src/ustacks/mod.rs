@@ -4,6 +4,7 @@
 //! seen and names the frames.
 
 pub mod capture;
+pub mod copies;
 pub mod leaf;
 pub mod maps;
 pub mod perfmap;

@@ -4,9 +4,10 @@
 //! process's own mount namespace, named by its pid there.
 //!
 //! The file is the process's, so any user writes it: it is opened below the process's root
-//! with no link followed, only as a regular file of the process's user (or root) with one
-//! name (`untrusted`), read in pieces from where the last read stopped (a JIT appends), at most
-//! `MAX_BYTES` of it, lines longer than `MAX_LINE` skipped, names made printable.
+//! with no link followed and no mount crossed at the file, only as a regular file of the
+//! process's user with one name (`untrusted`), read in pieces from where the last read
+//! stopped (a JIT appends), at most `MAX_BYTES` of it, lines longer than `MAX_LINE` skipped,
+//! names made printable.
 
 use std::{
     io,
@@ -66,7 +67,7 @@ impl PerfMap {
     /// Reads what process `tgid` (real user `uid`) appended to its perf map since the last
     /// call, at most `budget` bytes. Returns the bytes read.
     pub fn refresh(&mut self, tgid: u32, uid: u32, budget: u64) -> io::Result<u64> {
-        let file = untrusted::open_below_root(tgid, &rel_path(tgid))?;
+        let file = untrusted::open_in_dir_below_root(tgid, "tmp", &file_name(tgid))?;
         let meta = untrusted::check_own_regular(&file, uid, u64::MAX)?;
         let id = (meta.dev(), meta.ino());
         if self.file != Some(id) || meta.len() < self.read {
@@ -194,10 +195,10 @@ fn offset_after(chunk: &[u8], piece: &[u8]) -> u64 {
     (piece.as_ptr() as usize - chunk.as_ptr() as usize + piece.len()) as u64
 }
 
-/// The map's path below the process's root: `/tmp`, named by its innermost pid (`NSpid`:
-/// in a container, the pid the process knows itself by).
+/// The map's name in the process's `/tmp`: named by its innermost pid (`NSpid`: in a
+/// container, the pid the process knows itself by).
 #[must_use]
-pub fn rel_path(tgid: u32) -> String {
+pub fn file_name(tgid: u32) -> String {
     let inner = std::fs::read_to_string(format!("/proc/{tgid}/status"))
         .ok()
         .and_then(|status| {
@@ -207,7 +208,7 @@ pub fn rel_path(tgid: u32) -> String {
                 .and_then(|l| l.split_whitespace().last().map(str::to_owned))
         })
         .unwrap_or_else(|| tgid.to_string());
-    format!("tmp/perf-{inner}.map")
+    format!("perf-{inner}.map")
 }
 
 #[cfg(test)]
@@ -247,7 +248,7 @@ mod tests {
     fn the_own_process_map_is_read_as_it_grows_and_bounded() {
         use std::io::Write as _;
         let pid = std::process::id();
-        let path = format!("/{}", rel_path(pid));
+        let path = format!("/tmp/{}", file_name(pid));
         let mut file = std::fs::File::create(&path).unwrap();
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };

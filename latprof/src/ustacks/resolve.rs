@@ -336,6 +336,11 @@ impl Resolver {
         if is_return && !self.after_call(&module, offset + 1) {
             return None;
         }
+        if !module.parse {
+            // A file that could change under latprof and was not copied, or whose sections
+            // claim more than it holds: nothing is parsed out of it.
+            return Some(fallback);
+        }
         let symbolizer = &self.symbolizer;
         let entries = &mut self.entries;
         let name = self

@@ -126,7 +126,12 @@ impl Tables {
                 *self
                     .templates
                     .entry((module.dev, module.ino))
-                    .or_insert_with(|| super::trampolines::python_rule(&module.file))
+                    .or_insert_with(|| {
+                        module
+                            .parse
+                            .then(|| super::trampolines::python_rule(&module.file))
+                            .flatten()
+                    })
             });
         let Some(rule) = rule else {
             return 0;

@@ -4,9 +4,10 @@
 //! ever, a section header may claim gigabytes, a debug link may name any file.
 //!
 //! - Files are opened `O_NOFOLLOW | O_NONBLOCK`, below the process's root with no link
-//!   followed (`openat2`), or through `/proc/PID/map_files` (what the process really maps).
+//!   followed and no mount crossed at the file (`openat2`), or through `/proc/PID/map_files`
+//!   (what the process really maps).
 //! - Only regular files, with one name (no hard link to someone else's file), owned by the
-//!   process's user or by root.
+//!   process's user.
 //! - Sizes are capped before anything is allocated and files are read in bounded pieces.
 //! - A binary's DWARF is read only where nothing in it sends the reader to another file that
 //!   its owner chose (debug links, supplementary files), and no compressed section claims more
@@ -52,45 +53,72 @@ pub fn process_uid(tgid: u32) -> Option<u32> {
         .ok()
 }
 
-/// Opens `rel` (no leading `/`) below process `tgid`'s root directory, as that process would
-/// see it, following no link at all (a link anywhere in the path is refused), never blocking
-/// (a FIFO opens and is then refused as not a regular file).
-pub fn open_below_root(tgid: u32, rel: &str) -> io::Result<File> {
+/// Opens `name` in the directory `dir` (no leading `/`) below process `tgid`'s root
+/// directory, as that process would see it, following no link at all (a link anywhere in the
+/// path is refused), never blocking (a FIFO opens and is then refused as not a regular file).
+/// `dir` may be a mount of its own (a tmpfs `/tmp`); `name` must be on the same mount as `dir`:
+/// a file bind-mounted over it (in a user's own mount namespace, where any user may mount) is
+/// refused, whatever it is.
+pub fn open_in_dir_below_root(tgid: u32, dir: &str, name: &str) -> io::Result<File> {
     let root = CString::new(format!("/proc/{tgid}/root")).map_err(io::Error::other)?;
-    let rel = CString::new(rel).map_err(io::Error::other)?;
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
     // SAFETY: a NUL-terminated path; the descriptor is checked and owned below.
-    let dir = unsafe {
+    let root = unsafe {
         libc::open(
             root.as_ptr(),
             libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
         )
     };
-    if dir < 0 {
+    if root < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: `dir` is a descriptor this function just opened and owns.
-    let dir = unsafe { File::from_raw_fd(dir) };
+    // SAFETY: `root` is a descriptor this function just opened and owns.
+    let root = unsafe { File::from_raw_fd(root) };
+    let no_links = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    let dir = openat2(
+        &root,
+        dir,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        libc::RESOLVE_IN_ROOT | no_links,
+    )?;
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    let file = openat2(
+        &dir,
+        name,
+        flags,
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_XDEV | no_links,
+    )?;
+    if mount_id(&file)? != mount_id(&dir)? {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "on another mount than its directory",
+        ));
+    }
+    Ok(file)
+}
+
+/// openat2(2) of `path` below `dir`; where the kernel has no openat2 (before Linux 5.6),
+/// openat with `O_NOFOLLOW` (the last component is not followed, the directories before it
+/// are; `open_in_dir_below_root` checks the mount itself).
+fn openat2(dir: &File, path: &str, flags: i32, resolve: u64) -> io::Result<File> {
+    let path = CString::new(path).map_err(io::Error::other)?;
     let how = OpenHow {
         flags: u64::try_from(flags).unwrap_or(0),
         mode: 0,
-        resolve: libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+        resolve,
     };
     // SAFETY: openat2 with a valid directory descriptor, path and `open_how` of the size given.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_openat2,
             dir.as_raw_fd(),
-            rel.as_ptr(),
+            path.as_ptr(),
             &raw const how,
             size_of::<OpenHow>(),
         )
     };
     let fd = if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
-        // Before Linux 5.6: the last component is not followed, the directories before it
-        // (`tmp`) are, as the process itself would.
         // SAFETY: as above, with openat.
-        i64::from(unsafe { libc::openat(dir.as_raw_fd(), rel.as_ptr(), flags) })
+        i64::from(unsafe { libc::openat(dir.as_raw_fd(), path.as_ptr(), flags | libc::O_NOFOLLOW) })
     } else {
         fd
     };
@@ -102,8 +130,18 @@ pub fn open_below_root(tgid: u32, rel: &str) -> io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
+/// The id of the mount `file` is on (`mnt_id` of `/proc/self/fdinfo`, Linux 3.15 on).
+fn mount_id(file: &File) -> io::Result<u64> {
+    std::fs::read_to_string(format!("/proc/self/fdinfo/{}", file.as_raw_fd()))?
+        .lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| io::Error::other("no mnt_id in fdinfo"))
+}
+
 /// Checks that `file` is what a process's own file must be: a regular file with one name,
-/// owned by `uid` or root, at most `max` bytes. Returns its metadata.
+/// owned by `uid` (the process's real user: a root-owned file is no user's own, whoever could
+/// name it), at most `max` bytes. Returns its metadata.
 pub fn check_own_regular(file: &File, uid: u32, max: u64) -> io::Result<std::fs::Metadata> {
     let meta = file.metadata()?;
     let refuse = |why: &str| Err(io::Error::new(io::ErrorKind::InvalidData, why.to_owned()));
@@ -113,7 +151,7 @@ pub fn check_own_regular(file: &File, uid: u32, max: u64) -> io::Result<std::fs:
     if meta.nlink() != 1 {
         return refuse("a file with other names (a hard link)");
     }
-    if meta.uid() != uid && meta.uid() != 0 {
+    if meta.uid() != uid {
         return refuse("owned by another user");
     }
     if meta.len() > max {
@@ -122,15 +160,49 @@ pub fn check_own_regular(file: &File, uid: u32, max: u64) -> io::Result<std::fs:
     Ok(meta)
 }
 
-/// Whether a binary's DWARF may be read (`Elf::debug_syms`): nothing in it names another file
-/// for the reader to open unless root owns the binary and the name stays in root's debug
-/// directories, and no compressed section claims more than `MAX_DWARF_SECTION` bytes once
-/// uncompressed.
+/// The most a symbol or string table of a user's binary may claim (the parsers hold what it
+/// claims, and an index of it).
+pub const MAX_SYMBOL_SECTION: u64 = 256 << 20;
+
+/// Bytes a section may claim beyond what its file holds (`copies::held_bytes`): a small file
+/// may hold its data inline, with no block of its own.
+const HELD_SLACK: u64 = 1 << 20;
+
+/// Whether anything may be parsed out of the ELF `file` (a private copy, or the file itself),
+/// whose original has metadata `meta`: every section the file holds lies within the file and
+/// claims no more than the file really holds (a sparse file claims gigabytes that cost the
+/// user nothing), and no symbol or string table more than `MAX_SYMBOL_SECTION`. A parser
+/// sizes what it allocates by these claims, so they are checked before any parse.
 #[must_use]
-pub fn dwarf_safe(file: &File) -> bool {
-    let Ok(meta) = file.metadata() else {
+pub fn sections_fit(file: &File, meta: &std::fs::Metadata) -> bool {
+    let cache = object::ReadCache::new(file);
+    let Ok(elf) = ElfFile64::<object::Endianness, _>::parse(&cache) else {
         return false;
     };
+    let held = super::copies::held_bytes(meta).saturating_add(HELD_SLACK);
+    elf.sections().all(|section| {
+        let Some((offset, size)) = section.file_range() else {
+            // Holds nothing in the file (`.bss`).
+            return true;
+        };
+        let symbols = matches!(
+            section.name(),
+            Ok(".symtab" | ".dynsym" | ".strtab" | ".dynstr")
+        );
+        offset
+            .checked_add(size)
+            .is_some_and(|end| end <= meta.len())
+            && size <= held
+            && (!symbols || size <= MAX_SYMBOL_SECTION)
+    })
+}
+
+/// Whether a binary's DWARF may be read (`Elf::debug_syms`): nothing in it names another file
+/// for the reader to open unless root owns the binary (`meta`: the original's, where `file`
+/// is a copy) and the name stays in root's debug directories, and no compressed section
+/// claims more than `MAX_DWARF_SECTION` bytes once uncompressed.
+#[must_use]
+pub fn dwarf_safe(file: &File, meta: &std::fs::Metadata) -> bool {
     let cache = object::ReadCache::new(file);
     let Ok(elf) = ElfFile64::<object::Endianness, _>::parse(&cache) else {
         // Not a 64-bit ELF blazesym could follow links from: its symbols, if any, are read
@@ -215,7 +287,8 @@ mod tests {
     fn own_binary_may_be_read_and_a_link_below_root_is_refused() {
         let exe = File::open("/proc/self/exe").unwrap();
         // The test binary has no debug link: its DWARF may be read.
-        assert!(dwarf_safe(&exe));
+        assert!(dwarf_safe(&exe, &exe.metadata().unwrap()));
+        assert!(sections_fit(&exe, &exe.metadata().unwrap()));
         let pid = std::process::id();
         // /proc/self/exe-like links are not followed below a root.
         let dir = std::env::temp_dir().join(format!("latprof-untrusted-{pid}"));
@@ -224,10 +297,18 @@ mod tests {
         let target = dir.join("target");
         std::fs::write(&target, b"x").unwrap();
         std::os::unix::fs::symlink(&target, dir.join("link")).unwrap();
-        let rel = dir.strip_prefix("/").unwrap();
-        assert!(open_below_root(pid, &format!("{}/target", rel.display())).is_ok());
-        assert!(open_below_root(pid, &format!("{}/link", rel.display())).is_err());
-        let file = open_below_root(pid, &format!("{}/target", rel.display())).unwrap();
+        let rel = dir
+            .strip_prefix("/")
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(open_in_dir_below_root(pid, &rel, "target").is_ok());
+        assert!(open_in_dir_below_root(pid, &rel, "link").is_err());
+        assert!(
+            open_in_dir_below_root(pid, &rel, "../x").is_err(),
+            "out of the directory"
+        );
+        let file = open_in_dir_below_root(pid, &rel, "target").unwrap();
         // SAFETY: getuid has no preconditions.
         let me = unsafe { libc::getuid() };
         assert!(check_own_regular(&file, me, 10).is_ok());
