@@ -63,22 +63,41 @@ fn as_nobody(program: &Path) -> Command {
     cmd
 }
 
-/// Waits for `child` at most `limit`; kills it (and fails) past that.
+/// Waits for `child` at most `limit`; kills it (and fails) past that. Its output is read
+/// meanwhile: a child whose pipe filled would otherwise wait on the reader for ever.
 fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> Output {
+    fn drain<R: std::io::Read + Send + 'static>(
+        pipe: Option<R>,
+    ) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut out);
+            }
+            out
+        })
+    }
+    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
         }
         if Instant::now() >= deadline {
             let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
+            let _ = child.wait();
+            let stderr = stderr.join().unwrap_or_default();
             panic!(
                 "{what} did not end within {limit:?} (killed): {}",
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&stderr)
             );
         }
         std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
     }
 }
 
@@ -351,6 +370,233 @@ fn a_process_mapping_many_files_does_not_spend_the_descriptors() {
     interrupt_bounded(latprof, stderr, Duration::from_secs(25));
     // Half of the limit at most for the binaries, and about 40 for the rest.
     assert!(most > 0 && most < 600, "{most} descriptors open");
+}
+
+/// R1: a user in a user and mount namespace of its own bind-mounted a root-only file over its
+/// perf map: root's latprof followed the mount, took the root-owned file as the process's own,
+/// and its lines named the JIT frames.
+#[test]
+#[ignore = "needs root"]
+fn a_perf_map_bind_mounted_over_roots_file_is_not_read() {
+    let dir = TempDir::new("perfmap-bind");
+    let secret = dir.file("secret.txt");
+    std::fs::write(&secret, "0 ffffffffffffffff ROOT_ONLY_SECRET\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // bindmap.sh execs the jitter beside it.
+    build("jitter.c", "jitter");
+    let script = bin_dir().join("bindmap.sh");
+    std::fs::copy(common::hostile("bindmap.sh"), &script).unwrap();
+    let mut user = as_nobody(Path::new("unshare"));
+    user.args(["-Urm", "sh"]).arg(&script).arg(&secret);
+    // The workload fails (and so the test) where the bind mount cannot be made.
+    let out = stats_around(&user, "text", Duration::from_secs(25));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("ROOT_ONLY_SECRET"), "{text}");
+    // Its JIT frame was seen, and left unnamed.
+    assert!(text.contains("[anon]+0x"), "{text}");
+}
+
+/// R2: the symbolizer mapped a user's library as it is; the user cut it short and wrote it
+/// back in a loop, and root's latprof died of SIGBUS (exit 135) within seconds.
+#[test]
+#[ignore = "needs root"]
+fn a_library_cut_short_under_latprof_does_not_kill_it() {
+    let dir = TempDir::new("librace");
+    let src = dir.file("librace.c");
+    let status = Command::new("python3")
+        .arg(common::hostile("mklibrace.py"))
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let lib = dir.file("librace.so");
+    let status = Command::new("gcc")
+        .args([
+            "-O1",
+            "-g3",
+            "-fno-omit-frame-pointer",
+            "-shared",
+            "-fPIC",
+            "-o",
+        ])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(status.success());
+    // The user's own library: it may write it.
+    let status = Command::new("chown")
+        .arg("nobody")
+        .arg(&lib)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let race = build("race.c", "race");
+    let mut user = as_nobody(&race);
+    user.arg(&lib).arg("8");
+    // latprof must still be there to stop, and exit 0 (interrupt_bounded).
+    let out = stats_around(&user, "text", Duration::from_secs(40));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Its frames are there: named from the copy, or by file and offset where the copy was
+    // taken while the file was cut short.
+    assert!(
+        text.contains("race_fn_") || text.contains("librace.so+0x"),
+        "{text}"
+    );
+}
+
+/// Runs `latprof ARGS` under `latprof-workload measure` until it ends by itself, at most
+/// `limit`, opening `gate` once it has attached; it must exit 0. Returns its stdout and peak
+/// RSS in KiB.
+fn measured(args: &[&str], limit: Duration, gate: &Gate) -> (String, u64) {
+    let dir = TempDir::new("measured");
+    let report = dir.file("rusage");
+    let mut cmd = Command::new(common::workload_bin());
+    cmd.args(["measure", "--report", report.to_str().unwrap(), LATPROF])
+        .args(args)
+        .stdout(Stdio::piped());
+    let (latprof, mut stderr) = common::start(&mut cmd, "attached");
+    gate.open();
+    let mut out = wait_bounded(latprof, limit, "latprof");
+    let _ = std::io::Read::read_to_end(&mut stderr, &mut out.stderr);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = std::fs::read_to_string(&report).unwrap();
+    let rss = report
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("maxrss_kib="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{report}"));
+    (String::from_utf8_lossy(&out.stdout).into_owned(), rss)
+}
+
+/// R4: 30 small binaries of a user's whose `.eh_frame` claims 60 MiB each (sparse files that
+/// long) took root's latprof to 1.9 GB, kept after they exited.
+#[test]
+#[ignore = "needs root"]
+fn sparse_sections_of_many_binaries_are_not_allocated() {
+    let dir = TempDir::new("ehsparse");
+    let mut bins = Vec::new();
+    for i in 0..30 {
+        let bin = dir.file(&format!("ehsparse{i}"));
+        let status = Command::new("python3")
+            .arg(common::hostile("elfpatch.py"))
+            .arg(evil())
+            .arg(&bin)
+            .args([".eh_frame", &(60u64 << 20).to_string()])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let status = Command::new("chown")
+            .arg("nobody")
+            .arg(&bin)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        bins.push(format!("{} libc 1500 3 &", bin.display()));
+    }
+    let script = format!("{} wait", bins.join(" "));
+    let mut user = as_nobody(Path::new("sh"));
+    user.args(["-c", &script]);
+    let (workload, gate) = Gate::spawn(&user, None);
+    let (text, rss) = measured(
+        &[
+            "--user-stacks",
+            "stats",
+            "--all-sleeps",
+            "--duration",
+            "10s",
+        ],
+        Duration::from_secs(90),
+        &gate,
+    );
+    let work = wait_bounded(workload, Duration::from_secs(60), "the sparse binaries");
+    assert!(work.status.success());
+    assert!(
+        text.contains("ehsparse"),
+        "their sleeps are counted:\n{text}"
+    );
+    // latprof alone peaks at about 60 MiB here (a test build); 30 tables read whole took
+    // 1.8 GB more.
+    assert!(rss < 200 * 1024, "peak RSS {rss} KiB");
+}
+
+/// R6: a 24 KB binary whose `.dynsym` claims 100 GiB (and one whose `.symtab` claims 2 GiB),
+/// in sparse files that long: root's latprof died allocating what they claimed.
+#[test]
+#[ignore = "needs root"]
+fn symbol_tables_claiming_gigabytes_are_not_allocated() {
+    for (section, size) in [(".dynsym", 100u64 << 30), (".symtab", 2 << 30)] {
+        let dir = TempDir::new("symbomb");
+        let bomb = dir.file("symbomb");
+        let status = Command::new("python3")
+            .arg(common::hostile("elfpatch.py"))
+            .arg(evil())
+            .arg(&bomb)
+            .args([section, &size.to_string()])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let status = Command::new("chown")
+            .arg("nobody")
+            .arg(&bomb)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let mut user = as_nobody(&bomb);
+        user.args(["libc", "1500", "3"]);
+        let (workload, gate) = Gate::spawn(&user, None);
+        let mut cmd = Command::new("prlimit");
+        cmd.arg(format!("--as={}", 1u64 << 30))
+            .arg(LATPROF)
+            .args(["--user-stacks", "stats", "--all-sleeps"])
+            .args(["--pid", &workload.id().to_string()])
+            .stdout(Stdio::piped());
+        let (latprof, stderr) = common::start(&mut cmd, "attached");
+        gate.open();
+        let _ = wait_bounded(workload, Duration::from_secs(60), "symbomb");
+        let out = interrupt_bounded(latprof, stderr, Duration::from_secs(25));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("symbomb+0x"), "{section}: {text}");
+    }
+}
+
+/// R11: 24 processes passing tokens (five wait sites) took `stats --chains` past 4 GiB with
+/// no output at the default depth: the chains' tree grew as 24 to the depth.
+#[test]
+#[ignore = "needs root"]
+fn wait_chains_of_a_process_mesh_stay_bounded() {
+    let procmesh = build("procmesh.c", "procmesh");
+    let mut user = as_nobody(&procmesh);
+    user.args(["24", "8"]);
+    let (workload, gate) = Gate::spawn(&user, None);
+    let (json, rss) = measured(
+        &[
+            "--chains",
+            "--chain-depth",
+            "8",
+            "stats",
+            "--format",
+            "json",
+            "--duration",
+            "10s",
+        ],
+        Duration::from_secs(120),
+        &gate,
+    );
+    let work = wait_bounded(workload, Duration::from_secs(60), "procmesh");
+    assert!(work.status.success());
+    assert!(
+        json.contains("\"behind\""),
+        "chains were split:\n{json:.2000}"
+    );
+    // About 60 MiB alone; bounded trees add a few. Unbounded, gigabytes.
+    assert!(rss < 400 * 1024, "peak RSS {rss} KiB");
 }
 
 /// The hostile sleeper with its names rewritten by `patch.py` (escape sequences, forged

@@ -19,7 +19,7 @@ use std::{
     io,
     os::{
         fd::{AsRawFd as _, FromRawFd as _},
-        unix::fs::MetadataExt as _,
+        unix::fs::{FileExt as _, MetadataExt as _},
     },
 };
 
@@ -171,23 +171,57 @@ const HELD_SLACK: u64 = 1 << 20;
 /// Whether anything may be parsed out of the ELF `file` (a private copy, or the file itself),
 /// whose original has metadata `meta`: every section the file holds lies within the file and
 /// claims no more than the file really holds (a sparse file claims gigabytes that cost the
-/// user nothing), and no symbol or string table more than `MAX_SYMBOL_SECTION`. A parser
-/// sizes what it allocates by these claims, so they are checked before any parse.
+/// user nothing), and no symbol or string table more than `MAX_SYMBOL_SECTION`. Parsers size
+/// what they allocate by these claims (`object` reads the symbol tables whole as it opens a
+/// file), so the section headers are read here by hand, before any parser sees the file.
 #[must_use]
 pub fn sections_fit(file: &File, meta: &std::fs::Metadata) -> bool {
-    let cache = object::ReadCache::new(file);
-    let Ok(elf) = ElfFile64::<object::Endianness, _>::parse(&cache) else {
-        return false;
-    };
     let held = super::copies::held_bytes(meta).saturating_add(HELD_SLACK);
-    elf.sections().all(|section| {
-        let Some((offset, size)) = section.file_range() else {
+    let mut header = [0u8; 64];
+    if file.read_exact_at(&mut header, 0).is_err()
+        || header[..4] != *b"\x7fELF"
+        || header[4] != 2
+        || header[5] != 1
+    {
+        // Not a 64-bit little-endian ELF file: nothing latprof parses.
+        return false;
+    }
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+    let u32_at =
+        |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or([0; 4]));
+    let u64_at =
+        |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
+    let (shoff, shentsize, shnum) = (
+        u64_at(&header, 0x28),
+        u16_at(&header, 0x3a),
+        u16_at(&header, 0x3c),
+    );
+    // No section table is fine (nothing to name from); extended numbering (0 sections with
+    // the count elsewhere) and odd entry sizes are not what a linker writes.
+    if shnum == 0 {
+        return shoff == 0;
+    }
+    let table = u64::from(shnum) * 64;
+    if shentsize != 64 || shoff.checked_add(table).is_none_or(|end| end > meta.len()) {
+        return false;
+    }
+    let mut headers = vec![0u8; usize::try_from(table).unwrap_or(0)];
+    if file.read_exact_at(&mut headers, shoff).is_err() {
+        return false;
+    }
+    headers.as_chunks::<64>().0.iter().all(|h| {
+        let (kind, offset, size) = (
+            object::elf::SectionType(u32_at(h, 4)),
+            u64_at(h, 24),
+            u64_at(h, 32),
+        );
+        if matches!(kind, object::elf::SHT_NULL | object::elf::SHT_NOBITS) {
             // Holds nothing in the file (`.bss`).
             return true;
-        };
+        }
         let symbols = matches!(
-            section.name(),
-            Ok(".symtab" | ".dynsym" | ".strtab" | ".dynstr")
+            kind,
+            object::elf::SHT_SYMTAB | object::elf::SHT_DYNSYM | object::elf::SHT_STRTAB
         );
         offset
             .checked_add(size)
