@@ -84,6 +84,13 @@ fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> Output {
             break status;
         }
         if Instant::now() >= deadline {
+            // A child that leads a process group of its own (`measured`'s) takes what it
+            // started with it: a runaway latprof left behind would load every later test.
+            let pid = i32::try_from(child.id()).unwrap_or(0);
+            // SAFETY: getpgid and kill on our own child's pid.
+            if pid > 0 && unsafe { libc::getpgid(pid) } == pid {
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
             let _ = child.kill();
             let _ = child.wait();
             let stderr = stderr.join().unwrap_or_default();
@@ -455,6 +462,7 @@ fn measured(args: &[&str], limit: Duration, gate: &Gate) -> (String, u64) {
     cmd.args(["measure", "--report", report.to_str().unwrap(), LATPROF])
         .args(args)
         .stdout(Stdio::piped());
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let (latprof, mut stderr) = common::start(&mut cmd, "attached");
     gate.open();
     let mut out = wait_bounded(latprof, limit, "latprof");
