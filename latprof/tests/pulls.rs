@@ -142,3 +142,55 @@ fn fleet_scrapers_pull_every_sleep_once() {
     drop(serve);
     work.release();
 }
+
+/// R8: a local user who pulled with the real scraper's `scraper=` moved the real one's place
+/// (its next profile covered only the time since the user's pull), and 70 made-up names
+/// evicted it (its next profile covered only its `seconds`). The user here is `nobody`,
+/// pulling from its own socket on the loopback address.
+#[test]
+#[ignore = "needs root: run `cargo xtask test`"]
+fn a_local_user_cannot_take_a_scrapers_window() {
+    let _guard = common::serial("the pull tests");
+    let serve = Serve::start(&[]);
+    let path = "/debug/pprof/offcpu?seconds=2&scraper=parca";
+    let covered = |body: &[u8]| {
+        let profile = latprof::export::pprof::decode(body).expect("a gzipped pprof profile");
+        Duration::from_nanos(u64::try_from(profile.duration_nanos).expect("a span"))
+    };
+    let first = Instant::now();
+    let r = serve.get(path);
+    assert_eq!(r.status, 200, "{}", r.text());
+    thread::sleep(Duration::from_secs(4));
+    let script = format!(
+        "import urllib.request as u\n\
+         for name in ['parca'] + ['made-up-%d' % i for i in range(70)]:\n    \
+         u.urlopen('http://{}/debug/pprof/offcpu?seconds=1&scraper=' + name).read()\n",
+        serve.addr
+    );
+    let status = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            // Debian's own: a python3 on root's PATH may be under /root, out of nobody's reach.
+            "/usr/bin/python3",
+            "-c",
+            &script,
+        ])
+        .status()
+        .expect("setpriv python3");
+    assert!(status.success(), "nobody's pulls");
+    thread::sleep(Duration::from_secs(4));
+    let since = first.elapsed();
+    let r = serve.get(path);
+    assert_eq!(r.status, 200, "{}", r.text());
+    // From the read the first pull held last (up to a read, 1 s, before it) to the latest
+    // read (up to 1 s before this pull): all of it but 2 s at most. The user's pull 4 s
+    // after the first would have left 5 s at most.
+    let span = covered(&r.body);
+    assert!(
+        span + Duration::from_secs(2) >= since,
+        "the scraper's second pull covers {span:?} of the {since:?} since its first"
+    );
+    drop(serve);
+}

@@ -41,7 +41,8 @@ pub fn may_map(file: &File, meta: &Metadata) -> bool {
     if unsafe { libc::fstatfs(file.as_raw_fd(), &raw mut fs) } != 0 {
         return false;
     }
-    fs.f_type != libc::FUSE_SUPER_MAGIC
+    // `f_type` is signed in glibc and unsigned in musl.
+    i128::from(fs.f_type) != i128::from(libc::FUSE_SUPER_MAGIC)
 }
 
 /// The bytes a file really holds (allocated blocks): what a copy of it costs at most.
