@@ -576,6 +576,9 @@ fn pipe_pingpong_counts_both_sides() {
     assert_eq!(pipe[0].count, sides.iter().map(|(_, n)| n).sum::<u64>());
 }
 
+/// The ping-pong of the stack cache's tests (`stack_cache_gives_the_walked_backtraces`).
+const PINGPONG_APART: [&str; 5] = ["pingpong", "--count", "2000", "--processes", "--apart"];
+
 /// The stack cache answers a task's repeated sleeps without walking its stack; a second probe
 /// that walks every counted sleep sees the same causes, and with `--debug-checks` the cached
 /// probe walks every hit too and counts any difference.
@@ -674,8 +677,12 @@ fn stack_cache_attempt(work_args: &[&str], min_hits: u64, bounded: bool) {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn stack_cache_gives_the_walked_backtraces() {
     let _guard = serial();
-    // Two pipe readers sleeping at one place, each syscall at a new random stack offset.
-    stack_cache_attempt(&["pingpong", "--count", "2000"], 1000, false);
+    // Two pipe readers sleeping at one place, each syscall at a new random stack offset: two
+    // processes, one on each CPU (the parent traced), so that each sleep holds the other's
+    // wakeup on the other CPU and is never near the 1 us floor. Two threads free to share a CPU
+    // woke each other within a microsecond often enough here that the two probes, timing each
+    // sleep at their own instants, counted hundreds of them differently.
+    stack_cache_attempt(&PINGPONG_APART, 1000, false);
     // Writes and fsyncs: uninterruptible sleeps at several places in the filesystem.
     let dir = common::disk_dir();
     stack_cache_attempt(&["fsync", "--count", "60", "--dir", &dir], 1, false);
@@ -688,7 +695,7 @@ fn stack_cache_gives_the_walked_backtraces() {
 #[ignore = "needs root: run `cargo xtask test`"]
 fn bounded_stack_cache_gives_the_walked_backtraces() {
     let _guard = serial();
-    stack_cache_attempt(&["pingpong", "--count", "2000"], 1000, true);
+    stack_cache_attempt(&PINGPONG_APART, 1000, true);
     let dir = common::disk_dir();
     stack_cache_attempt(&["fsync", "--count", "60", "--dir", &dir], 1, true);
 }

@@ -456,7 +456,10 @@ fn a_library_cut_short_under_latprof_does_not_kill_it() {
 /// `limit`, opening `gate` once it has attached; it must exit 0. Returns its stdout and peak
 /// RSS in KiB.
 fn measured(args: &[&str], limit: Duration, gate: &Gate) -> (String, u64) {
-    let dir = TempDir::new("measured");
+    // A directory of each call's own: the tests of this binary run side by side.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = TempDir::new(&format!("measured-{n}"));
     let report = dir.file("rusage");
     let mut cmd = Command::new(common::workload_bin());
     cmd.args(["measure", "--report", report.to_str().unwrap(), LATPROF])
@@ -528,9 +531,10 @@ fn sparse_sections_of_many_binaries_are_not_allocated() {
         text.contains("ehsparse"),
         "their sleeps are counted:\n{text}"
     );
-    // latprof alone peaks at about 60 MiB here (a test build); 30 tables read whole took
-    // 1.8 GB more.
-    assert!(rss < 200 * 1024, "peak RSS {rss} KiB");
+    // Whole-machine, latprof names every process's frames, this test binary's others' too:
+    // it peaked at 60 to 211 MB here (a test build), as the tests beside it ran. 30 tables read
+    // whole took 1.8 GB more.
+    assert!(rss < 600 * 1024, "peak RSS {rss} KiB");
 }
 
 /// R6: a 24 KB binary whose `.dynsym` claims 100 GiB (and one whose `.symtab` claims 2 GiB),

@@ -204,7 +204,11 @@ fn a_full_ring_buffer_drops_are_counted_and_the_fill_mark_wakes_the_reader() {
     const RING_EVENTS: u64 = 256 * 1024 / RECORD;
     const FILL_MARK_EVENTS: u64 = 64 * 1024 / RECORD;
     let _guard = serial();
-    let mut work = Workload::spawn(&["pingpong", "--count", "20000"]);
+    // Two processes, one on each CPU: each sleep of the parent's (the one traced) holds the
+    // other side's wakeup on the other CPU and its turn, never under the 1 us floor. Two
+    // threads free to share a CPU could wake each other within it: a quarter of their sleeps
+    // were (one CI run: 8,000 of 33,000), too many for the bound on them below.
+    let mut work = Workload::spawn(&["pingpong", "--count", "20000", "--processes", "--apart"]);
     let pid = work.pid();
     let (child, stderr) = spikes(&["--all-sleeps", "--spike", "1us"], pid);
     signal(child.id(), libc::SIGSTOP);
@@ -222,7 +226,7 @@ fn a_full_ring_buffer_drops_are_counted_and_the_fill_mark_wakes_the_reader() {
         "latprof spikes did not stop: {status:#x}"
     );
     work.go();
-    let slept = work.wait_fact("slept");
+    let slept = work.wait_fact("ping_slept");
     signal(child.id(), libc::SIGCONT);
     let (lines, sum) = stop(child, stderr, pid);
     work.release();
