@@ -123,13 +123,24 @@ pub enum Counter {
     /// `--debug-checks`: writes to data every CPU shares, from the programs (`shared.rs` in
     /// the eBPF crate): 0 in lazy mode's steady state.
     DebugSharedWrites,
-    /// Chain links (`--chains`) lost: the chain table was full (raise --max-chains). Last, so
-    /// that recordings made before it read the same slots.
+    /// Chain links (`--chains`) lost: the chain table was full (raise --max-chains).
     ChainTableFull,
+    /// Users' binaries not parsed (`--user-stacks`; their frames named `file+0xoffset`): a
+    /// private copy did not fit the copy budget, or their sections claim more than the file
+    /// holds. Counted by latprof's user space. New counters go last, so that recordings made
+    /// before them read the same slots.
+    UserFilesUnparsed,
+    /// Perf maps whose reading stopped short (`--user-stacks`; later JIT code unnamed): the
+    /// map passed 16 MiB, or its user's budget was spent. Counted by latprof's user space.
+    PerfMapsStopped,
+    /// Files that needed unwind rows (`--user-stacks`) and got none: the kernel's table, or
+    /// the part of it for users other than root, was spent. Their processes' backtraces may be
+    /// cut short at their frameless functions. Counted by latprof's user space.
+    UnwindRowsFull,
 }
 
 /// Number of entries in the `COUNTERS` array.
-pub const COUNTER_COUNT: u32 = Counter::ChainTableFull as u32 + 1;
+pub const COUNTER_COUNT: u32 = Counter::UnwindRowsFull as u32 + 1;
 
 impl Counter {
     /// Every counter, in index order.
@@ -181,6 +192,9 @@ impl Counter {
         Self::ExitsUnlogged,
         Self::DebugSharedWrites,
         Self::ChainTableFull,
+        Self::UserFilesUnparsed,
+        Self::PerfMapsStopped,
+        Self::UnwindRowsFull,
     ];
 
     /// Its name in exports (JSON keys, OpenMetrics labels, `stats --counters`).
@@ -234,6 +248,9 @@ impl Counter {
             Self::ExitsUnlogged => "exits_unlogged",
             Self::DebugSharedWrites => "debug_shared_writes",
             Self::ChainTableFull => "chain_table_full",
+            Self::UserFilesUnparsed => "user_files_unparsed",
+            Self::PerfMapsStopped => "perf_maps_stopped",
+            Self::UnwindRowsFull => "unwind_rows_full",
         }
     }
 
@@ -260,6 +277,15 @@ impl Counter {
                 "wakers not told apart: waker table full, counted as \"other\" (raise --max-wakers)",
             ),
             Self::ChainTableFull => Some("chain links lost: chain table full (raise --max-chains)"),
+            Self::UserFilesUnparsed => Some(
+                "users' binaries not parsed (named file+0xoffset): over the copy budget, or sections claiming more than the file holds",
+            ),
+            Self::PerfMapsStopped => Some(
+                "perf maps not read to their end (later JIT code unnamed): over 16 MiB, or their user's budget spent",
+            ),
+            Self::UnwindRowsFull => Some(
+                "files left without unwind rows (backtraces may stop at their frameless functions): the unwind table was full",
+            ),
             Self::UserStackTableFull => {
                 Some("user backtraces not stored: user stack table full (raise --max-user-stacks)")
             }

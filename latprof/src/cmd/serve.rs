@@ -96,6 +96,7 @@ fn collect(
     notifier: &mut Notifier,
 ) -> Result<()> {
     let mut next = Instant::now() + args.interval;
+    let mut losses = crate::serve::losses::Losses::default();
     while !session.stop.load(Ordering::Relaxed) {
         if server.is_finished() {
             bail!("the HTTP server stopped");
@@ -117,6 +118,9 @@ fn collect(
             next = Instant::now() + args.interval;
         }
         let snap = collector.snapshot(&session.probe)?;
+        for line in losses.read(&snap.counters, Instant::now()) {
+            eprintln!("latprof: warning: {line}");
+        }
         publisher.publish(acc.update(
             &snap,
             &session.syms,

@@ -235,6 +235,10 @@ impl Collector {
         let (user_parts, user_stacks) = self.user_stacks(probe, &stacks);
         if let Some(watcher) = &self.watcher {
             counters.0[Counter::UserStackTruncated as usize] = watcher.truncated();
+            let (unparsed, perf_stopped, unwind_full) = watcher.left_out();
+            counters.0[Counter::UserFilesUnparsed as usize] = unparsed;
+            counters.0[Counter::PerfMapsStopped as usize] = perf_stopped;
+            counters.0[Counter::UnwindRowsFull as usize] = unwind_full;
         }
         // After the counters: every lost or recovered sleep they count is in the log. The
         // check may visit idle CPUs, ending gaps open there (the only proof of a hiding the

@@ -1,11 +1,14 @@
 //! `latprof serve`'s HTTP side: the routes and their answers. Handlers render the latest
 //! value the collection published ([`state::Published`]); none of them waits for the
 //! collection or holds anything it needs, so a slow, stuck or numerous client cannot stall it.
+pub mod cgroup_series;
 pub mod chains;
 pub mod conn;
+pub mod losses;
 pub mod peer;
 pub mod pulls;
 pub mod rendered;
+pub mod retire;
 pub mod state;
 mod tables;
 mod threads;

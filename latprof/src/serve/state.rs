@@ -204,25 +204,10 @@ pub struct Accumulator {
     window_len: usize,
     collections: u64,
     mode: &'static str,
-    /// At most this many cgroup series, `cgroup="other"` among them.
-    max_cgroups: usize,
-    /// Cumulative (count, ns) per cgroup id, never decreasing; bounded by the kernel's
-    /// per-cgroup table and the live tasks.
-    cgroup_totals: HashMap<u64, (u64, u64)>,
-    /// Each cgroup id seen and its label, or `None` where it was folded into "other"; a
-    /// cgroup stays in (or out) for the whole run.
-    cgroup_label: HashMap<u64, Option<String>>,
-    /// Ids with a label of their own whose path was unknown when last looked at (their label
-    /// is `cgroup ID` until the path is found).
-    cgroup_unnamed: HashSet<u64>,
-    /// The labels in the order they were first given (the series' order).
-    cgroup_order: Vec<String>,
-    /// Cgroups folded into "other".
-    cgroups_folded: u64,
+    /// The cgroup series (`cgroup_series`).
+    cgroups: super::cgroup_series::CgroupSeries,
     /// The profiles' sample labels.
     labels: pprof::Labels,
-    /// The full container id of each label that names a container (a series of its own).
-    container_ids: std::collections::BTreeMap<String, String>,
     /// Each read's sleeps told by thread (the profiles' thread labels).
     threads: super::threads::Threads,
     /// With `--chains`: each read's chained time.
@@ -250,14 +235,8 @@ impl Accumulator {
             window_len: window_reads(std::time::Duration::from_secs(1)),
             collections: 0,
             mode,
-            max_cgroups: MAX_CGROUPS,
-            cgroup_totals: HashMap::new(),
-            cgroup_label: HashMap::new(),
-            cgroup_unnamed: HashSet::new(),
-            cgroup_order: Vec::new(),
-            cgroups_folded: 0,
+            cgroups: super::cgroup_series::CgroupSeries::default(),
             labels: pprof::Labels::default(),
-            container_ids: std::collections::BTreeMap::new(),
             threads: super::threads::Threads::default(),
             chains: None,
         }
@@ -267,6 +246,7 @@ impl Accumulator {
     #[must_use]
     pub fn with_interval(mut self, interval: std::time::Duration) -> Self {
         self.window_len = window_reads(interval);
+        self.cgroups.set_interval(interval);
         self
     }
 
@@ -287,120 +267,8 @@ impl Accumulator {
     /// At most `n` cgroup series (at least 2: one and "other").
     #[must_use]
     pub fn with_max_cgroups(mut self, n: usize) -> Self {
-        self.max_cgroups = n.max(2);
+        self.cgroups.set_max(n);
         self
-    }
-
-    /// A cgroup's label: its readable name, or `cgroup ID` while its path is unknown; never
-    /// the reserved "other" (a cgroup named so is labelled by its path).
-    fn cgroup_label_of(snap: &Snapshot, id: u64) -> String {
-        let name = crate::model::cgroup_name(snap, id);
-        if name != OTHER {
-            return name;
-        }
-        snap.cgroup_paths
-            .get(&id)
-            .and_then(|p| p.path.clone())
-            .filter(|p| p != OTHER)
-            .unwrap_or_else(|| format!("cgroup {id}"))
-    }
-
-    /// The cgroup series: cumulative numbers per label, "other" last where any cgroup was
-    /// folded.
-    ///
-    /// Admission: each read, the cgroups not seen before are taken largest (by time) first;
-    /// one whose label is already a series joins it, any other gets a series of its own
-    /// while fewer than `--max-cgroups` - 1 exist, else it is folded into "other" (and
-    /// counted). A cgroup stays where it was put for the whole run, so a counter never moves
-    /// between its series and "other". Cgroups of the same name (`/a/inner` and `/b/inner`)
-    /// share a series: a label is never repeated. A cgroup whose path was unknown when it
-    /// came (`cgroup ID`) takes its name once its path is found.
-    fn cgroups(&mut self, snap: &Snapshot) -> Vec<(String, u64, u64)> {
-        let mut now: HashMap<u64, (u64, u64)> = HashMap::new();
-        for (key, rec) in snap.cgroup_records() {
-            let e = now.entry(key.cgroup).or_default();
-            e.0 += rec.count;
-            e.1 += rec.total_ns;
-        }
-        // Names found since: the first frame of a label, the path, may come later.
-        let found: Vec<u64> = self
-            .cgroup_unnamed
-            .iter()
-            .copied()
-            .filter(|id| snap.cgroup_paths.get(id).is_some_and(|p| p.path.is_some()))
-            .collect();
-        for id in found {
-            self.cgroup_unnamed.remove(&id);
-            let label = Self::cgroup_label_of(snap, id);
-            self.note_container(snap, id, &label);
-            let old = self.cgroup_label.insert(id, Some(label.clone())).flatten();
-            // `cgroup ID` was this cgroup's alone: its name takes its place (or, where the
-            // name is a series already, its place goes).
-            let at = old.and_then(|o| self.cgroup_order.iter().position(|l| *l == o));
-            match (at, self.cgroup_order.contains(&label)) {
-                (Some(i), false) => self.cgroup_order[i] = label,
-                (Some(i), true) => {
-                    self.cgroup_order.remove(i);
-                }
-                (None, false) => self.cgroup_order.push(label),
-                (None, true) => {}
-            }
-        }
-        let mut new: Vec<(u64, u64)> = now
-            .iter()
-            .filter(|(id, _)| !self.cgroup_label.contains_key(id))
-            .map(|(id, (_, ns))| (*id, *ns))
-            .collect();
-        new.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        for (id, _) in new {
-            let label = Self::cgroup_label_of(snap, id);
-            let known = self.cgroup_order.contains(&label);
-            let labelled = if known || self.cgroup_order.len() + 1 < self.max_cgroups {
-                if !known {
-                    self.cgroup_order.push(label.clone());
-                }
-                self.note_container(snap, id, &label);
-                if snap.cgroup_paths.get(&id).is_none_or(|p| p.path.is_none()) {
-                    self.cgroup_unnamed.insert(id);
-                }
-                Some(label)
-            } else {
-                self.cgroups_folded += 1;
-                None
-            };
-            self.cgroup_label.insert(id, labelled);
-        }
-        for (id, (count, ns)) in now {
-            let t = self.cgroup_totals.entry(id).or_default();
-            *t = (t.0.max(count), t.1.max(ns));
-        }
-        let mut sums: HashMap<&str, (u64, u64)> = HashMap::new();
-        for (id, (count, ns)) in &self.cgroup_totals {
-            let label = self
-                .cgroup_label
-                .get(id)
-                .and_then(Option::as_deref)
-                .unwrap_or(OTHER);
-            let s = sums.entry(label).or_default();
-            s.0 += count;
-            s.1 += ns;
-        }
-        let mut out: Vec<(String, u64, u64)> = self
-            .cgroup_order
-            .iter()
-            .filter_map(|l| sums.get(l.as_str()).map(|&(c, n)| (l.clone(), c, n)))
-            .collect();
-        if let Some(&(c, n)) = sums.get(OTHER) {
-            out.push((OTHER.to_owned(), c, n));
-        }
-        out
-    }
-
-    /// Keeps the full id of the container cgroup `id` is, for its series' `label`.
-    fn note_container(&mut self, snap: &Snapshot, id: u64, label: &str) {
-        if let Some(full) = crate::model::container_id(snap, id) {
-            self.container_ids.insert(label.to_owned(), full);
-        }
     }
 
     fn slot(&mut self, reason: &str, state: &'static str) -> usize {
@@ -577,14 +445,14 @@ impl Accumulator {
         }
         self.window.push_back(Arc::new(delta));
         self.collections += 1;
-        let cgroups = self.cgroups(snap);
+        let cgroups = self.cgroups.read(snap);
         Published {
             live: Live {
                 series,
                 folded: self.folded.len() as u64,
                 cgroups,
-                cgroups_folded: self.cgroups_folded,
-                container_ids: self.container_ids.clone(),
+                cgroups_folded: self.cgroups.folded(),
+                container_ids: self.cgroups.container_ids().clone(),
                 counters: snap.counters.clone(),
                 hidden: snap.hidden.clone(),
                 programs: snap.programs.clone(),
@@ -915,6 +783,71 @@ ffffffff81402000 T __lock_text_end
             text.contains("latprof_cgroup_sleeps_total{cgroup=\"nginx.service\"} 40"),
             "{text}"
         );
+    }
+
+    /// R10: a removed cgroup kept its series for the whole run: short-lived scopes pushed
+    /// every later cgroup into "other" until a restart. Removed and quiet for the grace
+    /// period, a series goes and its place is free; "other" never goes back.
+    #[test]
+    fn removed_cgroups_free_their_series() {
+        use crate::cgroups::CgroupPath;
+        let grace_reads = 2;
+        let mut acc = Accumulator::new(Reasons::builtin(), 12, 300, "normal")
+            .with_max_cgroups(3)
+            .with_interval(super::super::retire::GRACE / grace_reads);
+        let with = |cgroups: &[(u64, u64)], removed: &[u64], t: u64| {
+            let mut s = snap_in_cgroups(cgroups, t);
+            s.cgroup_paths = cgroups
+                .iter()
+                .map(|&(id, _)| {
+                    let path = Some(format!("/user.slice/run-{id}.scope"));
+                    let removed = removed.contains(&id);
+                    (id, CgroupPath { path, removed })
+                })
+                .collect();
+            s
+        };
+        let labels =
+            |p: &Published| -> Vec<String> { p.live.cgroups.iter().map(|c| c.0.clone()).collect() };
+        // Two series and "other": 22 is folded.
+        let p = update(&mut acc, &with(&[(20, 50), (21, 40), (22, 30)], &[], 1));
+        assert_eq!(labels(&p), ["run-20.scope", "run-21.scope", "other"]);
+        // 20 and 22 removed: kept while the grace period runs.
+        let mut t = 1;
+        for _ in 0..grace_reads {
+            t += 1;
+            let p = update(
+                &mut acc,
+                &with(&[(20, 50), (21, 41), (22, 30)], &[20, 22], t),
+            );
+            assert_eq!(
+                labels(&p),
+                ["run-20.scope", "run-21.scope", "other"],
+                "read {t}"
+            );
+        }
+        // Past it: 20's series is gone, 22's count stays in "other", and a new cgroup takes
+        // the free place.
+        t += 1;
+        let p = update(
+            &mut acc,
+            &with(&[(20, 50), (21, 42), (22, 30), (23, 5)], &[20, 22], t),
+        );
+        assert_eq!(
+            p.live.cgroups,
+            vec![
+                ("run-21.scope".to_owned(), 42, 42_000),
+                ("run-23.scope".to_owned(), 5, 5_000),
+                ("other".to_owned(), 30, 30_000),
+            ]
+        );
+        // The retired rows, still in the kernel's table, are not taken in again.
+        t += 1;
+        let p = update(
+            &mut acc,
+            &with(&[(20, 51), (21, 42), (22, 30), (23, 6)], &[20, 22], t),
+        );
+        assert_eq!(labels(&p), ["run-21.scope", "run-23.scope", "other"]);
     }
 
     #[test]

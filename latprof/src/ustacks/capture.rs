@@ -15,7 +15,10 @@ use std::{
         unix::fs::{MetadataExt as _, OpenOptionsExt as _},
     },
     path::PathBuf,
-    sync::{Arc, OnceLock},
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -23,6 +26,7 @@ use super::{
     copies::{self, Budget, Charge},
     leaf::Cfi,
     maps::{self, Mapping},
+    perf_budget::PerfBudget,
     perfmap::PerfMap,
     untrusted,
 };
@@ -95,6 +99,8 @@ pub(super) struct View {
     pub(super) maps: Vec<Mapping>,
     pub(super) files: HashMap<u64, Arc<Module>>,
     pub(super) has_perf_map: bool,
+    /// The process's real user (root's processes keep room in the unwind tables).
+    pub(super) uid: u32,
 }
 
 impl View {
@@ -124,8 +130,19 @@ const REREAD_PERF_MAP: Duration = Duration::from_millis(50);
 /// Executable files opened for one process: a process that maps thousands (to exhaust
 /// root's descriptors) has the rest named `file+0xoffset`.
 const MAX_FILES_PER_PROCESS: usize = 256;
-/// Perf-map bytes read for all processes together (`perfmap::MAX_BYTES` for one).
-const MAX_PERF_BYTES: u64 = 64 << 20;
+
+/// What naming left out, counted as it happens (`Counter::UserFilesUnparsed`,
+/// `Counter::PerfMapsStopped`).
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Binaries left unparsed: no copy for want of budget, or sections that do not fit.
+    pub unparsed: AtomicU64,
+    /// Perf maps whose reading stopped before their end (counted once each time it stops).
+    pub perf_stopped: AtomicU64,
+    /// Files that needed unwind rows and got none: the kernel's table (or the users' part of
+    /// it) was spent.
+    pub unwind_full: AtomicU64,
+}
 
 /// The processes seen and their open files.
 pub struct Processes {
@@ -135,8 +152,10 @@ pub struct Processes {
     modules: HashMap<(u64, u64), Arc<Module>>,
     /// Executable files kept open at most, from the descriptor limit (`open_files_limit`).
     max_open: usize,
-    /// Perf-map bytes read so far, against `MAX_PERF_BYTES`.
-    perf_bytes: u64,
+    /// What the perf maps kept hold, per user.
+    perf: PerfBudget,
+    /// What was left out, for the counters (read by the collector without the lock).
+    tally: Arc<Tally>,
     /// One more each time files were closed: the naming thread then drops what it keeps
     /// of them.
     generation: u64,
@@ -189,7 +208,8 @@ impl Processes {
             seen: HashMap::new(),
             modules: HashMap::new(),
             max_open: open_files_limit(),
-            perf_bytes: 0,
+            perf: PerfBudget::default(),
+            tally: Arc::default(),
             generation: 0,
             copies: Budget::default(),
         }
@@ -199,6 +219,12 @@ impl Processes {
     #[must_use]
     pub fn copies(&self) -> (u64, u64) {
         (self.copies.spent(), self.copies.refused())
+    }
+
+    /// What naming left out so far, shared: the collector reads it without the lock.
+    #[must_use]
+    pub fn tally(&self) -> Arc<Tally> {
+        Arc::clone(&self.tally)
     }
 
     /// Reads the memory map of process `tgid` with address-space layout `layout` and opens its
@@ -232,6 +258,7 @@ impl Processes {
             maps: p.maps.clone(),
             files: p.files.clone(),
             has_perf_map: p.perf_map.is_some(),
+            uid: p.uid,
         })
     }
 
@@ -323,14 +350,55 @@ impl Processes {
         process.maps = list;
         process.maps_read = Instant::now();
         if process.maps.iter().any(|m| m.exec && !m.is_file()) {
-            process.perf_read = Instant::now();
-            let map = process.perf_map.get_or_insert_with(PerfMap::default);
-            let budget = MAX_PERF_BYTES.saturating_sub(self.perf_bytes);
-            if let Ok(read) = map.refresh(tgid, process.uid, budget) {
-                self.perf_bytes += read;
-            }
+            process.perf_map.get_or_insert_with(PerfMap::default);
+            self.refresh_perf(tgid, process);
         }
         true
+    }
+
+    /// Reads what the perf map of `process` (`tgid`) gained, within its user's budget; where
+    /// that is spent, the maps of the user's processes gone a while give theirs back first.
+    fn refresh_perf(&mut self, tgid: u32, process: &mut Process) {
+        let Some(map) = process.perf_map.as_mut() else {
+            return;
+        };
+        process.perf_read = Instant::now();
+        if self.perf.left(process.uid) == 0 {
+            self.reclaim_perf();
+        }
+        let (before, was_stopped) = (map.bytes(), map.stopped());
+        let _ = map.refresh(tgid, process.uid, self.perf.left(process.uid));
+        self.perf.moved(process.uid, before, map.bytes());
+        if map.stopped() && !was_stopped {
+            self.tally.perf_stopped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops the perf maps of processes gone for `KEEP_DEAD_SHORT` (their frames were named
+    /// while they lived; what they held goes back to their users' budgets).
+    fn reclaim_perf(&mut self) {
+        let now = Instant::now();
+        for (&(tgid, layout), p) in &mut self.seen {
+            if now.duration_since(p.used) >= KEEP_DEAD_SHORT
+                && let Some(map) = p.perf_map.as_ref()
+                && process_layout(tgid) != Some(layout)
+            {
+                self.perf.moved(p.uid, map.bytes(), 0);
+                p.perf_map = None;
+            }
+        }
+    }
+
+    /// Forgets the processes `keep` does not keep, giving their perf maps' bytes back.
+    fn forget(&mut self, mut keep: impl FnMut(&(u32, u64), &Process) -> bool) {
+        let perf = &mut self.perf;
+        self.seen.retain(|key, p| {
+            let kept = keep(key, p);
+            if !kept && let Some(map) = &p.perf_map {
+                perf.moved(p.uid, map.bytes(), 0);
+            }
+            kept
+        });
     }
 
     /// The executable file mapped at `m` by process `tgid`, opened through its
@@ -373,6 +441,9 @@ impl Processes {
             }
         };
         let parse = (mappable || charge.is_some()) && untrusted::sections_fit(&file, &meta);
+        if !parse {
+            self.tally.unparsed.fetch_add(1, Ordering::Relaxed);
+        }
         let build_id = if parse {
             blazesym::helper::read_elf_build_id(&format!("/proc/self/fd/{}", file.as_raw_fd()))
                 .ok()
@@ -407,7 +478,7 @@ impl Processes {
     fn copy_of(&mut self, file: &File, meta: &std::fs::Metadata) -> Option<(File, Charge)> {
         if !self.copies.fits(meta.uid(), copies::held_bytes(meta)) {
             let now = Instant::now();
-            self.seen.retain(|&(tgid, layout), p| {
+            self.forget(|&(tgid, layout), p| {
                 now.duration_since(p.used) < KEEP_DEAD_SHORT || process_layout(tgid) == Some(layout)
             });
             self.close_unused();
@@ -435,14 +506,8 @@ impl Processes {
         };
         if process.maps_read.elapsed() >= REREAD {
             self.read_maps(key.0, key.1, &mut process);
-        } else if process.perf_read.elapsed() >= REREAD_PERF_MAP
-            && let Some(map) = process.perf_map.as_mut()
-        {
-            process.perf_read = Instant::now();
-            let budget = MAX_PERF_BYTES.saturating_sub(self.perf_bytes);
-            if let Ok(read) = map.refresh(key.0, process.uid, budget) {
-                self.perf_bytes += read;
-            }
+        } else if process.perf_read.elapsed() >= REREAD_PERF_MAP {
+            self.refresh_perf(key.0, &mut process);
         }
         self.seen.insert(key, process);
     }
@@ -454,22 +519,19 @@ impl Processes {
             return;
         }
         let now = Instant::now();
-        self.seen.retain(|&(tgid, layout), p| {
+        self.forget(|&(tgid, layout), p| {
             now.duration_since(p.used) < KEEP_DEAD || process_layout(tgid) == Some(layout)
         });
         if self.seen.len() >= MAX_PROCESSES {
             let mut used: Vec<_> = self.seen.iter().map(|(k, p)| (p.used, *k)).collect();
             used.sort_unstable();
-            for (_, key) in used.iter().take(MAX_PROCESSES / 4) {
-                self.seen.remove(key);
-            }
+            let oldest: std::collections::HashSet<(u32, u64)> = used
+                .iter()
+                .take(MAX_PROCESSES / 4)
+                .map(|(_, k)| *k)
+                .collect();
+            self.forget(|key, _| !oldest.contains(key));
         }
         self.close_unused();
-        self.perf_bytes = self
-            .seen
-            .values()
-            .filter_map(|p| p.perf_map.as_ref())
-            .map(PerfMap::bytes)
-            .sum();
     }
 }

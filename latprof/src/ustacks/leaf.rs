@@ -10,6 +10,9 @@
 use gimli::{BaseAddresses, CfaRule, EhFrame, LittleEndian, UnwindContext, UnwindSection, X86_64};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 
+/// A loaded segment: (file offset, size in the file, virtual address, executable).
+pub type Segment = (u64, u64, u64, bool);
+
 /// What the unwinding needs of one binary, read once: its `.eh_frame` and where its
 /// segments load (not the whole file: a large library is hundreds of megabytes).
 #[derive(Debug)]
@@ -18,7 +21,7 @@ pub struct Cfi {
     eh_frame_addr: u64,
     text_addr: u64,
     /// Loaded segments: (file offset, size in the file, virtual address, executable).
-    segments: Vec<(u64, u64, u64, bool)>,
+    segments: Vec<Segment>,
 }
 
 impl Cfi {
@@ -70,6 +73,12 @@ impl Cfi {
             text_addr: self.text_addr,
             segments: self.segments.clone(),
         }
+    }
+
+    /// Where its `.eh_frame` and `.text` are and its segments load: with the `.eh_frame`'s
+    /// bytes, all its rows depend on.
+    pub(super) fn layout(&self) -> (u64, u64, &[Segment]) {
+        (self.eh_frame_addr, self.text_addr, &self.segments)
     }
 
     /// The `.eh_frame` section's bytes.

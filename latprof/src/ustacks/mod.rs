@@ -7,6 +7,7 @@ pub mod capture;
 pub mod copies;
 pub mod leaf;
 pub mod maps;
+pub mod perf_budget;
 pub mod perfmap;
 pub mod resolve;
 pub mod tables;

@@ -44,6 +44,8 @@ pub struct PerfMap {
     /// Sorted by start, then by when read.
     entries: Vec<Entry>,
     names: String,
+    /// Whether its last read stopped before the file's end (`MAX_BYTES`, or the budget).
+    stopped: bool,
 }
 
 impl PerfMap {
@@ -62,6 +64,13 @@ impl PerfMap {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Whether its last read stopped before the file's end: the map passed `MAX_BYTES`, or
+    /// the budget given was spent.
+    #[must_use]
+    pub fn stopped(&self) -> bool {
+        self.stopped
     }
 
     /// Reads what process `tgid` (real user `uid`) appended to its perf map since the last
@@ -86,6 +95,7 @@ impl PerfMap {
         if end == meta.len().min(MAX_BYTES) {
             self.seen = meta.len();
         }
+        self.stopped = end < meta.len();
         let mut buf = vec![0; CHUNK];
         let mut line: Vec<u8> = Vec::new();
         let mut skipping = false;
@@ -269,10 +279,12 @@ mod tests {
         let read = map.read;
         map.refresh(pid, uid, u64::MAX).unwrap();
         assert_eq!(map.read, read);
-        // A budget stops the read.
+        assert!(!map.stopped());
+        // A budget stops the read, and says so.
         writeln!(file, "4000 10 fourth").unwrap();
         map.refresh(pid, uid, 0).unwrap();
         assert_eq!(map.find(0x4000), None);
+        assert!(map.stopped());
         std::fs::remove_file(&path).unwrap();
     }
 }

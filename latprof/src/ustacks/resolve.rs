@@ -16,7 +16,7 @@ use std::{
 };
 
 use blazesym::symbolize::{
-    Input, Symbolized, Symbolizer,
+    Input, Symbolized, Symbolizer, evict,
     source::{Elf, Source},
 };
 
@@ -94,6 +94,9 @@ pub struct Resolver {
     entries: HashMap<(u64, u64, u64), u32>,
     /// (device, inode, file offset) -> whether the bytes before it are a call instruction.
     calls: HashMap<(u64, u64, u64), bool>,
+    /// The path each file was given to the symbolizer by (`/proc/self/fd/N`): its cache of
+    /// the file (a mapping, which keeps a private copy's memory) is dropped with the file.
+    given: HashMap<(u64, u64), std::path::PathBuf>,
     /// Backtraces named that were cut short (`[truncated]`).
     truncated: u64,
 }
@@ -125,6 +128,7 @@ impl Resolver {
             names: HashMap::new(),
             entries: HashMap::new(),
             calls: HashMap::new(),
+            given: HashMap::new(),
             truncated: 0,
         }
     }
@@ -160,7 +164,17 @@ impl Resolver {
             self.names.retain(|(dev, ino, _), _| keeps(*dev, *ino));
             self.entries.retain(|(dev, ino, _), _| keeps(*dev, *ino));
             self.calls.retain(|(dev, ino, _), _| keeps(*dev, *ino));
+            let closed: Vec<_> = self
+                .given
+                .extract_if(|(dev, ino), _| !keeps(*dev, *ino))
+                .map(|(_, path)| path)
+                .collect();
             drop(table);
+            for path in closed {
+                let _ = self
+                    .symbolizer
+                    .evict(&evict::Evict::Elf(evict::Elf::new(path)));
+            }
             self.generation = generation;
         }
         view
@@ -341,6 +355,9 @@ impl Resolver {
             // claim more than it holds: nothing is parsed out of it.
             return Some(fallback);
         }
+        self.given
+            .entry((module.dev, module.ino))
+            .or_insert_with(|| module.fd_path());
         let symbolizer = &self.symbolizer;
         let entries = &mut self.entries;
         let name = self

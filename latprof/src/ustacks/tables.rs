@@ -5,8 +5,17 @@
 //! (a distribution's libc: `pthread_cond_timedwait`, whose futex call then leaves no chain to
 //! follow). Such a file's whole `.eh_frame` is loaded, once, for every process that maps it; a
 //! file with more rows than `UNWIND_FILE_ROWS` (a large program) is left to the frame pointers.
+//!
+//! Files of the same content share their rows (twelve copies of libc, each its own inode, took
+//! twelve tables before), and the processes of users other than root may fill at most
+//! `USERS_SHARE` of the table: whatever they map, root's processes find room. A file that gets
+//! no rows for want of room is counted (`Counter::UnwindRowsFull`).
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    hash::{BuildHasher as _, RandomState},
+    sync::{Arc, atomic::Ordering},
+};
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData};
 use gimli::{
@@ -18,7 +27,13 @@ use latprof_common::{
     unwind_rule,
 };
 
-use super::{capture::View, leaf::Cfi};
+use super::{
+    capture::{Tally, View},
+    leaf::Cfi,
+};
+
+/// The part of the table the processes of users other than root may fill.
+pub const USERS_SHARE: u32 = UNWIND_TABLE_ROWS / 4 * 3;
 
 /// Initial instructions a CIE may have for its file to get a table (compilers write a few).
 const MAX_CIE_INSTRUCTIONS: usize = 256;
@@ -34,9 +49,16 @@ const MAX_FILES_SEEN: usize = 16_384;
 pub struct Tables {
     rows: Array<MapData, u64>,
     processes: BpfHashMap<MapData, u64, ProcUnwind>,
-    /// By file (device, inode): its table, or `None` where it has none (it needs none, cannot
-    /// have one, or the rows are spent).
-    files: HashMap<(u64, u64), Option<FileTable>>,
+    /// By file (device, inode): its content's key in `by_content`, or `None` where it has no
+    /// table (it needs none, cannot have one, or the rows are spent).
+    files: HashMap<(u64, u64), Option<u64>>,
+    /// By content (`content_key`): its table.
+    by_content: HashMap<u64, Arc<FileTable>>,
+    /// Keys contents with a key of this run's own: a file made to collide is not possible to
+    /// make without it.
+    hasher: RandomState,
+    /// Where files left without rows are counted.
+    tally: Option<Arc<Tally>>,
     /// The next free row.
     next: u32,
     /// By file (device, inode): the rule at its Python trampolines' return addresses, if it
@@ -53,10 +75,24 @@ impl Tables {
             rows,
             processes,
             files: HashMap::new(),
+            by_content: HashMap::new(),
+            hasher: RandomState::new(),
+            tally: None,
             next: 0,
             templates: HashMap::new(),
             rules: HashMap::new(),
         }
+    }
+
+    /// Counts the files left without rows in `tally`.
+    pub(super) fn count_into(&mut self, tally: Arc<Tally>) {
+        self.tally = Some(tally);
+    }
+
+    /// A file's content key: its unwind information and where its segments load, hashed with
+    /// this run's key.
+    fn content_key(&self, cfi: &Cfi) -> u64 {
+        self.hasher.hash_one((cfi.eh_frame(), cfi.layout()))
     }
 
     /// Gives the process of layout `layout`, as `view` shows it, the tables of the files it
@@ -78,10 +114,23 @@ impl Tables {
                 self.files.retain(|_, table| table.is_some());
             }
             if !self.files.contains_key(&key) {
-                let table = module.cfi().and_then(|cfi| self.load(&cfi));
-                self.files.insert(key, table);
+                let content = module.cfi().and_then(|cfi| {
+                    let content = self.content_key(&cfi);
+                    if !self.by_content.contains_key(&content) {
+                        let table = self.load(&cfi, view.uid)?;
+                        self.by_content.insert(content, Arc::new(table));
+                    }
+                    Some(content)
+                });
+                self.files.insert(key, content);
             }
-            let Some(Some(table)) = self.files.get(&key) else {
+            let Some(table) = self
+                .files
+                .get(&key)
+                .copied()
+                .flatten()
+                .and_then(|c| self.by_content.get(&c))
+            else {
                 continue;
             };
             let Some(bias) = table.cfi.bias(m.start, m.end, m.offset) else {
@@ -168,11 +217,23 @@ impl Tables {
         Some(row)
     }
 
-    /// Loads the rows of `cfi`'s file if it needs them and they fit.
-    fn load(&mut self, cfi: &Cfi) -> Option<FileTable> {
+    /// Loads the rows of `cfi`'s file, mapped by a process of user `uid`, if it needs them
+    /// and they fit.
+    fn load(&mut self, cfi: &Cfi, uid: u32) -> Option<FileTable> {
         let rows = rows(cfi)?;
         let count = u32::try_from(rows.len()).ok()?;
-        if count > UNWIND_FILE_ROWS || self.next + count > UNWIND_TABLE_ROWS {
+        let room = if uid == 0 {
+            UNWIND_TABLE_ROWS
+        } else {
+            USERS_SHARE
+        };
+        if count > UNWIND_FILE_ROWS {
+            return None;
+        }
+        if self.next + count > room {
+            if let Some(tally) = &self.tally {
+                tally.unwind_full.fetch_add(1, Ordering::Relaxed);
+            }
             return None;
         }
         let first = self.next;

@@ -73,6 +73,8 @@ pub struct Watcher {
     ended: Receiver<()>,
     /// Backtraces named that were cut short (`[truncated]`).
     truncated: Arc<AtomicU64>,
+    /// What the capture side left out (binaries unparsed, perf maps stopped).
+    tally: Arc<super::capture::Tally>,
 }
 
 /// How long reading the processes there are at the start may take, at most: the rest are read
@@ -125,6 +127,8 @@ impl Watcher {
                 tables.install(layout, &view, &known.python_trampolines((tgid, layout)));
             }
         }
+        let tally = known.tally();
+        tables.count_into(Arc::clone(&tally));
         let processes = Arc::new(Mutex::new(known));
         let stop = Arc::new(AtomicBool::new(false));
         let capture = {
@@ -158,6 +162,7 @@ impl Watcher {
             stop,
             ended,
             truncated,
+            tally,
         })
     }
 
@@ -165,6 +170,17 @@ impl Watcher {
     #[must_use]
     pub fn truncated(&self) -> u64 {
         self.truncated.load(Ordering::Relaxed)
+    }
+
+    /// What the capture side left out so far: users' binaries unparsed, perf maps whose
+    /// reading stopped short, files that got no unwind rows.
+    #[must_use]
+    pub fn left_out(&self) -> (u64, u64, u64) {
+        (
+            self.tally.unparsed.load(Ordering::Relaxed),
+            self.tally.perf_stopped.load(Ordering::Relaxed),
+            self.tally.unwind_full.load(Ordering::Relaxed),
+        )
     }
 
     /// Names `stacks`, waiting at most `within`: those not named by then are left out (the
