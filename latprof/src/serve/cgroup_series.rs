@@ -140,8 +140,15 @@ impl CgroupSeries {
             let t = self.totals.entry(id).or_default();
             *t = (t.0.max(count), t.1.max(ns));
         }
-        // Removed cgroups' places freed first: a new one may take them.
-        self.retire_removed(snap, &present);
+        // Removed cgroups' places freed first: a new one may take them. A series that a new
+        // cgroup joins now (the same name: a timer's unit run again) is not freed: its counter
+        // would start again from the new one's numbers.
+        let incoming: HashSet<String> = now
+            .keys()
+            .filter(|id| !self.label.contains_key(id) && !self.retire.is_retired(**id))
+            .map(|&id| Self::cgroup_label_of(snap, id))
+            .collect();
+        self.retire_removed(snap, &present, &incoming);
         let mut new: Vec<(u64, u64)> = now
             .iter()
             .filter(|(id, _)| !self.label.contains_key(id) && !self.retire.is_retired(**id))
@@ -194,7 +201,12 @@ impl CgroupSeries {
     /// Frees the series of removed cgroups that stayed quiet for the grace period
     /// (`retire`): their label, their numbers (those folded into "other" stay counted there),
     /// their place among `--max-cgroups`.
-    fn retire_removed(&mut self, snap: &Snapshot, present: &HashSet<u64>) {
+    fn retire_removed(
+        &mut self,
+        snap: &Snapshot,
+        present: &HashSet<u64>,
+        incoming: &HashSet<String>,
+    ) {
         let removed = |id: &u64| snap.cgroup_paths.get(id).is_some_and(|p| p.removed);
         let mut series: HashMap<Option<&str>, Vec<u64>> = HashMap::new();
         for (id, label) in &self.label {
@@ -212,6 +224,7 @@ impl CgroupSeries {
                 None => groups.extend(ids.into_iter().map(|id| (None, vec![id]))),
             }
         }
+        groups.retain(|(label, _)| label.as_ref().is_none_or(|l| !incoming.contains(l)));
         let watch: Vec<Vec<super::retire::Member>> = groups
             .iter()
             .map(|(_, ids)| {

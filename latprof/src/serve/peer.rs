@@ -58,7 +58,18 @@ pub fn socket_owner(client: SocketAddr, server: SocketAddr) -> Option<u32> {
         ),
     };
     let text = std::fs::read_to_string(table).ok()?;
-    owner_in(&text, &want_local, &want_remote)
+    owner_in(&text, &want_local, &want_remote).or_else(|| {
+        // An IPv4 connection from an IPv6 socket (Java's default) is in `tcp6`, mapped.
+        let (IpAddr::V4(_), IpAddr::V4(_)) = (client_ip, server_ip) else {
+            return None;
+        };
+        let text = std::fs::read_to_string("/proc/net/tcp6").ok()?;
+        owner_in(
+            &text,
+            &hex_v6(to_v6(client_ip).octets(), client.port()),
+            &hex_v6(to_v6(server_ip).octets(), server.port()),
+        )
+    })
 }
 
 fn to_v6(ip: IpAddr) -> std::net::Ipv6Addr {
@@ -68,11 +79,14 @@ fn to_v6(ip: IpAddr) -> std::net::Ipv6Addr {
     }
 }
 
-/// The uid of the row of `table` (`/proc/net/tcp`'s text) with these ends.
+/// The uid of the row of `table` (`/proc/net/tcp`'s text) with these ends; a socket in
+/// TIME_WAIT (state 06) is no one's (its uid reads 0).
 fn owner_in(table: &str, local: &str, remote: &str) -> Option<u32> {
     table.lines().skip(1).find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        (fields.get(1)?.eq_ignore_ascii_case(local) && fields.get(2)?.eq_ignore_ascii_case(remote))
+        (fields.get(1)?.eq_ignore_ascii_case(local)
+            && fields.get(2)?.eq_ignore_ascii_case(remote)
+            && *fields.get(3)? != "06")
             .then(|| fields.get(7)?.parse().ok())
             .flatten()
     })

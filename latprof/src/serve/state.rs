@@ -848,6 +848,22 @@ ffffffff81402000 T __lock_text_end
             &with(&[(20, 51), (21, 42), (22, 30), (23, 6)], &[20, 22], t),
         );
         assert_eq!(labels(&p), ["run-21.scope", "run-23.scope", "other"]);
+        // 21 removed, and as its grace period ends a new cgroup of its name comes (a timer's
+        // unit run again): the series stays, its counter never goes back.
+        for _ in 0..grace_reads {
+            t += 1;
+            update(
+                &mut acc,
+                &with(&[(21, 42), (22, 30), (23, 6)], &[21, 22], t),
+            );
+        }
+        t += 1;
+        let mut s = with(&[(21, 42), (22, 30), (23, 6), (24, 3)], &[21, 22], t);
+        if let Some(p) = s.cgroup_paths.get_mut(&24) {
+            p.path = Some("/user.slice/run-21.scope".to_owned());
+        }
+        let p = update(&mut acc, &s);
+        assert_eq!(p.live.cgroups[0], ("run-21.scope".to_owned(), 45, 45_000));
     }
 
     #[test]

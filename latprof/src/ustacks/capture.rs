@@ -440,8 +440,14 @@ impl Processes {
                 None => (file, None),
             }
         };
-        let parse = (mappable || charge.is_some()) && untrusted::sections_fit(&file, &meta);
-        if !parse {
+        // A copy is held to the bytes it holds; root's own file is not (see `sections_fit`).
+        let held = match &charge {
+            Some(_) => Some(file.metadata().ok()?.blocks().saturating_mul(512)),
+            None => None,
+        };
+        let parse =
+            (mappable || charge.is_some()) && untrusted::sections_fit(&file, meta.len(), held);
+        if !parse && untrusted::is_elf(&file) {
             self.tally.unparsed.fetch_add(1, Ordering::Relaxed);
         }
         let build_id = if parse {

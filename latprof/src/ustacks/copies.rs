@@ -102,7 +102,8 @@ impl Budget {
         self.lock().refused
     }
 
-    /// Whether `bytes` more of user `uid`'s would fit now.
+    /// Whether `bytes` more of user `uid`'s would fit now (`held_bytes` of a file: an
+    /// estimate, the copy measures).
     #[must_use]
     pub fn fits(&self, uid: u32, bytes: u64) -> bool {
         let spent = self.lock();
@@ -140,10 +141,27 @@ impl Budget {
     /// cannot be made.
     #[must_use]
     pub fn copy(&self, file: &File, meta: &Metadata) -> Option<(File, Charge)> {
-        let charge = self.charge(meta.uid(), held_bytes(meta))?;
+        // The data the file holds, measured (the blocks a file system reports may be fewer:
+        // ZFS counts them compressed).
+        let data = data_bytes(file, meta.len()).ok()?;
+        let charge = self.charge(meta.uid(), data)?;
         let copy = private_copy(file, meta.len(), charge.bytes).ok()?;
         Some((copy, charge))
     }
+}
+
+/// The bytes of data `file` (`len` bytes long) holds outside its holes.
+fn data_bytes(file: &File, len: u64) -> io::Result<u64> {
+    let (mut at, mut data) = (0u64, 0u64);
+    while at < len {
+        let Some(start) = seek(file, at, libc::SEEK_DATA)? else {
+            break;
+        };
+        let end = seek(file, start, libc::SEEK_HOLE)?.unwrap_or(len).min(len);
+        data += end.saturating_sub(start);
+        at = end.max(at + 1);
+    }
+    Ok(data)
 }
 
 /// Copies the data of `file` (`len` bytes long, holes left as holes) into a new memory file,

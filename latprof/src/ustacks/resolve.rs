@@ -355,9 +355,15 @@ impl Resolver {
             // claim more than it holds: nothing is parsed out of it.
             return Some(fallback);
         }
-        self.given
-            .entry((module.dev, module.ino))
-            .or_insert_with(|| module.fd_path());
+        let path = module.fd_path();
+        if let Some(old) = self.given.insert((module.dev, module.ino), path.clone())
+            && old != path
+        {
+            // Closed and opened again before this thread saw it: the old one's cache goes.
+            let _ = self
+                .symbolizer
+                .evict(&evict::Evict::Elf(evict::Elf::new(old)));
+        }
         let symbolizer = &self.symbolizer;
         let entries = &mut self.entries;
         let name = self

@@ -59,6 +59,11 @@ pub struct Tables {
     hasher: RandomState,
     /// Where files left without rows are counted.
     tally: Option<Arc<Tally>>,
+    /// Files refused for want of room in the users' share: a user's process does not try them
+    /// again, root's does (it may use the rest), so a user cannot keep root's libraries out.
+    users_full: std::collections::HashSet<(u64, u64)>,
+    /// Whether the last `load` failed for want of room.
+    last_full: bool,
     /// The next free row.
     next: u32,
     /// By file (device, inode): the rule at its Python trampolines' return addresses, if it
@@ -78,6 +83,8 @@ impl Tables {
             by_content: HashMap::new(),
             hasher: RandomState::new(),
             tally: None,
+            users_full: std::collections::HashSet::new(),
+            last_full: false,
             next: 0,
             templates: HashMap::new(),
             rules: HashMap::new(),
@@ -112,8 +119,13 @@ impl Tables {
                 // Files without a table are judged again when next seen; those with one keep
                 // their rows (they are never reclaimed: at most `UNWIND_TABLE_ROWS` in all).
                 self.files.retain(|_, table| table.is_some());
+                self.users_full.clear();
+            }
+            if !self.files.contains_key(&key) && view.uid != 0 && self.users_full.contains(&key) {
+                continue;
             }
             if !self.files.contains_key(&key) {
+                self.last_full = false;
                 let content = module.cfi().and_then(|cfi| {
                     let content = self.content_key(&cfi);
                     if !self.by_content.contains_key(&content) {
@@ -122,6 +134,10 @@ impl Tables {
                     }
                     Some(content)
                 });
+                if content.is_none() && self.last_full && view.uid != 0 {
+                    self.users_full.insert(key);
+                    continue;
+                }
                 self.files.insert(key, content);
             }
             let Some(table) = self
@@ -231,6 +247,7 @@ impl Tables {
             return None;
         }
         if self.next + count > room {
+            self.last_full = true;
             if let Some(tally) = &self.tally {
                 tally.unwind_full.fetch_add(1, Ordering::Relaxed);
             }

@@ -168,22 +168,27 @@ pub const MAX_SYMBOL_SECTION: u64 = 256 << 20;
 /// may hold its data inline, with no block of its own.
 const HELD_SLACK: u64 = 1 << 20;
 
-/// Whether anything may be parsed out of the ELF `file` (a private copy, or the file itself),
-/// whose original has metadata `meta`: every section the file holds lies within the file and
-/// claims no more than the file really holds (a sparse file claims gigabytes that cost the
-/// user nothing), and no symbol or string table more than `MAX_SYMBOL_SECTION`. Parsers size
-/// what they allocate by these claims (`object` reads the symbol tables whole as it opens a
-/// file), so the section headers are read here by hand, before any parser sees the file.
+/// Whether `file` is an ELF file (its first bytes).
 #[must_use]
-pub fn sections_fit(file: &File, meta: &std::fs::Metadata) -> bool {
-    let held = super::copies::held_bytes(meta).saturating_add(HELD_SLACK);
+pub fn is_elf(file: &File) -> bool {
+    let mut magic = [0u8; 4];
+    file.read_exact_at(&mut magic, 0).is_ok() && magic == *b"\x7fELF"
+}
+
+/// Whether anything may be parsed out of the ELF `file` (a private copy, or the file itself),
+/// `len` bytes long: every section the file holds lies within the file, no symbol or string
+/// table claims more than `MAX_SYMBOL_SECTION`, and, where `held` is given (a copy's: the
+/// bytes it really holds), no section claims more than that (a sparse file claims gigabytes
+/// that cost the user nothing). Root's own files are not held to `held`: a compressing file
+/// system (ZFS) reports fewer blocks than a file's data. Parsers size what they allocate by
+/// these claims (`object` reads the symbol tables whole as it opens a file), so the section
+/// headers are read here by hand, before any parser sees the file. 32- and 64-bit
+/// little-endian ELF files are read; `false` for anything else.
+#[must_use]
+pub fn sections_fit(file: &File, len: u64, held: Option<u64>) -> bool {
+    let held = held.map_or(u64::MAX, |h| h.saturating_add(HELD_SLACK));
     let mut header = [0u8; 64];
-    if file.read_exact_at(&mut header, 0).is_err()
-        || header[..4] != *b"\x7fELF"
-        || header[4] != 2
-        || header[5] != 1
-    {
-        // Not a 64-bit little-endian ELF file: nothing latprof parses.
+    if file.read_exact_at(&mut header, 0).is_err() || header[..4] != *b"\x7fELF" || header[5] != 1 {
         return false;
     }
     let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
@@ -191,30 +196,43 @@ pub fn sections_fit(file: &File, meta: &std::fs::Metadata) -> bool {
         |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or([0; 4]));
     let u64_at =
         |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
-    let (shoff, shentsize, shnum) = (
-        u64_at(&header, 0x28),
-        u16_at(&header, 0x3a),
-        u16_at(&header, 0x3c),
-    );
+    // Where the section table is, its entries' size and count; then, in an entry, where the
+    // type, offset and size are (ELF32's are 4 bytes, ELF64's 8).
+    let (shoff, shentsize, shnum, entry) = match header[4] {
+        1 => (
+            u64::from(u32_at(&header, 0x20)),
+            u16_at(&header, 0x2e),
+            u16_at(&header, 0x30),
+            40u16,
+        ),
+        2 => (
+            u64_at(&header, 0x28),
+            u16_at(&header, 0x3a),
+            u16_at(&header, 0x3c),
+            64,
+        ),
+        _ => return false,
+    };
     // No section table is fine (nothing to name from); extended numbering (0 sections with
     // the count elsewhere) and odd entry sizes are not what a linker writes.
     if shnum == 0 {
         return shoff == 0;
     }
-    let table = u64::from(shnum) * 64;
-    if shentsize != 64 || shoff.checked_add(table).is_none_or(|end| end > meta.len()) {
+    let table = u64::from(shnum) * u64::from(entry);
+    if shentsize != entry || shoff.checked_add(table).is_none_or(|end| end > len) {
         return false;
     }
     let mut headers = vec![0u8; usize::try_from(table).unwrap_or(0)];
     if file.read_exact_at(&mut headers, shoff).is_err() {
         return false;
     }
-    headers.as_chunks::<64>().0.iter().all(|h| {
-        let (kind, offset, size) = (
-            object::elf::SectionType(u32_at(h, 4)),
-            u64_at(h, 24),
-            u64_at(h, 32),
-        );
+    headers.chunks(usize::from(entry)).all(|h| {
+        let (offset, size) = if entry == 40 {
+            (u64::from(u32_at(h, 16)), u64::from(u32_at(h, 20)))
+        } else {
+            (u64_at(h, 24), u64_at(h, 32))
+        };
+        let kind = object::elf::SectionType(u32_at(h, 4));
         if matches!(kind, object::elf::SHT_NULL | object::elf::SHT_NOBITS) {
             // Holds nothing in the file (`.bss`).
             return true;
@@ -223,9 +241,7 @@ pub fn sections_fit(file: &File, meta: &std::fs::Metadata) -> bool {
             kind,
             object::elf::SHT_SYMTAB | object::elf::SHT_DYNSYM | object::elf::SHT_STRTAB
         );
-        offset
-            .checked_add(size)
-            .is_some_and(|end| end <= meta.len())
+        offset.checked_add(size).is_some_and(|end| end <= len)
             && size <= held
             && (!symbols || size <= MAX_SYMBOL_SECTION)
     })
@@ -322,7 +338,12 @@ mod tests {
         let exe = File::open("/proc/self/exe").unwrap();
         // The test binary has no debug link: its DWARF may be read.
         assert!(dwarf_safe(&exe, &exe.metadata().unwrap()));
-        assert!(sections_fit(&exe, &exe.metadata().unwrap()));
+        let meta = exe.metadata().unwrap();
+        assert!(sections_fit(&exe, meta.len(), None));
+        assert!(sections_fit(&exe, meta.len(), Some(meta.len())));
+        // A file that holds less than its sections claim (a sparse one) is refused.
+        assert!(!sections_fit(&exe, meta.len(), Some(0)));
+        assert!(is_elf(&exe));
         let pid = std::process::id();
         // /proc/self/exe-like links are not followed below a root.
         let dir = std::env::temp_dir().join(format!("latprof-untrusted-{pid}"));
