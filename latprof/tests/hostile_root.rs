@@ -452,6 +452,16 @@ fn a_library_cut_short_under_latprof_does_not_kill_it() {
     );
 }
 
+/// `measured` around `user` (held at a gate until latprof has attached), which must then run
+/// to its end and exit 0.
+fn measured_around(user: &Command, args: &[&str], limit: Duration) -> (String, u64) {
+    let (workload, gate) = Gate::spawn(user, None);
+    let out = measured(args, limit, &gate);
+    let work = wait_bounded(workload, Duration::from_secs(60), "the workload");
+    assert!(work.status.success(), "the workload: {}", work.status);
+    out
+}
+
 /// Runs `latprof ARGS` under `latprof-workload measure` until it ends by itself, at most
 /// `limit`, opening `gate` once it has attached; it must exit 0. Returns its stdout and peak
 /// RSS in KiB.
@@ -513,8 +523,8 @@ fn sparse_sections_of_many_binaries_are_not_allocated() {
     let script = format!("{} wait", bins.join(" "));
     let mut user = as_nobody(Path::new("sh"));
     user.args(["-c", &script]);
-    let (workload, gate) = Gate::spawn(&user, None);
-    let (text, rss) = measured(
+    let (text, rss) = measured_around(
+        &user,
         &[
             "--user-stacks",
             "stats",
@@ -523,10 +533,7 @@ fn sparse_sections_of_many_binaries_are_not_allocated() {
             "10s",
         ],
         Duration::from_secs(90),
-        &gate,
     );
-    let work = wait_bounded(workload, Duration::from_secs(60), "the sparse binaries");
-    assert!(work.status.success());
     assert!(
         text.contains("ehsparse"),
         "their sleeps are counted:\n{text}"
@@ -586,8 +593,8 @@ fn wait_chains_of_a_process_mesh_stay_bounded() {
     let procmesh = build("procmesh.c", "procmesh");
     let mut user = as_nobody(&procmesh);
     user.args(["24", "8"]);
-    let (workload, gate) = Gate::spawn(&user, None);
-    let (json, rss) = measured(
+    let (json, rss) = measured_around(
+        &user,
         &[
             "--chains",
             "--chain-depth",
@@ -599,10 +606,7 @@ fn wait_chains_of_a_process_mesh_stay_bounded() {
             "10s",
         ],
         Duration::from_secs(120),
-        &gate,
     );
-    let work = wait_bounded(workload, Duration::from_secs(60), "procmesh");
-    assert!(work.status.success());
     assert!(
         json.contains("\"behind\""),
         "chains were split:\n{json:.2000}"

@@ -355,14 +355,18 @@ impl Resolver {
             // claim more than it holds: nothing is parsed out of it.
             return Some(fallback);
         }
-        let path = module.fd_path();
-        if let Some(old) = self.given.insert((module.dev, module.ino), path.clone())
-            && old != path
-        {
-            // Closed and opened again before this thread saw it: the old one's cache goes.
-            let _ = self
-                .symbolizer
-                .evict(&evict::Evict::Elf(evict::Elf::new(old)));
+        // The path the symbolizer is given, kept where it will be used: not for a name named
+        // before (most frames), which costs no path and no insert.
+        if !self.names.contains_key(&(module.dev, module.ino, offset)) {
+            let path = module.fd_path();
+            if let Some(old) = self.given.insert((module.dev, module.ino), path.clone())
+                && old != path
+            {
+                // Closed and opened again before this thread saw it: the old one's cache goes.
+                let _ = self
+                    .symbolizer
+                    .evict(&evict::Evict::Elf(evict::Elf::new(old)));
+            }
         }
         let symbolizer = &self.symbolizer;
         let entries = &mut self.entries;
