@@ -247,8 +247,8 @@ pub enum Command {
     /// Keep the probes attached and answer HTTP: Prometheus metrics at /metrics, off-CPU
     /// profiles (pprof) at /debug/pprof/offcpu.
     #[command(after_help = "Examples:
-  sudo latprof serve                                127.0.0.1:9934
-  sudo latprof serve --listen 0.0.0.0:9934 --max-series 500
+  sudo latprof serve                                        127.0.0.1:9934
+  sudo latprof serve --listen 10.0.0.5:9934 --max-series 500  an internal address
   curl -s localhost:9934/metrics; go tool pprof -raw 'http://localhost:9934/debug/pprof/offcpu?seconds=30'")]
     Serve(ServeArgs),
 }

@@ -23,6 +23,7 @@ mod common;
 
 use common::{
     LATPROF, Workload, fact,
+    limits::Ceiling,
     probe::{assert_unloaded, latprof_program_ids},
     serve::{
         NANOSLEEP, Prometheus, Serve, count, free_port, http_get, missing, missing_so_far,
@@ -731,9 +732,11 @@ fn signals_leave_nothing_loaded() {
     }
 }
 
-/// With only the capabilities the shipped systemd unit leaves it (its CapabilityBoundingSet),
-/// `latprof serve` loads, names backtraces (kallsyms needs CAP_SYSLOG), counts a workload
-/// exactly and stops cleanly.
+/// With only the capabilities the shipped systemd unit leaves it (its CapabilityBoundingSet)
+/// and under its ceilings (`MemoryMax=`, `TasksMax=`, set as a cgroup of the memory and pids
+/// controllers), `latprof serve` loads, names backtraces (kallsyms needs CAP_SYSLOG), counts a
+/// workload exactly, answers 100 profile pulls at once without a task refused or the memory
+/// ceiling touched, and stops cleanly.
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn runs_with_only_the_units_capabilities() {
@@ -742,19 +745,27 @@ fn runs_with_only_the_units_capabilities() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../contrib/latprof.service"),
     )
     .expect("contrib/latprof.service");
-    let caps: Vec<String> = unit
-        .lines()
-        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
-        .expect("CapabilityBoundingSet in the unit")
+    let setting = |key: &str| {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("{key} in the unit"))
+    };
+    let caps: Vec<String> = setting("CapabilityBoundingSet")
         .split_whitespace()
         .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
         .collect();
     assert_eq!(caps, ["+bpf", "+perfmon", "+syslog"]);
+    let (memory_max, tasks_max) = (
+        systemd_bytes(setting("MemoryMax")),
+        setting("TasksMax").parse().expect("TasksMax: a number"),
+    );
+    let ceiling = Ceiling::new("latprof-test-unit", memory_max, tasks_max);
     let mut work = Workload::spawn(&["sleep", "--count", "100", "--interval", "2ms"]);
     let pid = work.pid().to_string();
     let addr = format!("127.0.0.1:{}", free_port());
-    let mut cmd = Command::new("setpriv");
-    cmd.arg(format!("--bounding-set=-all,{}", caps.join(",")))
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &ceiling.enter_script(), "sh", "setpriv"])
+        .arg(format!("--bounding-set=-all,{}", caps.join(",")))
         .args(["--inh-caps=-all", "--", LATPROF, "serve", "--listen", &addr])
         .args(["--pid", &pid, "--all-sleeps"])
         .stdout(Stdio::null());
@@ -776,8 +787,59 @@ fn runs_with_only_the_units_capabilities() {
     });
     assert_eq!(nanosleeps(&metrics), slept - missing(&metrics));
     work.release();
+    // Each pull builds its profile on one of serve's blocking threads.
+    let pulls: Vec<_> = (0..100)
+        .map(|i| {
+            let addr = serve.addr;
+            std::thread::spawn(move || {
+                http_get(
+                    addr,
+                    &format!("/debug/pprof/offcpu?seconds=60&scraper=p{i}"),
+                    None,
+                )
+                .status
+            })
+        })
+        .collect();
+    for pull in pulls {
+        assert_eq!(pull.join().expect("a pull"), 200);
+    }
+    let (refused, hits, peak) = (
+        ceiling.tasks_refused(),
+        ceiling.memory_hits(),
+        ceiling.peak_memory(),
+    );
+    let threads = std::fs::read_dir(format!("/proc/{}/task", serve.pid()))
+        .expect("its threads")
+        .count();
+    eprintln!(
+        "under MemoryMax {memory_max} and TasksMax {tasks_max}: {peak} bytes at most, {threads} \
+         threads after 100 pulls"
+    );
+    assert_eq!(refused, 0, "tasks refused by TasksMax={tasks_max}");
+    assert_eq!(
+        hits, 0,
+        "MemoryMax={memory_max} reached ({peak} bytes at most)"
+    );
     let (status, rest) = serve.stop(libc::SIGTERM);
     assert!(status.success(), "exit {status}: {rest}");
+}
+
+/// A systemd byte size (`512M`, `1G`, `4096`: binary multiples) in bytes.
+fn systemd_bytes(text: &str) -> u64 {
+    let (digits, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let shift = match unit {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        other => panic!("{other}: not a size systemd_bytes reads"),
+    };
+    digits.parse::<u64>().expect("a size") << shift
 }
 
 /// The shipped unit passes `systemd-analyze verify` (every key known, the command there) with

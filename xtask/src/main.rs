@@ -419,9 +419,11 @@ fn image() -> Result<()> {
     Ok(())
 }
 
-/// What `cargo xtask image` builds and the container test runs the image with: podman, and
-/// runc (crun refuses a host whose cgroups are hybrid, v1 controllers beside cgroup2).
-const CONTAINER_PACKAGES: [&str; 2] = ["podman", "runc"];
+/// What `cargo xtask image` builds and the container test runs the image with: podman, runc
+/// (crun refuses a host whose cgroups are hybrid, v1 controllers beside cgroup2), and the
+/// pod network the test gives the DaemonSet's container: podman's bridge network, whose CNI
+/// plugins set its firewall rules with iptables.
+const CONTAINER_PACKAGES: [&str; 4] = ["podman", "runc", "containernetworking-plugins", "iptables"];
 
 /// What `../shared/vm/run.sh` boots its guests with (it installs them where they are missing,
 /// but the VM tests boot several guests at once, and their installs then race for apt's

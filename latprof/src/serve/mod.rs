@@ -67,11 +67,16 @@ pub fn channel(first: Published, interval: Duration) -> (Publisher, Shared) {
     )
 }
 
-/// The HTTP server on its own threads (two workers: the answers are small).
+/// The HTTP server on its own threads (two workers: the answers are small), and at most
+/// [`BLOCKING_THREADS`] building profiles and finding peers: a flood of pulls waits for them
+/// instead of starting hundreds of threads (the unit's `TasksMax=` holds all of latprof's).
 pub struct Server {
     runtime: tokio::runtime::Runtime,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
+
+/// Threads for the HTTP server's blocking work (tokio's default is 512).
+const BLOCKING_THREADS: usize = 8;
 
 impl Server {
     /// Builds the runtime; nothing is served until [`Server::serve`].
@@ -79,6 +84,7 @@ impl Server {
         use anyhow::Context as _;
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .max_blocking_threads(BLOCKING_THREADS)
             .thread_name("latprof-http")
             .enable_io()
             .enable_time()

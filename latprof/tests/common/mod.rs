@@ -9,6 +9,7 @@ use std::{
 };
 
 pub mod cgroups;
+pub mod limits;
 pub mod probe;
 pub mod roots;
 pub mod runtimes;

@@ -1,0 +1,175 @@
+//! A memory and task ceiling for a process, as a unit's `MemoryMax=` and `TasksMax=` set one:
+//! a cgroup of the memory and pids controllers wherever /proc/mounts puts them (one cgroup2
+//! directory where the cgroup2 root offers both, else one in each v1 hierarchy, as on hosts
+//! whose cgroups are hybrid).
+use std::path::{Path, PathBuf};
+
+use super::cgroups::remove_dir;
+
+pub struct Ceiling {
+    memory: PathBuf,
+    /// The same directory as `memory` on cgroup2.
+    pids: PathBuf,
+    v2: bool,
+}
+
+impl Ceiling {
+    /// Makes the cgroup(s) `name` with `memory` bytes and `tasks` tasks at most.
+    pub fn new(name: &str, memory: u64, tasks: u64) -> Self {
+        let mounts = std::fs::read_to_string("/proc/mounts").expect("/proc/mounts");
+        let ceiling = if let Some(root) = v2_root(&mounts) {
+            let dir = root.join(name);
+            Self {
+                memory: dir.clone(),
+                pids: dir,
+                v2: true,
+            }
+        } else {
+            let v1 = |controller: &str| {
+                v1_root(&mounts, controller)
+                    .unwrap_or_else(|| {
+                        panic!("no cgroup hierarchy with the {controller} controller")
+                    })
+                    .join(name)
+            };
+            Self {
+                memory: v1("memory"),
+                pids: v1("pids"),
+                v2: false,
+            }
+        };
+        for dir in [&ceiling.memory, &ceiling.pids] {
+            if dir.exists() {
+                remove_dir(dir);
+            }
+            if !dir.exists() {
+                std::fs::create_dir(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+            }
+        }
+        let (memory_file, pids_file) = if ceiling.v2 {
+            ("memory.max", "pids.max")
+        } else {
+            ("memory.limit_in_bytes", "pids.max")
+        };
+        write(&ceiling.memory.join(memory_file), &memory.to_string());
+        write(&ceiling.pids.join(pids_file), &tasks.to_string());
+        ceiling
+    }
+
+    /// A shell command line that moves the shell into the ceiling, then `exec`s its arguments
+    /// (`sh -c SCRIPT sh CMD ARGS...`): the command is under it from its first instruction.
+    pub fn enter_script(&self) -> String {
+        let mut dirs = vec![&self.memory];
+        if !self.v2 {
+            dirs.push(&self.pids);
+        }
+        let moves: Vec<String> = dirs
+            .iter()
+            .map(|d| format!("echo $$ > '{}/cgroup.procs'", d.display()))
+            .collect();
+        format!("{} && exec \"$@\"", moves.join(" && "))
+    }
+
+    /// The most memory the cgroup has held, in bytes.
+    pub fn peak_memory(&self) -> u64 {
+        let file = if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
+        read(&self.memory.join(file))
+            .trim()
+            .parse()
+            .expect("a byte count")
+    }
+
+    /// How often a task could not be made for the task ceiling (`max` of pids.events).
+    pub fn tasks_refused(&self) -> u64 {
+        event(&read(&self.pids.join("pids.events")), "max")
+    }
+
+    /// How often the memory ceiling was hit (`max` of memory.events on cgroup2, the v1
+    /// `memory.failcnt`).
+    pub fn memory_hits(&self) -> u64 {
+        if self.v2 {
+            event(&read(&self.memory.join("memory.events")), "max")
+        } else {
+            read(&self.memory.join("memory.failcnt"))
+                .trim()
+                .parse()
+                .expect("a count")
+        }
+    }
+}
+
+impl Drop for Ceiling {
+    fn drop(&mut self) {
+        remove_dir(&self.memory);
+        if !self.v2 {
+            remove_dir(&self.pids);
+        }
+    }
+}
+
+/// The cgroup2 mount whose root offers both controllers (none on a hybrid host: v1 holds
+/// them there), with them enabled for its children.
+fn v2_root(mounts: &str) -> Option<PathBuf> {
+    let root = mounts
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.len() > 2 && f[2] == "cgroup2")
+        .map(|f| PathBuf::from(unescape(f[1])))?;
+    let offered = std::fs::read_to_string(root.join("cgroup.controllers")).ok()?;
+    let has = |c: &str| offered.split_whitespace().any(|o| o == c);
+    if !(has("memory") && has("pids")) {
+        return None;
+    }
+    write(&root.join("cgroup.subtree_control"), "+memory +pids");
+    Some(root)
+}
+
+/// The v1 hierarchy that holds `controller` (one of its mount options).
+fn v1_root(mounts: &str, controller: &str) -> Option<PathBuf> {
+    mounts
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.len() > 3 && f[2] == "cgroup" && f[3].split(',').any(|o| o == controller))
+        .map(|f| PathBuf::from(unescape(f[1])))
+}
+
+/// A /proc/mounts path with its octal escapes (`\040` for a space) undone.
+fn unescape(field: &str) -> String {
+    let mut out = Vec::new();
+    let bytes = field.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && let Some(code) = field
+                .get(i + 1..i + 4)
+                .and_then(|o| u8::from_str_radix(o, 8).ok())
+        {
+            out.push(code);
+            i += 4;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The count of `key` in a `key count` file (memory.events, pids.events).
+fn event(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
