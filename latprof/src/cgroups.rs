@@ -203,6 +203,13 @@ impl CgroupNames {
 const UNIT_SUFFIXES: [&str; 6] = [".service", ".scope", ".slice", ".socket", ".mount", ".swap"];
 
 /// A cgroup's readable name from its path below the cgroup2 mount.
+///
+/// systemd's units nest only where one hands its subtree to someone else (`Delegate=`: a
+/// user's `user@UID.service`, a machine's or a container's scope, a service that makes
+/// cgroups below itself). Whoever owns that subtree names what is in it, so the name keeps
+/// the delegating units in front: a user's `nginx.service` is
+/// `user@1000.service/nginx.service`, never the system's `nginx.service`, and a cgroup a user
+/// names like a container is that user's.
 #[must_use]
 pub fn readable_name(path: &str) -> String {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
@@ -220,23 +227,41 @@ pub fn readable_name(path: &str) -> String {
             ("container", 1) if !parts[0].starts_with("kubepods") => "containerd",
             _ => runtime,
         };
-        Some((runtime, id))
+        Some((i, runtime, id))
     });
-    let pod = parts.iter().rev().find_map(|p| pod_of(p));
-    match (pod, container) {
-        (Some(pod), Some((runtime, id))) => format!("pod {pod}/{runtime}:{id}"),
-        (Some(pod), None) => format!("pod {pod}"),
-        (None, Some((runtime, id))) => format!("{runtime}:{id}"),
+    let pod = parts
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, p)| Some((i, pod_of(p)?)));
+    let (start, name) = match (pod, container) {
+        (Some((i, pod)), Some((_, runtime, id))) => (i, format!("pod {pod}/{runtime}:{id}")),
+        (Some((i, pod)), None) => (i, format!("pod {pod}")),
+        (None, Some((i, runtime, id))) => (i, format!("{runtime}:{id}")),
         (None, None) => {
             // The innermost systemd unit and what is below it, else the last component.
             match parts
                 .iter()
                 .rposition(|p| UNIT_SUFFIXES.iter().any(|s| p.ends_with(s)))
             {
-                Some(unit) => parts[unit..].join("/"),
-                None => (*last).to_owned(),
+                Some(unit) => (unit, parts[unit..].join("/")),
+                None => (parts.len() - 1, (*last).to_owned()),
             }
         }
+    };
+    let delegating: Vec<&str> = parts[..start]
+        .iter()
+        .copied()
+        .filter(|p| {
+            UNIT_SUFFIXES
+                .iter()
+                .any(|s| *s != ".slice" && p.ends_with(s))
+        })
+        .collect();
+    if delegating.is_empty() {
+        name
+    } else {
+        format!("{}/{name}", delegating.join("/"))
     }
 }
 
@@ -349,6 +374,51 @@ mod tests {
         );
         assert_eq!(readable_name("/"), "/");
         assert_eq!(readable_name("/mine/deeper"), "deeper");
+    }
+
+    /// R9 (issue 53): a delegated user's cgroups never share a name with the system's.
+    #[test]
+    fn delegated_subtrees_keep_their_delegating_units() {
+        assert_eq!(
+            readable_name("/user.slice/user-1000.slice/user@1000.service/app.slice/nginx.service"),
+            "user@1000.service/nginx.service"
+        );
+        assert_eq!(
+            readable_name("/user.slice/user-1000.slice/user@1000.service/app.slice"),
+            "user@1000.service/app.slice"
+        );
+        // A service's own cgroup that a unit's name would not make the system's unit.
+        assert_eq!(
+            readable_name("/system.slice/postgresql.service/workers/nginx.service"),
+            "postgresql.service/nginx.service"
+        );
+        // A user's cgroup named like a container, and a rootless podman container.
+        let short = &ID[..12];
+        assert_eq!(
+            readable_name(&format!(
+                "/user.slice/user-1000.slice/user@1000.service/docker-{ID}.scope"
+            )),
+            format!("user@1000.service/docker:{short}")
+        );
+        assert_eq!(
+            readable_name(&format!(
+                "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope/container"
+            )),
+            format!("user@1000.service/podman:{short}")
+        );
+        // Machines' units, and those of a user inside a machine.
+        assert_eq!(
+            readable_name(
+                "/machine.slice/systemd-nspawn@web.service/payload/system.slice/nginx.service"
+            ),
+            "systemd-nspawn@web.service/nginx.service"
+        );
+        assert_eq!(
+            readable_name(
+                "/machine.slice/systemd-nspawn@web.service/payload/user.slice/user@1000.service/app.slice/nginx.service"
+            ),
+            "systemd-nspawn@web.service/user@1000.service/nginx.service"
+        );
     }
 
     #[test]
