@@ -928,3 +928,86 @@ fn latprof_at(pid: u32) -> Option<u32> {
         .filter_map(|c| c.parse().ok())
         .find(|&c| comm(c).trim() == "latprof")
 }
+
+/// R5: a library rewritten in place (the same inode, new contents) is read anew for the
+/// processes that map it after. A user's `libfl.so` (`fl.S`: `frameless_sleep` saves `rbp`
+/// and clobbers it, so only its unwind rows lead back to its callers) is run by `flmain`,
+/// then overwritten with another build (8 KiB of padding before the function, two more
+/// registers saved) and run again: every sleep of both runs unwinds to `STALE_TEST_OUTER`.
+/// On the old code the first contents' rows and names, kept by (device, inode), served the
+/// second run, whose backtraces stopped in the library.
+#[test]
+#[ignore = "needs root"]
+fn a_library_rewritten_in_place_is_read_anew() {
+    const SLEEPS: u64 = 100;
+    let dir = TempDir::new("rewritten");
+    let shared_lib = |name: &str, defines: &[&str]| {
+        let out = bin_dir().join(name);
+        let status = Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&out)
+            .args(defines)
+            .arg(common::hostile("fl.S"))
+            .status()
+            .expect("gcc");
+        assert!(status.success(), "gcc fl.S {defines:?}");
+        out
+    };
+    let (first, second) = (
+        shared_lib("libfl1.so", &[]),
+        shared_lib("libfl2.so", &["-DPAD", "-DMORE"]),
+    );
+    let flmain = build("flmain.c", "flmain");
+    // The user's own library, which the user rewrites.
+    let lib = dir.file("libfl.so");
+    std::fs::copy(&first, &lib).expect("copy the library");
+    let status = Command::new("chown")
+        .arg("nobody:nogroup")
+        .args([&lib, &dir.0])
+        .status()
+        .expect("chown");
+    assert!(status.success());
+    let (flmain, lib, second) = (flmain.display(), lib.display(), second.display());
+    let mut user = as_nobody(Path::new("/bin/sh"));
+    user.arg("-c").arg(format!(
+        "{flmain} {lib} {SLEEPS} && cat {second} > {lib} && {flmain} {lib} {SLEEPS}"
+    ));
+    let cgroups = common::cgroups::Cgroups::make(&["latprof-test-rewritten"]);
+    let (workload, gate) = Gate::spawn(&user, Some(cgroups.path(0)));
+    let mut cmd = Command::new(LATPROF);
+    cmd.args(["--user-stacks", "stats", "--all-sleeps", "--format", "json"])
+        .arg("--cgroup")
+        .arg(cgroups.path(0))
+        .stdout(Stdio::piped());
+    let (latprof, stderr) = common::start(&mut cmd, "attached");
+    gate.open();
+    let work = wait_bounded(workload, Duration::from_secs(60), "the workload");
+    assert!(work.status.success(), "the workload: {}", work.status);
+    let out = interrupt_bounded(latprof, stderr, Duration::from_secs(25));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("latprof's JSON");
+    let (mut whole, mut cut) = (0, Vec::new());
+    for cause in doc["causes"].as_array().expect("causes") {
+        let frames = common::ustacks::user_frames(cause);
+        let count = cause["count"].as_u64().expect("count");
+        let in_lib = frames
+            .iter()
+            .any(|f| f.starts_with("frameless_sleep") || f.contains("libfl.so"));
+        if frames.iter().any(|f| f.starts_with("STALE_TEST_OUTER")) {
+            whole += count;
+        } else if in_lib {
+            cut.push((count, frames));
+        }
+    }
+    // Each run's sleeps, but for a few: those the kernel hid (a hidden waking loses the
+    // backtrace), and a process's first ones, walked before its unwind rows are in the kernel
+    // (the naming thread then finds the library's caller from the return address on the
+    // stack, and the walk stops there: `[truncated]`).
+    assert!(
+        whole >= 2 * SLEEPS - 10
+            && cut
+                .iter()
+                .all(|(_, f)| f.iter().any(|f| f.starts_with("STALE_TEST_CALLER"))),
+        "{whole} of {} sleeps unwound to STALE_TEST_OUTER; cut short: {cut:?}",
+        2 * SLEEPS
+    );
+}

@@ -28,6 +28,7 @@ use super::{
     maps::{self, Mapping},
     perf_budget::PerfBudget,
     perfmap::PerfMap,
+    stamp::{self, Stamp},
     untrusted,
 };
 
@@ -38,9 +39,14 @@ pub(super) struct Module {
     /// The file itself where root may map it (`copies::may_map`), else a sealed copy, or the
     /// file itself where no copy could be made (`parse` is then false: it is only read).
     pub(super) file: File,
-    /// The original's device and inode.
+    /// The original's device.
     pub(super) dev: u64,
-    pub(super) ino: u64,
+    /// This opening's own number (`stamp::next_id`): names and unwind rows are kept by
+    /// (device, id), so the file opened again for new contents shares none of them.
+    pub(super) id: u64,
+    /// The original's size and times when opened: a process that maps it later with other
+    /// ones maps new contents (`stamp`).
+    stamp: Stamp,
     pub(super) build_id: String,
     /// Whether `file` may be parsed and mapped: it cannot change under latprof and its
     /// sections claim no more than it holds (`untrusted::sections_fit`). Without, its frames
@@ -293,9 +299,9 @@ impl Processes {
         self.generation
     }
 
-    /// Whether the file (device, inode) is still open here.
-    pub(super) fn keeps(&self, file: (u64, u64)) -> bool {
-        self.modules.contains_key(&file)
+    /// The files open here, by (device, opening's id): what names may be kept of.
+    pub(super) fn open_files(&self) -> std::collections::HashSet<(u64, u64)> {
+        self.modules.values().map(|m| (m.dev, m.id)).collect()
     }
 
     /// Reads the memory map of a process not seen before.
@@ -413,7 +419,13 @@ impl Processes {
             return None;
         }
         if let Some(module) = self.modules.get(&(meta.dev(), meta.ino())) {
-            return Some(Arc::clone(module));
+            if module.stamp == Stamp::of(&meta) {
+                return Some(Arc::clone(module));
+            }
+            // Rewritten in place since it was opened: opened anew below, and the naming
+            // thread drops what it keeps of the old one (its processes keep their view).
+            self.modules.remove(&(meta.dev(), meta.ino()));
+            self.generation += 1;
         }
         if self.modules.len() >= self.max_open {
             // Files only processes gone held.
@@ -431,6 +443,8 @@ impl Processes {
         if !meta.file_type().is_file() {
             return None;
         }
+        // Taken before its bytes are read or copied: a write after it moves it.
+        let stamp = Stamp::of(&meta);
         let mappable = copies::may_map(&file, &meta);
         let (file, charge) = if mappable {
             (file, None)
@@ -469,7 +483,8 @@ impl Processes {
             parse,
             file,
             dev: meta.dev(),
-            ino: meta.ino(),
+            id: stamp::next_id(),
+            stamp,
             build_id,
             cfi: OnceLock::new(),
             _charge: charge,

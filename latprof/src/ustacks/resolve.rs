@@ -86,13 +86,13 @@ pub struct Resolver {
     processes: Arc<Mutex<Processes>>,
     /// `Processes::generation` when the caches below were last trimmed to its open files.
     generation: u64,
-    /// (device, inode, file offset) -> name, so that a file shared by processes (libc) is
+    /// (device, opening's id, file offset) -> name, so that a file shared by processes (libc) is
     /// read once per place.
     names: HashMap<(u64, u64, u64), Option<(String, u32)>>,
-    /// Each function's entry line, by (device, inode, symbol address): the frames of one
+    /// Each function's entry line, by (device, opening's id, symbol address): the frames of one
     /// function share it.
     entries: HashMap<(u64, u64, u64), u32>,
-    /// (device, inode, file offset) -> whether the bytes before it are a call instruction.
+    /// (device, opening's id, file offset) -> whether the bytes before it are a call instruction.
     calls: HashMap<(u64, u64, u64), bool>,
     /// The path each file was given to the symbolizer by (`/proc/self/fd/N`): its cache of
     /// the file (a mapping, which keeps a private copy's memory) is dropped with the file.
@@ -160,13 +160,14 @@ impl Resolver {
         let view = table.view(key);
         if table.generation() != self.generation {
             let generation = table.generation();
-            let keeps = |dev: u64, ino: u64| table.keeps((dev, ino));
-            self.names.retain(|(dev, ino, _), _| keeps(*dev, *ino));
-            self.entries.retain(|(dev, ino, _), _| keeps(*dev, *ino));
-            self.calls.retain(|(dev, ino, _), _| keeps(*dev, *ino));
+            let open = table.open_files();
+            let keeps = |dev: u64, id: u64| open.contains(&(dev, id));
+            self.names.retain(|(dev, id, _), _| keeps(*dev, *id));
+            self.entries.retain(|(dev, id, _), _| keeps(*dev, *id));
+            self.calls.retain(|(dev, id, _), _| keeps(*dev, *id));
             let closed: Vec<_> = self
                 .given
-                .extract_if(|(dev, ino), _| !keeps(*dev, *ino))
+                .extract_if(|(dev, id), _| !keeps(*dev, *id))
                 .map(|(_, path)| path)
                 .collect();
             drop(table);
@@ -357,9 +358,9 @@ impl Resolver {
         }
         // The path the symbolizer is given, kept where it will be used: not for a name named
         // before (most frames), which costs no path and no insert.
-        if !self.names.contains_key(&(module.dev, module.ino, offset)) {
+        if !self.names.contains_key(&(module.dev, module.id, offset)) {
             let path = module.fd_path();
-            if let Some(old) = self.given.insert((module.dev, module.ino), path.clone())
+            if let Some(old) = self.given.insert((module.dev, module.id), path.clone())
                 && old != path
             {
                 // Closed and opened again before this thread saw it: the old one's cache goes.
@@ -372,7 +373,7 @@ impl Resolver {
         let entries = &mut self.entries;
         let name = self
             .names
-            .entry((module.dev, module.ino, offset))
+            .entry((module.dev, module.id, offset))
             .or_insert_with(|| {
                 // DWARF where it may be read; where it cannot (damaged, or refused by
                 // blazesym), the ELF symbols alone.
@@ -388,7 +389,7 @@ impl Resolver {
                         return 0;
                     }
                     *entries
-                        .entry((module.dev, module.ino, sym.addr))
+                        .entry((module.dev, module.id, sym.addr))
                         .or_insert_with(|| match named(true, Input::VirtOffset(sym.addr)) {
                             Ok(Symbolized::Sym(entry)) => {
                                 entry.code_info.and_then(|c| c.line).unwrap_or(0)
@@ -422,7 +423,7 @@ impl Resolver {
     fn after_call(&mut self, module: &Module, ret: u64) -> bool {
         *self
             .calls
-            .entry((module.dev, module.ino, ret))
+            .entry((module.dev, module.id, ret))
             .or_insert_with(|| {
                 let from = ret.saturating_sub(7);
                 let mut bytes = vec![0; usize::try_from(ret - from).unwrap_or(0)];

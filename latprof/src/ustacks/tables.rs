@@ -49,7 +49,7 @@ const MAX_FILES_SEEN: usize = 16_384;
 pub struct Tables {
     rows: Array<MapData, u64>,
     processes: BpfHashMap<MapData, u64, ProcUnwind>,
-    /// By file (device, inode): its content's key in `by_content`, or `None` where it has no
+    /// By file (device, opening's id, `capture::Module::id`): its content's key in `by_content`, or `None` where it has no
     /// table (it needs none, cannot have one, or the rows are spent).
     files: HashMap<(u64, u64), Option<u64>>,
     /// By content (`content_key`): its table.
@@ -66,7 +66,7 @@ pub struct Tables {
     last_full: bool,
     /// The next free row.
     next: u32,
-    /// By file (device, inode): the rule at its Python trampolines' return addresses, if it
+    /// By file (device, opening's id): the rule at its Python trampolines' return addresses, if it
     /// holds CPython's template (`trampolines`).
     templates: HashMap<(u64, u64), Option<u32>>,
     /// Rows of rules that hold for whole regions, by rule.
@@ -114,7 +114,7 @@ impl Tables {
             let Some(module) = view.files.get(&m.start) else {
                 continue;
             };
-            let key = (module.dev, module.ino);
+            let key = (module.dev, module.id);
             if self.files.len() >= MAX_FILES_SEEN {
                 // Files without a table are judged again when next seen; those with one keep
                 // their rows (they are never reclaimed: at most `UNWIND_TABLE_ROWS` in all).
@@ -190,7 +190,7 @@ impl Tables {
                 let module = view.files.get(&m.start)?;
                 *self
                     .templates
-                    .entry((module.dev, module.ino))
+                    .entry((module.dev, module.id))
                     .or_insert_with(|| {
                         module
                             .parse

@@ -1,0 +1,68 @@
+//! What tells one content of a file from the next under the same inode. A library rewritten
+//! in place (`cp` over it, `cat v2 > lib.so`, a user's own writes) keeps its device and
+//! inode, so unwind rows and names kept by (device, inode) went on describing the old bytes
+//! (issue 53, R5): a later process mapping the new ones was walked with the old rules. Every
+//! write moves the file's change time, which only the kernel sets (a user can set the
+//! modification time back, not the change time), and most move its size.
+
+use std::os::unix::fs::MetadataExt as _;
+
+/// A file's size and change and modification times when it was opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    len: u64,
+    ctime: (i64, i64),
+    mtime: (i64, i64),
+}
+
+impl Stamp {
+    #[must_use]
+    pub fn of(meta: &std::fs::Metadata) -> Self {
+        Self {
+            len: meta.len(),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+        }
+    }
+}
+
+/// A number of its own for each opening of a file: what names and unwind rows are kept by,
+/// so that a file opened again for new contents shares nothing with its old self.
+#[must_use]
+pub fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rewrite_in_place_changes_the_stamp_and_a_read_does_not() {
+        let dir = std::env::temp_dir().join(format!("latprof-stamp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lib.so");
+        std::fs::write(&path, b"version one").unwrap();
+        let before = std::fs::metadata(&path).unwrap();
+        let _ = std::fs::read(&path).unwrap();
+        assert_eq!(
+            Stamp::of(&std::fs::metadata(&path).unwrap()),
+            Stamp::of(&before)
+        );
+        // The same length, the same inode, new bytes, a tick later: the kernel stamps files
+        // from its coarse clock, which moves once a tick (10 ms at HZ=100), so two writes in
+        // one tick can carry the same times.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&path, b"version two").unwrap();
+        let after = std::fs::metadata(&path).unwrap();
+        assert_eq!(after.ino(), before.ino());
+        assert_ne!(Stamp::of(&after), Stamp::of(&before));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn each_opening_has_its_own_id() {
+        assert_ne!(next_id(), next_id());
+    }
+}
