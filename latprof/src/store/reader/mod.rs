@@ -12,7 +12,10 @@
 //! one long symbol in every frame of thousands of causes.
 mod budget;
 mod find;
+mod gaps;
 mod source;
+
+pub use gaps::is_gap;
 
 pub use budget::{
     DECODE_FLOOR, DECODE_PER_BYTE, MEMORY_FLOOR, MEMORY_PER_BYTE, SCAN_FLOOR, SCAN_PER_BYTE,
@@ -360,6 +363,17 @@ impl Recording {
         if unlisted > 0 {
             rec.problems
                 .push(format!("{unlisted} more problems like these, not listed"));
+        }
+        if let Some(info) = &info {
+            let times: Vec<(u64, u64)> = rec
+                .entries
+                .iter()
+                .map(|e| (e.taken_ns, e.wall_ns))
+                .collect();
+            rec.problems.extend(gaps::lines(
+                &gaps::find(&times, info.interval_ns),
+                info.interval_ns,
+            ));
         }
         let Some(info) = info.filter(|_| !rec.entries.is_empty()) else {
             let why = if rec.problems.is_empty() {
