@@ -68,6 +68,31 @@ pub fn id_of(dir: &Path) -> std::io::Result<u64> {
     Ok(std::fs::metadata(dir)?.ino())
 }
 
+/// The processes among `tgids` whose cgroup v2 (`/proc/PID/cgroup`'s `0::` line) is one of
+/// `dirs` (cgroup2 directories, as `--cgroup` names them) or below one: those a `--cgroup`
+/// run traces. None without a cgroup2 mount.
+#[must_use]
+pub fn processes_under(dirs: &[PathBuf], tgids: Vec<u32>) -> Vec<u32> {
+    let Some(mount) = mount_point() else {
+        return Vec::new();
+    };
+    let under: Vec<PathBuf> = dirs
+        .iter()
+        .filter_map(|d| Some(Path::new("/").join(d.strip_prefix(&mount).ok()?)))
+        .collect();
+    tgids
+        .into_iter()
+        .filter(|tgid| {
+            let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/cgroup")) else {
+                return false;
+            };
+            text.lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .is_some_and(|own| under.iter().any(|u| Path::new(own).starts_with(u)))
+        })
+        .collect()
+}
+
 /// Where a cgroup is (was) in the cgroup2 file system.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CgroupPath {

@@ -92,9 +92,19 @@ impl Collector {
     /// the probe announced since it attached (none is missed: they wait in its ring buffer).
     /// Once per probe; a collector without it shows no user frames.
     pub fn watch_users(&mut self, probe: &mut Probe) -> Result<()> {
-        let pid = probe.config().pid;
+        // The processes the probe traces, read before it says it is attached: with
+        // `--cgroup`, not the machine's others (their files took a quarter of the unwind
+        // table here, which the traced processes then lacked).
+        let config = probe.config();
+        let traced = match (config.pid, config.cgroup_filter.as_slice()) {
+            (Some(pid), _) => vec![pid],
+            (None, []) => crate::ustacks::watch::running_processes(),
+            (None, dirs) => {
+                crate::cgroups::processes_under(dirs, crate::ustacks::watch::running_processes())
+            }
+        };
         if let Some((ring, tables)) = probe.take_user_seen() {
-            self.watcher = Some(crate::ustacks::Watcher::start(ring, tables, pid)?);
+            self.watcher = Some(crate::ustacks::Watcher::start(ring, tables, traced)?);
         }
         Ok(())
     }

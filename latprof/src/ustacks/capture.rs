@@ -299,6 +299,16 @@ impl Processes {
         self.generation
     }
 
+    /// The files the processes still alive map, by (device, opening's id): the unwind rows
+    /// of any other may be given back (`Tables::reclaim`).
+    pub(super) fn files_of_live(&self) -> std::collections::HashSet<(u64, u64)> {
+        self.seen
+            .iter()
+            .filter(|&(&(tgid, layout), _)| process_layout(tgid) == Some(layout))
+            .flat_map(|(_, p)| p.files.values().map(|m| (m.dev, m.id)))
+            .collect()
+    }
+
     /// The files open here, by (device, opening's id): what names may be kept of.
     pub(super) fn open_files(&self) -> std::collections::HashSet<(u64, u64)> {
         self.modules.values().map(|m| (m.dev, m.id)).collect()

@@ -10,6 +10,7 @@ pub mod maps;
 pub mod perf_budget;
 pub mod perfmap;
 pub mod resolve;
+pub mod row_space;
 pub mod stamp;
 pub mod tables;
 pub mod trampolines;

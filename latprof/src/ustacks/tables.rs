@@ -9,12 +9,13 @@
 //! Files of the same content share their rows (twelve copies of libc, each its own inode, took
 //! twelve tables before), and the processes of users other than root may fill at most
 //! `USERS_SHARE` of the table: whatever they map, root's processes find room. A file that gets
-//! no rows for want of room is counted (`Counter::UnwindRowsFull`).
+//! no rows for want of room is counted (`Counter::UnwindRowsFull`), once the rows of files no
+//! live process maps were given back (`reclaim`, `row_space`).
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     hash::{BuildHasher as _, RandomState},
-    sync::{Arc, atomic::Ordering},
+    sync::{Arc, Mutex, atomic::Ordering},
 };
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData};
@@ -28,8 +29,9 @@ use latprof_common::{
 };
 
 use super::{
-    capture::{Tally, View},
+    capture::{Processes, Tally, View},
     leaf::Cfi,
+    row_space::RowSpace,
 };
 
 /// The part of the table the processes of users other than root may fill.
@@ -64,8 +66,11 @@ pub struct Tables {
     users_full: std::collections::HashSet<(u64, u64)>,
     /// Whether the last `load` failed for want of room.
     last_full: bool,
-    /// The next free row.
-    next: u32,
+    /// Which rows are given.
+    space: RowSpace,
+    /// The processes the capture thread keeps: which files live processes map, when rows
+    /// must be given back (`reclaim`).
+    known: Option<Arc<Mutex<Processes>>>,
     /// By file (device, opening's id): the rule at its Python trampolines' return addresses, if it
     /// holds CPython's template (`trampolines`).
     templates: HashMap<(u64, u64), Option<u32>>,
@@ -85,15 +90,18 @@ impl Tables {
             tally: None,
             users_full: std::collections::HashSet::new(),
             last_full: false,
-            next: 0,
+            space: RowSpace::default(),
+            known: None,
             templates: HashMap::new(),
             rules: HashMap::new(),
         }
     }
 
-    /// Counts the files left without rows in `tally`.
-    pub(super) fn count_into(&mut self, tally: Arc<Tally>) {
+    /// Counts the files left without rows in `tally`, and gives back the rows of files no
+    /// process of `known` maps when room runs short.
+    pub(super) fn count_into(&mut self, tally: Arc<Tally>, known: Arc<Mutex<Processes>>) {
         self.tally = Some(tally);
+        self.known = Some(known);
     }
 
     /// A file's content key: its unwind information and where its segments load, hashed with
@@ -117,7 +125,7 @@ impl Tables {
             let key = (module.dev, module.id);
             if self.files.len() >= MAX_FILES_SEEN {
                 // Files without a table are judged again when next seen; those with one keep
-                // their rows (they are never reclaimed: at most `UNWIND_TABLE_ROWS` in all).
+                // their rows until no live process maps them (`reclaim`).
                 self.files.retain(|_, table| table.is_some());
                 self.users_full.clear();
             }
@@ -223,12 +231,8 @@ impl Tables {
         if let Some(&row) = self.rules.get(&rule) {
             return Some(row);
         }
-        if self.next >= UNWIND_TABLE_ROWS {
-            return None;
-        }
-        let row = self.next;
+        let row = self.space.take(1, UNWIND_TABLE_ROWS)?;
         self.rows.set(row, &unwind_row(0, rule), 0).ok()?;
-        self.next += 1;
         self.rules.insert(rule, row);
         Some(row)
     }
@@ -246,24 +250,71 @@ impl Tables {
         if count > UNWIND_FILE_ROWS {
             return None;
         }
-        if self.next + count > room {
+        let taken = self.space.take(count, room);
+        let Some(first) = taken.or_else(|| {
+            self.reclaim();
+            self.space.take(count, room)
+        }) else {
             self.last_full = true;
             if let Some(tally) = &self.tally {
                 tally.unwind_full.fetch_add(1, Ordering::Relaxed);
             }
             return None;
-        }
-        let first = self.next;
+        };
         for (i, row) in (first..).zip(&rows) {
-            self.rows.set(i, row, 0).ok()?;
+            if self.rows.set(i, row, 0).is_err() {
+                self.space.give_back(first, count);
+                return None;
+            }
         }
-        self.next += count;
         // Where its segments load is all that is kept of it.
         Some(FileTable {
             first,
             count,
             cfi: cfi.without_eh_frame(),
         })
+    }
+}
+
+impl Tables {
+    /// Gives back the rows of the files no live process maps (a process gone walks nothing
+    /// more). What latprof knew of files no live process maps goes with them: a file mapped
+    /// again is judged again. A process the kernel still has ranges for into rows given back
+    /// (one pruned while it lives) loses them, and gets them again with its next backtrace.
+    fn reclaim(&mut self) {
+        let Some(known) = &self.known else {
+            return;
+        };
+        let live = known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .files_of_live();
+        self.files.retain(|key, _| live.contains(key));
+        self.users_full.retain(|key| live.contains(key));
+        self.templates.retain(|key, _| live.contains(key));
+        let kept: HashSet<u64> = self.files.values().flatten().copied().collect();
+        let gone: Vec<(u32, u32)> = self
+            .by_content
+            .extract_if(|content, _| !kept.contains(content))
+            .map(|(_, table)| (table.first, table.count))
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let into_gone = |first: u32| gone.iter().any(|&(f, n)| first >= f && first < f + n);
+        let stale: Vec<u64> = self
+            .processes
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, p)| p.ranges.iter().any(|r| r.count > 0 && into_gone(r.first)))
+            .map(|(layout, _)| layout)
+            .collect();
+        for layout in stale {
+            let _ = self.processes.remove(&layout);
+        }
+        for (first, count) in gone {
+            self.space.give_back(first, count);
+        }
     }
 }
 

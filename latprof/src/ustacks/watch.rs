@@ -83,7 +83,8 @@ const READ_AT_START_WITHIN: Duration = Duration::from_secs(3);
 
 /// The processes there are (`/proc`'s numeric entries), but latprof itself; kernel threads
 /// are left out by `process_layout` (no code).
-fn running_processes() -> Vec<u32> {
+#[must_use]
+pub fn running_processes() -> Vec<u32> {
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -102,20 +103,18 @@ const STOP_WITHIN: Duration = Duration::from_secs(1);
 
 impl Watcher {
     /// Starts the threads on the `USER_SEEN` ring buffer.
-    pub fn start(ring: RingBuf<MapData>, mut tables: Tables, pid: Option<u32>) -> Result<Self> {
+    pub fn start(ring: RingBuf<MapData>, mut tables: Tables, traced: Vec<u32>) -> Result<Self> {
         let (requests, rx) = mpsc::channel();
         let (alive, ended) = mpsc::channel::<()>();
         let truncated = Arc::new(AtomicU64::new(0));
         let mut known = Processes::new();
-        // The processes there are (the one traced, with `--pid`) are read now, before latprof
-        // says it is attached: their sleeps step through their libc by the tables from then
-        // on. A process started later is read when its first backtrace is announced (its
-        // sleeps before that are walked by frame pointers only).
+        // The processes there are that are traced (`traced`: the one of `--pid`, those in the
+        // cgroups of `--cgroup`, else all) are read now, before latprof says it is attached:
+        // their sleeps step through their libc by the tables from then on. A process started
+        // later is read when its first backtrace is announced (its sleeps before that are
+        // walked by frame pointers only).
         let deadline = Instant::now() + READ_AT_START_WITHIN;
-        let running = match pid {
-            Some(tgid) => vec![tgid],
-            None => running_processes(),
-        };
+        let running = traced;
         for tgid in running {
             if Instant::now() >= deadline {
                 break;
@@ -128,8 +127,8 @@ impl Watcher {
             }
         }
         let tally = known.tally();
-        tables.count_into(Arc::clone(&tally));
         let processes = Arc::new(Mutex::new(known));
+        tables.count_into(Arc::clone(&tally), Arc::clone(&processes));
         let stop = Arc::new(AtomicBool::new(false));
         let capture = {
             let (alive, processes, stop) =
