@@ -28,7 +28,7 @@ use super::{
     maps::{self, Mapping},
     perf_budget::PerfBudget,
     perfmap::PerfMap,
-    stamp::{self, Stamp},
+    stamp::Stamp,
     untrusted,
 };
 
@@ -41,8 +41,8 @@ pub(super) struct Module {
     pub(super) file: File,
     /// The original's device.
     pub(super) dev: u64,
-    /// This opening's own number (`stamp::next_id`): names and unwind rows are kept by
-    /// (device, id), so the file opened again for new contents shares none of them.
+    /// Its contents' id (`Stamp::id`): names and unwind rows are kept by (device, id), so
+    /// the file opened again for new contents shares none of them.
     pub(super) id: u64,
     /// The original's size and times when opened: a process that maps it later with other
     /// ones maps new contents (`stamp`).
@@ -299,7 +299,7 @@ impl Processes {
         self.generation
     }
 
-    /// The files the processes still alive map, by (device, opening's id): the unwind rows
+    /// The files the processes still alive map, by (device, contents' id): the unwind rows
     /// of any other may be given back (`Tables::reclaim`).
     pub(super) fn files_of_live(&self) -> std::collections::HashSet<(u64, u64)> {
         self.seen
@@ -309,9 +309,14 @@ impl Processes {
             .collect()
     }
 
-    /// The files open here, by (device, opening's id): what names may be kept of.
+    /// The files open here, by (device, contents' id), those the processes kept still map
+    /// after a rewrite too: what names may be kept of.
     pub(super) fn open_files(&self) -> std::collections::HashSet<(u64, u64)> {
-        self.modules.values().map(|m| (m.dev, m.id)).collect()
+        self.modules
+            .values()
+            .chain(self.seen.values().flat_map(|p| p.files.values()))
+            .map(|m| (m.dev, m.id))
+            .collect()
     }
 
     /// Reads the memory map of a process not seen before.
@@ -493,7 +498,7 @@ impl Processes {
             parse,
             file,
             dev: meta.dev(),
-            id: stamp::next_id(),
+            id: stamp.id(meta.dev(), meta.ino()),
             stamp,
             build_id,
             cfi: OnceLock::new(),

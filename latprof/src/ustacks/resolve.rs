@@ -86,13 +86,13 @@ pub struct Resolver {
     processes: Arc<Mutex<Processes>>,
     /// `Processes::generation` when the caches below were last trimmed to its open files.
     generation: u64,
-    /// (device, opening's id, file offset) -> name, so that a file shared by processes (libc) is
+    /// (device, contents' id, file offset) -> name, so that a file shared by processes (libc) is
     /// read once per place.
     names: HashMap<(u64, u64, u64), Option<(String, u32)>>,
-    /// Each function's entry line, by (device, opening's id, symbol address): the frames of one
+    /// Each function's entry line, by (device, contents' id, symbol address): the frames of one
     /// function share it.
     entries: HashMap<(u64, u64, u64), u32>,
-    /// (device, opening's id, file offset) -> whether the bytes before it are a call instruction.
+    /// (device, contents' id, file offset) -> whether the bytes before it are a call instruction.
     calls: HashMap<(u64, u64, u64), bool>,
     /// The path each file was given to the symbolizer by (`/proc/self/fd/N`): its cache of
     /// the file (a mapping, which keeps a private copy's memory) is dropped with the file.

@@ -26,12 +26,18 @@ impl Stamp {
     }
 }
 
-/// A number of its own for each opening of a file: what names and unwind rows are kept by,
-/// so that a file opened again for new contents shares nothing with its old self.
-#[must_use]
-pub fn next_id() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+impl Stamp {
+    /// The id names and unwind rows of these contents are kept by: the same for the file
+    /// opened again unchanged (closed while no process mapped it), another once it changed,
+    /// so that new contents share nothing with the old. Keyed at random per run: no file can
+    /// be made to take another's id.
+    #[must_use]
+    pub fn id(&self, dev: u64, ino: u64) -> u64 {
+        use std::hash::BuildHasher as _;
+        static KEY: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+        KEY.get_or_init(std::hash::RandomState::new)
+            .hash_one((dev, ino, self.len, self.ctime, self.mtime))
+    }
 }
 
 #[cfg(test)]
@@ -62,7 +68,16 @@ mod tests {
     }
 
     #[test]
-    fn each_opening_has_its_own_id() {
-        assert_ne!(next_id(), next_id());
+    fn the_same_contents_keep_their_id_and_new_ones_get_another() {
+        let dir = std::env::temp_dir().join(format!("latprof-stamp-id-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lib.so");
+        std::fs::write(&path, b"one").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let id = |m: &std::fs::Metadata| Stamp::of(m).id(m.dev(), m.ino());
+        assert_eq!(id(&meta), id(&std::fs::metadata(&path).unwrap()));
+        std::fs::write(&path, b"one more").unwrap();
+        assert_ne!(id(&meta), id(&std::fs::metadata(&path).unwrap()));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -51,7 +51,7 @@ const MAX_FILES_SEEN: usize = 16_384;
 pub struct Tables {
     rows: Array<MapData, u64>,
     processes: BpfHashMap<MapData, u64, ProcUnwind>,
-    /// By file (device, opening's id, `capture::Module::id`): its content's key in `by_content`, or `None` where it has no
+    /// By file (device, contents' id, `capture::Module::id`): its content's key in `by_content`, or `None` where it has no
     /// table (it needs none, cannot have one, or the rows are spent).
     files: HashMap<(u64, u64), Option<u64>>,
     /// By content (`content_key`): its table.
@@ -71,7 +71,7 @@ pub struct Tables {
     /// The processes the capture thread keeps: which files live processes map, when rows
     /// must be given back (`reclaim`).
     known: Option<Arc<Mutex<Processes>>>,
-    /// By file (device, opening's id): the rule at its Python trampolines' return addresses, if it
+    /// By file (device, contents' id): the rule at its Python trampolines' return addresses, if it
     /// holds CPython's template (`trampolines`).
     templates: HashMap<(u64, u64), Option<u32>>,
     /// Rows of rules that hold for whole regions, by rule.
@@ -123,11 +123,15 @@ impl Tables {
                 continue;
             };
             let key = (module.dev, module.id);
-            if self.files.len() >= MAX_FILES_SEEN {
-                // Files without a table are judged again when next seen; those with one keep
-                // their rows until no live process maps them (`reclaim`).
+            if self.files.len().max(self.templates.len()) >= MAX_FILES_SEEN {
+                // What was known of files no live process maps goes, and their rows with it
+                // (`reclaim`); then files without a table are judged again when next seen.
+                self.reclaim();
                 self.files.retain(|_, table| table.is_some());
                 self.users_full.clear();
+                if self.templates.len() >= MAX_FILES_SEEN {
+                    self.templates.clear();
+                }
             }
             if !self.files.contains_key(&key) && view.uid != 0 && self.users_full.contains(&key) {
                 continue;
