@@ -274,15 +274,7 @@ pub fn readable_name(path: &str) -> String {
             }
         }
     };
-    let delegating: Vec<&str> = parts[..start]
-        .iter()
-        .copied()
-        .filter(|p| {
-            UNIT_SUFFIXES
-                .iter()
-                .any(|s| *s != ".slice" && p.ends_with(s))
-        })
-        .collect();
+    let delegating = delegating(&parts[..start]);
     if delegating.is_empty() {
         name
     } else {
@@ -292,13 +284,32 @@ pub fn readable_name(path: &str) -> String {
 
 /// The full (64 hex digits) id of the innermost container in a cgroup's path below the
 /// cgroup2 mount, as other tools give it (OpenTelemetry's `container.id`, cAdvisor); `None`
-/// where the path has none. The readable name shows its first 12.
+/// where the path has none, or where it is in a delegated subtree (see [`readable_name`]:
+/// whoever owns that subtree names what is in it, and could name a cgroup after any
+/// container). The readable name shows its first 12.
 #[must_use]
 pub fn container_id(path: &str) -> Option<String> {
-    path.split('/')
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let (at, id) = parts
+        .iter()
+        .enumerate()
         .rev()
-        .find_map(container_of)
-        .map(|(_, id, _)| id)
+        .find_map(|(i, p)| Some((i, container_of(p)?.1)))?;
+    delegating(&parts[..at]).is_empty().then_some(id)
+}
+
+/// The units in `parts` that delegate what is below them: systemd nests units only where one
+/// hands its subtree on (`Delegate=`), so any unit but a slice is one.
+fn delegating<'a>(parts: &[&'a str]) -> Vec<&'a str> {
+    parts
+        .iter()
+        .copied()
+        .filter(|p| {
+            UNIT_SUFFIXES
+                .iter()
+                .any(|s| *s != ".slice" && p.ends_with(s))
+        })
+        .collect()
 }
 
 /// A container runtime, its full id and what the component is of it (`" (conmon)"`, or
@@ -419,12 +430,13 @@ mod tests {
         );
         // A user's cgroup named like a container, and a rootless podman container.
         let short = &ID[..12];
+        let forged = format!("/user.slice/user-1000.slice/user@1000.service/docker-{ID}.scope");
         assert_eq!(
-            readable_name(&format!(
-                "/user.slice/user-1000.slice/user@1000.service/docker-{ID}.scope"
-            )),
+            readable_name(&forged),
             format!("user@1000.service/docker:{short}")
         );
+        // Nor does it carry the container's id into labels.
+        assert_eq!(container_id(&forged), None);
         assert_eq!(
             readable_name(&format!(
                 "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope/container"
