@@ -6,6 +6,7 @@ pub mod replay;
 pub mod serve;
 pub mod session;
 pub mod spikes;
+pub mod stalls;
 pub mod stats;
 pub mod top;
 

@@ -8,6 +8,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::session::{self, Needs, Session};
+use super::stalls::Stalls;
 use crate::{
     cli::{Cli, RecordArgs},
     collect::{Snapshot, Spike},
@@ -148,7 +149,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
     let mut spikes = Vec::new();
     let started = Instant::now();
     let mut reason = "stopped by a signal";
-    let (mut next, mut gaps) = (started, Gaps::since(started, args.interval));
+    let (mut next, _stalls) = (started, Stalls::watch(args.interval));
     // Spikes first (the longest --max-spikes of the interval), then the snapshot that names
     // their backtraces.
     let mut not_recorded = 0u64;
@@ -186,7 +187,7 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
             break;
         }
         first_bytes.get_or_insert(writer.stats.bytes);
-        next = next_tick(next, args.interval, gaps.taken(Instant::now()));
+        next = next_tick(next, args.interval, Instant::now());
         let end = args.duration.map(|d| started + d);
         // Sleep until the next snapshot, a signal, or the end of --duration.
         let done = loop {
@@ -225,48 +226,6 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
         eprintln!("latprof: {line}");
     }
     Ok(())
-}
-
-/// Says that the recorder did not run for a while (it was stopped, or starved of CPU) when a
-/// snapshot comes long after the one before, once a minute at most: the recording shows the
-/// gap only as two timestamps far apart (`dump` and `replay` say so too).
-struct Gaps {
-    interval: Duration,
-    /// When the last snapshot was taken.
-    taken: Instant,
-    /// When a gap was last said.
-    said: Option<Instant>,
-}
-
-impl Gaps {
-    fn since(start: Instant, interval: Duration) -> Self {
-        Self {
-            interval,
-            taken: start,
-            said: None,
-        }
-    }
-
-    /// A snapshot was taken `now`; returns `now`.
-    fn taken(&mut self, now: Instant) -> Instant {
-        let interval = self.interval;
-        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let apart = now.duration_since(self.taken);
-        self.taken = now;
-        if crate::store::reader::is_gap(nanos(apart), nanos(interval))
-            && self
-                .said
-                .is_none_or(|s| now.duration_since(s) >= Duration::from_secs(60))
-        {
-            self.said = Some(now);
-            eprintln!(
-                "latprof: warning: no snapshot for {} (one every {} expected): latprof did not run (stopped, or starved of CPU); the sleeps of that time are in the next snapshot",
-                time::format_duration(apart.saturating_sub(interval)),
-                time::format_duration(interval)
-            );
-        }
-        now
-    }
 }
 
 /// What the last snapshot leaves to say after the summary: the sleeps under 1 us not counted

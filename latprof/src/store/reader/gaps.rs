@@ -1,5 +1,5 @@
 //! Stretches a recording holds no snapshot for: its recorder stopped (SIGSTOP, a debugger, a
-//! machine too loaded to run it) and went on later. Nothing in the file marks them but two
+//! machine too loaded to run it) and went on later (`cmd::stalls` says so as it happens). Nothing in the file marks them but two
 //! timestamps far apart (issue 53, R14), so the reader finds them and says so, one line a gap,
 //! the first few listed and the rest summed in one more line.
 
@@ -11,10 +11,11 @@ use crate::time;
 const LISTED: usize = 5;
 
 /// Two snapshots this far apart (in intervals) have a gap between them, when the time missed
-/// is also at least [`MIN_MISSED`]: a loaded machine makes a snapshot late by a fraction of
-/// an interval, not by two.
+/// is also at least [`MIN_MISSED`]. A snapshot's time is taken once it is read, and reading
+/// waits up to 2 s for user frames to be named (the last one 10 s: it is left out), so two
+/// snapshots of a recorder that ran are up to an interval and 2 s apart.
 const INTERVALS: u64 = 3;
-const MIN_MISSED: Duration = Duration::from_secs(1);
+const MIN_MISSED: Duration = Duration::from_secs(3);
 
 /// A gap after snapshot `after`: the time with no snapshot beyond the one interval expected.
 #[derive(Debug, PartialEq, Eq)]
@@ -26,11 +27,12 @@ pub struct Gap {
 }
 
 /// The gaps between snapshots taken at `times` (CLOCK_MONOTONIC, CLOCK_REALTIME in ns, in
-/// order) every `interval_ns`. The monotonic clock measures them: a change of the wall clock
+/// order) every `interval_ns`, but before the last. The monotonic clock measures them: a change of the wall clock
 /// is no gap (time a machine spends suspended is none either: nothing ran then).
 #[must_use]
 pub fn find(times: &[(u64, u64)], interval_ns: u64) -> Vec<Gap> {
-    times
+    let before_last = &times[..times.len().saturating_sub(1)];
+    before_last
         .windows(2)
         .enumerate()
         .filter_map(|(i, w)| {
@@ -47,9 +49,8 @@ pub fn find(times: &[(u64, u64)], interval_ns: u64) -> Vec<Gap> {
 }
 
 /// Whether two snapshots `apart_ns` apart, taken every `interval_ns`, have a gap between
-/// them (the recorder says so as it happens, the reader when it reads the file).
-#[must_use]
-pub fn is_gap(apart_ns: u64, interval_ns: u64) -> bool {
+/// them.
+fn is_gap(apart_ns: u64, interval_ns: u64) -> bool {
     let missed = Duration::from_nanos(apart_ns.saturating_sub(interval_ns));
     apart_ns >= interval_ns.saturating_mul(INTERVALS) && missed >= MIN_MISSED
 }
@@ -95,7 +96,7 @@ mod tests {
 
     #[test]
     fn a_stopped_recorder_leaves_one_gap() {
-        let gaps = find(&at(&[1, 2, 3, 45, 46]), S);
+        let gaps = find(&at(&[1, 2, 3, 45, 46, 47]), S);
         assert_eq!(
             gaps,
             [Gap {
@@ -112,19 +113,22 @@ mod tests {
 
     #[test]
     fn late_snapshots_and_wall_clock_steps_are_no_gaps() {
-        // 2.9 intervals apart at 1 s; 10 intervals of 50 ms (0.45 s missed).
-        let late = [(0, 0), (29 * S / 10, 29 * S / 10)];
+        let end = (100 * S, 100 * S);
+        // 2.9 intervals apart at 1 s; 50 ms apart and 2.5 s late (naming's wait).
+        let late = [(0, 0), (29 * S / 10, 29 * S / 10), end];
         assert_eq!(find(&late, S), []);
-        let quick = [(0, 0), (S / 2, S / 2)];
-        assert_eq!(find(&quick, S / 20), []);
+        let named = [(0, 0), (255 * S / 100, 255 * S / 100), end];
+        assert_eq!(find(&named, S / 20), []);
         // The wall clock stepped an hour; the monotonic one went on a second.
-        let stepped = [(S, S), (2 * S, 3600 * S)];
+        let stepped = [(S, S), (2 * S, 3600 * S), end];
         assert_eq!(find(&stepped, S), []);
+        // The last snapshot waits up to 10 s for names.
+        assert_eq!(find(&at(&[1, 2, 12]), S), []);
     }
 
     #[test]
     fn many_gaps_are_summed_past_the_first_few() {
-        let monos: Vec<u64> = (0..20).map(|i| i * 10).collect();
+        let monos: Vec<u64> = (0..21).map(|i| i * 10).collect();
         let gaps = find(&at(&monos), S);
         assert_eq!(gaps.len(), 19);
         let lines = lines(&gaps, S);

@@ -15,8 +15,6 @@ mod find;
 mod gaps;
 mod source;
 
-pub use gaps::is_gap;
-
 pub use budget::{
     DECODE_FLOOR, DECODE_PER_BYTE, MEMORY_FLOOR, MEMORY_PER_BYTE, SCAN_FLOOR, SCAN_PER_BYTE,
     VIEW_COPIES,
@@ -364,7 +362,8 @@ impl Recording {
             rec.problems
                 .push(format!("{unlisted} more problems like these, not listed"));
         }
-        if let Some(info) = &info {
+        // Frames left out of a damaged file would read as gaps: said only for whole files.
+        if let Some(info) = info.as_ref().filter(|_| rec.problems.is_empty()) {
             let times: Vec<(u64, u64)> = rec
                 .entries
                 .iter()
