@@ -85,7 +85,10 @@ fn pod() -> Pod {
                 for (what, limit) in value.as_mapping().expect("limits") {
                     let limit = limit.as_str().expect("a quantity");
                     match what.as_str().expect("a key") {
-                        "memory" => options.push(format!("--memory={}", bytes(limit))),
+                        "memory" => options.push(format!(
+                            "--memory={}",
+                            common::limits::bytes(limit, ["Ki", "Mi", "Gi", "Ti"])
+                        )),
                         other => panic!("the test does not run the limit {other}"),
                     }
                 }
@@ -175,23 +178,6 @@ fn mounts(spec: &Value, container: &Value) -> Vec<String> {
         .collect()
 }
 
-/// A Kubernetes memory quantity in bytes (`512Mi`, `1Gi`).
-fn bytes(quantity: &str) -> u64 {
-    let (digits, unit) = quantity.split_at(
-        quantity
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(quantity.len()),
-    );
-    let shift = match unit {
-        "" => 0,
-        "Ki" => 10,
-        "Mi" => 20,
-        "Gi" => 30,
-        other => panic!("{other}: not a quantity the test reads"),
-    };
-    digits.parse::<u64>().expect("a quantity") << shift
-}
-
 /// An address for a pod of this test's own on podman's default network (the pod network of
 /// this one-machine cluster): `ours` in 1..=200 picks which, the test's pid the rest.
 fn pod_address(ours: u32) -> String {
@@ -210,9 +196,46 @@ fn pod_address(ours: u32) -> String {
         .next()
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("subnet {subnet}"));
+    let prefix: u32 = subnet
+        .split('/')
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(32);
+    assert!(
+        prefix <= 16,
+        "podman's network {subnet} is smaller than the /16 the test picks addresses in"
+    );
     let [a, b, ..] = base.octets();
     let third = std::process::id() % 200 + 20;
     format!("{a}.{b}.{third}.{ours}")
+}
+
+/// The test's container on `ip`, removed when dropped (a failed assertion included): a
+/// container left running would keep its latprof attached under the tests after it.
+struct Container(String);
+
+impl Container {
+    /// The name for the container on `ip`; one of that name left by an earlier run that was
+    /// killed is removed first.
+    fn on(ip: &str) -> Self {
+        let name = container_name(ip);
+        remove(&name);
+        Self(name)
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        remove(&self.0);
+    }
+}
+
+fn remove(name: &str) {
+    let _ = Command::new("podman")
+        .args(["rm", "--force", "--ignore", "--time", "0", name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// `podman run` of the pod's image with its settings, then `args` (`$(POD_IP)` in them is the
@@ -288,6 +311,7 @@ fn serves_metrics_as_the_manifest_runs_it() {
         .find_map(|w| (w[0] == "--listen").then(|| w[1].clone()))
         .expect("the manifest's serve --listen");
     let port = listen.rsplit(':').next().expect("a port").to_owned();
+    let container = Container::on(&ip);
     let mut child = podman(&pod, &ip, &pod.args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -325,7 +349,7 @@ fn serves_metrics_as_the_manifest_runs_it() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(metrics.split_whitespace().nth(1), Some("200"), "{metrics}");
-    confined(&host_pid(&container_name(&ip)), &ip, &port);
+    confined(&host_pid(&container.0), &ip, &port);
     // podman passes SIGTERM on to latprof, whose exit status becomes podman's.
     let pid = i32::try_from(child.id()).expect("pid");
     // SAFETY: signalling our own child.
@@ -428,6 +452,7 @@ fn counts_a_host_workload_exactly() {
     // Every sleep, however long a loaded machine makes it: the count is then exact. podman
     // passes SIGINT on to latprof.
     let ip = pod_address(2);
+    let _container = Container::on(&ip);
     let run = common::count_nanosleeps("100", "2ms", |pid| {
         podman(
             &pod,

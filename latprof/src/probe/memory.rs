@@ -202,9 +202,17 @@ pub fn format_bytes(n: u64) -> String {
 }
 
 /// Refuses table sizes whose maps would pin more than half of the memory available now
-/// (`available`, or `MemAvailable`; nothing is refused where the kernel does not say).
+/// (`available`, or the least of `MemAvailable` and what latprof's cgroup leaves it: the maps
+/// are charged there; nothing is refused where the kernel does not say).
 pub fn check(config: &ProbeConfig, available: Option<u64>) -> Result<()> {
-    let Some(available) = available.or_else(|| mem_available(Path::new("/proc/meminfo"))) else {
+    let available = available.or_else(|| {
+        let machine = mem_available(Path::new("/proc/meminfo"));
+        match (machine, super::cgroup_room::room()) {
+            (Some(m), Some(c)) => Some(m.min(c)),
+            (m, c) => m.or(c),
+        }
+    });
+    let Some(available) = available else {
         return Ok(());
     };
     let cpus = crate::cpus::possible();

@@ -2,6 +2,7 @@
 //! [`Probe`] detaches every program and frees every map.
 mod attach;
 pub mod btf;
+mod cgroup_room;
 mod config;
 pub mod facts;
 mod floor;

@@ -38,13 +38,22 @@ impl Ceiling {
                 v2: false,
             }
         };
-        for dir in [&ceiling.memory, &ceiling.pids] {
+        let dirs = if ceiling.v2 {
+            vec![&ceiling.memory]
+        } else {
+            vec![&ceiling.memory, &ceiling.pids]
+        };
+        for dir in dirs {
             if dir.exists() {
                 remove_dir(dir);
             }
-            if !dir.exists() {
-                std::fs::create_dir(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-            }
+            // One of an earlier run that still holds a process would bring its counts.
+            assert!(
+                !dir.exists(),
+                "{} is left from an earlier run, with processes in it",
+                dir.display()
+            );
+            std::fs::create_dir(dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
         }
         let (memory_file, pids_file) = if ceiling.v2 {
             ("memory.max", "pids.max")
@@ -70,7 +79,7 @@ impl Ceiling {
         format!("{} && exec \"$@\"", moves.join(" && "))
     }
 
-    /// The most memory the cgroup has held, in bytes.
+    /// The most memory the cgroup has held, in bytes (cgroup2's `memory.peak`: Linux 5.19 on).
     pub fn peak_memory(&self) -> u64 {
         let file = if self.v2 {
             "memory.peak"
@@ -156,6 +165,25 @@ fn unescape(field: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A size with a binary unit (`512M`, `1Gi`, `4096`) in bytes, `units` naming the unit of
+/// each power of 1024 from KiB on (systemd's `K M G T`, Kubernetes' `Ki Mi Gi Ti`).
+pub fn bytes(text: &str, units: [&str; 4]) -> u64 {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let shift = if unit.is_empty() {
+        0
+    } else {
+        let at = units
+            .iter()
+            .position(|u| *u == unit)
+            .unwrap_or_else(|| panic!("{text}: not a size in {units:?}"));
+        10 * (at + 1)
+    };
+    digits.parse::<u64>().expect("a size") << shift
 }
 
 /// The count of `key` in a `key count` file (memory.events, pids.events).
