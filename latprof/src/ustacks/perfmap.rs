@@ -74,7 +74,8 @@ impl PerfMap {
     }
 
     /// Reads what process `tgid` (real user `uid`) appended to its perf map since the last
-    /// call, at most `budget` bytes. Returns the bytes read.
+    /// call, until what it holds (`bytes`) has grown by `budget`: its memory, not the file's
+    /// bytes, which a map of short lines makes five times as much. Returns the bytes read.
     pub fn refresh(&mut self, tgid: u32, uid: u32, budget: u64) -> io::Result<u64> {
         let file = untrusted::open_in_dir_below_root(tgid, "tmp", &file_name(tgid))?;
         let meta = untrusted::check_own_regular(&file, uid, u64::MAX)?;
@@ -88,21 +89,16 @@ impl PerfMap {
         if meta.len() == self.seen {
             return Ok(0);
         }
-        let end = meta
-            .len()
-            .min(MAX_BYTES)
-            .min(self.read.saturating_add(budget));
-        if end == meta.len().min(MAX_BYTES) {
-            self.seen = meta.len();
-        }
-        self.stopped = end < meta.len();
+        let end = meta.len().min(MAX_BYTES);
+        let limit = self.bytes().saturating_add(budget);
         let mut buf = vec![0; CHUNK];
         let mut line: Vec<u8> = Vec::new();
         let mut skipping = false;
         let start = self.read;
         let mut at = start;
         let before = self.entries.len();
-        while at < end {
+        let mut spent = self.bytes() >= limit;
+        'read: while at < end && !spent {
             let want = usize::try_from(end - at).unwrap_or(CHUNK).min(CHUNK);
             let n = file.read_at(&mut buf[..want], at)?;
             if n == 0 {
@@ -125,13 +121,23 @@ impl PerfMap {
                     line.clear();
                     skipping = false;
                     self.read = at - (n as u64) + offset_after(&buf[..n], piece);
+                    if self.bytes() >= limit {
+                        spent = true;
+                        break 'read;
+                    }
                 }
             }
         }
         if self.entries.len() != before {
             self.entries.sort_by_key(|e| e.start);
         }
-        Ok(at - start)
+        // Read to the end (of what is read at most): not again until it grows. A read the
+        // budget stopped goes on from its last line when there is budget again.
+        self.stopped = spent || end < meta.len();
+        if !spent {
+            self.seen = meta.len();
+        }
+        Ok(self.read - start)
     }
 
     /// Parses one line (`START SIZE name`); lines it cannot read are skipped.
@@ -285,6 +291,23 @@ mod tests {
         map.refresh(pid, uid, 0).unwrap();
         assert_eq!(map.find(0x4000), None);
         assert!(map.stopped());
+        // The budget is the memory the map holds, not the file's bytes: 100,000 short lines
+        // (10 bytes each, 33 held) with 64 KiB to spend keep the map within a line of it,
+        // and the read goes on from there with more.
+        for i in 0..100_000u64 {
+            writeln!(file, "{:x} 1 a", 0x10_0000 + i).unwrap();
+        }
+        let held = map.bytes();
+        map.refresh(pid, uid, 64 << 10).unwrap();
+        let grown = map.bytes() - held;
+        assert!(
+            (64 << 10..(64 << 10) + 64).contains(&grown),
+            "{grown} bytes held more"
+        );
+        assert!(map.stopped());
+        map.refresh(pid, uid, u64::MAX).unwrap();
+        assert_eq!(map.find(0x10_0000 + 99_999), Some("a"));
+        assert!(!map.stopped());
         std::fs::remove_file(&path).unwrap();
     }
 }
