@@ -611,6 +611,10 @@ fn wait_chains_of_a_process_mesh_stay_bounded() {
         json.contains("\"behind\""),
         "chains were split:\n{json:.2000}"
     );
+    // And the output says how much the bounds left whole.
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("latprof's JSON");
+    let not_split = doc["chain_sleeps_not_split"].as_u64();
+    assert!(not_split > Some(0), "chain_sleeps_not_split: {not_split:?}");
     // About 60 MiB alone; bounded trees add a few. Unbounded, gigabytes.
     assert!(rss < 400 * 1024, "peak RSS {rss} KiB");
 }

@@ -41,6 +41,11 @@ pub struct Document<'a> {
     pub spikes: Vec<SpikeJson>,
     /// Times the spike reader went to sleep by `to` (a recording's; absent when live).
     pub reader_sleeps: Option<u64>,
+    /// With `--chains`: wakers' sleeps left whole, not split into what they were behind, for
+    /// the bounds on a chain tree's size (`model/chains.rs`: a mesh of wakers would grow it
+    /// as its width to the depth). Absent without chains.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chain_sleeps_not_split: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -323,6 +328,18 @@ fn hidden(scope: &Scope<'_>) -> Vec<HiddenJson> {
         .collect()
 }
 
+/// The pipeline counters over the interval, and the verdicts on the sleeps the kernel hid.
+fn counters(scope: &Scope<'_>) -> BTreeMap<&'static str, u64> {
+    Counter::ALL
+        .iter()
+        .map(|&c| {
+            let base = scope.base.map_or(0, |b| b.counters.get(c));
+            (c.name(), scope.cur.counters.get(c).saturating_sub(base))
+        })
+        .chain(scope.cur.hidden.counters(scope.base.map(|b| &b.hidden)))
+        .collect()
+}
+
 #[must_use]
 pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
     let chains = super::chains::of_scope(scope);
@@ -366,14 +383,12 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
         })
         .collect();
     processes.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
-    let counters = Counter::ALL
-        .iter()
-        .map(|&c| {
-            let base = scope.base.map_or(0, |b| b.counters.get(c));
-            (c.name(), scope.cur.counters.get(c).saturating_sub(base))
-        })
-        .chain(scope.cur.hidden.counters(scope.base.map(|b| &b.hidden)))
-        .collect();
+    let causes = causes_json(
+        scope,
+        scope.records(),
+        &model::cause_wakers(scope.cur, scope.base, scope.pid, scope.syms, scope.depth),
+        chains.as_ref().map(|c| (c, scope.pid)),
+    );
     Document {
         schema: SCHEMA,
         mode: scope.cur.mode.as_str(),
@@ -381,12 +396,8 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
         pid: scope.pid,
         from: scope.base.map(Moment::of),
         to: Moment::of(scope.cur),
-        causes: causes_json(
-            scope,
-            scope.records(),
-            &model::cause_wakers(scope.cur, scope.base, scope.pid, scope.syms, scope.depth),
-            chains.as_ref().map(|c| (c, scope.pid)),
-        ),
+        causes,
+        chain_sleeps_not_split: chains.as_ref().map(model::Chains::cut),
         processes,
         cgroups: model::cgroups_since(scope.cur, scope.base, true)
             .into_iter()
@@ -404,7 +415,7 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
             .collect(),
         wakers: sleeper_wakers(scope),
         hidden: hidden(scope),
-        counters,
+        counters: counters(scope),
         kernel: scope.kernel,
         cpus: scope.kernel.map_or_else(Vec::new, |k| {
             super::counters::cpu_ticks(k, scope.base, scope.cur)
