@@ -54,6 +54,8 @@ pub(super) struct Module {
     pub(super) parse: bool,
     /// Whether its DWARF may be read (`untrusted::dwarf_safe`).
     pub(super) dwarf: bool,
+    /// Whether it may be read at all: not on FUSE (`copies::served_by_kernel`).
+    pub(super) readable: bool,
     /// What its copy costs the budget, given back when it is dropped.
     _charge: Option<Charge>,
     /// Its unwind information, read once for both threads: the kernel's tables are made
@@ -460,8 +462,11 @@ impl Processes {
         }
         // Taken before its bytes are read or copied: a write after it moves it.
         let stamp = Stamp::of(&meta);
-        let mappable = copies::may_map(&file, &meta);
-        let (file, charge) = if mappable {
+        let (mappable, readable) = (
+            copies::may_map(&file, &meta),
+            copies::served_by_kernel(&file),
+        );
+        let (file, charge) = if mappable || !readable {
             (file, None)
         } else {
             match self.copy_of(&file, &meta) {
@@ -476,7 +481,7 @@ impl Processes {
         };
         let parse =
             (mappable || charge.is_some()) && untrusted::sections_fit(&file, meta.len(), held);
-        if !parse && untrusted::is_elf(&file) {
+        if !parse && (!readable || untrusted::is_elf(&file)) {
             self.tally.unparsed.fetch_add(1, Ordering::Relaxed);
         }
         let build_id = if parse {
@@ -495,6 +500,7 @@ impl Processes {
         };
         let module = Arc::new(Module {
             dwarf: parse && untrusted::dwarf_safe(&file, &meta),
+            readable,
             parse,
             file,
             dev: meta.dev(),

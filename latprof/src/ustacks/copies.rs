@@ -32,9 +32,14 @@ const PIECE: usize = 1 << 20;
 /// (FUSE: its reads can fail or wait at the daemon's will).
 #[must_use]
 pub fn may_map(file: &File, meta: &Metadata) -> bool {
-    if meta.uid() != 0 || meta.mode() & 0o022 != 0 {
-        return false;
-    }
+    meta.uid() == 0 && meta.mode() & 0o022 == 0 && served_by_kernel(file)
+}
+
+/// Whether `file`'s reads are the kernel's own: not on FUSE, whose daemon (any user may run
+/// one) answers them when and how it likes. Such a file is never read, not even copied: a
+/// read its daemon never answers held the thread that names every process's frames.
+#[must_use]
+pub fn served_by_kernel(file: &File) -> bool {
     // SAFETY: an all-zero statfs is a valid buffer for fstatfs to fill.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: a valid descriptor and a buffer of the right type.

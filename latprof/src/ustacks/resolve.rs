@@ -419,8 +419,11 @@ impl Resolver {
     }
 
     /// Whether the bytes of `module` before file offset `ret` end in a call instruction (what
-    /// a return address follows); true where they cannot be read.
+    /// a return address follows); true where they cannot be read, or may not (FUSE).
     fn after_call(&mut self, module: &Module, ret: u64) -> bool {
+        if !module.readable {
+            return true;
+        }
         *self
             .calls
             .entry((module.dev, module.id, ret))
