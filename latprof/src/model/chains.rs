@@ -109,6 +109,10 @@ pub const MAX_EXPANDED: usize = 8;
 pub const MAX_PARTS_PER_WAIT: usize = 512;
 /// The most parts one `Chains` makes in all its trees.
 pub const MAX_PARTS: usize = 16_384;
+/// The most bytes the parts of one `Chains` may hold (each part a copy of its waker's frame
+/// names): a recording whose names are long (any user may hand `dump` a file) would otherwise
+/// make `MAX_PARTS` copies of its longest backtrace.
+pub const MAX_PART_BYTES: u64 = 64 << 20;
 
 /// The chain and waker rows of an interval (`cur` less `base`), and how to name causes.
 pub struct Chains<'a> {
@@ -128,6 +132,8 @@ pub struct Chains<'a> {
     /// Parts left to make, in all and in the wait being split.
     left: Cell<usize>,
     left_in_wait: Cell<usize>,
+    /// Bytes the parts may still hold (`MAX_PART_BYTES`).
+    bytes_left: Cell<u64>,
     /// Sleeps not split for the bounds above (not for the depth).
     cut: Cell<u64>,
 }
@@ -152,6 +158,7 @@ impl<'a> Chains<'a> {
             named: std::cell::RefCell::default(),
             left: Cell::new(MAX_PARTS),
             left_in_wait: Cell::new(0),
+            bytes_left: Cell::new(MAX_PART_BYTES),
             cut: Cell::new(0),
         }
     }
@@ -292,7 +299,7 @@ impl<'a> Chains<'a> {
             })
             .collect();
         out.sort_by(|(a, _), (b, _)| b.time_ns.cmp(&a.time_ns).then_with(|| a.part.cmp(&b.part)));
-        self.spend(out.len());
+        self.spend(&out);
         path.push((ids.to_vec(), sleeper));
         let mut expanded = 0;
         for (b, waker_ids) in &mut out {
@@ -303,7 +310,11 @@ impl<'a> Chains<'a> {
             {
                 continue;
             }
-            if expanded >= MAX_EXPANDED || self.left.get() == 0 || self.left_in_wait.get() == 0 {
+            if expanded >= MAX_EXPANDED
+                || self.left.get() == 0
+                || self.left_in_wait.get() == 0
+                || self.bytes_left.get() == 0
+            {
                 self.cut.set(self.cut.get() + b.count);
                 continue;
             }
@@ -314,11 +325,29 @@ impl<'a> Chains<'a> {
         out.into_iter().map(|(b, _)| b).collect()
     }
 
-    /// Counts `n` parts made against the bounds.
-    fn spend(&self, n: usize) {
+    /// Counts the parts made against the bounds, and the bytes they hold.
+    fn spend(&self, parts: &[(Behind, Vec<u64>)]) {
+        let n = parts.len();
         self.left.set(self.left.get().saturating_sub(n));
         self.left_in_wait
             .set(self.left_in_wait.get().saturating_sub(n));
+        let held = |s: &str| (s.len() + size_of::<String>()) as u64;
+        let bytes: u64 = parts
+            .iter()
+            .map(|(b, ids)| {
+                let names = match &b.part {
+                    Part::Slept { backtrace, user } => {
+                        backtrace.lines().into_iter().map(held).sum::<u64>()
+                            + user.iter().map(|u| held(u)).sum::<u64>()
+                    }
+                    _ => 0,
+                };
+                let comm = b.waker.as_ref().map_or(0, |(_, c)| held(c));
+                size_of::<Behind>() as u64 + names + comm + (ids.len() * 8) as u64
+            })
+            .sum();
+        self.bytes_left
+            .set(self.bytes_left.get().saturating_sub(bytes));
     }
 }
 
@@ -628,25 +657,8 @@ ffffffff81600000 T zzz_end
     /// tree of 24^depth parts: at depth 4, a million; at 16, never done.
     #[test]
     fn a_mesh_of_wakers_stays_bounded_at_any_depth() {
-        let mut snap = Snapshot::default();
         let n = 24u32;
-        for i in 0..n {
-            let id = 1_000 + u64::from(i);
-            snap.stacks.insert(id, vec![0xffff_ffff_8130_0010]);
-            snap.wakers
-                .push(waker(id, 100 + i, WAKER_TASK, 1_000_000, 100));
-            for j in (0..n).filter(|&j| j != i) {
-                snap.chains.push(chain(
-                    id,
-                    100 + i,
-                    100 + j,
-                    CHAIN_SLEPT,
-                    1_000 + u64::from(j),
-                    (4, 40_000, 30_000, 1_000),
-                    "p",
-                ));
-            }
-        }
+        let snap = mesh(n);
         let syms = Kallsyms::parse(KALLSYMS).unwrap();
         for levels in [4, 16] {
             let chains = Chains::new(&snap, None, &syms, 12, levels);
@@ -668,6 +680,54 @@ ffffffff81600000 T zzz_end
                 .sum();
             assert!(all <= MAX_PARTS + MAX_PARTS_PER_WAIT, "{all} parts");
         }
+    }
+
+    /// The bytes the parts hold are bounded too: with 64 KiB to hold, every sleeper's tree of
+    /// the mesh splits no further once they are spent (a level's parts past it, at most).
+    #[test]
+    fn the_parts_bytes_are_bounded() {
+        let n = 24u32;
+        let snap = mesh(n);
+        let syms = Kallsyms::parse(KALLSYMS).unwrap();
+        let trees = |chains: &Chains<'_>| -> usize {
+            (0..n)
+                .map(|i| parts(&chains.of_ids(&[1_000 + u64::from(i)], Some(100 + i))))
+                .sum()
+        };
+        let whole = Chains::new(&snap, None, &syms, 12, 16);
+        let unbounded = trees(&whole);
+        let small = Chains::new(&snap, None, &syms, 12, 16);
+        small.bytes_left.set(64 << 10);
+        let bounded = trees(&small);
+        assert_eq!(small.bytes_left.get(), 0);
+        assert!(small.cut() > 0, "the sleeps left whole are counted");
+        assert!(
+            bounded * 4 < unbounded,
+            "{bounded} parts with 64 KiB, {unbounded} without"
+        );
+    }
+
+    /// `n` processes that each wake all the others, at one cause each.
+    fn mesh(n: u32) -> Snapshot {
+        let mut snap = Snapshot::default();
+        for i in 0..n {
+            let id = 1_000 + u64::from(i);
+            snap.stacks.insert(id, vec![0xffff_ffff_8130_0010]);
+            snap.wakers
+                .push(waker(id, 100 + i, WAKER_TASK, 1_000_000, 100));
+            for j in (0..n).filter(|&j| j != i) {
+                snap.chains.push(chain(
+                    id,
+                    100 + i,
+                    100 + j,
+                    CHAIN_SLEPT,
+                    1_000 + u64::from(j),
+                    (4, 40_000, 30_000, 1_000),
+                    "p",
+                ));
+            }
+        }
+        snap
     }
 
     #[test]
