@@ -87,6 +87,8 @@ struct Process {
     maps: Vec<Mapping>,
     /// By mapping start: the file mapped there.
     files: HashMap<u64, Arc<Module>>,
+    /// Mapping starts of files on FUSE, left unread (counted once each).
+    unread: std::collections::HashSet<u64>,
     /// Its real user: the owner its perf map must have.
     uid: u32,
     /// `perf-PID.map` as read so far (a JIT keeps appending); `None`: the process has no
@@ -333,6 +335,7 @@ impl Processes {
         let mut process = Process {
             maps: Vec::new(),
             files: HashMap::new(),
+            unread: std::collections::HashSet::new(),
             uid,
             perf_map: None,
             maps_read: Instant::now(),
@@ -355,12 +358,25 @@ impl Processes {
         };
         let mut list = maps::parse(&text);
         list.sort_by_key(|m| m.start);
+        // Its FUSE file systems' files are not touched at all, not even with a stat.
+        let mut fuse = None;
         for m in list.iter().filter(|m| m.exec && m.is_file()) {
             if process.files.contains_key(&m.start) {
                 continue;
             }
             if process.files.len() >= MAX_FILES_PER_PROCESS {
                 break;
+            }
+            let fuse = fuse.get_or_insert_with(|| {
+                std::fs::read_to_string(format!("/proc/{tgid}/mountinfo"))
+                    .map(|info| maps::fuse_devices(&info))
+                    .unwrap_or_default()
+            });
+            if fuse.contains(&m.dev) {
+                if process.unread.insert(m.start) {
+                    self.tally.unparsed.fetch_add(1, Ordering::Relaxed);
+                }
+                continue;
             }
             if let Some(module) = self.open_module(tgid, m) {
                 process.files.insert(m.start, module);

@@ -10,6 +10,8 @@ pub struct Mapping {
     pub exec: bool,
     /// Offset into the file of `start`.
     pub offset: u64,
+    /// The file's device (major, minor), as the kernel has it.
+    pub dev: (u32, u32),
     /// The file's inode (0: anonymous).
     pub inode: u64,
     /// The path as the process sees it (in its mount namespace), or a pseudo name such as
@@ -58,7 +60,7 @@ fn parse_line(line: &str) -> Option<Mapping> {
     let range = field();
     let perms = field();
     let offset = field();
-    let _dev = field();
+    let dev = field();
     let inode = field();
     // Any user names its files: the name is made printable here, where it enters.
     let path = crate::text::printable(rest.trim_start()).into_owned();
@@ -68,9 +70,33 @@ fn parse_line(line: &str) -> Option<Mapping> {
         end: u64::from_str_radix(end, 16).ok()?,
         exec: perms.as_bytes().get(2) == Some(&b'x'),
         offset: u64::from_str_radix(offset, 16).ok()?,
+        dev: dev.split_once(':').and_then(|(a, b)| {
+            Some((
+                u32::from_str_radix(a, 16).ok()?,
+                u32::from_str_radix(b, 16).ok()?,
+            ))
+        })?,
         inode: inode.parse().ok()?,
         path,
     })
+}
+
+/// The devices (major, minor) of the FUSE file systems in `mountinfo` (a process's
+/// `/proc/PID/mountinfo`): their files' daemon, which any user may run, answers every stat,
+/// open and read of them when and how it likes, so latprof never touches them.
+#[must_use]
+pub fn fuse_devices(mountinfo: &str) -> Vec<(u32, u32)> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (mount, rest) = line.split_once(" - ")?;
+            let kind = rest.split(' ').next()?;
+            let fuse = kind == "fuse" || kind == "fuseblk" || kind.starts_with("fuse.");
+            let dev = mount.split(' ').nth(2)?;
+            let (major, minor) = dev.split_once(':')?;
+            fuse.then(|| Some((major.parse().ok()?, minor.parse().ok()?)))?
+        })
+        .collect()
 }
 
 /// The mapping that holds `addr` in `maps` (sorted by address, as the kernel lists them).
@@ -118,5 +144,16 @@ mod tests {
         );
         assert!(find(&maps, 0x7f3a_1c1b_d000).is_none());
         assert!(find(&maps, 0x10).is_none());
+    }
+
+    #[test]
+    fn fuse_mounts_are_found_by_device() {
+        let info = "36 25 0:32 / /home/u/mnt rw,nosuid,nodev - fuse.sshfs u@h:/ rw,user_id=1000\n\
+                    37 25 8:1 / / rw - ext4 /dev/sda1 rw\n\
+                    38 25 0:45 / /media/win rw - fuseblk /dev/sdb1 rw\n";
+        assert_eq!(fuse_devices(info), [(0, 32), (0, 45)]);
+        let m = parse_line("7f0000000000-7f0000001000 r-xp 00000000 00:20 12 /home/u/mnt/lib.so")
+            .unwrap();
+        assert_eq!(m.dev, (0, 0x20));
     }
 }

@@ -130,11 +130,15 @@ impl PerfMap {
         }
         if self.entries.len() != before {
             self.entries.sort_by_key(|e| e.start);
+            // What it holds is what it is charged (`bytes`), not twice that in spare room.
+            self.entries.shrink_to_fit();
+            self.names.shrink_to_fit();
         }
         // Read to the end (of what is read at most): not again until it grows. A read the
-        // budget stopped goes on from its last line when there is budget again.
-        self.stopped = spent || end < meta.len();
-        if !spent {
+        // budget stopped before the end goes on from its last line when there is budget.
+        let cut = spent && self.read < end;
+        self.stopped = cut || end < meta.len();
+        if !cut {
             self.seen = meta.len();
         }
         Ok(self.read - start)
