@@ -27,6 +27,18 @@ pub fn mount_point() -> Option<PathBuf> {
     })
 }
 
+/// Where the v1 hierarchy that holds `controller` (`memory`, `pids`: one of its mount
+/// options) is mounted, if one does (hosts whose cgroups are hybrid keep the controllers there).
+#[must_use]
+pub fn v1_mount_point(controller: &str) -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(' ').collect();
+        (f.len() > 3 && f[2] == "cgroup" && f[3].split(',').any(|o| o == controller))
+            .then(|| PathBuf::from(unescape_mount(f[1])))
+    })
+}
+
 /// A mount point as /proc/mounts writes it: space, tab, newline and backslash as octal.
 fn unescape_mount(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

@@ -933,6 +933,23 @@ fn latprof_at(pid: u32) -> Option<u32> {
         .find(|&c| comm(c).trim() == "latprof")
 }
 
+/// `latprof --user-stacks stats --all-sleeps --cgroup CGROUP --format json` around `user`,
+/// started in `cgroup` once latprof has attached: the workload must succeed, latprof exit 0.
+fn user_stacks_of_cgroup(user: &Command, cgroup: &Path) -> serde_json::Value {
+    let (workload, gate) = Gate::spawn(user, Some(cgroup));
+    let mut cmd = Command::new(LATPROF);
+    cmd.args(["--user-stacks", "stats", "--all-sleeps", "--format", "json"])
+        .arg("--cgroup")
+        .arg(cgroup)
+        .stdout(Stdio::piped());
+    let (latprof, stderr) = common::start(&mut cmd, "attached");
+    gate.open();
+    let work = wait_bounded(workload, Duration::from_secs(60), "the workload");
+    assert!(work.status.success(), "the workload: {}", work.status);
+    let out = interrupt_bounded(latprof, stderr, Duration::from_secs(25));
+    serde_json::from_slice(&out.stdout).expect("latprof's JSON")
+}
+
 /// R5: a library rewritten in place (the same inode, new contents) is read anew for the
 /// processes that map it after. A user's `libfl.so` (`fl.S`: `frameless_sleep` saves `rbp`
 /// and clobbers it, so only its unwind rows lead back to its callers) is run by `flmain`,
@@ -977,18 +994,7 @@ fn a_library_rewritten_in_place_is_read_anew() {
         "{flmain} {lib} {SLEEPS} && cat {second} > {lib} && {flmain} {lib} {SLEEPS}"
     ));
     let cgroups = common::cgroups::Cgroups::make(&["latprof-test-rewritten"]);
-    let (workload, gate) = Gate::spawn(&user, Some(cgroups.path(0)));
-    let mut cmd = Command::new(LATPROF);
-    cmd.args(["--user-stacks", "stats", "--all-sleeps", "--format", "json"])
-        .arg("--cgroup")
-        .arg(cgroups.path(0))
-        .stdout(Stdio::piped());
-    let (latprof, stderr) = common::start(&mut cmd, "attached");
-    gate.open();
-    let work = wait_bounded(workload, Duration::from_secs(60), "the workload");
-    assert!(work.status.success(), "the workload: {}", work.status);
-    let out = interrupt_bounded(latprof, stderr, Duration::from_secs(25));
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("latprof's JSON");
+    let doc = user_stacks_of_cgroup(&user, cgroups.path(0));
     let (mut whole, mut cut) = (0, Vec::new());
     for cause in doc["causes"].as_array().expect("causes") {
         let frames = common::ustacks::user_frames(cause);
@@ -1054,18 +1060,7 @@ fn unwind_rows_of_processes_gone_are_given_back() {
         second.display()
     ));
     let cgroups = common::cgroups::Cgroups::make(&["latprof-test-rows"]);
-    let (workload, gate) = Gate::spawn(&user, Some(cgroups.path(0)));
-    let mut cmd = Command::new(LATPROF);
-    cmd.args(["--user-stacks", "stats", "--all-sleeps", "--format", "json"])
-        .arg("--cgroup")
-        .arg(cgroups.path(0))
-        .stdout(Stdio::piped());
-    let (latprof, stderr) = common::start(&mut cmd, "attached");
-    gate.open();
-    let work = wait_bounded(workload, Duration::from_secs(60), "the workload");
-    assert!(work.status.success(), "the workload: {}", work.status);
-    let out = interrupt_bounded(latprof, stderr, Duration::from_secs(25));
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("latprof's JSON");
+    let doc = user_stacks_of_cgroup(&user, cgroups.path(0));
     let counters = &doc["counters"];
     assert_eq!(
         counters["unwind_rows_full"].as_u64(),

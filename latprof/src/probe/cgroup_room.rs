@@ -55,11 +55,5 @@ fn v1(own: &str) -> Option<(PathBuf, String)> {
             .any(|c| c == "memory")
             .then(|| f.next())?
     })?;
-    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-    let mount = mounts.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        (f.len() > 3 && f[2] == "cgroup" && f[3].split(',').any(|o| o == "memory"))
-            .then(|| PathBuf::from(f[1]))
-    })?;
-    Some((mount, rel.to_owned()))
+    Some((crate::cgroups::v1_mount_point("memory")?, rel.to_owned()))
 }

@@ -16,8 +16,7 @@ pub struct Ceiling {
 impl Ceiling {
     /// Makes the cgroup(s) `name` with `memory` bytes and `tasks` tasks at most.
     pub fn new(name: &str, memory: u64, tasks: u64) -> Self {
-        let mounts = std::fs::read_to_string("/proc/mounts").expect("/proc/mounts");
-        let ceiling = if let Some(root) = v2_root(&mounts) {
+        let ceiling = if let Some(root) = v2_root() {
             let dir = root.join(name);
             Self {
                 memory: dir.clone(),
@@ -26,7 +25,7 @@ impl Ceiling {
             }
         } else {
             let v1 = |controller: &str| {
-                v1_root(&mounts, controller)
+                latprof::cgroups::v1_mount_point(controller)
                     .unwrap_or_else(|| {
                         panic!("no cgroup hierarchy with the {controller} controller")
                     })
@@ -122,12 +121,8 @@ impl Drop for Ceiling {
 
 /// The cgroup2 mount whose root offers both controllers (none on a hybrid host: v1 holds
 /// them there), with them enabled for its children.
-fn v2_root(mounts: &str) -> Option<PathBuf> {
-    let root = mounts
-        .lines()
-        .map(|l| l.split(' ').collect::<Vec<_>>())
-        .find(|f| f.len() > 2 && f[2] == "cgroup2")
-        .map(|f| PathBuf::from(unescape(f[1])))?;
+fn v2_root() -> Option<PathBuf> {
+    let root = latprof::cgroups::mount_point()?;
     let offered = std::fs::read_to_string(root.join("cgroup.controllers")).ok()?;
     let has = |c: &str| offered.split_whitespace().any(|o| o == c);
     if !(has("memory") && has("pids")) {
@@ -135,36 +130,6 @@ fn v2_root(mounts: &str) -> Option<PathBuf> {
     }
     write(&root.join("cgroup.subtree_control"), "+memory +pids");
     Some(root)
-}
-
-/// The v1 hierarchy that holds `controller` (one of its mount options).
-fn v1_root(mounts: &str, controller: &str) -> Option<PathBuf> {
-    mounts
-        .lines()
-        .map(|l| l.split(' ').collect::<Vec<_>>())
-        .find(|f| f.len() > 3 && f[2] == "cgroup" && f[3].split(',').any(|o| o == controller))
-        .map(|f| PathBuf::from(unescape(f[1])))
-}
-
-/// A /proc/mounts path with its octal escapes (`\040` for a space) undone.
-fn unescape(field: &str) -> String {
-    let mut out = Vec::new();
-    let bytes = field.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && let Some(code) = field
-                .get(i + 1..i + 4)
-                .and_then(|o| u8::from_str_radix(o, 8).ok())
-        {
-            out.push(code);
-            i += 4;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A size with a binary unit (`512M`, `1Gi`, `4096`) in bytes, `units` naming the unit of
