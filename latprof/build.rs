@@ -19,7 +19,10 @@ fn main() -> anyhow::Result<()> {
     // core included, once per OUT_DIR (about 40 s each). aya-build keeps its build under
     // OUT_DIR, so it is handed the shared folder as OUT_DIR; a lock keeps two builds of latprof
     // at once from copying the object while the other writes it.
-    let shared = shared_dir(&out_dir);
+    // One object per target architecture: `bpf_target_arch` (aya-build's, from the target)
+    // picks the kernel's register layout.
+    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").context("CARGO_CFG_TARGET_ARCH")?;
+    let shared = shared_dir(&out_dir).join(arch);
     std::fs::create_dir_all(&shared).with_context(|| format!("creating {}", shared.display()))?;
     let lock = std::fs::File::create(shared.join("lock")).context("the eBPF build's lock")?;
     lock.lock().context("locking the eBPF build")?;

@@ -80,6 +80,13 @@ macro_rules! settings {
             /// Offsets of `ip` and `bp` in `struct pt_regs` (the user frame-pointer walk's start).
             PT_REGS_IP_OFF: u32 = 0,
             PT_REGS_BP_OFF: u32 = 0,
+            /// Offset of the link register (arm64's x30) in `struct pt_regs`; 0 where the
+            /// architecture has none (x86-64: calls push the return address).
+            PT_REGS_LR_OFF: u32 = 0,
+            /// The bits of a user return address that pointer authentication signs (arm64 with
+            /// PAC: the CPU's own mask, as user space found it); cleared from every return
+            /// address the walks read. 0 where nothing is signed.
+            USER_PAC_MASK: u64 = 0,
             /// Offsets of `start_code`, `end_code` and `start_stack` in `struct mm_struct` (`layout_key`).
             MM_START_CODE_OFF: u32 = 0,
             MM_END_CODE_OFF: u32 = 0,
@@ -122,6 +129,9 @@ macro_rules! settings {
             CFS_RQ_RQ_OFF: u32 = 0,
             RQ_CPU_OFF: u32 = 0,
             /// PREEMPT_RT: offset of `softirq_disable_cnt` in `struct task_struct` (0: not RT).
+            /// arm64: offset of the preempt count in `struct task_struct` (its thread_info's),
+            /// read from the current task; 0 elsewhere (x86-64's is per CPU, `PC_FROM_RQ`).
+            TASK_PREEMPT_OFF: u32 = 0,
             TASK_SOFTIRQ_CNT_OFF: u32 = 0,
             /// Sleeps and run-queue waits at least this long are sent as spike events; `u64::MAX`: none.
             SPIKE_NS: u64 = u64::MAX,

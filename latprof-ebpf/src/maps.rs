@@ -77,6 +77,9 @@ pub(crate) struct UnwindRegs {
     pub(crate) ip: u64,
     pub(crate) sp: u64,
     pub(crate) bp: u64,
+    /// The link register at the syscall (arm64; 0 elsewhere): the first step's return
+    /// address where its rule says it is still there.
+    pub(crate) lr: u64,
     pub(crate) win_sp: u64,
     pub(crate) stepped: u64,
     /// Scratch: the index of the range a step's address lies in (`unwind::rule`).

@@ -25,13 +25,13 @@ use aya_ebpf::{
     maps::{Array, PerCpuArray},
 };
 use latprof_common::{
-    ProcUnwind, UNWIND_CFA_RBP, UNWIND_RANGES, UNWIND_RULE_BITS, UNWIND_RULE_SLOT, UNWIND_SEARCH,
-    USER_FRAMES, USER_STACK_WINDOW, UnwindRange,
+    ProcUnwind, UNWIND_CFA_FP, UNWIND_RANGES, UNWIND_RULE_BITS, UNWIND_RULE_SLOT, UNWIND_SEARCH,
+    USER_FRAMES, USER_STACK_WINDOW, UnwindRange, unwind_places,
 };
 
 use crate::{
     maps::{UNWIND_PROCS, UNWIND_ROWS, UNWIND_WALK, USER_BUF, UnwindRegs},
-    settings::{UNWIND_ON, USER_WALK_FRAMES},
+    settings::{UNWIND_ON, USER_PAC_MASK, USER_WALK_FRAMES},
 };
 
 /// Per CPU: the rule each of the last searches found (`rule`), in a slot of its row and
@@ -57,8 +57,11 @@ struct RuleSlot {
 const _: () = assert!(size_of::<RuleSlot>() as u64 == UNWIND_RULE_SLOT);
 const RULE_TAGGED: u64 = 1 << 63;
 
-/// The end of user addresses on x86-64 (4-level paging; 5-level's are above, and rare).
-pub(crate) const USER_TOP: u64 = 1 << 47;
+/// The end of user addresses with 48-bit virtual addresses: arm64's (Debian's kernels' VA_BITS),
+/// and above x86-64's (4-level paging ends at 1 << 47, and the addresses between are not
+/// canonical, so nothing there is ever read). 5-level paging's and 52-bit VAs' are above, and
+/// rare (mapped there only on request).
+pub(crate) const USER_TOP: u64 = 1 << 48;
 
 /// What a walk leaves for user space: the frames the tables stepped through, the first
 /// counted (1: none), and the stack pointer of the last of them; and for the task's next
@@ -76,7 +79,7 @@ pub(crate) struct Walked {
 /// it is read in one read first (`window`). `None` where this kernel runs no walk under
 /// `bpf_loop` (`UNWIND_ON` 0: nothing done).
 #[inline(always)]
-pub(crate) fn walk(ip: u64, sp: u64, bp: u64, layout: u64, top: u64) -> Option<Walked> {
+pub(crate) fn walk(ip: u64, sp: u64, bp: u64, lr: u64, layout: u64, top: u64) -> Option<Walked> {
     if UNWIND_ON.load() != 1 {
         return None;
     }
@@ -96,6 +99,7 @@ pub(crate) fn walk(ip: u64, sp: u64, bp: u64, layout: u64, top: u64) -> Option<W
         regs.ip = ip;
         regs.sp = sp;
         regs.bp = bp;
+        regs.lr = lr;
         regs.win_sp = sp;
         regs.stepped = 1;
         regs.range = 0;
@@ -218,7 +222,7 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
     };
     let (ret, cfa, bp) = if rule == 0 {
         // By the frame pointer: the frame holds the caller's frame pointer and the return
-        // address (as `ustacks::walk`).
+        // address (as `ustacks::walk`; arm64's frame record is the same pair).
         let fp = regs.bp;
         if fp == 0 || fp & 7 != 0 || fp < regs.sp || fp >= USER_TOP {
             return 1;
@@ -232,22 +236,30 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
         // pointer (a callback from code that reuses the register).
         (ret, fp + 16, next)
     } else {
-        let offset = u64::from(rule & (UNWIND_CFA_RBP - 1));
-        let base = if rule & UNWIND_CFA_RBP != 0 {
+        let offset = u64::from(rule & (UNWIND_CFA_FP - 1));
+        let base = if rule & UNWIND_CFA_FP != 0 {
             regs.bp
         } else {
             regs.sp
         };
         let cfa = base.wrapping_add(offset);
-        // The caller's frame lies above this one.
-        if cfa <= regs.sp || cfa >= USER_TOP {
+        let (ra, saved) = unwind_places(rule);
+        // The caller's frame lies above this one; at the same place only where this frame
+        // has nothing on the stack yet (arm64: the return address still in the link register).
+        if cfa < regs.sp || (cfa == regs.sp && ra.is_some()) || cfa >= USER_TOP {
             return 1;
         }
-        let Ok(ret) = read_word(regs, cfa.wrapping_sub(8)) else {
-            return 1;
+        let ret = match ra {
+            Some(ra) => match read_word(regs, cfa.wrapping_sub(ra)) {
+                Ok(ret) => ret,
+                Err(_) => return 1,
+            },
+            // Only the innermost frame can still have it there: an outer one made a call,
+            // which wrote the link register.
+            None if i == 0 => regs.lr,
+            None => return 1,
         };
         regs.top = cfa;
-        let saved = u64::from(rule >> 16);
         let bp = if saved == 0 {
             regs.bp
         } else {
@@ -258,6 +270,8 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
         };
         (ret, cfa, bp)
     };
+    // Pointer authentication's signature off (arm64; the mask is 0 elsewhere).
+    let ret = ret & !USER_PAC_MASK.load();
     let n = buf.nr as usize;
     if ret == 0 || n >= USER_FRAMES {
         return 1;

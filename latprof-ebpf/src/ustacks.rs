@@ -23,8 +23,8 @@ use crate::{
     maps::{CAUSE_PARTS, USER_BUF, USER_SEEN, USER_STACKS, count},
     settings::{
         MM_END_CODE_OFF, MM_START_CODE_OFF, MM_START_STACK_OFF, PT_REGS_BP_OFF, PT_REGS_IN_STACK,
-        PT_REGS_IP_OFF, PT_REGS_SP_OFF, TASK_EXEC_ID_OFF, TASK_MM_OFF, TASK_STACK_OFF,
-        USER_WALK_FRAMES,
+        PT_REGS_IP_OFF, PT_REGS_LR_OFF, PT_REGS_SP_OFF, TASK_EXEC_ID_OFF, TASK_MM_OFF,
+        TASK_STACK_OFF, USER_PAC_MASK, USER_WALK_FRAMES,
     },
     shared,
     unwind::{self, USER_TOP},
@@ -88,7 +88,8 @@ pub(crate) fn take<const CAS: bool>(
     // SAFETY: this CPU's buffer; programs on one CPU do not run concurrently here (IRQs off in
     // sched_switch).
     let buf = unsafe { &mut *buf };
-    // The user registers sit at the top of the task's kernel stack (x86-64's task_pt_regs).
+    // The user registers sit at the top of the task's kernel stack (task_pt_regs, on x86-64
+    // and arm64 alike).
     let Ok(stack) = read_kernel::<u64>(task, TASK_STACK_OFF.load()) else {
         count(Counter::UserStackEmpty);
         return NO_USER;
@@ -102,6 +103,12 @@ pub(crate) fn take<const CAS: bool>(
         count(Counter::UserStackEmpty);
         return NO_USER;
     };
+    // arm64's link register: the innermost caller's return address where the function at `ip`
+    // has not saved it (a leaf: glibc's and musl's syscall wrappers); the tables say so.
+    let lr = match PT_REGS_LR_OFF.load() {
+        0 => 0,
+        off => read_kernel::<u64>(regs, off).unwrap_or(0) & !USER_PAC_MASK.load(),
+    };
     // Not a user context (a kernel-side worker with a memory map): no user frame.
     if ip == 0 || ip >= USER_TOP {
         count(Counter::UserStackEmpty);
@@ -113,7 +120,7 @@ pub(crate) fn take<const CAS: bool>(
     // by frame pointers only, in a bounded loop, where the kernel lacks bpf_loop.
     buf.nr = 1;
     let walked = if CAS {
-        unwind::walk(ip, sp, bp, layout, entry.user_top)
+        unwind::walk(ip, sp, bp, lr, layout, entry.user_top)
     } else {
         None
     };
@@ -176,7 +183,7 @@ pub(crate) fn take<const CAS: bool>(
     }
 }
 
-/// Follows the frame pointers from `fp` (the user `rbp` at the syscall), the user stack
+/// Follows the frame pointers from `fp` (the user `rbp`, arm64's x29, at the syscall), the user stack
 /// pointer being `sp`: each frame holds the caller's frame pointer and a return address.
 /// Stores the return addresses after `frames[0]`; returns the frames stored, `frames[0]`
 /// included (`unwind::walk` is the same walk with the tables' steps between). It stops at a null or misaligned frame pointer, one below the stack pointer or not
@@ -198,6 +205,8 @@ fn walk(frames: &mut [u64; USER_FRAMES], mut fp: u64, sp: u64) -> usize {
         let Ok([next, ret]) = (unsafe { bpf_probe_read_user(fp as *const [u64; 2]) }) else {
             break;
         };
+        // Pointer authentication's signature off (arm64; the mask is 0 elsewhere).
+        let ret = ret & !USER_PAC_MASK.load();
         if ret == 0 {
             break;
         }

@@ -5,10 +5,11 @@
 //! wakeup program takes it (`take`) when it accounts the sleep, into `WAKERS`.
 //!
 //! A waking from an interrupt is not the interrupted task's: the kernel's preempt count says
-//! which context runs (hard interrupt, softirq being served, NMI), read from this CPU's
-//! per-CPU variable, whose address is this CPU's run queue (reached from the current task,
-//! checked against its CPU number) plus the distance between the two per-CPU variables that
-//! user space found in BTF or kallsyms (`PC_FROM_RQ`). PREEMPT_RT serves softirqs in task
+//! which context runs (hard interrupt, softirq being served, NMI). On x86-64 it is read from
+//! this CPU's per-CPU variable, whose address is this CPU's run queue (reached from the current
+//! task, checked against its CPU number) plus the distance between the two per-CPU variables
+//! that user space found in BTF or kallsyms (`PC_FROM_RQ`); on arm64 from the current task's
+//! thread_info (`TASK_PREEMPT_OFF`). PREEMPT_RT serves softirqs in task
 //! context and marks it in the task (`softirq_disable_cnt`). A timer's callback (hrtimer or
 //! timer wheel) is told by the timer tracepoints, which mark the level of context (task,
 //! softirq, hard interrupt, NMI) each callback runs at while it runs.
@@ -35,8 +36,8 @@ use crate::{
     maps::{CPU_CONTEXT, CpuContext, WAKERS, WAKERS_OTHER, count, count_n, ids, log_hidden},
     settings::{
         CFS_RQ_RQ_OFF, CHAINS_ON, PC_FROM_RQ, RQ_CPU_OFF, TASK_CFS_RQ_OFF, TASK_COMM_OFF,
-        TASK_PID_OFF, TASK_SOFTIRQ_CNT_OFF, WAKER_STACKS, WAKERS_ON, btf_pid_tgid, read_btf_field,
-        read_field,
+        TASK_PID_OFF, TASK_PREEMPT_OFF, TASK_SOFTIRQ_CNT_OFF, WAKER_STACKS, WAKERS_ON,
+        btf_pid_tgid, read_btf_field, read_field,
     },
     shared,
     stacks::take_stack,
@@ -178,6 +179,12 @@ fn level_of(pc: Option<u32>) -> usize {
 /// This CPU's preempt count; `None` where user space found no way to it.
 #[inline(always)]
 fn preempt_count(cpu: &mut CpuContext) -> Option<u32> {
+    // arm64: the current task's (an interrupt raises the interrupted task's count).
+    let in_task = TASK_PREEMPT_OFF.load();
+    if in_task != 0 {
+        let task = unsafe { bpf_get_current_task() } as *const u8;
+        return kfuncs::read_kernel::<u32>(task, in_task).ok();
+    }
     let from_rq = PC_FROM_RQ.load();
     if from_rq == 0 {
         return None;

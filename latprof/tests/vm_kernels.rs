@@ -7,6 +7,10 @@
 //! variant of the programs that loaded and their cost, a verifier rejection said with its
 //! reason, and no program left loaded afterwards.
 //!
+//! Debian's arm64 kernels (12's 6.1 and 13's 6.12, the distribution's binaries) boot under
+//! qemu-system-aarch64 (tests/vm/arm64.sh) and run the same script with the arm64 build of
+//! latprof and of the workload, to the same assertions.
+//!
 //! The expected variant is written down per kernel, so a kernel that silently falls back to a
 //! slower variant fails here.
 //!
@@ -21,6 +25,9 @@ const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vm/kernels.sh")
 
 /// What `stats` says it loaded where the best variant runs.
 const CACHED: &str = "backtraces at wakeup through the stack cache";
+/// arm64: the stack cache knows only x86-64's kernel stacks; every backtrace is walked.
+const WALKED: &str =
+    "backtraces walked at wakeup, no stack cache (about 3x the kernel time per counted sleep)";
 /// Debian 11's 5.10: no bpf_loop, no bpf_task_pt_regs, no BPF compare-and-swap.
 const BOUNDED_NOCAS: &str = "backtraces at wakeup through the stack cache, learnt in a bounded loop (no bpf_loop: a little more per new backtrace); no BPF compare-and-swap: normal mode keeps maxima per CPU (one more lookup per sleep)";
 
@@ -738,6 +745,57 @@ fn check_ustacks(out: &str, variant: &str) {
     }
 }
 
+/// tests/fixtures/ustacks/server.c built for arm64 as the guests run it: static (the guest has
+/// no C library), optimized, without frame pointers, with Debian's cross compiler.
+fn build_arm64_server(dir: &std::path::Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).expect("temp dir");
+    let out = dir.join("server");
+    let status = std::process::Command::new("aarch64-linux-gnu-gcc")
+        .args(["-static", "-O2", "-fomit-frame-pointer", "-o"])
+        .arg(&out)
+        .arg(common::ustacks::server_source())
+        .status()
+        .unwrap_or_else(|e| panic!("aarch64-linux-gnu-gcc did not run ({e}): `cargo xtask setup` installs gcc-aarch64-linux-gnu"));
+    assert!(status.success(), "aarch64-linux-gnu-gcc failed");
+    out
+}
+
+/// The C server (`check_kernel`'s arm64 guests): every pipe read of its main thread that
+/// slept is counted under its whole user backtrace, `read` (glibc's wrapper, a leaf whose
+/// caller is in the link register) then `wait_for_request`, `serve_requests`, `main`, and on
+/// to the C library's start (not `[truncated]`): unwound through the tables, since nothing in
+/// it keeps a frame record the frame-pointer walk could follow.
+fn check_c_server(out: &str) {
+    let stderr = section(out, "ustacks c stderr").join("\n");
+    assert_eq!(rc(out, "ustacks c"), "0 0", "{stderr}");
+    let own = section(out, "ustacks c workload").join(" ");
+    let waited = fact(&own, "waited");
+    assert!(
+        waited >= 150,
+        "the server's reads slept only {waited} times: {own}"
+    );
+    let json: Value = serde_json::from_str(&section(out, "ustacks c").join("\n"))
+        .unwrap_or_else(|e| panic!("ustacks c JSON: {e}\n{out}"));
+    let whole = common::ustacks::causes_where(&json, "pipe_read", |frames| {
+        common::ustacks::has_server_chain(frames)
+            && frames.last().map(String::as_str) != Some(latprof::ustacks::TRUNCATED)
+    });
+    let counted: u64 = whole
+        .iter()
+        .map(|c| c["count"].as_u64().expect("count"))
+        .sum();
+    let all: Vec<String> = json["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .map(|c| format!("{} {:?}", c["count"], common::ustacks::user_frames(c)))
+        .collect();
+    assert_eq!(
+        counted, waited,
+        "the server's slept reads under their whole backtrace ({own}):\n{all:#?}\n{stderr}"
+    );
+}
+
 /// The workload's function that reads the pipe (`bounce`, never inlined), and its main.
 const READER: &str = "latprof_bench::workload::bounce";
 const WORKLOAD_MAIN: &str = "latprof_workload::main";
@@ -801,11 +859,21 @@ fn names_compare_without_hash_generics_or_closure_numbers() {
 
 /// `kfuncs`: the kernel has those latprof calls (`bpf_rdonly_cast`, Linux 6.2).
 fn check_kernel(kernel: &str, release: &str, variant: &str, cached: bool, kfuncs: bool) {
-    let Some(out) = boot(
-        SCRIPT,
-        "sh /work/kernels.sh",
-        &["--kernel", kernel, "--smp", "2"],
-    ) else {
+    // The arm64 guests also run the C server built for arm64 without frame pointers.
+    let dir = std::env::temp_dir().join(format!(
+        "latprof-vm-kernels-{}-{kernel}",
+        std::process::id()
+    ));
+    let server = kernel
+        .starts_with("arm64-")
+        .then(|| build_arm64_server(&dir));
+    let mut vm_args = vec!["--kernel", kernel, "--smp", "2"];
+    if let Some(server) = &server {
+        vm_args.extend(["--file", server.to_str().expect("a UTF-8 temp path")]);
+    }
+    let booted = boot(SCRIPT, "sh /work/kernels.sh", &vm_args);
+    let _ = std::fs::remove_dir_all(&dir);
+    let Some(out) = booted else {
         return;
     };
     assert_eq!(section(&out, "uname"), [release], "{out}");
@@ -819,6 +887,9 @@ fn check_kernel(kernel: &str, release: &str, variant: &str, cached: bool, kfuncs
     check_spikes(&out);
     check_cgroups(&out);
     check_ustacks(&out, variant);
+    if server.is_some() {
+        check_c_server(&out);
+    }
     let ns = check_counters(&out, variant, cached, kfuncs);
     eprintln!("{kernel}: latprof's BPF programs {ns:.0} ns per run on the ping-pong");
     check_reject(&out);
@@ -848,4 +919,25 @@ fn debian_12_stock_6_1_rt() {
 #[ignore = "needs root and ../shared/vm: run `cargo xtask test`"]
 fn debian_11_stock_5_10() {
     check_kernel("debian-5.10", "5.10.0-46-amd64", BOUNDED_NOCAS, true, false);
+}
+
+// arm64: Debian's stock kernels, as a Graviton or Ampere machine runs them. No stack cache
+// there (it knows x86-64's kernel stacks only), so no kfunc fallback to report either.
+
+#[test]
+#[ignore = "needs root and qemu-system-aarch64: run `cargo xtask test`"]
+fn arm64_debian_12_stock_6_1() {
+    check_kernel("arm64-debian-12", "6.1.0-57-arm64", WALKED, false, true);
+}
+
+#[test]
+#[ignore = "needs root and qemu-system-aarch64: run `cargo xtask test`"]
+fn arm64_debian_13_stock_6_12() {
+    check_kernel(
+        "arm64-debian-13",
+        "6.12.117+deb13-arm64",
+        WALKED,
+        false,
+        true,
+    );
 }

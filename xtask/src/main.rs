@@ -11,6 +11,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+mod dist;
 mod house;
 mod suite;
 
@@ -59,13 +60,13 @@ fn main() -> ExitCode {
         Some("test") => suite::test(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("notices") => setup_for_tests().and_then(|()| notices(true)),
-        Some("dist") => dist(),
-        Some("deb") => deb().map(|_| ()),
-        Some("image") => image(),
+        Some("dist") => dist::targets(&args[1..]).and_then(|t| dist::dist(&t)),
+        Some("deb") => dist::targets(&args[1..]).and_then(|t| dist::deb(&t).map(|_| ())),
+        Some("image") => dist::targets(&args[1..]).and_then(|t| dist::image(&t)),
         Some("house") => house::check(&root_dir()),
         _ => {
             eprintln!(
-                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS] | notices | dist | deb | image | house"
+                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS] | notices | dist | deb | image [--target x86_64|aarch64] | house"
             );
             return ExitCode::from(2);
         }
@@ -156,9 +157,10 @@ fn missing_steps(for_tests: bool) -> Vec<(String, Command)> {
     if for_tests {
         // What the test command's dist, deb and image steps need: installed here, after
         // `apt-get update`, on a fresh machine.
-        wanted.extend(["musl-tools", "lintian", "dpkg-dev"]);
+        wanted.extend(["lintian", "dpkg-dev"]);
+        wanted.extend(dist::TARGETS.map(|t| t.cc_package));
         wanted.extend(RUNTIME_PACKAGES);
-        wanted.extend(CONTAINER_PACKAGES);
+        wanted.extend(dist::CONTAINER_PACKAGES);
         wanted.extend(VM_PACKAGES);
     }
     let packages = missing_packages(&wanted);
@@ -235,7 +237,9 @@ fn missing_steps(for_tests: bool) -> Vec<(String, Command)> {
         ));
     }
     if for_tests {
-        steps.extend(musl_steps());
+        for target in dist::TARGETS {
+            steps.extend(target.steps());
+        }
     }
     if for_tests && !has_cargo_deny() {
         let mut cmd = Command::new("cargo");
@@ -253,96 +257,6 @@ fn missing_steps(for_tests: bool) -> Vec<(String, Command)> {
         ));
     }
     steps
-}
-
-/// The static binary's target: x86-64 Linux with musl, no dynamic libc.
-const MUSL: &str = "x86_64-unknown-linux-musl";
-
-/// What building the static binary needs: Debian's musl-tools (musl-gcc, for the C in zstd)
-/// and the Rust target.
-fn musl_steps() -> Vec<(String, Command)> {
-    let mut steps = Vec::new();
-    if !missing_packages(&["musl-tools"]).is_empty() {
-        let mut install = Command::new("apt-get");
-        install
-            .args([
-                "install",
-                "-y",
-                "-q",
-                "--no-install-recommends",
-                "musl-tools",
-            ])
-            .env("DEBIAN_FRONTEND", "noninteractive");
-        steps.push(("apt-get install -y musl-tools".to_owned(), install));
-    }
-    let installed = output(Command::new("rustup").args([
-        "target",
-        "list",
-        "--installed",
-        "--toolchain",
-        STABLE,
-    ]));
-    if !installed.lines().any(|l| l.trim() == MUSL) {
-        let mut cmd = Command::new("rustup");
-        cmd.args(["target", "add", "--toolchain", STABLE, MUSL]);
-        steps.push((
-            format!("rustup target add --toolchain {STABLE} {MUSL}"),
-            cmd,
-        ));
-    }
-    steps
-}
-
-/// `cargo xtask dist`: one static x86-64 binary (musl, the eBPF object embedded) in
-/// target/dist/latprof, and the tests' workload beside it in target/dist/test/ (the VM checks
-/// run both, with no library copied into the guest). Fails if either links anything
-/// dynamically.
-fn dist() -> Result<()> {
-    setup()?;
-    install(musl_steps())?;
-    run_cmd(
-        cargo()
-            .args([
-                "build",
-                "--release",
-                "--target",
-                MUSL,
-                "--package",
-                "latprof",
-                "--package",
-                "latprof-bench",
-            ])
-            // Target filters apply to every package named: each binary is named.
-            .args(["--bin", "latprof", "--bin", "latprof-workload"])
-            .env("CC_x86_64_unknown_linux_musl", "musl-gcc"),
-    )?;
-    let built = root_dir().join("target").join(MUSL).join("release");
-    let dist = root_dir().join("target/dist");
-    std::fs::create_dir_all(dist.join("test"))?;
-    for (name, to) in [
-        ("latprof", dist.join("latprof")),
-        ("latprof-workload", dist.join("test/latprof-workload")),
-    ] {
-        let from = built.join(name);
-        // A new inode: a running copy (a test's) keeps its own.
-        let _ = std::fs::remove_file(&to);
-        std::fs::copy(&from, &to)
-            .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
-        let ldd = Command::new("ldd")
-            .arg(&to)
-            .output()
-            .context("running ldd")?;
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&ldd.stdout),
-            String::from_utf8_lossy(&ldd.stderr)
-        );
-        if !said.contains("statically linked") && !said.contains("not a dynamic executable") {
-            bail!("{} links dynamically: {said}", to.display());
-        }
-        eprintln!("xtask: {} ({})", to.display(), said.trim());
-    }
-    Ok(())
 }
 
 /// The Debian packages of `packages` not installed yet, installed (`install`: or the command
@@ -373,211 +287,23 @@ fn revision() -> String {
     .to_owned()
 }
 
-/// `cargo xtask image`: the container image of the static binary
-/// (contrib/container/Containerfile, `FROM scratch`), built offline with podman as
-/// localhost/latprof:VERSION, and saved as target/dist/latprof-VERSION.oci.tar for
-/// `podman load` (or `docker load`).
-fn image() -> Result<()> {
-    dist()?;
-    install_missing(&CONTAINER_PACKAGES)?;
-    let context = root_dir().join("target/image");
-    let _ = std::fs::remove_dir_all(&context);
-    std::fs::create_dir_all(&context)?;
-    for (from, name) in [
-        ("target/dist/latprof", "latprof"),
-        ("LICENSE-MIT", "LICENSE-MIT"),
-        ("LICENSE-APACHE", "LICENSE-APACHE"),
-        ("latprof-ebpf/LICENSE-GPL-2.0", "LICENSE-GPL-2.0"),
-        ("THIRD-PARTY-NOTICES", "THIRD-PARTY-NOTICES"),
-    ] {
-        let from = root_dir().join(from);
-        std::fs::copy(&from, context.join(name))
-            .with_context(|| format!("copying {}", from.display()))?;
-    }
-    let version = env!("CARGO_PKG_VERSION");
-    let revision = revision();
-    let tag = format!("localhost/latprof:{version}");
-    // Offline: FROM scratch pulls nothing, and the build runs nothing.
-    run_cmd(
-        Command::new("podman")
-            .args(["build", "--network=none", "--pull=never", "--quiet"])
-            .arg(format!("--build-arg=VERSION={version}"))
-            .arg(format!("--build-arg=REVISION={revision}"))
-            .args(["--tag", &tag, "--file"])
-            .arg(root_dir().join("contrib/container/Containerfile"))
-            .arg(&context),
-    )?;
-    let archive = root_dir().join(format!("target/dist/latprof-{version}.oci.tar"));
-    let _ = std::fs::remove_file(&archive);
-    run_cmd(
-        Command::new("podman")
-            .args(["save", "--quiet", "--format", "oci-archive", "--output"])
-            .arg(&archive)
-            .arg(&tag),
-    )?;
-    eprintln!("xtask: image {tag}, saved as {}", archive.display());
-    Ok(())
-}
-
-/// What `cargo xtask image` builds and the container test runs the image with: podman, runc
-/// (crun refuses a host whose cgroups are hybrid, v1 controllers beside cgroup2), and the
-/// pod network the test gives the DaemonSet's container: podman's bridge network, whose CNI
-/// plugins set its firewall rules with iptables.
-const CONTAINER_PACKAGES: [&str; 4] = ["podman", "runc", "containernetworking-plugins", "iptables"];
-
-/// What `../shared/vm/run.sh` boots its guests with (it installs them where they are missing,
-/// but the VM tests boot several guests at once, and their installs then race for apt's
-/// lock: a fresh machine's first suite failed on it).
-const VM_PACKAGES: [&str; 5] = [
+/// What `../shared/vm/run.sh` and tests/vm/arm64.sh boot their guests with (they install
+/// them where they are missing, but the VM tests boot several guests at once, and their
+/// installs then race for apt's lock: a fresh machine's first suite failed on it): qemu for
+/// both architectures, the initramfs' cpio, the x86 guests' busybox, the scratch disk's
+/// mke2fs, `file`, kmod's depmod and xz, which order and unpack the arm64 kernel's modules, and
+/// the arm64 C library the arm64 guests' C server is linked with (static).
+const VM_PACKAGES: [&str; 9] = [
     "qemu-system-x86",
+    "qemu-system-arm",
     "cpio",
     "busybox-static",
     "e2fsprogs",
     "file",
+    "kmod",
+    "xz-utils",
+    "libc6-dev-arm64-cross",
 ];
-
-/// `cargo xtask deb`: the Debian package of the static binary, target/dist/latprof_VERSION_amd64.deb:
-/// /usr/bin/latprof, man pages and bash/zsh/fish completions made from the command line
-/// (latprof-docs), the systemd unit (installed, not enabled), README, licenses and notices;
-/// then lintian, which must find no error. Returns the package's path.
-#[expect(
-    clippy::too_many_lines,
-    reason = "the Debian package's steps in the order dpkg-deb and lintian need them"
-)]
-fn deb() -> Result<PathBuf> {
-    dist()?;
-    install_missing(&["lintian", "dpkg-dev"])?;
-    // The debug build: the tests build the same crates so (a release build of them all, only
-    // to write man pages, cost minutes of every test run).
-    run_cmd(cargo().args([
-        "build",
-        "--package",
-        "latprof-bench",
-        "--bin",
-        "latprof-docs",
-    ]))?;
-    let work = root_dir().join("target/deb");
-    let _ = std::fs::remove_dir_all(&work);
-    let generated = work.join("generated");
-    run_cmd(Command::new(root_dir().join("target/debug/latprof-docs")).arg(&generated))?;
-    let root = work.join("root");
-    let version = env!("CARGO_PKG_VERSION");
-    let revision = revision();
-    let put = |to: &str, bytes: &[u8], mode: u32| -> Result<()> {
-        use std::os::unix::fs::PermissionsExt as _;
-        let path = root.join(to);
-        std::fs::create_dir_all(path.parent().context("a parent")?)?;
-        std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
-        Ok(())
-    };
-    let gz = |bytes: &[u8]| -> Result<Vec<u8>> {
-        let mut child = Command::new("gzip")
-            .args(["-9", "-n", "-c"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .context("gzip")?;
-        std::io::Write::write_all(&mut child.stdin.take().context("stdin")?, bytes)?;
-        let out = child.wait_with_output()?;
-        Ok(out.stdout)
-    };
-    let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
-    put(
-        "usr/bin/latprof",
-        &read(&root_dir().join("target/dist/latprof"))?,
-        0o755,
-    )?;
-    // As Debian ships binaries: without symbols (the build id stays).
-    run_cmd(
-        Command::new("strip")
-            .args(["--strip-unneeded", "--remove-section=.comment"])
-            .arg(root.join("usr/bin/latprof")),
-    )?;
-    for entry in std::fs::read_dir(generated.join("man"))? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        put(
-            &format!("usr/share/man/man1/{name}.gz"),
-            &gz(&read(&entry.path())?)?,
-            0o644,
-        )?;
-    }
-    let completions = generated.join("completions");
-    for (from, to) in [
-        (
-            "latprof.bash",
-            "usr/share/bash-completion/completions/latprof",
-        ),
-        ("_latprof", "usr/share/zsh/vendor-completions/_latprof"),
-        (
-            "latprof.fish",
-            "usr/share/fish/vendor_completions.d/latprof.fish",
-        ),
-    ] {
-        put(to, &read(&completions.join(from))?, 0o644)?;
-    }
-    let unit = std::fs::read_to_string(root_dir().join("contrib/latprof.service"))?
-        .replace("/usr/local/bin/latprof", "/usr/bin/latprof");
-    put("lib/systemd/system/latprof.service", unit.as_bytes(), 0o644)?;
-    let debian = root_dir().join("contrib/debian");
-    let doc = "usr/share/doc/latprof";
-    put(
-        &format!("{doc}/copyright"),
-        &read(&debian.join("copyright"))?,
-        0o644,
-    )?;
-    let date = output(Command::new("date").args(["-R", "-u"]));
-    let changelog = std::fs::read_to_string(debian.join("changelog"))?
-        .replace("@VERSION@", version)
-        .replace("@REVISION@", &revision)
-        .replace("@DATE@", date.trim());
-    put(
-        &format!("{doc}/changelog.gz"),
-        &gz(changelog.as_bytes())?,
-        0o644,
-    )?;
-    for file in ["README.md", "THIRD-PARTY-NOTICES"] {
-        put(
-            &format!("{doc}/{file}.gz"),
-            &gz(&read(&root_dir().join(file))?)?,
-            0o644,
-        )?;
-    }
-    put(
-        "usr/share/lintian/overrides/latprof",
-        &read(&debian.join("lintian-overrides"))?,
-        0o644,
-    )?;
-    // The control file, with the installed size in KiB, and the files' sums.
-    let size_kib = output(Command::new("du").args(["-sk"]).arg(&root));
-    let size_kib = size_kib.split_whitespace().next().unwrap_or("0");
-    let control = std::fs::read_to_string(debian.join("control"))?
-        .replace("@VERSION@", version)
-        .replace("@SIZE@", size_kib);
-    put("DEBIAN/control", control.as_bytes(), 0o644)?;
-    let sums = output(
-        Command::new("sh")
-            .arg("-c")
-            .arg("find usr lib -type f | LC_ALL=C sort | xargs md5sum")
-            .current_dir(&root),
-    );
-    put("DEBIAN/md5sums", sums.as_bytes(), 0o644)?;
-    let deb = root_dir().join(format!("target/dist/latprof_{version}_amd64.deb"));
-    run_cmd(
-        Command::new("dpkg-deb")
-            .args(["--root-owner-group", "-Zxz", "--build"])
-            .arg(&root)
-            .arg(&deb),
-    )?;
-    run_cmd(
-        Command::new("lintian")
-            .args(["--fail-on", "error"])
-            .arg(&deb),
-    )?;
-    eprintln!("xtask: {} (lintian: no errors)", deb.display());
-    Ok(deb)
-}
 
 /// Installs whatever is missing; idempotent. Without root (for apt) or off Debian it prints the
 /// exact commands instead and fails.
@@ -677,7 +403,7 @@ fn bench(args: &[String]) -> Result<()> {
     }
     let args = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
     // The static binary its `builds` series compares with the glibc build.
-    dist()?;
+    dist::dist(&[&dist::X86_64])?;
     // The harness runs latprof and latprof-workload from beside itself.
     run_cmd(cargo().args([
         "build",

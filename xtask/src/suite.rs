@@ -17,8 +17,9 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    NIGHTLY, cargo, deb, dist, house, image, is_root, licenses_check_bites, notices, root_dir,
-    run_cmd, setup_for_tests,
+    NIGHTLY, cargo,
+    dist::{self, TARGETS},
+    house, is_root, licenses_check_bites, notices, root_dir, run_cmd, setup_for_tests,
 };
 
 /// (a test binary, the one it runs beside). tests/pulls.rs waits two minutes on its scrapers'
@@ -80,14 +81,14 @@ pub(crate) fn test(args: &[String]) -> Result<()> {
     let t0 = Instant::now();
     // The static binary the VM checks run on every kernel, and its Debian package, which
     // lintian checks here and the package tests install in Debian 11 and 12 roots.
-    dist()?;
-    step("static binaries (release, musl)", t0);
+    dist::dist(&TARGETS)?;
+    step("static binaries (release, musl; x86-64 and arm64)", t0);
     let t0 = Instant::now();
-    deb()?;
+    dist::deb(&TARGETS)?;
     step("Debian package and lintian", t0);
     let t0 = Instant::now();
     // The image the container test runs (tests/container.rs).
-    image()?;
+    dist::image(&TARGETS)?;
     step("container image", t0);
     let skip_vm = vm_check()?;
     // Tests write every retry here (tests/common note_retry); the summary lists them.

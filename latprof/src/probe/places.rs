@@ -16,19 +16,40 @@ pub(super) struct WakerContext {
     pub(super) cfs_rq_rq_off: u32,
     pub(super) rq_cpu_off: u32,
     pub(super) task_softirq_cnt_off: u32,
+    /// arm64: the preempt count's offset in the task (`thread_info.preempt_count`).
+    pub(super) task_preempt_off: u32,
 }
 
 /// Where this CPU's preempt count is next to its run queue: the distance between the per-CPU
 /// variables `runqueues` and `__preempt_count` (or `pcpu_hot.preempt_count`, Linux 6.2 to
 /// 6.14), from the BTF's per-CPU section or else from /proc/kallsyms; and the way from a task
-/// to its run queue (`se.cfs_rq->rq`, CONFIG_FAIR_GROUP_SCHED). x86-64 only (elsewhere the
-/// preempt count is in the task). Err says why not.
+/// to its run queue (`se.cfs_rq->rq`, CONFIG_FAIR_GROUP_SCHED). On arm64 the preempt count is
+/// the current task's (`task_struct.thread_info.preempt_count`, which interrupts raise in the
+/// task they interrupt). Err says why not.
 pub(super) fn waker_context(
     btf: &btf::Btf,
     percpu: Option<PercpuSymbols>,
 ) -> Result<WakerContext, String> {
+    // PREEMPT_RT counts softirqs in the task.
+    let task_softirq_cnt_off = btf
+        .member_offset("task_struct", "softirq_disable_cnt")
+        .unwrap_or(0);
+    if cfg!(target_arch = "aarch64") {
+        let off = btf
+            .member_offset("task_struct", "thread_info")
+            .and_then(|info| Ok(info + btf.member_offset("thread_info", "preempt_count")?));
+        return match off {
+            // Never 0: `flags` comes first in thread_info.
+            Ok(off) if off != 0 => Ok(WakerContext {
+                task_softirq_cnt_off,
+                task_preempt_off: off,
+                ..WakerContext::default()
+            }),
+            _ => Err("the kernel's BTF has no thread_info.preempt_count in the task".to_owned()),
+        };
+    }
     if !cfg!(target_arch = "x86_64") {
-        return Err("the preempt count is read only on x86-64".to_owned());
+        return Err("the preempt count is read only on x86-64 and arm64".to_owned());
     }
     let path = || -> Result<(u32, u32, u32)> {
         Ok((
@@ -65,10 +86,8 @@ pub(super) fn waker_context(
         task_cfs_rq_off,
         cfs_rq_rq_off,
         rq_cpu_off,
-        // PREEMPT_RT counts softirqs in the task.
-        task_softirq_cnt_off: btf
-            .member_offset("task_struct", "softirq_disable_cnt")
-            .unwrap_or(0),
+        task_softirq_cnt_off,
+        task_preempt_off: 0,
     })
 }
 
@@ -90,9 +109,10 @@ pub(super) fn kallsyms_places(btf: &btf::Btf, known: Option<PercpuSymbols>) -> O
     (rq != 0 && pc != 0).then_some((rq, pc))
 }
 
-/// Where x86-64 keeps a task's user registers: `task_struct.stack` and their distance from it
-/// (THREAD_SIZE, 16 KiB without KASAN, less `sizeof(struct pt_regs)`); (0, 0) where unknown. A
-/// wrong guess costs cache hits, never a wrong backtrace: a hit needs every return address in
+/// Where x86-64 and arm64 keep a task's user registers (`task_pt_regs()` on both): at
+/// `task_struct.stack` plus THREAD_SIZE (16 KiB without KASAN, with arm64's 4 KiB pages as
+/// Debian's kernels have them) less `sizeof(struct pt_regs)`; (0, 0) where unknown. A wrong
+/// guess costs cache hits, never a wrong kernel backtrace: a hit needs every return address in
 /// its place.
 pub(super) fn pt_regs_place(btf: &btf::Btf) -> (u32, u32) {
     const THREAD_SIZE: u32 = 16 * 1024;
@@ -100,7 +120,9 @@ pub(super) fn pt_regs_place(btf: &btf::Btf) -> (u32, u32) {
         btf.member_offset("task_struct", "stack"),
         btf.struct_size("pt_regs"),
     ) {
-        (Ok(stack), Ok(regs)) if cfg!(target_arch = "x86_64") && regs < THREAD_SIZE => {
+        (Ok(stack), Ok(regs))
+            if cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) && regs < THREAD_SIZE =>
+        {
             (stack, THREAD_SIZE - regs)
         }
         _ => (0, 0),

@@ -3,6 +3,7 @@
 //! field named as the global it sets (upper case, as the object names it), and the loader's
 //! writes of all of them.
 
+use crate::ustacks::arch::{self, Arch};
 use anyhow::Result;
 use aya::EbpfLoader;
 use latprof_common::{MODE_LAZY, MODE_NORMAL, USER_FRAMES, WAKEUP_ADAPTIVE, WAKEUP_ALWAYS};
@@ -72,6 +73,10 @@ const HIDE_UNLOGGED: u32 = 1 << 31;
 /// The settings of a run on this kernel: the config's, and the offsets and places its BTF
 /// gives. What the programs will do without (no recovery, no stack cache, interrupts not told
 /// apart) is said in `fallbacks`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one struct literal that names every setting, so that none is left at its default"
+)]
 pub(super) fn from_config(
     config: &ProbeConfig,
     btf: &Btf,
@@ -174,6 +179,8 @@ pub(super) fn from_config(
         PT_REGS_SP_OFF: user.pt_regs[0],
         PT_REGS_IP_OFF: user.pt_regs[1],
         PT_REGS_BP_OFF: user.pt_regs[2],
+        PT_REGS_LR_OFF: user.pt_regs[3],
+        USER_PAC_MASK: user.pac_mask,
         MM_START_CODE_OFF: user.mm_layout[0],
         MM_END_CODE_OFF: user.mm_layout[1],
         MM_START_STACK_OFF: user.mm_layout[2],
@@ -195,6 +202,7 @@ pub(super) fn from_config(
         CFS_RQ_RQ_OFF: context.cfs_rq_rq_off,
         RQ_CPU_OFF: context.rq_cpu_off,
         TASK_SOFTIRQ_CNT_OFF: context.task_softirq_cnt_off,
+        TASK_PREEMPT_OFF: context.task_preempt_off,
         SPIKE_NS: config.spike.map_or(u64::MAX, |d| {
             u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
         }),
@@ -258,10 +266,13 @@ impl TaskOffsets {
 struct UserOffsets {
     /// `self_exec_id` in task_struct (the memo of a task's map layout).
     exec_id: u32,
-    /// `sp`, `ip` and `bp` in `struct pt_regs` (the walk's start).
-    pt_regs: [u32; 3],
+    /// The user stack pointer, instruction pointer, frame pointer and link register (0: none)
+    /// in `struct pt_regs` (the walk's start; `ustacks::arch`).
+    pt_regs: [u32; 4],
     /// `start_code`, `end_code`, `start_stack` in `struct mm_struct` (`layout_key`).
     mm_layout: [u32; 3],
+    /// The bits pointer authentication signs in a user return address (arm64; 0 elsewhere).
+    pac_mask: u64,
 }
 
 impl UserOffsets {
@@ -271,16 +282,21 @@ impl UserOffsets {
         }
         Ok(Self {
             exec_id: btf.member_offset("task_struct", "self_exec_id")?,
-            pt_regs: [
-                btf.member_offset("pt_regs", "sp")?,
-                btf.member_offset("pt_regs", "ip")?,
-                btf.member_offset("pt_regs", "bp")?,
-            ],
+            pt_regs: {
+                let mut offsets = [0; 4];
+                for (at, member) in offsets.iter_mut().zip(arch::pt_regs_members(Arch::HOST)) {
+                    if let Some((name, word)) = member {
+                        *at = btf.member_offset("pt_regs", name)? + 8 * word;
+                    }
+                }
+                offsets
+            },
             mm_layout: [
                 btf.member_offset("mm_struct", "start_code")?,
                 btf.member_offset("mm_struct", "end_code")?,
                 btf.member_offset("mm_struct", "start_stack")?,
             ],
+            pac_mask: arch::pac_mask(),
         })
     }
 }

@@ -7,7 +7,10 @@
 //! pointer (the window) when it first stored the backtrace. Unwinding goes up through the
 //! window until a function with a frame, where the frame-pointer walk takes over.
 
-use gimli::{BaseAddresses, CfaRule, EhFrame, LittleEndian, UnwindContext, UnwindSection, X86_64};
+use gimli::{
+    BaseAddresses, CfaRule, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection,
+    Vendor,
+};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 
 /// A loaded segment: (file offset, size in the file, virtual address, executable).
@@ -132,21 +135,32 @@ impl Cfi {
         else {
             return Step::Unknown;
         };
-        let eh = EhFrame::new(&self.eh_frame, LittleEndian);
+        let (sp, fp, ra) = super::arch::registers(super::arch::Arch::HOST);
+        let mut eh = EhFrame::new(&self.eh_frame, LittleEndian);
+        if super::arch::Arch::HOST == super::arch::Arch::Aarch64 {
+            eh.set_vendor(Vendor::AArch64);
+        }
         let bases = self.bases();
         let mut ctx = Box::new(UnwindContext::new());
         let Ok(row) = eh.unwind_info_for_address(&bases, &mut ctx, vaddr, EhFrame::cie_from_offset)
         else {
             return Step::Unknown;
         };
+        // The return address right below the CFA (x86-64's always; arm64's where the
+        // function saved x30 last, at the top of its frame).
+        if row.register(ra) != Some(RegisterRule::Offset(-8))
+            && super::arch::Arch::HOST == super::arch::Arch::Aarch64
+        {
+            return Step::Unknown;
+        }
         match row.cfa() {
-            CfaRule::RegisterAndOffset { register, offset } if *register == X86_64::RSP => {
+            CfaRule::RegisterAndOffset { register, offset } if *register == sp => {
                 match u64::try_from(*offset) {
                     Ok(k) if k >= 8 && k % 8 == 0 => Step::Rsp(k),
                     _ => Step::Unknown,
                 }
             }
-            CfaRule::RegisterAndOffset { register, .. } if *register == X86_64::RBP => Step::Frame,
+            CfaRule::RegisterAndOffset { register, .. } if *register == fp => Step::Frame,
             _ => Step::Unknown,
         }
     }

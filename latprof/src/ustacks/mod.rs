@@ -3,6 +3,7 @@
 //! (`USER_STACKS`); this module reads the processes' memory maps when a backtrace is first
 //! seen and names the frames.
 
+pub mod arch;
 pub mod capture;
 pub mod copies;
 pub mod leaf;

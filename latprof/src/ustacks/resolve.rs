@@ -266,6 +266,8 @@ impl Resolver {
             let Some(&ret) = window.get(at_word + words - 1) else {
                 return (callers, false);
             };
+            // A stack word: signed where the CPU authenticates pointers (arm64).
+            let ret = ret & !super::arch::pac_mask();
             if ret < 2 {
                 return (callers, false);
             }
@@ -397,9 +399,13 @@ impl Resolver {
                             _ => 0,
                         })
                 };
-                match named(module.dwarf, Input::FileOffset(offset)) {
+                let first = past_mapping_symbols(
+                    named(module.dwarf, Input::FileOffset(offset)).map_err(|_| ()),
+                    |at| named(module.dwarf, Input::VirtOffset(at)).map_err(|_| ()),
+                );
+                match first {
                     Ok(Symbolized::Sym(sym)) => Some((with_line(&sym), entry_line(&sym))),
-                    Err(_) if module.dwarf => match named(false, Input::FileOffset(offset)) {
+                    Err(()) if module.dwarf => match named(false, Input::FileOffset(offset)) {
                         Ok(Symbolized::Sym(sym)) => Some((with_line(&sym), 0)),
                         _ => None,
                     },
@@ -430,9 +436,56 @@ impl Resolver {
             .or_insert_with(|| {
                 let from = ret.saturating_sub(7);
                 let mut bytes = vec![0; usize::try_from(ret - from).unwrap_or(0)];
-                module.file.read_exact_at(&mut bytes, from).is_err() || ends_in_call(&bytes)
+                module.file.read_exact_at(&mut bytes, from).is_err()
+                    || super::arch::ends_in_call(super::arch::Arch::HOST, &bytes)
             })
     }
+}
+
+/// `first`, a lookup's answer, or where it is an arm64 mapping symbol (`$x` code, `$d` data
+/// follows: no function), the function it lies in: the last other symbol below it (`at` looks
+/// an address up) whose size reaches the address, past at most `MAPPING_SYMBOLS_SKIPPED`
+/// mapping symbols.
+fn past_mapping_symbols<'a>(
+    first: Result<Symbolized<'a>, ()>,
+    at: impl Fn(u64) -> Result<Symbolized<'a>, ()>,
+) -> Result<Symbolized<'a>, ()> {
+    let sym = match first {
+        Ok(Symbolized::Sym(sym)) if is_mapping_symbol(&sym.name) => sym,
+        other => return other,
+    };
+    let target = sym.addr + sym.offset as u64;
+    let mut below = sym.addr;
+    for _ in 0..MAPPING_SYMBOLS_SKIPPED {
+        match at(below.saturating_sub(1)) {
+            Ok(Symbolized::Sym(s)) if is_mapping_symbol(&s.name) && s.addr < below => {
+                below = s.addr;
+            }
+            Ok(Symbolized::Sym(s))
+                if !is_mapping_symbol(&s.name)
+                    && s.size.is_some_and(|n| s.addr + n as u64 > target) =>
+            {
+                return Ok(Symbolized::Sym(s));
+            }
+            _ => break,
+        }
+    }
+    Err(())
+}
+
+/// How many arm64 mapping symbols (`is_mapping_symbol`) a lookup steps back over at most.
+const MAPPING_SYMBOLS_SKIPPED: usize = 16;
+
+/// An arm64 (or 32-bit ARM) mapping symbol: `$x`, `$d`, `$a`, `$t`, alone or followed by `.`
+/// and anything. They mark where code and data begin inside functions, in every object the
+/// ARM toolchains make, and name nothing.
+#[must_use]
+pub fn is_mapping_symbol(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() >= 2
+        && b[0] == b'$'
+        && matches!(b[1], b'x' | b'd' | b'a' | b't')
+        && (b.len() == 2 || b[2] == b'.')
 }
 
 /// A symbol's name, with its source file and line where the binary's DWARF has them:

@@ -21,14 +21,15 @@ use std::{
 use aya::maps::{Array, HashMap as BpfHashMap, MapData};
 use gimli::{
     CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection as _,
-    X86_64,
+    Vendor,
 };
 use latprof_common::{
-    ProcUnwind, UNWIND_FILE_ROWS, UNWIND_RANGES, UNWIND_TABLE_ROWS, UnwindRange, unwind_row,
-    unwind_rule,
+    ProcUnwind, ReturnAddress, UNWIND_FILE_ROWS, UNWIND_RANGES, UNWIND_TABLE_ROWS, UnwindRange,
+    unwind_row, unwind_rule,
 };
 
 use super::{
+    arch::{self, Arch},
     capture::{Processes, Tally, View},
     leaf::Cfi,
     row_space::RowSpace,
@@ -333,10 +334,25 @@ struct FileTable {
 /// `None` where it does not, or where they are more than `UNWIND_FILE_ROWS` or unreadable.
 #[must_use]
 pub fn rows(cfi: &Cfi) -> Option<Vec<u64>> {
+    rows_for(cfi, Arch::HOST)
+}
+
+/// `rows` for a file of `arch`. A file needs rows where its code breaks the frame-pointer
+/// walk: on x86-64 where a function saves the frame pointer without making a frame (it
+/// reuses the register); on arm64 also where a function saves its return address without
+/// a frame record (built without frame pointers: the walk would skip it and its caller), and
+/// where any function saves x30 with no frame record the walk would see.
+#[must_use]
+pub fn rows_for(cfi: &Cfi, arch: Arch) -> Option<Vec<u64>> {
     if cfi.eh_frame().len() > MAX_EH_FRAME {
         return None;
     }
-    let eh = EhFrame::new(cfi.eh_frame(), LittleEndian);
+    let (sp, fp, ra) = arch::registers(arch);
+    let mut eh = EhFrame::new(cfi.eh_frame(), LittleEndian);
+    if arch == Arch::Aarch64 {
+        // DW_CFA_AARCH64_negate_ra_state (pointer authentication) is parsed, not refused.
+        eh.set_vendor(Vendor::AArch64);
+    }
     let bases = cfi.bases();
     let mut ctx = Box::new(UnwindContext::new());
     let mut starts: Vec<(u64, u32)> = Vec::new();
@@ -363,30 +379,39 @@ pub fn rows(cfi: &Cfi) -> Option<Vec<u64>> {
             }
             checked_cies.insert(cie.offset());
         }
-        let (mut frame, mut saves) = (false, false);
+        let (mut frame, mut saves, mut saves_ra) = (false, false, false);
         let mut table = fde.rows(&eh, &bases, &mut ctx).ok()?;
         while let Some(row) = table.next_row().ok()? {
-            let (rbp, offset) = match row.cfa() {
-                CfaRule::RegisterAndOffset { register, offset } if *register == X86_64::RSP => {
+            let (on_fp, offset) = match row.cfa() {
+                CfaRule::RegisterAndOffset { register, offset } if *register == sp => {
                     (false, *offset)
                 }
-                CfaRule::RegisterAndOffset { register, offset } if *register == X86_64::RBP => {
+                CfaRule::RegisterAndOffset { register, offset } if *register == fp => {
                     (true, *offset)
                 }
-                _ => (false, 0),
+                _ => (false, -1),
             };
-            let saved = match row.register(X86_64::RBP) {
+            let below = |rule: Option<RegisterRule<usize>>| match rule {
                 None | Some(RegisterRule::SameValue | RegisterRule::Undefined) => Some(0),
                 Some(RegisterRule::Offset(n)) if n < 0 => {
                     n.checked_neg().and_then(|n| u64::try_from(n).ok())
                 }
                 Some(_) => None,
             };
-            let ra = matches!(row.register(X86_64::RA), Some(RegisterRule::Offset(-8)));
-            frame |= rbp;
+            let saved = below(row.register(fp));
+            let ret = match (arch, below(row.register(ra))) {
+                (Arch::X86_64, Some(8)) => Some(ReturnAddress::Saved(8)),
+                (Arch::Aarch64, Some(0)) => Some(ReturnAddress::InLinkRegister),
+                (Arch::Aarch64, Some(n)) => Some(ReturnAddress::Saved(n)),
+                _ => None,
+            };
+            frame |= on_fp;
             saves |= saved.is_some_and(|s| s != 0);
-            let rule = match (u64::try_from(offset), saved, ra) {
-                (Ok(offset), Some(saved), true) => unwind_rule(rbp, offset, saved).unwrap_or(0),
+            saves_ra |= matches!(ret, Some(ReturnAddress::Saved(_)));
+            let rule = match (u64::try_from(offset), saved, ret) {
+                (Ok(offset), Some(saved), Some(ret)) => {
+                    unwind_rule(on_fp, offset, saved, ret).unwrap_or(0)
+                }
                 _ => 0,
             };
             starts.push((row.start_address(), rule));
@@ -396,7 +421,7 @@ pub fn rows(cfi: &Cfi) -> Option<Vec<u64>> {
         }
         // Past the function: no information, unless another starts there.
         starts.push((fde.end_address(), u32::MAX));
-        breaks_walk |= saves && !frame;
+        breaks_walk |= !frame && (saves || (arch == Arch::Aarch64 && saves_ra));
     }
     if !breaks_walk {
         return None;

@@ -11,7 +11,7 @@
 
 use std::fs::File;
 
-use latprof_common::unwind_rule;
+use latprof_common::{ReturnAddress, unwind_rule};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
 /// The symbols around CPython's template (exported by the interpreter or `libpython3.x.so`).
@@ -67,7 +67,9 @@ fn shape_rule(code: &[u8]) -> Option<u32> {
             m,
             0xc3,
             ..,
-        ] if n == m && n < &0x80 => unwind_rule(false, u64::from(*n) + 8, 0),
+        ] if n == m && n < &0x80 => {
+            unwind_rule(false, u64::from(*n) + 8, 0, ReturnAddress::Saved(8))
+        }
         _ => None,
     }
 }
@@ -83,8 +85,14 @@ mod tests {
             0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x83, 0xec, 0x08, 0xff, 0xd1, 0x48, 0x83, 0xc4, 0x08,
             0xc3,
         ];
-        assert_eq!(shape_rule(&code), unwind_rule(false, 16, 0));
-        assert_eq!(shape_rule(&code[4..]), unwind_rule(false, 16, 0));
+        assert_eq!(
+            shape_rule(&code),
+            unwind_rule(false, 16, 0, ReturnAddress::Saved(8))
+        );
+        assert_eq!(
+            shape_rule(&code[4..]),
+            unwind_rule(false, 16, 0, ReturnAddress::Saved(8))
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Booting ../shared/vm: one guest at a time, a script copied in, its output back.
+//! Booting ../shared/vm's x86-64 guests, or tests/vm/arm64.sh's Debian arm64 guests (a
+//! `--kernel` named `arm64-debian-12` or `arm64-debian-13`): a script copied in, its output back.
 use std::{
     io::Read,
     path::PathBuf,
@@ -29,10 +30,24 @@ pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
         eprintln!("LATPROF_SKIP_VM is set: VM test NOT RUN");
         return None;
     }
-    let run = shared_vm().expect(
-        "../shared/vm/run.sh not found (set LATPROF_SHARED, or LATPROF_SKIP_VM=1 to skip loudly)",
-    );
-    let (latprof, workload) = dist_bins();
+    // An arm64 guest: the project's own runner, with run.sh's arguments, and the arm64 binaries.
+    let arm64 = arm64_kernel(vm_args);
+    let run = if arm64.is_some() {
+        PathBuf::from(ARM64)
+    } else {
+        shared_vm().expect(
+            "../shared/vm/run.sh not found (set LATPROF_SHARED, or LATPROF_SKIP_VM=1 to skip loudly)",
+        )
+    };
+    let vm_args: Vec<&str> = vm_args
+        .iter()
+        .map(|a| {
+            a.strip_prefix("arm64-")
+                .filter(|_| arm64.is_some())
+                .unwrap_or(a)
+        })
+        .collect();
+    let (latprof, workload) = dist_bins(arm64.is_some());
     let dir = tempdir();
     let script = dir.join("script.sh");
     std::fs::write(&script, format!("#!/bin/sh\n{command}\n")).expect("write VM script");
@@ -49,11 +64,12 @@ pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
     for attempt in 1..=2 {
         let started = std::time::Instant::now();
         let (status, stdout, stderr, stopped) = run_with_limit(
+            arm64.is_some(),
             Command::new("bash")
                 .arg("-c")
                 .arg(&text)
                 .arg(&run)
-                .args(vm_args)
+                .args(&vm_args)
                 .arg("--bin")
                 .arg(&latprof)
                 .arg("--bin")
@@ -93,14 +109,27 @@ pub fn boot(file: &str, command: &str, vm_args: &[&str]) -> Option<String> {
     unreachable!()
 }
 
+/// The arm64 guests' runner.
+const ARM64: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vm/arm64.sh");
+
+/// The Debian release of an arm64 guest (`--kernel arm64-debian-12`), if `vm_args` name one.
+fn arm64_kernel<'a>(vm_args: &[&'a str]) -> Option<&'a str> {
+    vm_args
+        .windows(2)
+        .find(|w| w[0] == "--kernel")
+        .and_then(|w| w[1].strip_prefix("arm64-"))
+}
+
 /// The static binaries the guests run (`cargo xtask dist`: latprof as shipped, and the tests'
-/// workload), so that run.sh copies no library into a guest and each kernel's check is true
-/// for the userspace a user installs too. `LATPROF_DIST` names another folder.
-pub fn dist_bins() -> (PathBuf, PathBuf) {
+/// workload; in target/dist/aarch64 for `arm64` guests), so that run.sh copies no library into
+/// a guest and each kernel's check is true for the userspace a user installs too.
+/// `LATPROF_DIST` names another folder.
+pub fn dist_bins(arm64: bool) -> (PathBuf, PathBuf) {
     let dir = std::env::var_os("LATPROF_DIST").map_or_else(
         || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/dist")),
         PathBuf::from,
     );
+    let dir = if arm64 { dir.join("aarch64") } else { dir };
     let bins = (dir.join("latprof"), dir.join("test/latprof-workload"));
     for bin in [&bins.0, &bins.1] {
         assert!(
@@ -108,32 +137,38 @@ pub fn dist_bins() -> (PathBuf, PathBuf) {
             "{} is missing: `cargo xtask dist` builds the static binaries the VM checks run (`cargo xtask test` does it first)",
             bin.display()
         );
-        let ldd = Command::new("ldd").arg(bin).output().expect("ldd");
-        let said = String::from_utf8_lossy(&ldd.stdout).into_owned()
-            + &String::from_utf8_lossy(&ldd.stderr);
+        let file = Command::new("file")
+            .arg("-b")
+            .arg(bin)
+            .output()
+            .expect("file");
+        let said = String::from_utf8_lossy(&file.stdout).into_owned();
+        let machine = if arm64 { "ARM aarch64" } else { "x86-64" };
         assert!(
-            said.contains("statically linked") || said.contains("not a dynamic executable"),
-            "{} links dynamically ({said}): run.sh would copy libraries into the guest",
+            said.contains(machine)
+                && (said.contains("statically linked") || said.contains("static-pie linked")),
+            "{} is not a static {machine} executable ({said}): run.sh would copy libraries into the guest",
             bin.display()
         );
     }
     bins
 }
 
-/// How long a guest may take: its scripts run in about 30 s here. LATPROF_VM_LIMIT_S changes
-/// it (to see the limit work).
-fn guest_limit() -> Duration {
+/// How long a guest may take: its scripts run in about 30 s here, an arm64 guest's (every
+/// instruction translated from another architecture) in about LATE. LATPROF_VM_LIMIT_S
+/// changes it (to see the limit work).
+fn guest_limit(arm64: bool) -> Duration {
     let secs = std::env::var("LATPROF_VM_LIMIT_S")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(if arm64 { 600 } else { 300 });
     Duration::from_secs(secs)
 }
 
 /// Runs run.sh; past `guest_limit()` stops its qemu (through the `timeout` that run.sh starts it
 /// under, which passes the signal on), so that run.sh reports the guest's console and exits.
 /// Returns (status, stdout, stderr, whether it was stopped).
-fn run_with_limit(cmd: &mut Command) -> (ExitStatus, String, String, bool) {
+fn run_with_limit(arm64: bool, cmd: &mut Command) -> (ExitStatus, String, String, bool) {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -148,7 +183,7 @@ fn run_with_limit(cmd: &mut Command) -> (ExitStatus, String, String, bool) {
     };
     let out = read(Box::new(child.stdout.take().expect("stdout")));
     let err = read(Box::new(child.stderr.take().expect("stderr")));
-    let deadline = Instant::now() + guest_limit();
+    let deadline = Instant::now() + guest_limit(arm64);
     let mut stopped = false;
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait for run.sh") {

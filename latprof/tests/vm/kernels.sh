@@ -30,6 +30,9 @@ step() {
 ) &
 WATCHDOG=$!
 
+# read(2)'s number, as /proc/PID/syscall shows it: 0 on x86-64, 63 on arm64 (the generic table).
+case "$(uname -m)" in aarch64) NR_READ=63 ;; *) NR_READ=0 ;; esac
+
 # blocked PID: waits until the workload PID sleeps in a read of stdin (the go line, or the end
 # of file after its work), so that a latprof started after this sees none of the workload's
 # start: not the shell opening the fifo for it, not its exec, not that read's start. A count
@@ -38,7 +41,7 @@ WATCHDOG=$!
 blocked() {
     i=0
     until [ "$(cat /proc/$1/comm 2> /dev/null)" = latprof-workloa ] \
-        && [ "$(cut -d' ' -f1,2 /proc/$1/syscall 2> /dev/null)" = "0 0x0" ] \
+        && [ "$(cut -d' ' -f1,2 /proc/$1/syscall 2> /dev/null)" = "$NR_READ 0x0" ] \
         && grep -q '^State:.S' /proc/$1/status 2> /dev/null; do
         sleep 0.05; i=$((i + 1))
         if [ $i -gt 2000 ]; then echo "workload $1 never blocked reading its stdin"; exit 1; fi
@@ -256,6 +259,30 @@ echo "=== ustacks rc"; echo $RC
 echo "=== ustacks"; cat /tmp/s.us
 echo "=== ustacks stderr"; cat /tmp/e.us
 echo "=== ustacks workload"; cat /tmp/w.us
+
+if [ -x /work/server ]; then
+    step "ustacks c"
+    # 5a''. A C server built without frame pointers (tests/fixtures/ustacks/server.c, static,
+    #       where the test copies one in: the arm64 guests'): each of its pipe reads that slept
+    #       under main -> serve_requests -> wait_for_request -> read, through the unwind
+    #       tables from the syscall wrapper (a leaf: its caller in the link register) out.
+    mkfifo /tmp/go.uc
+    /work/server 200 2000 wait < /tmp/go.uc > /tmp/w.uc &
+    W=$!
+    exec 4> /tmp/go.uc
+    latprof --user-stacks --all-sleeps stats --pid $W --format json --duration 900s > /tmp/s.uc 2> /tmp/e.uc &
+    LP=$!
+    attached /tmp/e.uc $LP
+    echo go >&4
+    exec 4>&-
+    wait $W; WRC=$?
+    kill -INT $LP
+    wait $LP; RC=$?
+    echo "=== ustacks c rc"; echo $RC $WRC
+    echo "=== ustacks c"; cat /tmp/s.uc
+    echo "=== ustacks c stderr"; cat /tmp/e.uc
+    echo "=== ustacks c workload"; cat /tmp/w.uc
+fi
 
 step "ustacks record"
 # 5a'. The same user walk in record's programs (top's and serve's: histograms, run-queue
