@@ -63,7 +63,7 @@ fetch() {
       "$suite" "$security" > apt/sources.list
     a=(-o Dir::Etc::sourcelist="$tmp/apt/sources.list" -o Dir::Etc::sourceparts=/dev/null
        -o Dir::State::Lists="$tmp/apt/lists" -o Dir::Cache="$tmp/apt/cache"
-       -o APT::Architecture=arm64 -o APT::Architectures=arm64)
+       -o APT::Architecture=arm64 -o APT::Architectures=arm64 -o APT::Sandbox::User=root)
     apt-get "${a[@]}" update -qq
     pkg=linux-image-$abi-unsigned
     apt-get "${a[@]}" download "$pkg=$version" busybox-static >/dev/null
@@ -73,22 +73,30 @@ fetch() {
     mkdir -p out/modules
     cp "x/boot/vmlinuz-$abi" out/vmlinuz
     cp "x/boot/config-$abi" out/config
-    cp bb/bin/busybox out/busybox
-    depmod -b x "$abi"
+    # /bin/busybox in Debian 12's package, /usr/bin/busybox in 13's (merged /usr).
+    for b in bb/bin/busybox bb/usr/bin/busybox; do [ ! -f "$b" ] || cp "$b" out/busybox; done
+    [ "$(head -c 4 out/busybox)" = "$(printf '\177ELF')" ] || { echo "arm64.sh: no busybox in busybox-static" >&2; exit 1; }
+    # /lib/modules in Debian 12's package, /usr/lib/modules in 13's.
+    mods=x; [ -d "x/usr/lib/modules/$abi" ] && mods=x/usr
+    depmod -b "$mods" "$abi"
     # Each wanted module after the ones it needs, as modules.dep lists them.
     order=()
     add() {
       local path deps d
-      path=$(awk -F: -v m="/$1.ko" 'index($1, m) && substr($1, length($1) - length(m) + 1) == m { print $1; exit }' \
-        "x/lib/modules/$abi/modules.dep")
-      [ -n "$path" ] || { echo "arm64.sh: $1 is not in $pkg" >&2; exit 1; }
-      deps=$(awk -F: -v p="$path" '$1 == p { print $2 }' "x/lib/modules/$abi/modules.dep")
+      path=$(awk -F: -v m="$1" '$1 ~ ("(^|/)" m "\\.ko(\\.(xz|zst|gz))?$") { print $1; exit }' \
+        "$mods/lib/modules/$abi/modules.dep")
+      if [ -z "$path" ]; then
+        # Built into the kernel (Debian 13's virtio_mmio): nothing to load.
+        grep -q "/$1.ko\$" "$mods/lib/modules/$abi/modules.builtin" && return
+        echo "arm64.sh: $1 is not in $pkg" >&2; exit 1
+      fi
+      deps=$(awk -F: -v p="$path" '$1 == p { print $2 }' "$mods/lib/modules/$abi/modules.dep")
       for d in $deps; do d=${d##*/}; add "${d%%.ko*}"; done
       case " ${order[*]} " in *" $1 "*) return ;; esac
       order+=("$1")
       case "$path" in
-        *.xz) xz -dc "x/lib/modules/$abi/$path" > "out/modules/$1.ko" ;;
-        *) cp "x/lib/modules/$abi/$path" "out/modules/$1.ko" ;;
+        *.xz) xz -dc "$mods/lib/modules/$abi/$path" > "out/modules/$1.ko" ;;
+        *) cp "$mods/lib/modules/$abi/$path" "out/modules/$1.ko" ;;
       esac
     }
     for m in $modules crc32c_generic; do add "$m"; done
