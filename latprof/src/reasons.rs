@@ -221,6 +221,53 @@ mod tests {
         }
     }
 
+    /// Every rule on an x86-64 syscall entry has its arm64 twin, with the same reason; and an
+    /// arm64 backtrace gets the reason its x86-64 twin gets.
+    #[test]
+    fn arm64_syscall_entries_have_the_reasons_of_their_x86_twins() {
+        let r = Reasons::builtin();
+        let text = include_str!("reasons.trans");
+        let mut twins = 0;
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let mut f = line.split_whitespace();
+            let (Some(_), Some(function)) = (f.next(), f.next()) else {
+                continue;
+            };
+            let Some(call) = function.strip_prefix("__x64_sys_") else {
+                continue;
+            };
+            if call == "pause" {
+                continue;
+            }
+            let reason = |entry: &str| {
+                r.reason(&Backtrace::Frames(vec![
+                    "schedule".to_owned(),
+                    entry.to_owned(),
+                    "invoke_syscall".to_owned(),
+                    "el0_svc".to_owned(),
+                ]))
+            };
+            assert_eq!(
+                reason(&format!("__arm64_sys_{call}")),
+                reason(function),
+                "{call}"
+            );
+            assert!(
+                text.contains(&format!(" __arm64_sys_{call} ")),
+                "no rule for __arm64_sys_{call}"
+            );
+            twins += 1;
+        }
+        assert!(twins >= 4, "{twins}");
+        // Unknown on both: the first frame, whatever the entry code below it.
+        let arm64 = Backtrace::Frames(vec![
+            "mystery_wait".to_owned(),
+            "__arm64_sys_mystery".to_owned(),
+            "el0_svc".to_owned(),
+        ]);
+        assert_eq!(r.reason(&arm64), "[mystery_wait]");
+    }
+
     #[test]
     fn unknown_backtraces_show_their_first_frame() {
         let r = Reasons::builtin();

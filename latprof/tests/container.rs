@@ -464,3 +464,92 @@ fn counts_a_host_workload_exactly() {
         panic!("the workload's sleeps: {why}\n{}", run.stderr);
     }
 }
+
+/// The saved image (`cargo xtask image`: target/dist/latprof-VERSION.oci.tar) is one index
+/// for linux/amd64 and linux/arm64, so the DaemonSet's one image name runs on mixed nodes, and
+/// each platform's image holds latprof built for it (the ELF header's machine: x86-64's 0x3e,
+/// AArch64's 0xb7), static (no program interpreter).
+#[test]
+#[ignore = "needs the image archive: run `cargo xtask test`"]
+fn the_image_index_has_both_platforms_each_with_its_own_binary() {
+    let archive = std::path::PathBuf::from(format!(
+        "{}/../target/dist/latprof-{}.oci.tar",
+        env!("CARGO_MANIFEST_DIR"),
+        env!("CARGO_PKG_VERSION")
+    ));
+    assert!(
+        archive.is_file(),
+        "{} is missing: `cargo xtask image` builds it (`cargo xtask test` does)",
+        archive.display()
+    );
+    let dir = std::env::temp_dir().join(format!("latprof-oci-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let untar = |archive: &std::path::Path, into: &std::path::Path| {
+        std::fs::create_dir_all(into).expect("a folder");
+        let status = Command::new("tar")
+            .arg("-xf")
+            .arg(archive)
+            .arg("-C")
+            .arg(into)
+            .status()
+            .expect("tar");
+        assert!(status.success(), "tar -xf {}", archive.display());
+    };
+    untar(&archive, &dir);
+    let blob = |digest: &str| -> std::path::PathBuf {
+        dir.join("blobs/sha256")
+            .join(digest.strip_prefix("sha256:").expect("a sha256 digest"))
+    };
+    let json = |path: &std::path::Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(path).expect("read a blob")).expect("JSON")
+    };
+    // index.json names the index podman pushed, which names one manifest per platform.
+    let top = json(&dir.join("index.json"));
+    let index = json(&blob(
+        top["manifests"][0]["digest"].as_str().expect("a digest"),
+    ));
+    let mut platforms = Vec::new();
+    for (n, manifest) in index["manifests"]
+        .as_array()
+        .expect("the index's manifests")
+        .iter()
+        .enumerate()
+    {
+        let arch = manifest["platform"]["architecture"]
+            .as_str()
+            .expect("a platform")
+            .to_owned();
+        assert_eq!(manifest["platform"]["os"], "linux");
+        let layers = json(&blob(manifest["digest"].as_str().expect("a digest")));
+        let root = dir.join(format!("root{n}"));
+        for layer in layers["layers"].as_array().expect("layers") {
+            untar(&blob(layer["digest"].as_str().expect("a digest")), &root);
+        }
+        let binary = std::fs::read(root.join("usr/bin/latprof")).expect("/usr/bin/latprof");
+        let machine = u16::from_le_bytes([binary[18], binary[19]]);
+        let want = match arch.as_str() {
+            "amd64" => 0x3e,
+            "arm64" => 0xb7,
+            other => panic!("a platform latprof is not built for: {other}"),
+        };
+        assert_eq!(
+            machine, want,
+            "{arch}'s image holds another machine's binary"
+        );
+        let said = Command::new("file")
+            .arg("-b")
+            .arg(root.join("usr/bin/latprof"))
+            .output()
+            .expect("file");
+        let said = String::from_utf8_lossy(&said.stdout);
+        assert!(
+            said.contains("statically linked") || said.contains("static-pie linked"),
+            "{arch}: {said}"
+        );
+        platforms.push(arch);
+    }
+    platforms.sort();
+    assert_eq!(platforms, ["amd64", "arm64"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

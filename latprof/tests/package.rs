@@ -128,3 +128,70 @@ fn debian_11_installs_runs_and_purges() {
 fn debian_12_installs_runs_and_purges() {
     installs_runs_and_purges("bookworm");
 }
+
+/// The arm64 package beside it (`cargo xtask deb` builds both; lintian checked each there):
+/// the same files, `Architecture: arm64`, and /usr/bin/latprof an AArch64 binary (the ELF
+/// header's machine 0xb7), static, so it installs and runs on any arm64 Debian.
+#[test]
+#[ignore = "needs the packages: run `cargo xtask test`"]
+fn the_arm64_package_holds_the_arm64_binary_and_the_same_files() {
+    let amd64 = package();
+    let arm64 = amd64.with_file_name(format!("latprof_{}_arm64.deb", env!("CARGO_PKG_VERSION")));
+    assert!(
+        arm64.is_file(),
+        "{} is missing: `cargo xtask deb` builds it",
+        arm64.display()
+    );
+    let field = |deb: &Path, name: &str| {
+        let out = Command::new("dpkg-deb")
+            .arg("-f")
+            .arg(deb)
+            .arg(name)
+            .output()
+            .expect("dpkg-deb");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(field(&arm64, "Architecture"), "arm64");
+    assert_eq!(field(&amd64, "Architecture"), "amd64");
+    assert!(field(&arm64, "Description").contains("arm64"));
+    let files = |deb: &Path| {
+        let out = Command::new("dpkg-deb")
+            .arg("-c")
+            .arg(deb)
+            .output()
+            .expect("dpkg-deb");
+        let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().last().map(str::to_owned))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(files(&arm64), files(&amd64));
+    let dir = std::env::temp_dir().join(format!("latprof-arm64-deb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let status = Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&arm64)
+        .arg(&dir)
+        .status()
+        .expect("dpkg-deb");
+    assert!(status.success());
+    let binary = std::fs::read(dir.join("usr/bin/latprof")).expect("/usr/bin/latprof");
+    assert_eq!(
+        u16::from_le_bytes([binary[18], binary[19]]),
+        0xb7,
+        "not an AArch64 binary"
+    );
+    let said = Command::new("file")
+        .arg("-b")
+        .arg(dir.join("usr/bin/latprof"))
+        .output()
+        .expect("file");
+    assert!(
+        String::from_utf8_lossy(&said.stdout).contains("statically linked"),
+        "{}",
+        String::from_utf8_lossy(&said.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
