@@ -61,7 +61,7 @@ pub struct Cli {
     pub cgroup: Vec<PathBuf>,
     /// Attribute each counted sleep to its waker (task, timer or interrupt): JSON and `top`
     /// show who woke each cause; `--format folded` prints `waker;--;sleeper frames` chains.
-    /// Opt-in: it adds 15-35% to latprof's kernel time per event (README, Wakers).
+    /// Opt-in: it adds 15-35% to latprof's kernel time per event (docs/guide/wakers.md).
     #[arg(long, global = true, help_heading = "Probe")]
     pub wakers: bool,
     /// With wakers (implies --wakers), also each waker's kernel backtrace, per (sleeper
@@ -75,8 +75,8 @@ pub struct Cli {
     pub max_wakers: u32,
     /// Follow each counted sleep a task woke to what that waker was doing meanwhile: its own
     /// sleep (its cause, and what woke that, level by level), its wait for a CPU, or running
-    /// (implies --wakers). JSON's `behind`, folded chains, pprof's `chained_off_cpu`; README,
-    /// Wait chains.
+    /// (implies --wakers). JSON's `behind`, folded chains, pprof's `chained_off_cpu`
+    /// (docs/guide/chains.md).
     #[arg(long, global = true, help_heading = "Probe")]
     pub chains: bool,
     /// Levels of a wait chain shown (--chains).

@@ -1,3 +1,4 @@
+//! latprof's entry point: parse the command line, run the command, map errors to exit codes.
 use std::{
     alloc::{GlobalAlloc, Layout, System},
     process::ExitCode,

@@ -315,7 +315,7 @@ fn three_levels(doc: &Value, a: u32, facts: &[(String, u64)], err: &str, live: b
         );
         ps.iter().map(|p| u(p, "time_ns")).sum()
     };
-    // Below the first level a share is an average over the waker cause's sleeps (README, Wait
+    // Below the first level a share is an average over the waker cause's sleeps (docs/guide/chains.md, Wait
     // chains), not the one sleep that overlapped: twice the tolerance there (one run in 12
     // here was 0.053 off at the second level).
     let share = |got: u64, hidden: u64, want: f64, what: &str, tolerance: f64| {

@@ -3,7 +3,7 @@
 //! `promtool check rules` and `promtool test rules`; and three `latprof serve`, each limited to
 //! a cgroup of its own with a known workload (three hosts), scraped by one Prometheus whose sum
 //! over instances is exactly the three workloads' sleeps. It measures what a fleet pays per
-//! host (series, bytes and latprof's CPU per scrape) and prints it (README, Fleet).
+//! host (series, bytes and latprof's CPU per scrape) and prints it (docs/guide/serve.md, The fleet).
 //!
 //! Root only, like the privileged tests: `#[ignore]`d for a plain `cargo test`, run by
 //! `cargo xtask test`.
@@ -189,7 +189,7 @@ fn a_fleet_of_three_sums_exactly() {
 }
 
 /// What one host costs a fleet per scrape: its series, its bytes, latprof's CPU (printed for
-/// README's Fleet numbers; no timing is asserted).
+/// the serve guide's fleet numbers; no timing is asserted).
 fn measure_scrapes(serve: &Serve) {
     const SCRAPES: u32 = 50;
     let cpu = |m: &str| sample(m, "process_cpu_seconds_total").expect("process_cpu_seconds_total");

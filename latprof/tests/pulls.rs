@@ -1,5 +1,5 @@
 //! Fleet scrapers pulling `latprof serve`'s off-CPU profile the way they really pull it, each
-//! continuing from its previous pull (README: "Every sleep once, across pulls"): Parca asks for
+//! continuing from its previous pull (docs/guide/serve.md: "Every sleep once, across pulls"): Parca asks for
 //! `seconds` = its scrape interval every interval (default 10 s), Alloy's `pyroscope.scrape`
 //! for `seconds` = interval - 1 every interval (default 15 s), and the intervals of
 //! contrib/parca.yml and contrib/latprof.alloy the same way. They pull for about 2 minutes

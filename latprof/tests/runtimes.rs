@@ -1,6 +1,6 @@
 //! Issue 32: off-CPU stacks of programs a runtime runs (an interpreter, a JIT), with
 //! `--user-stacks`, on the real kernel, as a user runs them. Today: what Debian 12's Python
-//! 3.11 shows, recorded so that a change is seen (README, "Runtimes"), and JIT code named from
+//! 3.11 shows, recorded so that a change is seen (docs/guide/user-stacks.md, "Runtimes"), and JIT code named from
 //! a perf map. Needs root, Debian's python3 and gcc (`cargo xtask test` installs them). One
 //! test at a time: each counts a process's every sleep.
 use std::{
@@ -25,7 +25,7 @@ const PYTHON: &str = "/usr/bin/python3.11";
 /// `time.sleep` inside `outer() -> middle() -> waitHere()` is counted exactly, at the kernel's
 /// nanosleep, with the interpreter's C frames above it (glibc's `clock_nanosleep`, CPython's
 /// `_PyEval_EvalFrameDefault` once), and no Python function's name. What reading the
-/// interpreter's own frames would take is in README, "Runtimes".
+/// interpreter's own frames would take is in docs/guide/user-stacks.md, "Runtimes".
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
 fn python_3_11_shows_its_interpreter_frames_not_its_functions() {
@@ -113,7 +113,7 @@ fn python_3_11_shows_its_interpreter_frames_not_its_functions() {
             !user.iter().any(|f| ["outer", "middle", "waitHere"]
                 .iter()
                 .any(|n| f.contains(n))),
-            "a Python function named: README's Runtimes is out of date: {user:#?}"
+            "a Python function named: docs/guide/user-stacks.md's Runtimes is out of date: {user:#?}"
         );
     }
 }

@@ -68,7 +68,7 @@ const SLEEP_COUNT: u32 = 1000;
 
 fn prometheus_count(mode: &str) {
     // 1000 (two seconds and more): Prometheus scrapes the series at least twice while it
-    // grows, so the README's rate() queries have an increase to show.
+    // grows, so the serve guide's rate() queries have an increase to show.
     let mut work = Workload::spawn(&[
         "sleep",
         "--count",
@@ -175,24 +175,27 @@ fn prometheus_count(mode: &str) {
         "2 ms sleeps under 1 ms: {under_1ms}, of calls that slept more than once: {split}, \
          allowed for delays the workload cannot see: {stalled}"
     );
-    readme_queries_answer(&prometheus);
+    guide_queries_answer(&prometheus);
     work.release();
     let (status, rest) = serve.stop(libc::SIGTERM);
     assert!(status.success(), "latprof serve exit {status}: {rest}");
 }
 
-/// The README's two PromQL examples, as printed there, answer on this Prometheus: the seconds
+/// The serve guide's two PromQL examples (docs/guide/serve.md), as printed there, answer on this Prometheus: the seconds
 /// slept per reason include the workload's nanosleeps, and their 99th percentile is above the
 /// log2 bucket below 2 ms and at most a few buckets above (a shared machine delays some
 /// wakeups by milliseconds).
-fn readme_queries_answer(prometheus: &Prometheus) {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md");
+fn guide_queries_answer(prometheus: &Prometheus) {
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/guide/serve.md"
+    ))
+    .expect("docs/guide/serve.md");
     let example = |start: &str| {
         readme
             .lines()
             .find(|l| l.starts_with(start))
-            .unwrap_or_else(|| panic!("no query starting {start} in README.md"))
+            .unwrap_or_else(|| panic!("no query starting {start} in docs/guide/serve.md"))
             .to_owned()
     };
     let of_nanosleep = |promql: &str| {
@@ -372,7 +375,7 @@ fn profile_carries_user_frames() {
         nanosleeps(m) + missing_so_far(m) >= slept
     });
     let expected = slept - missing(&metrics);
-    // A read waits 2 s for names (README): a backtrace named later (the workload's debug
+    // A read waits 2 s for names (docs/guide/serve.md): a backtrace named later (the workload's debug
     // binary read on a busy CPU) is `[unnamed]` until a later read, then named in every
     // profile, the earlier reads' sleeps too.
     let file = dir.join("offcpu.pb.gz");

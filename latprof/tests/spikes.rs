@@ -132,7 +132,7 @@ fn known_long_sleeps_are_exactly_the_spikes() {
                 .unwrap_or_else(|| panic!("duration of {l}"));
             assert!(ms >= 12.0, "{l}");
         }
-        // The kernel now and then does not run latprof for a wakeup (see README, Lost sleeps).
+        // The kernel now and then does not run latprof for a wakeup (see docs/kernels.md, Hidden wakeups).
         assert_eq!(
             naps.len() as u64 + sum.lost,
             30,

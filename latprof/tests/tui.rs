@@ -744,3 +744,49 @@ fn top_shows_user_frames_under_the_kernel_frames() {
     drop(work);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `stats` at a terminal whose table comes out empty says what to try next, in one line after
+/// the table; redirected, its output stays latencytop's empty table, byte for byte.
+#[test]
+#[ignore = "needs root and tmux: run `cargo xtask test`"]
+fn stats_at_a_terminal_says_what_to_try_when_nothing_was_counted() {
+    latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
+    // One process that sleeps, unwoken, the whole time latprof watches it.
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("1000")
+        .spawn()
+        .expect("sleep");
+    let pid = sleeper.id().to_string();
+    let tmux = Tmux::start(&format!(
+        "{LATPROF} stats --pid {pid} --duration 1s; echo LATPROF-EXIT=$?; sleep 60"
+    ));
+    let screen = tmux.wait_for(&["LATPROF-EXIT=0"]);
+    let table = screen
+        .lines()
+        .position(|l| l == "Latency Top version : v0.1")
+        .unwrap_or_else(|| panic!("no table:\n{screen}"));
+    assert!(
+        screen
+            .lines()
+            .nth(table + 1)
+            .is_some_and(|l| l.starts_with("nothing counted: no task slept")),
+        "no line after the empty table:\n{screen}"
+    );
+    tmux.close();
+    let out = std::process::Command::new(LATPROF)
+        .args(["stats", "--pid", &pid, "--duration", "1s"])
+        .output()
+        .expect("latprof");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Latency Top version : v0.1\n",
+        "redirected, latencytop's empty table and nothing else"
+    );
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}

@@ -115,6 +115,7 @@ pub fn check(root: &Path) -> Result<()> {
         }
     }
     wrong.extend(layout(root)?);
+    wrong.extend(crate::links::check(root)?);
     for crate_dir in SHIPPED {
         for file in rust_files(&root.join(crate_dir))?
             .into_iter()
@@ -133,7 +134,7 @@ pub fn check(root: &Path) -> Result<()> {
     }
     if wrong.is_empty() {
         eprintln!(
-            "xtask: the house: every import runs down a floor, README's Layout names every file, no shipped file over {MAX_CODE_LINES} lines of code"
+            "xtask: the house: every import runs down a floor, docs/architecture.md's Layout names every file by its path, every doc is linked from README and every link leads somewhere, no shipped file over {MAX_CODE_LINES} lines of code"
         );
         Ok(())
     } else {
@@ -275,16 +276,15 @@ fn imports(text: &str) -> BTreeSet<String> {
     out
 }
 
-/// README's Layout section must name every source file of the shipped crates, the eBPF crate,
-/// the shared types, the benchmark and xtask (by file name; a folder's `mod.rs` by the folder).
+/// The Layout of docs/architecture.md must name every source file of the shipped crates, the
+/// eBPF crate, the shared types, the benchmark and xtask by its whole path (in backticks), and
+/// every path it names must be a file: a file moved or removed leaves no stale line.
 fn layout(root: &Path) -> Result<Vec<String>> {
-    let readme = std::fs::read_to_string(root.join("README.md")).context("reading README.md")?;
-    let section = readme
-        .split("\n## Layout")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .context("README.md has no Layout section")?;
+    let doc = root.join("docs/architecture.md");
+    let text = std::fs::read_to_string(&doc).context("reading docs/architecture.md")?;
+    let named = layout_paths(&text).context("docs/architecture.md has no Layout section")?;
     let mut wrong = Vec::new();
+    let mut files = BTreeSet::new();
     for crate_dir in [
         "latprof/src",
         "latprof-ebpf/src",
@@ -292,29 +292,39 @@ fn layout(root: &Path) -> Result<Vec<String>> {
         "latprof-bench/src",
         "xtask/src",
     ] {
-        let dir = root.join(crate_dir);
-        for file in rust_files(&dir)? {
-            let rel = file.strip_prefix(&dir).context("below the crate")?;
-            let name = rel.file_name().context("a file name")?.to_string_lossy();
-            let named = if name == "mod.rs" {
-                let folder = rel
-                    .parent()
-                    .and_then(Path::file_name)
-                    .map(|f| f.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                section.contains(&format!("{folder}/"))
-            } else {
-                section.contains(name.as_ref())
-            };
-            if !named {
-                wrong.push(format!(
-                    "README.md's Layout does not name {crate_dir}/{}",
-                    rel.display()
-                ));
+        for file in rust_files(&root.join(crate_dir))? {
+            let rel = file
+                .strip_prefix(root)
+                .context("below the root")?
+                .to_string_lossy()
+                .into_owned();
+            if !named.contains(&rel) {
+                wrong.push(format!("docs/architecture.md's Layout does not name {rel}"));
             }
+            files.insert(rel);
         }
     }
+    for path in named.difference(&files) {
+        wrong.push(format!(
+            "docs/architecture.md's Layout names {path}, which is no source file"
+        ));
+    }
     Ok(wrong)
+}
+
+/// The paths (backticked, ending in `.rs`) of the section `## Layout`, up to the next `## `.
+fn layout_paths(text: &str) -> Option<BTreeSet<String>> {
+    let section = text.split("\n## Layout\n").nth(1)?;
+    let section = section.split("\n## ").next()?;
+    Some(
+        section
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|p| p.contains('/') && p.rsplit_once('.').is_some_and(|(_, ext)| ext == "rs"))
+            .map(str::to_owned)
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -325,6 +335,16 @@ mod tests {
     fn code_lines_leave_out_comments_blanks_and_tests() {
         let text = "//! doc\nuse x;\n\n// note\nfn f() {}\n#[cfg(test)]\nmod tests {\n    fn t() {}\n}\nfn g() {}\n";
         assert_eq!(super::code_lines(text), 3);
+    }
+
+    #[test]
+    fn the_layout_names_whole_paths_only() {
+        let text = "# A\n## Layout\n| `latprof/src/a.rs` | x |\n| b.rs | `c.rs` |\n## Next\n`latprof/src/d.rs`\n";
+        let named: Vec<String> = super::layout_paths(text)
+            .expect("a Layout")
+            .into_iter()
+            .collect();
+        assert_eq!(named, ["latprof/src/a.rs"]);
     }
 
     #[test]

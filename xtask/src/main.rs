@@ -13,6 +13,7 @@ use anyhow::{Context as _, Result, bail};
 
 mod dist;
 mod house;
+mod links;
 mod suite;
 
 /// Nightly for the eBPF build; its LLVM (22) must match bpf-linker's. The one pin, which

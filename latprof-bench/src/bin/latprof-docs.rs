@@ -8,7 +8,7 @@ use anyhow::{Context as _, Result};
 use clap::CommandFactory as _;
 use clap_complete::Shell;
 
-/// The EXIT STATUS section, as README says it.
+/// The EXIT STATUS section, as docs/guide/stats.md says it.
 const EXIT_STATUS: &str = r#".SH "EXIT STATUS"
 .TP
 \fB0\fR

@@ -1,6 +1,7 @@
 //! Every subcommand's `run`, and the live session the commands that watch the kernel share.
 //! `main.rs` parses the command line and calls one of these.
 pub mod dump;
+pub mod first_run;
 pub mod record;
 pub mod replay;
 pub mod serve;

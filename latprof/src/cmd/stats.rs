@@ -105,7 +105,12 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         export::render(args.format, &scope)
     };
     let mut out = std::io::stdout().lock();
+    let hint =
+        (args.format == export::Format::Text && !args.counters && args.by == export::By::Cause)
+            .then(|| super::first_run::hint(&text, &snap, cli.all_sleeps))
+            .flatten();
     out.write_all(&text)
+        .and_then(|()| super::first_run::say(&mut out, hint))
         .and_then(|()| out.flush())
         .context("writing to stdout")?;
     let c = &snap.counters;

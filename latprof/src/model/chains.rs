@@ -2,7 +2,7 @@
 //! level by level. The kernel keeps one level per wakeup (`Chain`); a waker's sleep is
 //! expanded from that waker cause's own rows (in the waker's process), its parts scaled to the
 //! time it stood behind: each level below the first is an average over the waker cause's
-//! sleeps, not the exact sleep that overlapped (README, Wait chains).
+//! sleeps, not the exact sleep that overlapped (docs/guide/chains.md).
 //!
 //! The tree of a wait grows with the wakers of each level: processes that pass work around
 //! (each waking each other, at several sites) make it exponential in the depth (24 processes

@@ -54,7 +54,7 @@ impl Default for Options {
     }
 }
 
-/// What the writer did, for the user and the README's numbers.
+/// What the writer did, for the user and the recordings guide's numbers.
 #[derive(Clone, Debug, Default)]
 pub struct Stats {
     pub snapshots: u64,
@@ -101,7 +101,7 @@ pub struct Writer {
 }
 
 /// zstd level: one frame a second is cheap to compress hard (on a hackbench loop level 9 wrote
-/// about 27 MB per hour where level 3 wrote 35; see README).
+/// about 27 MB per hour where level 3 wrote 35; see docs/guide/recordings.md).
 const ZSTD_LEVEL: i32 = 9;
 
 /// Why a recording ended when its disk filled up (its end frame).
