@@ -116,6 +116,15 @@ pub fn check(root: &Path) -> Result<()> {
     }
     wrong.extend(layout(root)?);
     wrong.extend(crate::links::check(root)?);
+    for src in [
+        "latprof/src",
+        "latprof-ebpf/src",
+        "latprof-common/src",
+        "latprof-bench/src",
+        "xtask/src",
+    ] {
+        wrong.extend(crate::circles::check(root, src)?);
+    }
     for crate_dir in SHIPPED {
         for file in rust_files(&root.join(crate_dir))?
             .into_iter()
@@ -134,7 +143,7 @@ pub fn check(root: &Path) -> Result<()> {
     }
     if wrong.is_empty() {
         eprintln!(
-            "xtask: the house: every import runs down a floor, docs/architecture.md's Layout names every file by its path, every doc is linked from README and every link leads somewhere, no shipped file over {MAX_CODE_LINES} lines of code"
+            "xtask: the house: every import runs down a floor, docs/architecture.md's Layout names every file by its path, no circle among the files of any folder, every doc is linked from README and every link leads somewhere, no shipped file over {MAX_CODE_LINES} lines of code"
         );
         Ok(())
     } else {
@@ -171,7 +180,7 @@ fn modules(dir: &Path) -> Result<BTreeMap<String, Vec<PathBuf>>> {
 }
 
 /// Every `.rs` file below `dir`, sorted.
-fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut todo = vec![dir.to_owned()];
     while let Some(d) = todo.pop() {
@@ -237,14 +246,27 @@ fn floors(
 
 /// The modules `text` names through `crate::`.
 fn imports(text: &str) -> BTreeSet<String> {
+    imports_after(text, "crate::")
+}
+
+/// The first names `text` uses after `prefix` (`crate::`, `super::`): `prefix a::b` gives `a`,
+/// `prefix {a::b, c, d::{e, f}}` gives `a`, `c` and `d`.
+pub fn imports_after(text: &str, prefix: &str) -> BTreeSet<String> {
     let ident = |s: &str| -> String {
         s.chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
             .collect()
     };
     let mut out = BTreeSet::new();
-    for (i, _) in text.match_indices("crate::") {
-        let rest = &text[i + "crate::".len()..];
+    for (i, _) in text.match_indices(prefix) {
+        // `super::super::x` is not `super::x` seen one `super::` later.
+        if text[..i].ends_with("::") {
+            continue;
+        }
+        let rest = &text[i + prefix.len()..];
+        if prefix.starts_with("super") && rest.starts_with("super::") {
+            continue;
+        }
         if let Some(group) = rest.strip_prefix('{') {
             // `use crate::{a::b, c, d::{e, f}}`: the first name of each item at depth one.
             let mut depth = 1;

@@ -11,6 +11,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+mod circles;
 mod dist;
 mod house;
 mod links;

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::{
     configs::{Config, Workload},
-    report::{Summary, Target, summary_of, verdict},
+    summary::{Summary, Target, summary_of, verdict},
 };
 
 /// The chains' budget line, where this run measured them.

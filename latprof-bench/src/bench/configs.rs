@@ -4,8 +4,6 @@ use std::{
     process::{Command, Stdio},
 };
 
-use super::fallbacks::Fallback;
-
 /// A tracer configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Config {
@@ -398,181 +396,56 @@ pub(super) struct Workload {
     pub(super) configs: Vec<Config>,
 }
 
-/// The workloads, run by `workload` (latprof-workload) where they are latprof's own.
-#[expect(
-    clippy::too_many_lines,
-    reason = "the table of every benchmark workload, one entry each: read as a list"
-)]
-pub(super) fn workloads(quick: bool, workload: &str, cpus: usize) -> Vec<Workload> {
-    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
-    let (trips, forks, idle) = if quick {
-        (3_000, 200, "1")
-    } else {
-        (100_000, 2_000, "5")
-    };
-    let all: Vec<Config> = MAIN_CONFIGS.to_vec();
-    // The quick run measures the floor on the ping-pong only (what its smoke test reads).
-    let others: Vec<Config> = all
-        .iter()
-        .copied()
-        .filter(|c| !quick || *c != Config::Floor)
-        .collect();
-    let mut out = vec![
-        Workload {
-            name: "pingpong".into(),
-            command: s(&[
-                workload,
-                "pingpong",
-                "--processes",
-                "--cpu",
-                "0",
-                "--count",
-                &trips.to_string(),
-            ]),
-            units: trips,
-            unit: "round trip",
-            configs: all
-                .iter()
-                .copied()
-                .chain([
-                    Config::LazyDebug,
-                    Config::LazyWalk,
-                    Config::LazyNoCgroups,
-                    Config::NormalNoCgroups,
-                    Config::FloorWakers,
-                    Config::LazyWakers,
-                    Config::LazyWakerStacks,
-                    Config::LazyChains,
-                    Config::LazyUserStacks,
-                    Config::LazyUserStacksFp,
-                ])
-                .chain(Part::ALL.map(Config::LazyWithout))
-                .chain([Config::LazySkeleton])
-                .chain(Fallback::ALL.map(Config::LazyFallback))
-                .collect(),
-        },
-        Workload {
-            name: "forkstorm".into(),
-            command: s(&[workload, "forks", "--count", &forks.to_string()]),
-            units: forks,
-            unit: "fork",
-            configs: others
-                .iter()
-                .copied()
-                .chain([
-                    Config::Paired,
-                    Config::PairedLazy,
-                    Config::PairedNormal,
-                    // Every fork's exit merges its records into the per-cgroup table, and
-                    // sends them to user space.
-                    Config::LazyNoCgroups,
-                    Config::NormalNoCgroups,
-                    Config::LazyNoExitLog,
-                ])
-                .collect(),
-        },
-        Workload {
-            name: "idle".into(),
-            command: s(&["sleep", idle]),
-            units: 0,
-            unit: "",
-            configs: others
-                .iter()
-                .copied()
-                .chain(Fallback::ALL.map(Config::LazyFallback))
-                .collect(),
-        },
-    ];
-    if !quick && !which("hackbench") {
-        eprintln!(
-            "bench: no hackbench (Debian: apt-get install rt-tests): the hackbench workloads are left out"
-        );
-    }
-    if !quick && which("hackbench") {
-        for (name, kind) in [
-            ("hackbench-process", "--process"),
-            ("hackbench-thread", "--threads"),
-        ] {
-            out.push(Workload {
-                name: name.into(),
-                command: s(&[
-                    "hackbench",
-                    "-g",
-                    "8",
-                    kind,
-                    "--pipe",
-                    "-l",
-                    "2000",
-                    "-s",
-                    "512",
-                ]),
-                units: 0,
-                unit: "",
-                configs: all
-                    .iter()
-                    .copied()
-                    .chain([
-                        Config::LazyNoCgroups,
-                        Config::NormalNoCgroups,
-                        Config::FloorWakers,
-                        Config::LazyWakers,
-                        Config::LazyWakerStacks,
-                        Config::LazyChains,
-                        Config::LazyUserStacks,
-                        Config::LazyUserStacksFp,
-                    ])
-                    .chain(Part::ALL.map(Config::LazyWithout))
-                    .chain([Config::LazySkeleton])
-                    .chain(Fallback::ALL.map(Config::LazyFallback))
-                    .collect(),
-            });
+/// A fallback build of the programs, forced by latprof's hidden flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Fallback {
+    /// As Debian 11's 5.10 runs them: the stack cache learnt in a bounded loop (no
+    /// `bpf_loop`), the sleeper's state read from the task (no `prev_state`). Its build without
+    /// compare-and-swap differs only in the maxima of the global and merged records, which
+    /// lazy mode writes at exits.
+    Linux510,
+    /// As Debian 12's 6.1 runs them: the best build, but without kfuncs (`bpf_rdonly_cast`
+    /// came in 6.2), so the stack cache copies the sleeper's stack with
+    /// `bpf_probe_read_kernel` instead of loading the words it checks.
+    Linux61,
+    /// As a kernel without BTF tracepoints runs them: raw tracepoints, each counted sleep's
+    /// backtrace walked at its switch-out.
+    Raw,
+}
+
+impl Fallback {
+    pub(super) const ALL: [Self; 3] = [Self::Linux510, Self::Linux61, Self::Raw];
+
+    /// The configuration's name.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::Linux510 => "lazy-5.10",
+            Self::Linux61 => "lazy-6.1",
+            Self::Raw => "lazy-raw",
         }
     }
-    if !quick {
-        out.extend(super::runtimes::workloads());
-    }
-    // 1, 2, 4 ... up to 4 x cores processes sleeping 100 us in a loop, at one backtrace.
-    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-    let counts: Vec<usize> = std::iter::successors(Some(1), |n| Some(n * 2))
-        .take_while(|n| *n <= cores * 4)
-        .collect();
-    let sleepers = |name: String, n: usize, time: &str, configs: Vec<Config>| Workload {
-        name,
-        command: s(&[
-            workload,
-            "sleepers",
-            "--procs",
-            &n.to_string(),
-            "--interval",
-            "100us",
-            "--time",
-            time,
-        ]),
-        units: 0,
-        unit: "",
-        configs,
-    };
-    if !quick {
-        for &n in &counts {
-            out.push(sleepers(
-                format!("contention-{n}"),
-                n,
-                "2s",
-                vec![Config::None, Config::Lazy, Config::Normal],
-            ));
+
+    /// latprof's flags that load it.
+    pub(super) fn flags(self) -> &'static [&'static str] {
+        match self {
+            Self::Linux510 => &[
+                "--debug-bounded-cache",
+                "--debug-state-from-task",
+                "--debug-no-kfuncs",
+            ],
+            Self::Linux61 => &["--debug-no-kfuncs"],
+            Self::Raw => &["--no-btf-wakeup"],
         }
     }
-    // Scaling: one pinned ping-pong per CPU, on 1, 2, ... `cpus` CPUs at once.
-    out.extend(super::scaling::workloads(workload, cpus, trips));
-    // Spikes: every sleep is an event for the reader; the two wakeup policies.
-    let spike_counts = if quick { vec![2] } else { counts };
-    for n in spike_counts {
-        out.push(sleepers(
-            format!("spikes-{n}"),
-            n,
-            if quick { "1s" } else { "2s" },
-            vec![Config::None, Config::SpikesAdaptive, Config::SpikesAlways],
-        ));
+
+    /// What it is, for the report.
+    pub(super) fn what(self) -> &'static str {
+        match self {
+            Self::Linux510 => {
+                "Debian 11's 5.10 build (bounded-loop stack cache, state from the task)"
+            }
+            Self::Linux61 => "Debian 12's 6.1 build (no kfuncs: the stack copied by a helper)",
+            Self::Raw => "raw tracepoints (no BTF tracepoints: backtraces walked at switch-out)",
+        }
     }
-    out
 }

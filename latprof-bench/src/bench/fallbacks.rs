@@ -5,63 +5,9 @@
 use std::collections::BTreeMap;
 
 use super::{
-    configs::{Config, Workload},
-    report::{Summary, Target, summary_of, verdict},
+    configs::{Config, Fallback, Workload},
+    summary::{Summary, Target, summary_of, verdict},
 };
-
-/// A fallback build of the programs, forced by latprof's hidden flags.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Fallback {
-    /// As Debian 11's 5.10 runs them: the stack cache learnt in a bounded loop (no
-    /// `bpf_loop`), the sleeper's state read from the task (no `prev_state`). Its build without
-    /// compare-and-swap differs only in the maxima of the global and merged records, which
-    /// lazy mode writes at exits.
-    Linux510,
-    /// As Debian 12's 6.1 runs them: the best build, but without kfuncs (`bpf_rdonly_cast`
-    /// came in 6.2), so the stack cache copies the sleeper's stack with
-    /// `bpf_probe_read_kernel` instead of loading the words it checks.
-    Linux61,
-    /// As a kernel without BTF tracepoints runs them: raw tracepoints, each counted sleep's
-    /// backtrace walked at its switch-out.
-    Raw,
-}
-
-impl Fallback {
-    pub(super) const ALL: [Self; 3] = [Self::Linux510, Self::Linux61, Self::Raw];
-
-    /// The configuration's name.
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Self::Linux510 => "lazy-5.10",
-            Self::Linux61 => "lazy-6.1",
-            Self::Raw => "lazy-raw",
-        }
-    }
-
-    /// latprof's flags that load it.
-    pub(super) fn flags(self) -> &'static [&'static str] {
-        match self {
-            Self::Linux510 => &[
-                "--debug-bounded-cache",
-                "--debug-state-from-task",
-                "--debug-no-kfuncs",
-            ],
-            Self::Linux61 => &["--debug-no-kfuncs"],
-            Self::Raw => &["--no-btf-wakeup"],
-        }
-    }
-
-    /// What it is, for the report.
-    fn what(self) -> &'static str {
-        match self {
-            Self::Linux510 => {
-                "Debian 11's 5.10 build (bounded-loop stack cache, state from the task)"
-            }
-            Self::Linux61 => "Debian 12's 6.1 build (no kfuncs: the stack copied by a helper)",
-            Self::Raw => "raw tracepoints (no BTF tracepoints: backtraces walked at switch-out)",
-        }
-    }
-}
 
 /// Issue 30's goals within 1.5x, per fallback: the ping-pong at most 0.75x runqlat's BPF time
 /// per round trip, hackbench's programs under 4.5% of one CPU's time, idle under 0.075% of

@@ -13,14 +13,17 @@ mod report;
 mod runtimes;
 mod scaling;
 mod serve;
+mod summary;
+mod workloads;
 
 use std::{collections::BTreeMap, path::PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 
-use configs::{Config, EXTRA_CONFIGS, MAIN_CONFIGS, workloads};
+use configs::{Config, EXTRA_CONFIGS, MAIN_CONFIGS};
 use measure::{Sample, measure};
 use report::report;
+use workloads::workloads;
 
 #[derive(Debug, clap::Parser)]
 #[command(

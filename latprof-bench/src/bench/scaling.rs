@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use super::{
     configs::{Config, Workload},
-    report::Summary,
+    summary::Summary,
 };
 
 /// The series' workloads: `scaling-K` runs K ping-pongs of `trips` round trips, the one on

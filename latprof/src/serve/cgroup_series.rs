@@ -5,11 +5,14 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{
-    retire::Retire,
-    state::{MAX_CGROUPS, OTHER},
-};
+use super::retire::Retire;
 use crate::collect::Snapshot;
+
+/// The series label for everything past `--max-series` (and past `--max-cgroups` here).
+pub const OTHER: &str = "other";
+
+/// The default of `--max-cgroups`.
+pub const MAX_CGROUPS: usize = 30;
 
 /// The cgroups seen, their series and numbers.
 #[derive(Debug)]

@@ -8,7 +8,7 @@ use std::{
     sync::Arc,
 };
 
-use super::{state::Delta, threads::Threads};
+use super::threads::Threads;
 use crate::{
     collect::Snapshot,
     export::{
@@ -103,14 +103,17 @@ impl ChainReads {
     }
 }
 
-/// The chains' time of the reads in `window` taken after `after_ns`, merged per chain and
-/// process (each kept once, across reads), the largest first.
+/// The chains' time of the reads in `window` (each read's time and chain parts) taken after
+/// `after_ns`, merged per chain and process (each kept once, across reads), the largest first.
 #[must_use]
-pub fn chained(window: &[Arc<Delta>], after_ns: u64) -> Vec<pprof::Chained<'_>> {
+pub fn chained<'a>(
+    window: impl Iterator<Item = (u64, &'a [ChainPart])>,
+    after_ns: u64,
+) -> Vec<pprof::Chained<'a>> {
     type Key = (*const [ChainFrame], Option<*const pprof::Thread>);
-    let mut merged: HashMap<Key, pprof::Chained<'_>> = HashMap::new();
-    for delta in window.iter().filter(|d| d.taken_ns > after_ns) {
-        for (path, thread, ns) in &delta.chains {
+    let mut merged: HashMap<Key, pprof::Chained<'a>> = HashMap::new();
+    for (_, parts) in window.filter(|(taken_ns, _)| *taken_ns > after_ns) {
+        for (path, thread, ns) in parts {
             let thread = thread.as_deref();
             merged
                 .entry((Arc::as_ptr(path), thread.map(std::ptr::from_ref)))
@@ -122,7 +125,7 @@ pub fn chained(window: &[Arc<Delta>], after_ns: u64) -> Vec<pprof::Chained<'_>> 
                 .ns += ns;
         }
     }
-    let mut out: Vec<pprof::Chained<'_>> = merged.into_values().collect();
+    let mut out: Vec<pprof::Chained<'a>> = merged.into_values().collect();
     out.sort_by(|a, b| {
         let (fa, fb) = (
             a.frames.iter().map(|f| f.name),

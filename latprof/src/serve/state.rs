@@ -37,8 +37,7 @@ pub fn window_reads(interval: std::time::Duration) -> usize {
 /// The most `seconds` a profile may ask for.
 pub const MAX_SECONDS: u32 = 300;
 
-/// The series label for everything past `--max-series`.
-pub const OTHER: &str = "other";
+pub use super::cgroup_series::{MAX_CGROUPS, OTHER};
 
 /// The frame that stands for a user backtrace not named by the naming deadline (a large JIT
 /// map, a busy CPU): named by a later read once its name comes.
@@ -165,9 +164,14 @@ impl Published {
                 |d| if d.from_ns == 0 { after_ns } else { d.from_ns },
             );
         let span = self.taken_ns.saturating_sub(from);
-        let chained = self
-            .chains
-            .then(|| super::chains::chained(&self.window, after_ns));
+        let chained = self.chains.then(|| {
+            super::chains::chained(
+                self.window
+                    .iter()
+                    .map(|d| (d.taken_ns, d.chains.as_slice())),
+                after_ns,
+            )
+        });
         pprof::encode(
             &samples,
             self.wall_ns.saturating_sub(span),
@@ -213,9 +217,6 @@ pub struct Accumulator {
     /// With `--chains`: each read's chained time.
     chains: Option<super::chains::ChainReads>,
 }
-
-/// The default of `--max-cgroups`.
-pub const MAX_CGROUPS: usize = 30;
 
 impl Accumulator {
     #[must_use]

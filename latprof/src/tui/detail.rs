@@ -11,7 +11,7 @@ use ratatui::{
 
 use super::{
     app::{App, Detail, DetailView, TraceLine},
-    ui::block,
+    pane::block,
 };
 use crate::{model::Row, time::fmt_ns};
 

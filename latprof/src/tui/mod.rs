@@ -4,6 +4,7 @@ pub mod app;
 mod detail;
 pub mod events;
 mod keys;
+mod pane;
 pub mod replay;
 pub mod ui;
 

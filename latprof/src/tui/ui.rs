@@ -4,12 +4,13 @@ use ratatui::{
     layout::{Constraint, Direction, Layout, Rect},
     style::{Color, Modifier, Style},
     text::{Line, Span},
-    widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TableRow, Table, TableState},
+    widgets::{Cell, Clear, Paragraph, Row as TableRow, Table, TableState},
 };
 
 use super::{
     app::{self, App, Focus},
     detail::render_detail,
+    pane::block,
 };
 use crate::{
     model::{Group, Row},
@@ -128,18 +129,6 @@ fn render_header(f: &mut Frame<'_>, app: &App, area: Rect) {
         )));
     }
     f.render_widget(Paragraph::new(lines), area);
-}
-
-pub(super) fn block(title: &str, focused: bool) -> Block<'_> {
-    let style = if focused {
-        Style::default().fg(Color::Cyan)
-    } else {
-        Style::default()
-    };
-    Block::default()
-        .borders(Borders::ALL)
-        .border_style(style)
-        .title(title.to_owned())
 }
 
 fn render_rows(f: &mut Frame<'_>, app: &App, rows: &[Row], focus: Focus, title: &str, area: Rect) {

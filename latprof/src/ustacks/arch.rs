@@ -58,7 +58,7 @@ pub const fn pt_regs_members(arch: Arch) -> [Option<(&'static str, u32)>; 4] {
 #[must_use]
 pub fn ends_in_call(arch: Arch, bytes: &[u8]) -> bool {
     match arch {
-        Arch::X86_64 => super::resolve::ends_in_call(bytes),
+        Arch::X86_64 => x86_ends_in_call(bytes),
         Arch::Aarch64 => bytes
             .last_chunk::<4>()
             .is_some_and(|b| is_arm64_call(u32::from_le_bytes(*b))),
@@ -102,6 +102,50 @@ pub fn pac_mask() -> u64 {
     {
         0
     }
+}
+
+/// Whether `bytes` (those before a return address) end in an x86-64 call: `call rel32` or an
+/// indirect `call` (`FF /2`, any addressing form, with or without a REX prefix).
+#[must_use]
+pub fn x86_ends_in_call(bytes: &[u8]) -> bool {
+    let n = bytes.len();
+    if n >= 5 && bytes[n - 5] == 0xe8 {
+        return true;
+    }
+    (2..=n.min(7)).any(|len| indirect_call_len(&bytes[n - len..]) == Some(len))
+}
+
+/// The length of the `FF /2` call that starts `b`, if one does.
+fn indirect_call_len(b: &[u8]) -> Option<usize> {
+    let mut i = usize::from((0x40..=0x4f).contains(b.first()?));
+    if *b.get(i)? != 0xff {
+        return None;
+    }
+    let modrm = *b.get(i + 1)?;
+    if (modrm >> 3) & 7 != 2 {
+        return None;
+    }
+    i += 2;
+    let (md, rm) = (modrm >> 6, modrm & 7);
+    if md == 3 {
+        return Some(i);
+    }
+    if rm == 4 {
+        let sib = *b.get(i)?;
+        i += 1;
+        if md == 0 && sib & 7 == 5 {
+            i += 4;
+        }
+    } else if md == 0 && rm == 5 {
+        i += 4;
+    }
+    Some(
+        i + match md {
+            1 => 1,
+            2 => 4,
+            _ => 0,
+        },
+    )
 }
 
 #[cfg(test)]

@@ -523,50 +523,6 @@ pub fn source_of(name: &str) -> (&str, &str, i64) {
     split.unwrap_or((name, "", 0))
 }
 
-/// Whether `bytes` (those before a return address) end in an x86-64 call: `call rel32` or an
-/// indirect `call` (`FF /2`, any addressing form, with or without a REX prefix).
-#[must_use]
-pub fn ends_in_call(bytes: &[u8]) -> bool {
-    let n = bytes.len();
-    if n >= 5 && bytes[n - 5] == 0xe8 {
-        return true;
-    }
-    (2..=n.min(7)).any(|len| indirect_call_len(&bytes[n - len..]) == Some(len))
-}
-
-/// The length of the `FF /2` call that starts `b`, if one does.
-fn indirect_call_len(b: &[u8]) -> Option<usize> {
-    let mut i = usize::from((0x40..=0x4f).contains(b.first()?));
-    if *b.get(i)? != 0xff {
-        return None;
-    }
-    let modrm = *b.get(i + 1)?;
-    if (modrm >> 3) & 7 != 2 {
-        return None;
-    }
-    i += 2;
-    let (md, rm) = (modrm >> 6, modrm & 7);
-    if md == 3 {
-        return Some(i);
-    }
-    if rm == 4 {
-        let sib = *b.get(i)?;
-        i += 1;
-        if md == 0 && sib & 7 == 5 {
-            i += 4;
-        }
-    } else if md == 0 && rm == 5 {
-        i += 4;
-    }
-    Some(
-        i + match md {
-            1 => 1,
-            2 => 4,
-            _ => 0,
-        },
-    )
-}
-
 /// Whether a function is where a program's or a thread's backtrace begins (glibc, musl, Rust
 /// and Go runtimes' entries): a walk that ends there is whole.
 #[must_use]
@@ -645,19 +601,37 @@ mod tests {
     #[test]
     fn calls_are_recognized() {
         // call rel32
-        assert!(ends_in_call(&[0x90, 0x90, 0xe8, 1, 2, 3, 4]));
+        assert!(super::super::arch::x86_ends_in_call(&[
+            0x90, 0x90, 0xe8, 1, 2, 3, 4
+        ]));
         // call *%rax, call *%r11 (REX), call *0x10(%rbx), call *(%rip+disp32),
         // call *0x8(%rax,%rbx,8), call *disp32(,%rax,8)
-        assert!(ends_in_call(&[0x90, 0x90, 0x90, 0x90, 0x90, 0xff, 0xd0]));
-        assert!(ends_in_call(&[0x90, 0x90, 0x90, 0x90, 0x41, 0xff, 0xd3]));
-        assert!(ends_in_call(&[0x90, 0x90, 0x90, 0x90, 0xff, 0x53, 0x10]));
-        assert!(ends_in_call(&[0x90, 0xff, 0x15, 1, 2, 3, 4]));
-        assert!(ends_in_call(&[0x90, 0x90, 0x90, 0xff, 0x54, 0xd8, 0x08]));
-        assert!(ends_in_call(&[0xff, 0x14, 0xc5, 1, 2, 3, 4]));
+        assert!(super::super::arch::x86_ends_in_call(&[
+            0x90, 0x90, 0x90, 0x90, 0x90, 0xff, 0xd0
+        ]));
+        assert!(super::super::arch::x86_ends_in_call(&[
+            0x90, 0x90, 0x90, 0x90, 0x41, 0xff, 0xd3
+        ]));
+        assert!(super::super::arch::x86_ends_in_call(&[
+            0x90, 0x90, 0x90, 0x90, 0xff, 0x53, 0x10
+        ]));
+        assert!(super::super::arch::x86_ends_in_call(&[
+            0x90, 0xff, 0x15, 1, 2, 3, 4
+        ]));
+        assert!(super::super::arch::x86_ends_in_call(&[
+            0x90, 0x90, 0x90, 0xff, 0x54, 0xd8, 0x08
+        ]));
+        assert!(super::super::arch::x86_ends_in_call(&[
+            0xff, 0x14, 0xc5, 1, 2, 3, 4
+        ]));
         // Not calls: nops, a jmp *%rax (FF /4), a push.
-        assert!(!ends_in_call(&[0x90; 7]));
-        assert!(!ends_in_call(&[0x90, 0x90, 0x90, 0x90, 0x90, 0xff, 0xe0]));
-        assert!(!ends_in_call(&[0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x55]));
+        assert!(!super::super::arch::x86_ends_in_call(&[0x90; 7]));
+        assert!(!super::super::arch::x86_ends_in_call(&[
+            0x90, 0x90, 0x90, 0x90, 0x90, 0xff, 0xe0
+        ]));
+        assert!(!super::super::arch::x86_ends_in_call(&[
+            0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x55
+        ]));
     }
 
     #[test]
