@@ -14,8 +14,8 @@
 //!    (kallsyms, backtraces), `cpus` (the kernel's CPU lists);
 //! 2. `cgroups` (cgroup ids to paths and names), `ustacks` (user backtraces: capture and
 //!    naming), `reasons` (backtraces to latencytop's reasons);
-//! 3. `probe`; 4. `collect`; 5. `model`; 6. `store`; 7. `export`; 8. `serve` and `tui`;
-//!    9. `cli`; 10. `cmd`.
+//! 3. `probe`; 4. `collect`; 5. `model` and `store` (recordings know nothing of the views);
+//!    6. `export`; 7. `serve` and `tui`; 8. `cli`; 9. `cmd`.
 pub mod cgroups;
 pub mod cli;
 pub mod cmd;

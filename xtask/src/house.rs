@@ -28,10 +28,8 @@ const LATPROF: &[&[&str]] = &[
     &["probe"],
     // Read their maps into snapshots.
     &["collect"],
-    // What a view shows.
-    &["model"],
-    // Recordings.
-    &["store"],
+    // What a view shows, and recordings (which know nothing of views).
+    &["model", "store"],
     // Text, JSON, folded, OpenMetrics, pprof.
     &["export"],
     // The views: HTTP and the terminal.

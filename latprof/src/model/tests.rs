@@ -293,3 +293,14 @@ fn missing_stacks_stay_visible() {
         Backtrace::Unavailable
     );
 }
+
+/// A recording's reader charges `store::reader::CAUSE_BYTES` for each cause a view of it will
+/// hold (it knows nothing of the views): at least what one takes.
+#[test]
+fn a_cause_fits_what_the_recordings_reader_charges_for_it() {
+    let size = size_of::<super::Cause>() as u64;
+    assert!(
+        size <= crate::store::reader::CAUSE_BYTES,
+        "model::Cause takes {size} bytes: raise CAUSE_BYTES"
+    );
+}

@@ -22,6 +22,11 @@ pub const MEMORY_PER_BYTE: u64 = 32;
 /// of them read and checksummed (quadratic in its size).
 pub const SCAN_FLOOR: u64 = 256 << 20;
 pub const SCAN_PER_BYTE: u64 = 16;
+/// Bytes of one cause of a view, beside its names (`model::Cause`: its backtrace, its user
+/// frames and three numbers, 80 bytes on 64-bit targets; the model's tests check it fits).
+/// A number here rather than the type: a recording is read below the views, which it does not
+/// know.
+pub const CAUSE_BYTES: u64 = 96;
 /// The views of a snapshot hold the names of its causes about this many times over while it
 /// is shown: the causes, then the text made of them (OpenMetrics writes each cause's frames in
 /// three families, and holds the labels and the whole text: measured, 5.5 times the names).
@@ -247,7 +252,7 @@ impl Recording {
                     .map(|f| (f.name.len() + size_of::<String>()) as u64)
                     .sum()
             });
-        (size_of::<crate::model::Cause>() as u64)
+        CAUSE_BYTES
             .saturating_add(self.kernel_bytes(snap.stacks.get(&id).map(Vec::as_slice), self.depth))
             .saturating_add(user)
     }
