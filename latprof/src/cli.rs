@@ -70,7 +70,7 @@ pub struct Cli {
     pub waker_stacks: bool,
     /// Wakers kept per CPU (kernel table size; one entry per cause, sleeping process and
     /// waker): the rest are counted under their cause's "other".
-    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
+    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = crate::probe::MAX_WAKERS,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_wakers: u32,
     /// Follow each counted sleep a task woke to what that waker was doing meanwhile: its own
@@ -85,7 +85,7 @@ pub struct Cli {
     pub chain_depth: u8,
     /// Chain links kept per CPU (kernel table size; one entry per sleeper cause and process,
     /// waker process and waker cause): the rest are counted in chain_table_full.
-    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
+    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = crate::probe::MAX_CHAINS,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_chains: u32,
     /// Also each sleeper's user-space backtrace (walked with its frame pointers at switch-out):
@@ -93,7 +93,7 @@ pub struct Cli {
     #[arg(long, global = true, help_heading = "Probe")]
     pub user_stacks: bool,
     /// User backtraces kept (kernel table size, about 1.6 KiB each: 13 MB at the default).
-    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
+    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = crate::probe::MAX_USER_STACKS,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_user_stacks: u32,
     /// Do not attribute sleeps to cgroups (measures what that costs).
@@ -114,11 +114,11 @@ pub struct Cli {
     /// Tasks tracked at once (kernel table size): slots indexed by tid, a task whose 8 slots
     /// from tid % N are all taken not tracked but counted (a hash of this size where the
     /// kernel lacks BPF compare-and-swap, before Linux 5.12, and with the bounded stack cache).
-    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
+    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = crate::probe::MAX_TASKS,
           value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub max_tasks: u32,
     /// Global causes kept (kernel table size).
-    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 16384,
+    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = crate::probe::MAX_RECORDS,
           value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub max_records: u32,
     /// Sleeps and run-queue waits at least this long are spikes: sent one by one to `top`'s
@@ -144,7 +144,7 @@ pub struct Cli {
     #[arg(long, global = true, help_heading = "Debug")]
     pub log: Option<PathBuf>,
     /// Distinct kernel backtraces kept (kernel table size).
-    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = 8192,
+    #[arg(long, global = true, help_heading = "Table sizes", default_value_t = crate::probe::MAX_STACKS,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_stacks: u32,
     /// Take backtraces at switch-out from the raw tracepoints, as on kernels without BTF
@@ -547,7 +547,7 @@ impl Cli {
     /// Frames per backtrace when no recording says otherwise.
     #[must_use]
     pub fn depth(&self) -> u16 {
-        self.stack_depth.unwrap_or(12)
+        self.stack_depth.unwrap_or(crate::probe::STACK_DEPTH)
     }
 
     /// Whether sleeps are attributed to their wakers (`--wakers`, `--waker-stacks` or
@@ -719,6 +719,37 @@ mod tests {
         assert_eq!(
             cli.probe_config(None, false, false).inter_cutoff,
             Some(Duration::from_millis(10))
+        );
+    }
+
+    /// The command line's defaults are the probe's: a plain `stats` configures what
+    /// `ProbeConfig::default` holds (the same constants; the cutoff, spelled `5ms` for clap,
+    /// checked here).
+    #[test]
+    fn defaults_are_the_probes() {
+        let cli = parse(&["stats"]).unwrap();
+        let from_cli = cli.probe_config(None, true, false);
+        let default = ProbeConfig::default();
+        assert_eq!(from_cli.inter_cutoff, default.inter_cutoff);
+        assert_eq!(
+            (
+                from_cli.max_tasks,
+                from_cli.max_records,
+                from_cli.max_stacks,
+                from_cli.max_wakers,
+                from_cli.max_chains,
+                from_cli.max_user_stacks,
+                from_cli.stack_depth,
+            ),
+            (
+                default.max_tasks,
+                default.max_records,
+                default.max_stacks,
+                default.max_wakers,
+                default.max_chains,
+                default.max_user_stacks,
+                default.stack_depth,
+            )
         );
     }
 

@@ -104,11 +104,11 @@ pub fn run(cli: &Cli, args: &RecordArgs) -> Result<()> {
         exit_log: true,
         ..Needs::default()
     };
-    session::preflight(cli, &needs)?;
+    let checked = session::preflight(cli, &needs)?;
     // The file is created before the programs load (a second or more): no one can put a link
     // in its place meanwhile. It is removed again if they do not load.
     let file = NewFile::create(&args.output, args.force, cli.user_stacks)?;
-    let mut session = match Session::start(cli, needs) {
+    let mut session = match Session::start_checked(cli, needs, checked) {
         Ok(session) => session,
         Err(e) => {
             file.remove();

@@ -30,11 +30,11 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<()> {
         ..Needs::default()
     };
     // What latprof cannot do, and a port it cannot have, are said before anything loads.
-    session::preflight(cli, &needs)?;
+    let checked = session::preflight(cli, &needs)?;
     let listener = std::net::TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let runtime = Server::runtime()?;
-    let mut session = Session::start(cli, needs)?;
+    let mut session = Session::start_checked(cli, needs, checked)?;
     let mut collector = session.collector(true)?;
     let mut acc = Accumulator::new(
         reasons,

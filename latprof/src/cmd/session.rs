@@ -72,25 +72,38 @@ pub struct Session {
     pub run_time_stats: Option<OwnedFd>,
 }
 
+/// A run that passed `preflight`: the probe's settings it checked, which the session then
+/// loads (made once a run).
+pub struct Checked {
+    config: ProbeConfig,
+}
+
 /// Everything refused before anything is created or loaded: table sizes the machine cannot
 /// hold, missing privileges, a `--pid` that is no process.
-pub fn preflight(cli: &Cli, needs: &Needs) -> Result<()> {
+pub fn preflight(cli: &Cli, needs: &Needs) -> Result<Checked> {
     let config = cli.probe_config(needs.pid, needs.details, needs.spikes);
     probe::memory::check(&config, cli.debug_mem_available)?;
     probe::check_privileges()?;
     if let Some(pid) = needs.pid {
         check_process(pid)?;
     }
-    Ok(())
+    Ok(Checked { config })
 }
 
 impl Session {
+    /// `preflight`, then `start_checked`.
     pub fn start(cli: &Cli, needs: Needs) -> Result<Self> {
-        preflight(cli, &needs)?;
+        let checked = preflight(cli, &needs)?;
+        Self::start_checked(cli, needs, checked)
+    }
+
+    /// The session of a run `preflight` passed (commands that do more between the two: open
+    /// their file or port).
+    pub fn start_checked(cli: &Cli, needs: Needs, checked: Checked) -> Result<Self> {
         // Created before the programs load, and removed again if they do not.
         let log = LogFile::create(cli.debug_checks, cli.log.as_deref(), needs.owns_terminal)?;
         let created = log.as_ref().and_then(LogFile::created);
-        let session = Self::load(cli, needs, log);
+        let session = Self::load(cli, needs, log, checked.config);
         if session.is_err()
             && let Some(created) = created
         {
@@ -99,10 +112,9 @@ impl Session {
         session
     }
 
-    fn load(cli: &Cli, needs: Needs, log: Option<LogFile>) -> Result<Self> {
+    fn load(cli: &Cli, needs: Needs, log: Option<LogFile>, config: ProbeConfig) -> Result<Self> {
         let stop = super::stop_flag()?;
         let syms = Kallsyms::load()?;
-        let config = cli.probe_config(needs.pid, needs.details, needs.spikes);
         let mut probe = Probe::attach(ProbeConfig {
             percpu: Some(syms.percpu()),
             exits: config.exits && needs.exit_log,

@@ -222,7 +222,7 @@ impl Collector {
             );
             self.wakers_seen.keep(read)
         });
-        let chains = if probe.config().wakers && probe.config().chains {
+        let chains = if probe.config().chains_on() {
             chains::read_chains(maps)?
         } else {
             Vec::new()

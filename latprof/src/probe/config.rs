@@ -2,6 +2,19 @@
 //! programs' globals and map sizes.
 use std::time::Duration;
 
+/// The defaults of the table sizes, the backtrace depth and the cutoff: the command line's
+/// (`cli.rs`) and `ProbeConfig::default`'s, written once.
+pub const MAX_TASKS: u32 = 8192;
+pub const MAX_RECORDS: u32 = 16384;
+pub const MAX_STACKS: u32 = 8192;
+pub const MAX_WAKERS: u32 = 8192;
+pub const MAX_CHAINS: u32 = 8192;
+pub const MAX_USER_STACKS: u32 = 8192;
+pub const STACK_DEPTH: u16 = 12;
+/// `--inter-cutoff`'s default (the command line spells it `5ms`, and a test checks the two
+/// agree).
+pub const INTER_CUTOFF: Duration = Duration::from_millis(5);
+
 /// How accounted sleeps reach the global table.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
@@ -210,17 +223,31 @@ pub enum Wakeup {
     Always,
 }
 
+impl ProbeConfig {
+    /// Whether wait chains are followed: `--chains`, which needs the wakers.
+    #[must_use]
+    pub fn chains_on(&self) -> bool {
+        self.wakers && self.chains
+    }
+
+    /// Whether each waking's backtrace is walked: `--waker-stacks`, which needs the wakers.
+    #[must_use]
+    pub fn waker_stacks_on(&self) -> bool {
+        self.wakers && self.waker_stacks
+    }
+}
+
 impl Default for ProbeConfig {
     fn default() -> Self {
         Self {
             mode: Mode::Lazy,
             pid: None,
             include_self: false,
-            inter_cutoff: Some(Duration::from_millis(5)),
-            max_tasks: 8192,
-            max_records: 16384,
-            max_stacks: 8192,
-            stack_depth: 12,
+            inter_cutoff: Some(INTER_CUTOFF),
+            max_tasks: MAX_TASKS,
+            max_records: MAX_RECORDS,
+            max_stacks: MAX_STACKS,
+            stack_depth: STACK_DEPTH,
             details: true,
             btf_wakeup: true,
             stack_cache: true,
@@ -232,12 +259,12 @@ impl Default for ProbeConfig {
             exits: true,
             cgroup_filter: Vec::new(),
             wakers: false,
-            max_wakers: 8192,
+            max_wakers: MAX_WAKERS,
             waker_stacks: false,
             chains: false,
-            max_chains: 8192,
+            max_chains: MAX_CHAINS,
             user_stacks: false,
-            max_user_stacks: 8192,
+            max_user_stacks: MAX_USER_STACKS,
         }
     }
 }

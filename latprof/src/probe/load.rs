@@ -121,7 +121,7 @@ fn loader<'a>(g: &'a Globals, debug: &'a DebugGlobals, config: &ProbeConfig) -> 
         )
         .map_max_entries(
             names::MAP_CHAINS,
-            if config.wakers && config.chains {
+            if config.chains_on() {
                 config.max_chains
             } else {
                 1

@@ -123,7 +123,7 @@ pub fn estimate(config: &ProbeConfig, cpus: u64) -> Estimate {
         cpus,
     );
     let chains = hash_map(
-        if config.wakers && config.chains {
+        if config.chains_on() {
             config.max_chains
         } else {
             1

@@ -18,7 +18,10 @@ mod task_slots;
 mod variant;
 pub mod verifier;
 
-pub use config::{DebugConfig, Mode, ProbeConfig, Skip, Wakeup, latencytop_cutoff_ns};
+pub use config::{
+    DebugConfig, INTER_CUTOFF, MAX_CHAINS, MAX_RECORDS, MAX_STACKS, MAX_TASKS, MAX_USER_STACKS,
+    MAX_WAKERS, Mode, ProbeConfig, STACK_DEPTH, Skip, Wakeup, latencytop_cutoff_ns,
+};
 pub use facts::KernelFacts;
 pub use maps::Maps;
 pub use variant::{Backtraces, Variant};
