@@ -65,7 +65,7 @@ pub(crate) static UNWIND_PROCS: LruHashMap<u64, ProcUnwind> =
     LruHashMap::with_max_entries(UNWIND_PROCESSES, 0);
 /// Per CPU: where the walk by the unwind tables stands (`unwind`).
 #[map]
-pub(crate) static UNWIND_WALK: PerCpuArray<UnwindRegs> = PerCpuArray::with_max_entries(1, 0);
+pub(crate) static UNWIND_WALK: PerCpuArray<UnwindWalk> = PerCpuArray::with_max_entries(1, 0);
 
 /// Where a walk by the unwind tables stands: the instruction pointer, stack pointer and frame
 /// pointer of its last frame, and what user space's own unwinding takes up from: the frames up
@@ -73,7 +73,7 @@ pub(crate) static UNWIND_WALK: PerCpuArray<UnwindRegs> = PerCpuArray::with_max_e
 /// that frame's stack pointer (`win_sp`); the process's ranges, copied once for the walk.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub(crate) struct UnwindRegs {
+pub(crate) struct UnwindWalk {
     pub(crate) ip: u64,
     pub(crate) sp: u64,
     pub(crate) bp: u64,

@@ -4,18 +4,18 @@
 //! walk breaks) is stepped by its row (a binary search of the file's rows, `UNWIND_ROWS`): the
 //! caller's return address at the canonical frame address less 8, the caller's frame pointer
 //! where the function saved it. Every other frame is stepped by its frame pointer, as
-//! `ustacks::walk` does.
+//! `ustacks::frame_pointer_walk` does.
 //!
 //! The walk runs under `bpf_loop` (Linux 5.17), one frame a call, its state in this CPU's
 //! `UNWIND_WALK` and its frames counted in `USER_BUF`'s `nr`: map memory, of which the
 //! verifier knows no value, so that it walks a step once and what follows the walk once (a
 //! bounded loop of table steps beside the frame-pointer loop, or a state on the caller's
 //! stack, was over its million instructions). A process without tables is walked here too, by
-//! frame pointers only: the bounded loop of `ustacks::walk` is then left out of the programs
+//! frame pointers only: the bounded loop of `ustacks::frame_pointer_walk` is then left out of the programs
 //! the verifier walks. Inside a callback the verifier compares states exactly (a loop of its
 //! own), so a step holds no branch whose two sides go on apart for long: the range is found,
 //! then searched once, and the search's selects are arithmetic. Without `bpf_loop`
-//! (`UNWIND_ON` 0), no process has tables here: `ustacks::walk` alone.
+//! (`UNWIND_ON` 0), no process has tables here: `ustacks::frame_pointer_walk` alone.
 
 use core::ffi::c_void;
 
@@ -30,7 +30,7 @@ use latprof_common::{
 };
 
 use crate::{
-    maps::{UNWIND_PROCS, UNWIND_ROWS, UNWIND_WALK, USER_BUF, UnwindRegs},
+    maps::{UNWIND_PROCS, UNWIND_ROWS, UNWIND_WALK, USER_BUF, UnwindWalk},
     settings::{UNWIND_ON, USER_PAC_MASK, USER_WALK_FRAMES},
 };
 
@@ -79,7 +79,14 @@ pub(crate) struct Walked {
 /// it is read in one read first (`window`). `None` where this kernel runs no walk under
 /// `bpf_loop` (`UNWIND_ON` 0: nothing done).
 #[inline(always)]
-pub(crate) fn walk(ip: u64, sp: u64, bp: u64, lr: u64, layout: u64, top: u64) -> Option<Walked> {
+pub(crate) fn table_walk(
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    lr: u64,
+    layout: u64,
+    top: u64,
+) -> Option<Walked> {
     if UNWIND_ON.load() != 1 {
         return None;
     }
@@ -137,7 +144,7 @@ pub(crate) fn walk(ip: u64, sp: u64, bp: u64, lr: u64, layout: u64, top: u64) ->
 /// where the read fails all the same (the task's stack moved), the steps read the stack as
 /// before.
 #[inline(always)]
-fn window(regs: &mut UnwindRegs, sp: u64, top: u64) {
+fn window(regs: &mut UnwindWalk, sp: u64, top: u64) {
     regs.window_base = sp;
     regs.window_len = 0;
     // SAFETY: a helper without arguments.
@@ -166,7 +173,7 @@ fn window(regs: &mut UnwindRegs, sp: u64, top: u64) {
 /// The word of the stack at `addr`: from the window where it lies inside it, else by a probe
 /// read.
 #[inline(always)]
-fn read_word(regs: &UnwindRegs, addr: u64) -> Result<u64, i32> {
+fn read_word(regs: &UnwindWalk, addr: u64) -> Result<u64, i32> {
     let off = addr.wrapping_sub(regs.window_base);
     if off.is_multiple_of(8)
         && off < regs.window_len
@@ -182,7 +189,7 @@ fn read_word(regs: &UnwindRegs, addr: u64) -> Result<u64, i32> {
 
 /// The two words of the stack at `addr` (a frame's saved frame pointer and return address).
 #[inline(always)]
-fn read_pair(regs: &UnwindRegs, addr: u64) -> Result<[u64; 2], i32> {
+fn read_pair(regs: &UnwindWalk, addr: u64) -> Result<[u64; 2], i32> {
     let off = addr.wrapping_sub(regs.window_base);
     if off.is_multiple_of(8)
         && off < regs.window_len
@@ -207,7 +214,7 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
     let (Some(walk), Some(buf)) = (UNWIND_WALK.get_ptr_mut(0), USER_BUF.get_ptr_mut(0)) else {
         return 1;
     };
-    // SAFETY: this CPU's entries (see `walk`).
+    // SAFETY: this CPU's entries (see `table_walk`).
     let (regs, buf) = unsafe { (&mut *walk, &mut *buf) };
     // A return address is looked up at its call instruction, the byte before.
     let look = if i == 0 {
@@ -222,7 +229,7 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
     };
     let (ret, cfa, bp) = if rule == 0 {
         // By the frame pointer: the frame holds the caller's frame pointer and the return
-        // address (as `ustacks::walk`; arm64's frame record is the same pair).
+        // address (as `ustacks::frame_pointer_walk`; arm64's frame record is the same pair).
         let fp = regs.bp;
         if fp == 0 || fp & 7 != 0 || fp < regs.sp || fp >= USER_TOP {
             return 1;
@@ -292,7 +299,7 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
 /// where none does. `regs`' scratch holds the range's index between its finding and its
 /// search.
 #[inline(always)]
-fn rule(ip: u64, regs: &mut UnwindRegs) -> u32 {
+fn rule(ip: u64, regs: &mut UnwindWalk) -> u32 {
     regs.range = UNWIND_RANGES as u64;
     for r in 0..UNWIND_RANGES {
         let range = &regs.process.ranges[r];
@@ -306,7 +313,7 @@ fn rule(ip: u64, regs: &mut UnwindRegs) -> u32 {
     }
     // Read back from map memory: an index of no value the verifier knows, so that it walks
     // one search, not one per range.
-    // SAFETY: reads this CPU's entry (see `walk`).
+    // SAFETY: reads this CPU's entry (see `table_walk`).
     let r = unsafe { core::ptr::read_volatile(&raw const regs.range) } as usize;
     let Some(range) = regs.process.ranges.get(r) else {
         return 0;
@@ -322,7 +329,7 @@ fn rule(ip: u64, regs: &mut UnwindRegs) -> u32 {
     let index = (tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - UNWIND_RULE_BITS)) as u32;
     let slot = UNWIND_RULES.get_ptr_mut(index);
     if let Some(slot) = slot {
-        // SAFETY: this CPU's slot (see `walk`).
+        // SAFETY: this CPU's slot (see `table_walk`).
         let slot = unsafe { &*slot };
         if slot.tag == tag {
             return slot.rule as u32;

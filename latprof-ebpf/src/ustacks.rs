@@ -2,7 +2,7 @@
 //! current task and its user memory the one mapped (the kernel refuses a user stack of any
 //! other task: `bpf_get_task_stack` with `BPF_F_USER_STACK` answers -EOPNOTSUPP for a task
 //! that is not current), with the frame pointers the program was built with. latprof follows
-//! them itself (`walk`) rather than with `bpf_get_stack`: the kernel's walk read each frame in
+//! them itself (`frame_pointer_walk`) rather than with `bpf_get_stack`: the kernel's walk read each frame in
 //! two accesses and ended every whole chain with a fault on its null frame pointer (its cost:
 //! docs/bench.md, "Measured while building"); this one reads each frame once and stops before a
 //! null or backward pointer. Stored once per (process, frames) in `USER_STACKS`
@@ -120,7 +120,7 @@ pub(crate) fn take<const CAS: bool>(
     // by frame pointers only, in a bounded loop, where the kernel lacks bpf_loop.
     buf.nr = 1;
     let walked = if CAS {
-        unwind::walk(ip, sp, bp, lr, layout, entry.user_top)
+        unwind::table_walk(ip, sp, bp, lr, layout, entry.user_top)
     } else {
         None
     };
@@ -128,7 +128,7 @@ pub(crate) fn take<const CAS: bool>(
         entry.user_top = w.top;
         (w.stepped, w.win_sp)
     } else {
-        buf.nr = walk(&mut buf.frames, bp, sp) as u32;
+        buf.nr = frame_pointer_walk(&mut buf.frames, bp, sp) as u32;
         (1, sp)
     };
     // Read back from map memory, of which the verifier knows no value: what follows is walked
@@ -186,14 +186,14 @@ pub(crate) fn take<const CAS: bool>(
 /// Follows the frame pointers from `fp` (the user `rbp`, arm64's x29, at the syscall), the user stack
 /// pointer being `sp`: each frame holds the caller's frame pointer and a return address.
 /// Stores the return addresses after `frames[0]`; returns the frames stored, `frames[0]`
-/// included (`unwind::walk` is the same walk with the tables' steps between). It stops at a null or misaligned frame pointer, one below the stack pointer or not
+/// included (`unwind::table_walk` is the same walk with the tables' steps between). It stops at a null or misaligned frame pointer, one below the stack pointer or not
 /// above the last (the chain runs outward, to higher addresses), and at a read that fails: a
 /// program without frame pointers ends it at once most of the time, and a whole chain ends on
 /// its null frame pointer without a read (the kernel's own walk faults on it).
 // An index the verifier sees bounded by the loop (an iterator over the array hides it).
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-fn walk(frames: &mut [u64; USER_FRAMES], mut fp: u64, sp: u64) -> usize {
+fn frame_pointer_walk(frames: &mut [u64; USER_FRAMES], mut fp: u64, sp: u64) -> usize {
     let max = (USER_WALK_FRAMES.load() as usize).min(USER_FRAMES);
     let mut nr = 1;
     for i in 1..USER_FRAMES {

@@ -24,7 +24,7 @@ use std::{
 
 use super::{
     copies::{self, Budget, Charge},
-    leaf::Cfi,
+    leaf::UnwindInfo,
     maps::{self, Mapping},
     perf_budget::PerfBudget,
     perfmap::PerfMap,
@@ -60,16 +60,16 @@ pub(super) struct Module {
     _charge: Option<Charge>,
     /// Its unwind information, read once for both threads: the kernel's tables are made
     /// from it, and the naming thread unwinds frameless callers with it.
-    cfi: OnceLock<Option<Arc<Cfi>>>,
+    cfi: OnceLock<Option<Arc<UnwindInfo>>>,
 }
 
 impl Module {
     /// Its unwind information (`None`: it has none), read the first time it is asked for.
-    pub(super) fn cfi(&self) -> Option<Arc<Cfi>> {
+    pub(super) fn cfi(&self) -> Option<Arc<UnwindInfo>> {
         self.cfi
             .get_or_init(|| {
                 self.parse
-                    .then(|| Cfi::read(&self.file).map(Arc::new))
+                    .then(|| UnwindInfo::read(&self.file).map(Arc::new))
                     .flatten()
             })
             .clone()

@@ -19,7 +19,7 @@ pub type Segment = (u64, u64, u64, bool);
 /// What the unwinding needs of one binary, read once: its `.eh_frame` and where its
 /// segments load (not the whole file: a large library is hundreds of megabytes).
 #[derive(Debug)]
-pub struct Cfi {
+pub struct UnwindInfo {
     eh_frame: Vec<u8>,
     eh_frame_addr: u64,
     text_addr: u64,
@@ -27,7 +27,7 @@ pub struct Cfi {
     segments: Vec<Segment>,
 }
 
-impl Cfi {
+impl UnwindInfo {
     /// Reads the `.eh_frame` of an ELF binary; `None` without one, or where its header claims
     /// more than `untrusted::MAX_SECTION` bytes (the binary is any user's: the claim is checked
     /// before anything is allocated).
@@ -166,7 +166,7 @@ impl Cfi {
     }
 }
 
-/// See `Cfi::step`.
+/// See `UnwindInfo::step`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
     Frame,
@@ -176,12 +176,12 @@ pub enum Step {
 
 #[cfg(test)]
 mod tests {
-    use super::Cfi;
+    use super::UnwindInfo;
 
     /// A file as lld lays it out: the read-only segment, then the code segment starting in
     /// the same page of the file (offset 0x1240, loaded at 0x2240).
-    fn packed() -> Cfi {
-        Cfi {
+    fn packed() -> UnwindInfo {
+        UnwindInfo {
             eh_frame: Vec::new(),
             eh_frame_addr: 0,
             text_addr: 0x2240,
@@ -204,7 +204,7 @@ mod tests {
     fn this_test_binarys_code_is_where_its_load_bias_says() {
         // Linked by rust-lld: its code segment starts within the page of the read-only one.
         let me = std::fs::File::open("/proc/self/exe").expect("this test's binary");
-        let cfi = Cfi::read(&me).expect("its .eh_frame");
+        let cfi = UnwindInfo::read(&me).expect("its .eh_frame");
         let maps = crate::ustacks::maps::parse(
             &std::fs::read_to_string("/proc/self/maps").expect("its memory map"),
         );
@@ -223,7 +223,7 @@ mod tests {
     #[test]
     fn the_bias_of_page_aligned_segments() {
         // GNU ld: the code segment at its own page (offset 0x1000, loaded at 0x1000).
-        let cfi = Cfi {
+        let cfi = UnwindInfo {
             segments: vec![(0, 0x800, 0, false), (0x1000, 0x3000, 0x1000, true)],
             ..packed()
         };

@@ -279,7 +279,7 @@ impl Resolver {
     }
 
     /// How the function at `addr` of the process `view` shows finds its caller
-    /// (`leaf::Cfi::step`).
+    /// (`leaf::UnwindInfo::step`).
     fn step(view: &View, addr: u64) -> Step {
         let Some(m) = maps::find(&view.maps, addr) else {
             return Step::Unknown;

@@ -31,7 +31,7 @@ use latprof_common::{
 use super::{
     arch::{self, Arch},
     capture::{Processes, Tally, View},
-    leaf::Cfi,
+    leaf::UnwindInfo,
     row_space::RowSpace,
 };
 
@@ -107,7 +107,7 @@ impl Tables {
 
     /// A file's content key: its unwind information and where its segments load, hashed with
     /// this run's key.
-    fn content_key(&self, cfi: &Cfi) -> u64 {
+    fn content_key(&self, cfi: &UnwindInfo) -> u64 {
         self.hasher.hash_one((cfi.eh_frame(), cfi.layout()))
     }
 
@@ -244,7 +244,7 @@ impl Tables {
 
     /// Loads the rows of `cfi`'s file, mapped by a process of user `uid`, if it needs them
     /// and they fit.
-    fn load(&mut self, cfi: &Cfi, uid: u32) -> Option<FileTable> {
+    fn load(&mut self, cfi: &UnwindInfo, uid: u32) -> Option<FileTable> {
         let rows = rows(cfi)?;
         let count = u32::try_from(rows.len()).ok()?;
         let room = if uid == 0 {
@@ -327,13 +327,13 @@ impl Tables {
 struct FileTable {
     first: u32,
     count: u32,
-    cfi: Cfi,
+    cfi: UnwindInfo,
 }
 
 /// The rows of a file's `.eh_frame`, sorted, where it needs them (see the module's doc);
 /// `None` where it does not, or where they are more than `UNWIND_FILE_ROWS` or unreadable.
 #[must_use]
-pub fn rows(cfi: &Cfi) -> Option<Vec<u64>> {
+pub fn rows(cfi: &UnwindInfo) -> Option<Vec<u64>> {
     rows_for(cfi, Arch::HOST)
 }
 
@@ -343,7 +343,7 @@ pub fn rows(cfi: &Cfi) -> Option<Vec<u64>> {
 /// a frame record (built without frame pointers: the walk would skip it and its caller), and
 /// where any function saves x30 with no frame record the walk would see.
 #[must_use]
-pub fn rows_for(cfi: &Cfi, arch: Arch) -> Option<Vec<u64>> {
+pub fn rows_for(cfi: &UnwindInfo, arch: Arch) -> Option<Vec<u64>> {
     if cfi.eh_frame().len() > MAX_EH_FRAME {
         return None;
     }
@@ -463,7 +463,7 @@ mod tests {
     #[test]
     fn libc_gets_a_table_that_fits_and_the_test_binary_none() {
         let libc = mapped("libc.so").expect("this test links libc");
-        let rows = rows(&Cfi::read(&libc).expect("libc's .eh_frame")).expect("a table");
+        let rows = rows(&UnwindInfo::read(&libc).expect("libc's .eh_frame")).expect("a table");
         eprintln!("libc: {} rows", rows.len());
         assert!(rows.len() > 1000 && rows.len() <= UNWIND_FILE_ROWS as usize);
         // Sorted by address, each address once.
@@ -478,6 +478,6 @@ mod tests {
     }
 
     fn rows_of(file: &std::fs::File) -> Option<Vec<u64>> {
-        rows(&Cfi::read(file)?)
+        rows(&UnwindInfo::read(file)?)
     }
 }
