@@ -107,6 +107,19 @@ pub(crate) fn test(args: &[String]) -> Result<()> {
     }
     step("test build (debug)", t0);
     let binaries = executables(&String::from_utf8_lossy(&json.stdout));
+    // Every test binary cargo lists runs: one the JSON reading above missed would never run,
+    // and nothing would say so.
+    let listed = cargo()
+        .args(["test", "--no-run"])
+        .output()
+        .context("listing the test binaries")?;
+    let missed = not_run(&binaries, &String::from_utf8_lossy(&listed.stderr));
+    if !missed.is_empty() {
+        bail!(
+            "cargo lists test binaries the suite would not run: {}",
+            missed.join(", ")
+        );
+    }
     let t0 = Instant::now();
     let mut ran = run_binaries(&binaries, |test| {
         test_command(test, &retries, skip_vm, extra)
@@ -357,6 +370,19 @@ fn summary(ran: &[Ran], tests_took: Duration, started: Instant, steps: &[(&str, 
     eprintln!("xtask: ################################################################");
 }
 
+/// The binaries `cargo test --no-run` lists (its `Executable ... (PATH)` lines, `listed`) that
+/// are not among `binaries`.
+fn not_run(binaries: &[TestBinary], listed: &str) -> Vec<String> {
+    listed
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("Executable "))
+        .filter_map(|l| {
+            let path = l.rsplit_once('(')?.1.strip_suffix(')')?;
+            (!binaries.iter().any(|b| b.exe.ends_with(path))).then(|| path.to_owned())
+        })
+        .collect()
+}
+
 /// The test binaries in `cargo test --no-run --message-format=json`'s messages.
 fn executables(json: &str) -> Vec<TestBinary> {
     let field = |line: &str, key: &str| -> Option<String> {
@@ -392,4 +418,40 @@ fn executables(json: &str) -> Vec<TestBinary> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{executables, not_run};
+
+    /// Two of cargo's messages as `cargo test --no-run --message-format=json` prints them (a
+    /// test binary, and a binary the tests run, built but no test), and its human listing.
+    const JSON: &str = concat!(
+        r#"{"reason":"compiler-artifact","package_id":"path+file:///w/latprof#0.1.0","manifest_path":"/w/latprof/Cargo.toml","target":{"kind":["test"],"crate_types":["bin"],"name":"docs","src_path":"/w/latprof/tests/docs.rs","edition":"2024","doc":false,"doctest":false,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":true},"features":[],"filenames":["/w/target/debug/deps/docs-0a1b"],"executable":"/w/target/debug/deps/docs-0a1b","fresh":true}"#,
+        "\n",
+        r#"{"reason":"compiler-artifact","package_id":"path+file:///w/latprof#0.1.0","manifest_path":"/w/latprof/Cargo.toml","target":{"kind":["bin"],"crate_types":["bin"],"name":"latprof","src_path":"/w/latprof/src/main.rs","edition":"2024","doc":true,"doctest":false,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":false},"features":[],"filenames":["/w/target/debug/latprof"],"executable":"/w/target/debug/latprof","fresh":true}"#,
+        "\n"
+    );
+
+    #[test]
+    fn test_binaries_are_read_from_cargos_messages() {
+        let found = executables(JSON);
+        assert_eq!(found.len(), 1, "only the one built as a test");
+        assert_eq!(found[0].name, "latprof test docs");
+        assert_eq!(found[0].exe, "/w/target/debug/deps/docs-0a1b");
+    }
+
+    #[test]
+    fn a_binary_cargo_lists_and_the_suite_misses_is_named() {
+        let found = executables(JSON);
+        let listed = "   Compiling x\n  Executable tests/docs.rs (target/debug/deps/docs-0a1b)\n  Executable tests/new.rs (target/debug/deps/new-9f9f)\n";
+        assert_eq!(not_run(&found, listed), ["target/debug/deps/new-9f9f"]);
+        assert_eq!(
+            not_run(
+                &found,
+                "  Executable tests/docs.rs (target/debug/deps/docs-0a1b)\n"
+            ),
+            Vec::<String>::new()
+        );
+    }
 }
