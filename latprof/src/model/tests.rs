@@ -295,12 +295,14 @@ fn missing_stacks_stay_visible() {
 }
 
 /// A recording's reader charges `store::reader::CAUSE_BYTES` for each cause a view of it will
-/// hold (it knows nothing of the views): at least what one takes.
+/// hold (it knows nothing of the views): exactly what one takes, as when it took the size of
+/// the type (a larger number refuses recordings the views would hold; a smaller one lets
+/// through what they would not).
 #[test]
-fn a_cause_fits_what_the_recordings_reader_charges_for_it() {
-    let size = size_of::<super::Cause>() as u64;
-    assert!(
-        size <= crate::store::reader::CAUSE_BYTES,
-        "model::Cause takes {size} bytes: raise CAUSE_BYTES"
+fn a_cause_is_what_the_recordings_reader_charges_for_it() {
+    assert_eq!(
+        size_of::<super::Cause>() as u64,
+        crate::store::reader::CAUSE_BYTES,
+        "model::Cause's size changed: CAUSE_BYTES must follow"
     );
 }

@@ -22,11 +22,10 @@ pub const MEMORY_PER_BYTE: u64 = 32;
 /// of them read and checksummed (quadratic in its size).
 pub const SCAN_FLOOR: u64 = 256 << 20;
 pub const SCAN_PER_BYTE: u64 = 16;
-/// Bytes of one cause of a view, beside its names (`model::Cause`: its backtrace, its user
-/// frames and three numbers, 80 bytes on 64-bit targets; the model's tests check it fits).
-/// A number here rather than the type: a recording is read below the views, which it does not
-/// know.
-pub const CAUSE_BYTES: u64 = 96;
+/// Bytes of one cause of a view, beside its names: `size_of::<model::Cause>()` on 64-bit
+/// targets (its backtrace, its user frames and three numbers), which the model's tests check
+/// equal. A number here rather than the type: a recording is read below the views.
+pub const CAUSE_BYTES: u64 = 72;
 /// The views of a snapshot hold the names of its causes about this many times over while it
 /// is shown: the causes, then the text made of them (OpenMetrics writes each cause's frames in
 /// three families, and holds the labels and the whole text: measured, 5.5 times the names).
