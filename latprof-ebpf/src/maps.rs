@@ -80,6 +80,9 @@ pub(crate) struct UnwindWalk {
     /// The link register at the syscall (arm64; 0 elsewhere): the first step's return
     /// address where its rule says it is still there.
     pub(crate) lr: u64,
+    /// 1 where `sp` is the frame's stack pointer; 0 after an arm64 frame-pointer step, which
+    /// leaves it unknown (see `unwind::step`).
+    pub(crate) sp_known: u64,
     pub(crate) win_sp: u64,
     pub(crate) stepped: u64,
     /// Scratch: the index of the range a step's address lies in (`unwind::rule`).

@@ -31,7 +31,7 @@ use latprof_common::{
 
 use crate::{
     maps::{UNWIND_PROCS, UNWIND_ROWS, UNWIND_WALK, USER_BUF, UnwindWalk},
-    settings::{UNWIND_ON, USER_PAC_MASK, USER_WALK_FRAMES},
+    settings::{PT_REGS_LR_OFF, UNWIND_ON, USER_PAC_MASK, USER_WALK_FRAMES},
 };
 
 /// Per CPU: the rule each of the last searches found (`rule`), in a slot of its row and
@@ -107,6 +107,7 @@ pub(crate) fn table_walk(
         regs.sp = sp;
         regs.bp = bp;
         regs.lr = lr;
+        regs.sp_known = 1;
         regs.win_sp = sp;
         regs.stepped = 1;
         regs.range = 0;
@@ -238,19 +239,31 @@ extern "C" fn step(i: u64, _ctx: *mut c_void) -> i64 {
             return 1;
         };
         regs.top = fp + 16;
+        // The caller's stack pointer: right above the frame on x86-64, whose call pushed the
+        // return address and whose prologue pushed rbp next to it. arm64's functions save their
+        // other registers above the frame record (x19-x28), so there it is not known: a table
+        // step after this one finds its CFA from the frame record instead.
+        regs.sp_known = u64::from(PT_REGS_LR_OFF.load() == 0);
         // A backward or null pointer ends the walk at the next step (its checks above), not
         // here: the frame it leads to may be in a file with a table, which needs no frame
         // pointer (a callback from code that reuses the register).
         (ret, fp + 16, next)
     } else {
         let offset = u64::from(rule & (UNWIND_CFA_FP - 1));
-        let base = if rule & UNWIND_CFA_FP != 0 {
-            regs.bp
-        } else {
-            regs.sp
-        };
-        let cfa = base.wrapping_add(offset);
         let (ra, saved) = unwind_places(rule);
+        let cfa = if rule & UNWIND_CFA_FP != 0 {
+            regs.bp.wrapping_add(offset)
+        } else if regs.sp_known != 0 {
+            regs.sp.wrapping_add(offset)
+        } else if saved != 0 {
+            // After an arm64 frame-pointer step the stack pointer is not known, but x29 points
+            // at this function's frame record, where it saved its caller's x29: `saved` below
+            // the CFA.
+            regs.bp.wrapping_add(saved)
+        } else {
+            return 1;
+        };
+        regs.sp_known = 1;
         // The caller's frame lies above this one; at the same place only where this frame
         // has nothing on the stack yet (arm64: the return address still in the link register).
         if cfa < regs.sp || (cfa == regs.sp && ra.is_some()) || cfa >= USER_TOP {

@@ -72,6 +72,9 @@ fn pages() -> Vec<PathBuf> {
 fn examples_of(page: &Path, text: &str) -> Vec<Example> {
     let mut out: Vec<Example> = Vec::new();
     let (mut fenced, mut block) = (false, None);
+    // Whether the block's lines so far follow one of its commands (lines before its first
+    // command are no one's output).
+    let mut filling = false;
     for (n, line) in text.lines().enumerate() {
         if let Some(info) = line.trim_start().strip_prefix("```") {
             block = if fenced {
@@ -85,12 +88,14 @@ fn examples_of(page: &Path, text: &str) -> Vec<Example> {
                 }
             };
             fenced = !fenced;
+            filling = false;
             continue;
         }
         let Some(kind) = block else {
             continue;
         };
         if let Some(command) = line.strip_prefix("$ ") {
+            filling = true;
             out.push(Example {
                 page: page.strip_prefix(root()).unwrap_or(page).to_path_buf(),
                 line: n + 1,
@@ -98,7 +103,7 @@ fn examples_of(page: &Path, text: &str) -> Vec<Example> {
                 command: command.to_owned(),
                 output: String::new(),
             });
-        } else if let Some(last) = out.last_mut() {
+        } else if filling && let Some(last) = out.last_mut() {
             last.output.push_str(line);
             last.output.push('\n');
         }

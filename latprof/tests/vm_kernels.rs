@@ -745,37 +745,59 @@ fn check_ustacks(out: &str, variant: &str) {
     }
 }
 
-/// tests/fixtures/ustacks/server.c built for arm64 as the guests run it: static (the guest has
-/// no C library), optimized, without frame pointers, with Debian's cross compiler.
-fn build_arm64_server(dir: &std::path::Path) -> std::path::PathBuf {
+/// tests/fixtures/ustacks/server.c built for arm64 as the guests run it, static (the guest has
+/// no C library), optimized, with Debian's cross compiler: `server` without frame pointers,
+/// `server-fp` with them and without unwind tables of its own (so the walk takes its frames by
+/// frame pointer, between the C library's, which have tables).
+fn build_arm64_servers(dir: &std::path::Path) -> [std::path::PathBuf; 2] {
     std::fs::create_dir_all(dir).expect("temp dir");
-    let out = dir.join("server");
-    let status = std::process::Command::new("aarch64-linux-gnu-gcc")
-        .args(["-static", "-O2", "-fomit-frame-pointer", "-o"])
-        .arg(&out)
-        .arg(common::ustacks::server_source())
-        .status()
-        .unwrap_or_else(|e| panic!("aarch64-linux-gnu-gcc did not run ({e}): `cargo xtask setup` installs gcc-aarch64-linux-gnu"));
-    assert!(status.success(), "aarch64-linux-gnu-gcc failed");
-    out
+    let build = |name: &str, flags: &[&str]| {
+        let out = dir.join(name);
+        let status = std::process::Command::new("aarch64-linux-gnu-gcc")
+            .args(["-static", "-O2"])
+            .args(flags)
+            .arg("-o")
+            .arg(&out)
+            .arg(common::ustacks::server_source())
+            .status()
+            .unwrap_or_else(|e| panic!("aarch64-linux-gnu-gcc did not run ({e}): `cargo xtask setup` installs gcc-aarch64-linux-gnu"));
+        assert!(
+            status.success(),
+            "aarch64-linux-gnu-gcc failed building {name}"
+        );
+        out
+    };
+    [
+        build("server", &["-fomit-frame-pointer"]),
+        build(
+            "server-fp",
+            &[
+                "-fno-omit-frame-pointer",
+                "-fno-optimize-sibling-calls",
+                "-fno-asynchronous-unwind-tables",
+                "-fno-unwind-tables",
+            ],
+        ),
+    ]
 }
 
-/// The C server (`check_kernel`'s arm64 guests): every pipe read of its main thread that
-/// slept is counted under its whole user backtrace, `read` (glibc's wrapper, a leaf whose
-/// caller is in the link register) then `wait_for_request`, `serve_requests`, `main`, and on
-/// to the C library's start (not `[truncated]`): unwound through the tables, since nothing in
-/// it keeps a frame record the frame-pointer walk could follow.
-fn check_c_server(out: &str) {
-    let stderr = section(out, "ustacks c stderr").join("\n");
-    assert_eq!(rc(out, "ustacks c"), "0 0", "{stderr}");
-    let own = section(out, "ustacks c workload").join(" ");
+/// A C server (`check_kernel`'s arm64 guests: `name` is `server` or `server-fp`): every pipe
+/// read of its main thread that slept is counted under its whole user backtrace, `read`
+/// (glibc's wrapper, a leaf whose caller is in the link register) then `wait_for_request`,
+/// `serve_requests`, `main`, and on to the C library's start (not `[truncated]`): through the
+/// tables alone (`server`), or by frame pointers between the C library's tables
+/// (`server-fp`, whose walk goes from a frame-pointer step back to a table's rule).
+fn check_c_server(out: &str, name: &str) {
+    let stderr = section(out, &format!("ustacks {name} stderr")).join("\n");
+    assert_eq!(rc(out, &format!("ustacks {name}")), "0 0", "{stderr}");
+    let own = section(out, &format!("ustacks {name} workload")).join(" ");
     let waited = fact(&own, "waited");
     assert!(
         waited >= 150,
         "the server's reads slept only {waited} times: {own}"
     );
-    let json: Value = serde_json::from_str(&section(out, "ustacks c").join("\n"))
-        .unwrap_or_else(|e| panic!("ustacks c JSON: {e}\n{out}"));
+    let json: Value = serde_json::from_str(&section(out, &format!("ustacks {name}")).join("\n"))
+        .unwrap_or_else(|e| panic!("ustacks {name} JSON: {e}\n{out}"));
     let whole = common::ustacks::causes_where(&json, "pipe_read", |frames| {
         common::ustacks::has_server_chain(frames)
             && frames.last().map(String::as_str) != Some(latprof::ustacks::TRUNCATED)
@@ -792,7 +814,7 @@ fn check_c_server(out: &str) {
         .collect();
     assert_eq!(
         counted, waited,
-        "the server's slept reads under their whole backtrace ({own}):\n{all:#?}\n{stderr}"
+        "{name}: the server's slept reads under their whole backtrace ({own}):\n{all:#?}\n{stderr}"
     );
 }
 
@@ -864,11 +886,11 @@ fn check_kernel(kernel: &str, release: &str, variant: &str, cached: bool, kfuncs
         "latprof-vm-kernels-{}-{kernel}",
         std::process::id()
     ));
-    let server = kernel
+    let servers = kernel
         .starts_with("arm64-")
-        .then(|| build_arm64_server(&dir));
+        .then(|| build_arm64_servers(&dir));
     let mut vm_args = vec!["--kernel", kernel, "--smp", "2"];
-    if let Some(server) = &server {
+    for server in servers.iter().flatten() {
         vm_args.extend(["--file", server.to_str().expect("a UTF-8 temp path")]);
     }
     let booted = boot(SCRIPT, "sh /work/kernels.sh", &vm_args);
@@ -887,8 +909,9 @@ fn check_kernel(kernel: &str, release: &str, variant: &str, cached: bool, kfuncs
     check_spikes(&out);
     check_cgroups(&out);
     check_ustacks(&out, variant);
-    if server.is_some() {
-        check_c_server(&out);
+    if servers.is_some() {
+        check_c_server(&out, "server");
+        check_c_server(&out, "server-fp");
     }
     let ns = check_counters(&out, variant, cached, kfuncs);
     eprintln!("{kernel}: latprof's BPF programs {ns:.0} ns per run on the ping-pong");

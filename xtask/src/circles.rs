@@ -48,7 +48,7 @@ pub fn check(root: &Path, src: &str) -> Result<Vec<String>> {
             for file in files {
                 let text = std::fs::read_to_string(file)
                     .with_context(|| format!("reading {}", file.display()))?;
-                let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+                let text = super::house::without_tests(&text);
                 // How a file names its folder's modules: `super::` from a file beside them,
                 // one `super::` more per folder below, and `crate::` with the folder's path.
                 let below = file

@@ -221,7 +221,7 @@ fn floors(
         for file in files.iter().filter(|f| !f.ends_with("tests.rs")) {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("reading {}", file.display()))?;
-            let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+            let text = without_tests(&text);
             let used: BTreeSet<String> = imports(text);
             for to in used
                 .iter()
@@ -240,6 +240,22 @@ fn floors(
         }
     }
     Ok(wrong)
+}
+
+/// A source file's text up to its test module (`#[cfg(test)]` then `mod`, at the margin): a
+/// `#[cfg(test)]` on anything else (an item, a line inside a macro) is the file's code.
+pub fn without_tests(text: &str) -> &str {
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        if line.starts_with("#[cfg(test)]") {
+            let rest = text[at + line.len()..].trim_start();
+            if rest.starts_with("mod ") || rest.starts_with("pub mod ") {
+                return &text[..at];
+            }
+        }
+        at += line.len();
+    }
+    text
 }
 
 /// The modules `text` names through `crate::`.
@@ -355,6 +371,16 @@ mod tests {
     fn code_lines_leave_out_comments_blanks_and_tests() {
         let text = "//! doc\nuse x;\n\n// note\nfn f() {}\n#[cfg(test)]\nmod tests {\n    fn t() {}\n}\nfn g() {}\n";
         assert_eq!(super::code_lines(text), 3);
+    }
+
+    #[test]
+    fn only_the_test_module_is_left_out() {
+        let text = "use a;\n#[cfg(test)]\nconst X: u8 = 1;\nuse crate::b;\n#[cfg(test)]\nmod tests {\n use crate::c;\n}\n";
+        let code = super::without_tests(text);
+        assert!(
+            code.contains("crate::b") && !code.contains("crate::c"),
+            "{code}"
+        );
     }
 
     #[test]

@@ -11,9 +11,15 @@ use latprof_common::Counter;
 use crate::collect::Snapshot;
 
 /// The line for an empty latencytop table (`text`, as printed) of a run that left out
-/// interruptible sleeps (`all_sleeps` false), or `None` where the table holds a cause.
+/// interruptible sleeps over `cutoff` (`all_sleeps` false), or `None` where the table holds a
+/// cause.
 #[must_use]
-pub fn hint(text: &[u8], snap: &Snapshot, all_sleeps: bool) -> Option<String> {
+pub fn hint(
+    text: &[u8],
+    snap: &Snapshot,
+    all_sleeps: bool,
+    cutoff: std::time::Duration,
+) -> Option<String> {
     let empty = text
         .split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
@@ -26,7 +32,8 @@ pub fn hint(text: &[u8], snap: &Snapshot, all_sleeps: bool) -> Option<String> {
     let (over, kthreads) = (c.get(Counter::SkippedCutoff), c.get(Counter::KthreadSleeps));
     let what = match (all_sleeps, over) {
         (false, n) if n > 0 => format!(
-            "nothing counted outside kernel threads: {n} interruptible sleeps over the cutoff (5 ms, `--inter-cutoff`) were left out, as latencytop leaves them. `--all-sleeps` counts every sleep; `latprof top` shows them as they happen."
+            "nothing counted outside kernel threads: {n} interruptible sleeps over the {} cutoff (`--inter-cutoff`) were left out, as latencytop leaves them. `--all-sleeps` counts every sleep; `latprof top` shows them as they happen.",
+            crate::time::fmt_ns(u64::try_from(cutoff.as_nanos()).unwrap_or(u64::MAX))
         ),
         _ if kthreads > 0 => format!(
             "nothing counted outside kernel threads ({kthreads} of their sleeps stay out of the table, as in latencytop). `--pid PID` counts one process's; `latprof top` shows every process as it happens."
@@ -51,22 +58,24 @@ mod tests {
     use super::hint;
     use crate::collect::Snapshot;
 
+    const FIVE: std::time::Duration = std::time::Duration::from_millis(5);
+
     #[test]
     fn only_an_empty_table_gets_a_line_and_it_names_why() {
         let mut snap = Snapshot::default();
         let header = b"Latency Top version : v0.1\n";
         let full = b"Latency Top version : v0.1\n1 2 2 pipe_read vfs_read\n";
-        assert_eq!(hint(full, &snap, false), None);
-        assert!(hint(header, &snap, false).is_some_and(|l| l.contains("no task slept")));
+        assert_eq!(hint(full, &snap, false, FIVE), None);
+        assert!(hint(header, &snap, false, FIVE).is_some_and(|l| l.contains("no task slept")));
         snap.counters.0[Counter::SkippedCutoff as usize] = 7;
-        let line = hint(header, &snap, false).expect("a line");
+        let line = hint(header, &snap, false, FIVE).expect("a line");
         assert!(
             line.contains("7 interruptible sleeps") && line.contains("--all-sleeps"),
             "{line}"
         );
         // With every sleep counted, the cutoff is not why.
         assert!(
-            !hint(header, &snap, true)
+            !hint(header, &snap, true, FIVE)
                 .expect("a line")
                 .contains("--all-sleeps")
         );

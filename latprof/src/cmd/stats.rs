@@ -107,7 +107,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let hint =
         (args.format == export::Format::Text && !args.counters && args.by == export::By::Cause)
-            .then(|| super::first_run::hint(&text, &snap, cli.all_sleeps))
+            .then(|| super::first_run::hint(&text, &snap, cli.all_sleeps, cli.inter_cutoff))
             .flatten();
     out.write_all(&text)
         .and_then(|()| super::first_run::say(&mut out, hint))

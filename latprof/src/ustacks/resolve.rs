@@ -405,7 +405,10 @@ impl Resolver {
                 );
                 match first {
                     Ok(Symbolized::Sym(sym)) => Some((with_line(&sym), entry_line(&sym))),
-                    Err(()) if module.dwarf => match named(false, Input::FileOffset(offset)) {
+                    Err(()) if module.dwarf => match past_mapping_symbols(
+                        named(false, Input::FileOffset(offset)).map_err(|_| ()),
+                        |at| named(false, Input::VirtOffset(at)).map_err(|_| ()),
+                    ) {
                         Ok(Symbolized::Sym(sym)) => Some((with_line(&sym), 0)),
                         _ => None,
                     },

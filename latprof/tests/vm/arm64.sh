@@ -48,6 +48,7 @@ command -v cpio >/dev/null || need+=(cpio)
 command -v mke2fs >/dev/null || need+=(e2fsprogs)
 command -v depmod >/dev/null || need+=(kmod)
 command -v xz >/dev/null || need+=(xz-utils)
+command -v file >/dev/null || need+=(file)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
@@ -83,7 +84,7 @@ fetch() {
     order=()
     add() {
       local path deps d
-      path=$(awk -F: -v m="$1" '$1 ~ ("(^|/)" m "\\.ko(\\.(xz|zst|gz))?$") { print $1; exit }' \
+      path=$(awk -F: -v m="$1" '$1 ~ ("(^|/)" m "\\.ko(\\.xz)?$") { print $1; exit }' \
         "$mods/lib/modules/$abi/modules.dep")
       if [ -z "$path" ]; then
         # Built into the kernel (Debian 13's virtio_mmio): nothing to load.
@@ -116,7 +117,7 @@ work=$(mktemp -d /tmp/latprof-vm.XXXXXX); trap 'rm -rf "$work"' EXIT
 root=$work/root; mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,mnt,work,etc,boot,lib/modules}
 cp "$cache/busybox" "$root/bin/busybox"
 for b in "${bins[@]}"; do
-  file -L "$b" | grep -q 'ARM aarch64.*statically linked' \
+  file -L "$b" | grep -Eq 'ARM aarch64.*(statically|static-pie) linked' \
     || { echo "arm64.sh: $b is not a static arm64 executable: $(file -L "$b")" >&2; exit 2; }
   cp "$b" "$root/bin/"
 done

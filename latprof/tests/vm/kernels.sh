@@ -260,29 +260,33 @@ echo "=== ustacks"; cat /tmp/s.us
 echo "=== ustacks stderr"; cat /tmp/e.us
 echo "=== ustacks workload"; cat /tmp/w.us
 
-if [ -x /work/server ]; then
-    step "ustacks c"
-    # 5a''. A C server built without frame pointers (tests/fixtures/ustacks/server.c, static,
-    #       where the test copies one in: the arm64 guests'): each of its pipe reads that slept
-    #       under main -> serve_requests -> wait_for_request -> read, through the unwind
-    #       tables from the syscall wrapper (a leaf: its caller in the link register) out.
-    mkfifo /tmp/go.uc
-    /work/server 200 2000 wait < /tmp/go.uc > /tmp/w.uc &
+for S in server server-fp; do
+    [ -x /work/$S ] || continue
+    step "ustacks $S"
+    # 5a''. A C server (tests/fixtures/ustacks/server.c, static, where the test copies it in:
+    #       the arm64 guests'), its pipe reads under main -> serve_requests ->
+    #       wait_for_request -> read: `server` built without frame pointers (unwound through
+    #       the tables from the syscall wrapper, a leaf whose caller is in the link register,
+    #       out), `server-fp` with frame pointers and no unwind tables of its own (its frames
+    #       walked by frame pointer between the C library's, which have tables).
+    mkfifo /tmp/go.$S
+    /work/$S 200 2000 wait < /tmp/go.$S > /tmp/w.$S &
     W=$!
-    exec 4> /tmp/go.uc
-    latprof --user-stacks --all-sleeps stats --pid $W --format json --duration 900s > /tmp/s.uc 2> /tmp/e.uc &
+    exec 4> /tmp/go.$S
+    latprof --user-stacks --all-sleeps stats --pid $W --format json --duration 900s > /tmp/s.$S 2> /tmp/e.$S &
     LP=$!
-    attached /tmp/e.uc $LP
+    attached /tmp/e.$S $LP
     echo go >&4
     exec 4>&-
     wait $W; WRC=$?
     kill -INT $LP
     wait $LP; RC=$?
-    echo "=== ustacks c rc"; echo $RC $WRC
-    echo "=== ustacks c"; cat /tmp/s.uc
-    echo "=== ustacks c stderr"; cat /tmp/e.uc
-    echo "=== ustacks c workload"; cat /tmp/w.uc
-fi
+    echo "=== ustacks $S rc"; echo $RC $WRC
+    echo "=== ustacks $S"; cat /tmp/s.$S
+    echo "=== ustacks $S stderr"; cat /tmp/e.$S
+    echo "=== ustacks $S workload"; cat /tmp/w.$S
+done
+
 
 step "ustacks record"
 # 5a'. The same user walk in record's programs (top's and serve's: histograms, run-queue
