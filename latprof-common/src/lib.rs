@@ -9,6 +9,7 @@
 
 mod chains;
 mod counters;
+mod defects;
 mod events;
 mod kfuncs;
 mod records;
@@ -19,6 +20,7 @@ mod wakers;
 
 pub use chains::*;
 pub use counters::*;
+pub use defects::*;
 pub use events::*;
 pub use kfuncs::*;
 pub use records::*;

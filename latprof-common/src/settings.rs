@@ -152,9 +152,11 @@ macro_rules! debug_settings {
             /// tracing does (the tests' way to check recovery), each logged as a gap unless the top bit
             /// is set (the tests' way to check that check); 0: dead code the verifier removes.
             DEBUG_HIDE_WAKEUPS: u32 = 0,
-            /// N > 0: about one counted sleep in N vanishes, counted nowhere (a defect injected on
-            /// purpose: the suite's exact counts must catch it); 0: dead code the verifier removes.
-            DEBUG_DROP_SLEEPS: u32 = 0,
+            /// A defect injected on purpose (`DEFECT_*`, `--debug-defect`): the suite's checks must
+            /// catch it; `DEFECT_NONE`: every defect's branch is dead code the verifier removes.
+            DEBUG_DEFECT: u32 = $crate::DEFECT_NONE,
+            /// The defect's N: about one event in N of its kind is made wrong.
+            DEBUG_DEFECT_ONE_IN: u32 = 0,
             /// 1: count (and log) consistency anomalies; 0: the checks are dead code the verifier removes.
             DEBUG_CHECKS: u32 = 0,
             /// The benchmark's breakdown: each `SKIP_*` bit set leaves one part of the hot programs'

@@ -13,6 +13,7 @@ use latprof_common::{
 };
 
 use crate::{
+    defects,
     maps::{CGROUP_LATENCY, GLOBAL_LATENCY, HISTOGRAMS, MERGED, count},
     settings::{
         CGROUPS_ON, HISTOGRAMS_ON, MODE, SKIP_KTHREADS, TASK_MM_OFF, read_btf_field, read_field,
@@ -96,7 +97,7 @@ pub(crate) fn account<const CAS: bool>(
     if skipped(SKIP_ACCOUNT) {
         return;
     }
-    let cgroup = entry.cgroup;
+    let cgroup = defects::cgroup(entry.cgroup);
     // The histograms count what the global table counts (kernel threads' sleeps left out
     // alike), so that a histogram's count is its cause's count (`latprof serve`'s
     // `_count` and `latprof_sleeps_total`, `top`'s rows).

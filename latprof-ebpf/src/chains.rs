@@ -14,6 +14,7 @@ use latprof_common::{
 };
 
 use crate::{
+    defects,
     maps::{CHAINS, count},
     shared, task_table,
 };
@@ -116,7 +117,7 @@ pub(crate) fn add(entry: &TaskState, cause: u64, delta: u64) {
     let key = ChainKey {
         cause,
         waker_cause: if link == CHAIN_SLEPT {
-            entry.chain_cause
+            defects::chain_link(entry, entry.chain_cause)
         } else {
             0
         },

@@ -12,13 +12,14 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use latprof_common::{
-    CgroupCause, Counter, ExitedTask, HIDDEN_SLEEP_LOST, MODE_LAZY, SLEEP_NONE, TASK_FLAG_EXITING,
-    TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState,
+    CgroupCause, Counter, DEFECT_MERGE_TWICE, ExitedTask, HIDDEN_SLEEP_LOST, MODE_LAZY, SLEEP_NONE,
+    TASK_FLAG_EXITING, TASK_FLAG_KTHREAD, TASK_RECORDS, TaskState,
 };
 
 use crate::{
     account::{cgroup_add, merged_add},
     debug::anomaly,
+    defects,
     maps::{EXITED, count, ids, log_hidden},
     recover::recover,
     settings::{
@@ -164,19 +165,27 @@ fn retire<C: EbpfContext, const CAS: bool>(ctx: &C, tid: u32, entry: &mut TaskSt
                 continue;
             }
             let rec = &entry.records[i];
-            if lazy {
-                merged_add::<CAS>(rec.stack_id, rec.count, rec.total_ns, rec.max_ns);
-            }
-            if cgroups {
-                cgroup_add(
-                    &CgroupCause {
-                        cgroup: rec.cgroup,
-                        stack_id: rec.stack_id,
-                    },
-                    rec.count,
-                    rec.total_ns,
-                    rec.max_ns,
-                );
+            // `--debug-defect merge-twice`: the record merged a second time.
+            let times = if defects::hit(DEFECT_MERGE_TWICE) {
+                2
+            } else {
+                1
+            };
+            for _ in 0..times {
+                if lazy {
+                    merged_add::<CAS>(rec.stack_id, rec.count, rec.total_ns, rec.max_ns);
+                }
+                if cgroups {
+                    cgroup_add(
+                        &CgroupCause {
+                            cgroup: rec.cgroup,
+                            stack_id: rec.stack_id,
+                        },
+                        rec.count,
+                        rec.total_ns,
+                        rec.max_ns,
+                    );
+                }
             }
         }
         shared::write();

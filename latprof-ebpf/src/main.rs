@@ -68,6 +68,8 @@
 //!   plain loads of kernel memory), by markers user space rewrites.
 //! * [`unwind`]: user frames without frame pointers stepped through by unwind tables.
 //! * [`task_table`]: where each task's entry lives: a slot indexed by tid, or the hash.
+//!   [`defects`]: `--debug-defect`, wrong answers made on purpose for the tests' mutants,
+//!   absent from the programs without the flag.
 //! * [`debug`]: `--debug-checks`, counted and logged anomalies, absent from the programs
 //!   without the flag.
 //! * [`stacks`] (walk and store kernel backtraces), [`stack_cache`] (backtraces without a
@@ -111,6 +113,7 @@
 mod account;
 mod chains;
 mod debug;
+mod defects;
 mod exit;
 mod floor;
 mod kfuncs;

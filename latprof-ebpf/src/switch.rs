@@ -21,6 +21,7 @@ use crate::{
     account::{account, runq_in_global},
     chains,
     debug::anomaly,
+    defects,
     exit::switched_out_dead,
     maps::{
         CGROUP_FILTER, COUNTERS, HIDING_SEEN, LAST_SWITCH, SCRATCH, count, ids, log_hidden,
@@ -216,7 +217,13 @@ fn runq_end<C: EbpfContext, const CAS: bool, const BTF: bool>(
             if CHAINS_ON.load() == 1 {
                 chains::got_cpu(entry, delta);
             }
-            if delta >= MIN_SLEEP_NS.load() {
+            if delta >= MIN_SLEEP_NS.load()
+                && let Some(cause) = defects::runq_as_sleep()
+            {
+                // `--debug-defect runq-as-sleep`: the wait counted as a sleep.
+                account::<CAS>(entry, cause, delta, runq_in_global(entry));
+                count(Counter::Counted);
+            } else if delta >= MIN_SLEEP_NS.load() {
                 account::<CAS>(entry, RUNQ_STACK, delta, runq_in_global(entry));
                 count(Counter::RunqCounted);
                 spike::<CAS>(

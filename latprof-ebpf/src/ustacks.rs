@@ -14,11 +14,12 @@ use aya_ebpf::{
     helpers::{bpf_probe_read_user, bpf_probe_read_user_buf},
 };
 use latprof_common::{
-    CauseParts, Counter, NO_USER, TaskState, USER_FRAMES, USER_WINDOW, UserSeen, combine,
-    layout_key, user_stack_hash,
+    CauseParts, Counter, DEFECT_USER_FRAME, NO_USER, TaskState, USER_FRAMES, USER_WINDOW, UserSeen,
+    combine, layout_key, user_stack_hash,
 };
 
 use crate::{
+    defects,
     kfuncs::read_kernel,
     maps::{CAUSE_PARTS, USER_BUF, USER_SEEN, USER_STACKS, count},
     settings::{
@@ -140,6 +141,10 @@ pub(crate) fn take<const CAS: bool>(
     if layout == 0 {
         count(Counter::UserStackEmpty);
         return NO_USER;
+    }
+    if nr > 2 && defects::hit(DEFECT_USER_FRAME) {
+        // `--debug-defect user-frame`: a frame and its neighbour swapped.
+        buf.frames.swap(1, 2);
     }
     let id = user_stack_hash(layout, &buf.frames, nr);
     // The last sleep's: stored then (entries are never removed).

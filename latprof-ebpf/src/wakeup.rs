@@ -9,19 +9,20 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use latprof_common::{
-    Counter, DEFERRED_STACK, HIDDEN_GAP_DEBUG, NO_STACK, SKIP_STACK, SLEEP_NONE, SleepVerdict,
-    TaskState, WAKER_TASK, sleep_verdict, stack_for_state,
+    Counter, DEFECT_DROP_SLEEP, DEFERRED_STACK, HIDDEN_GAP_DEBUG, NO_STACK, SKIP_STACK, SLEEP_NONE,
+    SleepVerdict, TaskState, WAKER_TASK, sleep_verdict, stack_for_state,
 };
 
 use crate::{
     account::{account, has_mm_btf, sleep_in_global, sleep_in_global_with},
     chains,
     debug::anomaly,
+    defects,
     maps::{count, ids, log_hidden, short_sleep},
     settings::{
-        CHAINS_ON, DEBUG_CHECKS, DEBUG_DROP_SLEEPS, DEBUG_HIDE_WAKEUPS, FILTER_TGID,
-        INTER_CUTOFF_NS, MIN_SLEEP_NS, RUNQ, SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF,
-        USER_STACKS_ON, WAKERS_ON, read_btf_field, read_field, skipped,
+        CHAINS_ON, DEBUG_CHECKS, DEBUG_HIDE_WAKEUPS, FILTER_TGID, INTER_CUTOFF_NS, MIN_SLEEP_NS,
+        RUNQ, SELF_TGID, TASK_PID_OFF, TASK_TGID_OFF, USER_STACKS_ON, WAKERS_ON, read_btf_field,
+        read_field, skipped,
     },
     spikes::spike,
     stack_cache::sleeping_stack,
@@ -199,9 +200,10 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
                 chains::ended(entry, 0, now, waker);
             }
         }
-        // `--debug-drop-sleeps`: lost without a trace.
-        SleepVerdict::Count if dropped_on_purpose() => {}
+        // `--debug-defect drop-sleep`: lost without a trace.
+        SleepVerdict::Count if defects::hit(DEFECT_DROP_SLEEP) => {}
         SleepVerdict::Count => {
+            let delta = defects::duration(delta);
             let stack = if skipped(SKIP_STACK) {
                 NO_STACK
             } else if entry.sleep_stack == DEFERRED_STACK {
@@ -237,7 +239,8 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
             } else {
                 stack
             };
-            let cause = stack_for_state(stack, kind);
+            let cause = defects::cause(stack_for_state(stack, kind));
+            defects::waker(entry, tid);
             account::<CAS>(entry, cause, delta, in_global);
             if WAKERS_ON.load() == 1 {
                 // A call the verifier drops without --wakers.
@@ -253,11 +256,4 @@ fn end_sleep<C: EbpfContext, const CAS: bool, const BT: u8>(
             spike::<CAS>(tid, entry, stack, delta, kind, now, waker);
         }
     }
-}
-
-/// `--debug-drop-sleeps N`: whether this counted sleep is one of the about one in N that vanish.
-#[inline(always)]
-fn dropped_on_purpose() -> bool {
-    let one_in = DEBUG_DROP_SLEEPS.load();
-    one_in != 0 && unsafe { bpf_get_prandom_u32() } % one_in == 0
 }

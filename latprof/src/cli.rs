@@ -3,6 +3,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+use latprof_common::{DEFECTS, Defect, defect_named};
 
 use crate::{
     export::{By, Format},
@@ -177,11 +178,12 @@ pub struct Cli {
     /// lost and recovered sleeps against gaps finds them unexplained (tests that check).
     #[arg(long, global = true, hide = true)]
     pub debug_hide_unlogged: bool,
-    /// Let about one counted sleep in N vanish, counted nowhere: a defect injected on purpose
-    /// (the tests' exact counts must fail on it).
-    #[arg(long, global = true, hide = true, default_value_t = 0,
-          value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
-    pub debug_drop_sleeps: u32,
+    /// Inject a defect on purpose, one wrong answer of a kind (`cargo xtask mutants --list`
+    /// names them): the tests that must catch it are listed in latprof/tests/must_fail. The
+    /// environment's LATPROF_TEST_DEFECT sets it in every latprof a test runs.
+    #[arg(long, global = true, hide = true, env = "LATPROF_TEST_DEFECT",
+          value_parser = parse_defect, value_name = "NAME")]
+    pub debug_defect: Option<Defect>,
     /// Take SIZE as the memory available instead of /proc/meminfo's MemAvailable (tests the
     /// refusal of table sizes the machine cannot hold).
     #[arg(long, global = true, hide = true, value_parser = parse_size, value_name = "SIZE")]
@@ -404,6 +406,14 @@ pub struct DumpArgs {
     pub info: bool,
 }
 
+/// A defect by its name (`--debug-defect`).
+fn parse_defect(name: &str) -> Result<Defect, String> {
+    defect_named(name).ok_or_else(|| {
+        let names: Vec<&str> = DEFECTS.iter().map(|d| d.name).collect();
+        format!("no defect {name:?}: one of {}", names.join(", "))
+    })
+}
+
 /// `100M`, `2G`, `512K`, `4096` (bytes).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
@@ -582,7 +592,7 @@ impl Cli {
                 refuse_kfuncs: self.debug_refuse_kfuncs,
                 hide_wakeups: self.debug_hide_wakeups,
                 hide_unlogged: self.debug_hide_unlogged,
-                drop_sleeps: self.debug_drop_sleeps,
+                defect: self.debug_defect,
                 state_from_task: self.debug_state_from_task,
                 no_unwind_tables: self.debug_no_unwind_tables,
                 min_sleep: self.debug_min_sleep,

@@ -1,9 +1,9 @@
-//! The count tests can fail. A defect injected on purpose (`--debug-drop-sleeps 20`: about one
-//! counted sleep in 20 vanishes in the eBPF program, counted nowhere, reported nowhere) makes
+//! The count tests can fail. A defect injected on purpose (`--debug-defect drop-sleep`: about
+//! one counted sleep in 4 vanishes in the eBPF program, counted nowhere, reported nowhere) makes
 //! the judgment every count test uses (`common::exact_count`) fail on a workload's own sleeps,
-//! where the same run without it passes. The whole suite runs with the defect when
-//! `LATPROF_TEST_DROP_SLEEPS=20` is set (`common::start` adds the flag): its count tests then
-//! fail, this one's clean half included.
+//! where the same run without it passes. `cargo xtask mutants` runs the whole suite with each
+//! defect (`LATPROF_TEST_DEFECT`, which every latprof takes from the environment) and checks
+//! which tests fail against `must_fail`; this one's clean half fails under drop-sleep too.
 //!
 //! Needs root (`cargo xtask test`).
 use std::process::Command;
@@ -30,9 +30,9 @@ fn a_sleep_lost_in_twenty_fails_the_count() {
     if let Err(why) = judged(&[]) {
         panic!("without the defect: {why}");
     }
-    // About 20 of 400 gone (none at all: a chance of one in 10^9).
+    // About 100 of 400 gone (none at all: a chance of one in 10^49).
     assert!(
-        judged(&["--debug-drop-sleeps", "20"]).is_err(),
-        "with one sleep in 20 dropped, the count passed as exact"
+        judged(&["--debug-defect", "drop-sleep"]).is_err(),
+        "with one sleep in 4 dropped, the count passed as exact"
     );
 }

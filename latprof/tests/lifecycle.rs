@@ -82,7 +82,6 @@ fn stats_cli_stops_cleanly_on(signal: i32) {
 fn stats_cli_attempt(signal: i32) {
     let mut work = Workload::spawn(&["sleep", "--count", "50", "--interval", "2ms"]);
     let before = latprof_program_ids();
-    // `start` adds the defect under LATPROF_TEST_DROP_SLEEPS, as to every latprof it runs.
     let (stats, mut stderr) = common::start(
         Command::new(LATPROF)
             .args([

@@ -155,11 +155,8 @@ fn top_rows_match_a_workloads_own_numbers() {
         .args(["--pid", &pid])
         .stdout(Stdio::piped());
     let (stats, stats_err) = common::start(&mut stats, "attached");
-    let drop_sleeps = std::env::var("LATPROF_TEST_DROP_SLEEPS")
-        .map(|n| format!(" --debug-drop-sleeps {n}"))
-        .unwrap_or_default();
     let tmux = Tmux::start(&format!(
-        "{LATPROF} top --all-sleeps --interval 300ms{drop_sleeps}; echo LATPROF-EXIT=$?; sleep 60"
+        "{LATPROF} top --all-sleeps --interval 300ms; echo LATPROF-EXIT=$?; sleep 60"
     ));
     tmux.wait_for(&["Global causes"]);
     work.go();

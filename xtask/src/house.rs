@@ -46,7 +46,7 @@ const EBPF: &[&[&str]] = &[
     &["settings"],
     &["maps"],
     &["shared", "unwind", "kfuncs"],
-    &["task_table"],
+    &["task_table", "defects"],
     &[
         "debug", "stacks", "ustacks", "spikes", "ticks", "rename", "chains",
     ],

@@ -1,6 +1,6 @@
-//! `cargo xtask setup | run [-- ARGS] | test | bench | notices | dist | deb | image | house`:
-//! latprof's developer commands, one file each (setup.rs, suite.rs, bench.rs, notices.rs,
-//! dist.rs, house.rs); here the command line, `run`, and the helpers they share.
+//! `cargo xtask setup | run [-- ARGS] | test | mutants | bench | notices | dist | deb | image |
+//! house`: latprof's developer commands, one file each (setup.rs, suite.rs, mutants.rs,
+//! bench.rs, notices.rs, dist.rs, house.rs); here the command line, `run`, and the helpers they share.
 //!
 //! Builds with the default stable toolchain (no dependency on aya), so it can install the pinned
 //! toolchains that latprof itself needs before anything else is compiled.
@@ -17,6 +17,7 @@ mod circles;
 mod dist;
 mod house;
 mod links;
+mod mutants;
 mod notices;
 mod setup;
 mod suite;
@@ -35,6 +36,7 @@ fn main() -> ExitCode {
         Some("setup") => setup(),
         Some("run") => run(&args[1..]),
         Some("test") => suite::test(&args[1..]),
+        Some("mutants") => mutants::mutants(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("notices") => setup_for_tests().and_then(|()| notices(true)),
         Some("dist") => dist::targets(&args[1..]).and_then(|t| dist::dist(&t)),
@@ -43,7 +45,7 @@ fn main() -> ExitCode {
         Some("house") => house::check(&root_dir()),
         _ => {
             eprintln!(
-                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | bench [-- BENCH ARGS] | notices | dist | deb | image [--target x86_64|aarch64] | house"
+                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | mutants [--list | --rotate | DEFECT...] | bench [-- BENCH ARGS] | notices | dist | deb | image [--target x86_64|aarch64] | house"
             );
             return ExitCode::from(2);
         }

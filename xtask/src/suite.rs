@@ -8,8 +8,9 @@
 use std::{
     env,
     ffi::OsString,
+    io::{BufRead as _, BufReader},
     path::PathBuf,
-    process::Command,
+    process::{Command, Stdio},
     thread,
     time::{Duration, Instant},
 };
@@ -30,32 +31,111 @@ use super::{
 const BESIDE: [(&str, &str); 1] = [("latprof test pulls", "latprof test vm_kernels")];
 
 /// A test binary cargo built: its name (package, kind, target), file and package directory.
-struct TestBinary {
-    name: String,
+pub(crate) struct TestBinary {
+    pub(crate) name: String,
     exe: String,
     dir: PathBuf,
 }
 
 /// How one test binary went: its name, how long it took, whether it passed, and what it ran
 /// beside.
-struct Ran {
-    name: String,
-    took: Duration,
-    ok: bool,
+pub(crate) struct Ran {
+    pub(crate) name: String,
+    pub(crate) took: Duration,
+    pub(crate) ok: bool,
     beside: Option<&'static str>,
+    /// What it printed on stdout (libtest's `test NAME ... ok` lines).
+    pub(crate) stdout: String,
+}
+
+/// What the tests need built, and how to run them: the test binaries, whether the VM checks
+/// are skipped, the file tests note retries in, and the time each step before took.
+pub(crate) struct Prepared {
+    pub(crate) binaries: Vec<TestBinary>,
+    pub(crate) skip_vm: bool,
+    pub(crate) retries: PathBuf,
+    steps: Vec<(&'static str, Duration)>,
 }
 
 /// `cargo xtask test`: formatting, then every test, the privileged ones included (as root, with
 /// sudo when not root), the latencytop truth check and the kernel checks in ../shared/vm.
 pub(crate) fn test(args: &[String]) -> Result<()> {
     let started = Instant::now();
+    let extra = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
+    let Prepared {
+        binaries,
+        skip_vm,
+        retries,
+        steps,
+    } = prepare()?;
+    let t0 = Instant::now();
+    let mut ran = run_binaries(&binaries, |test| {
+        test_command(test, &retries, skip_vm, extra)
+    });
+    // The examples in the documentation.
+    let t1 = Instant::now();
+    let ok = run_cmd(cargo().args(["test", "--doc"])).is_ok();
+    ran.push(Ran {
+        name: "doc tests".to_owned(),
+        took: t1.elapsed(),
+        ok,
+        beside: None,
+        stdout: String::new(),
+    });
+    summary(&ran, t0.elapsed(), started, &steps);
+    let retried = std::fs::read_to_string(&retries).unwrap_or_default();
+    let retried: Vec<&str> = retried
+        .lines()
+        .filter(|l| l.starts_with("RETRY:"))
+        .collect();
+    if retried.is_empty() {
+        eprintln!("xtask: no test needed a second attempt");
+    } else {
+        eprintln!(
+            "xtask: {} retries (each passed on its second attempt or failed):",
+            retried.len()
+        );
+        for line in &retried {
+            eprintln!("xtask:   {line}");
+        }
+    }
+    if skip_vm {
+        eprintln!(
+            "xtask: WARNING: the latencytop truth check and the kernel checks did NOT RUN (LATPROF_SKIP_VM)"
+        );
+    }
+    let failed: Vec<&str> = ran
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| r.name.as_str())
+        .collect();
+    if !failed.is_empty() {
+        eprintln!("xtask: FAILED: {}", failed.join(", "));
+        eprintln!("xtask: ################################################################");
+        bail!("tests failed");
+    }
+    eprintln!(
+        "xtask: every test passed{}",
+        if skip_vm {
+            ", except those that did not run (above)"
+        } else {
+            ""
+        }
+    );
+    eprintln!("xtask: ################################################################");
+    Ok(())
+}
+
+/// Everything the test binaries need, in the order a fresh machine needs it: setup, the house's
+/// plan, fmt and clippy, licenses, the static binaries, the Debian package, the image, the test
+/// build; then the binaries cargo built, each checked to be among those `cargo test` lists.
+pub(crate) fn prepare() -> Result<Prepared> {
     // Where the time before the tests goes, step by step (the summary lists it).
-    let mut steps: Vec<(&str, Duration)> = Vec::new();
+    let mut steps: Vec<(&'static str, Duration)> = Vec::new();
     let mut step = |name, t0: Instant| steps.push((name, t0.elapsed()));
     let t0 = Instant::now();
     setup_for_tests()?;
     step("setup (toolchains, packages)", t0);
-    let extra = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
     let t0 = Instant::now();
     // The house's plan first (imports down the floors, every file on the map): seconds.
     house::check(&root_dir())?;
@@ -120,61 +200,12 @@ pub(crate) fn test(args: &[String]) -> Result<()> {
             missed.join(", ")
         );
     }
-    let t0 = Instant::now();
-    let mut ran = run_binaries(&binaries, |test| {
-        test_command(test, &retries, skip_vm, extra)
-    });
-    // The examples in the documentation.
-    let t1 = Instant::now();
-    let ok = run_cmd(cargo().args(["test", "--doc"])).is_ok();
-    ran.push(Ran {
-        name: "doc tests".to_owned(),
-        took: t1.elapsed(),
-        ok,
-        beside: None,
-    });
-    summary(&ran, t0.elapsed(), started, &steps);
-    let retried = std::fs::read_to_string(&retries).unwrap_or_default();
-    let retried: Vec<&str> = retried
-        .lines()
-        .filter(|l| l.starts_with("RETRY:"))
-        .collect();
-    if retried.is_empty() {
-        eprintln!("xtask: no test needed a second attempt");
-    } else {
-        eprintln!(
-            "xtask: {} retries (each passed on its second attempt or failed):",
-            retried.len()
-        );
-        for line in &retried {
-            eprintln!("xtask:   {line}");
-        }
-    }
-    if skip_vm {
-        eprintln!(
-            "xtask: WARNING: the latencytop truth check and the kernel checks did NOT RUN (LATPROF_SKIP_VM)"
-        );
-    }
-    let failed: Vec<&str> = ran
-        .iter()
-        .filter(|r| !r.ok)
-        .map(|r| r.name.as_str())
-        .collect();
-    if !failed.is_empty() {
-        eprintln!("xtask: FAILED: {}", failed.join(", "));
-        eprintln!("xtask: ################################################################");
-        bail!("tests failed");
-    }
-    eprintln!(
-        "xtask: every test passed{}",
-        if skip_vm {
-            ", except those that did not run (above)"
-        } else {
-            ""
-        }
-    );
-    eprintln!("xtask: ################################################################");
-    Ok(())
+    Ok(Prepared {
+        binaries,
+        skip_vm,
+        retries,
+        steps,
+    })
 }
 
 /// Clippy of the eBPF crate, for its target with the pinned nightly, as aya-build builds it
@@ -226,7 +257,7 @@ fn vm_check() -> Result<bool> {
 /// The command that runs one test binary: as root (with sudo when this user is not, passing
 /// on what the tests read), every test including the root-only ones, in its package's
 /// directory as cargo runs it.
-fn test_command(
+pub(crate) fn test_command(
     test: &TestBinary,
     retries: &std::path::Path,
     skip_vm: bool,
@@ -244,6 +275,8 @@ fn test_command(
         }
         // sudo resets the environment: pass on what the tests read.
         for var in [
+            "CI",
+            "LATPROF_TEST_DEFECT",
             "LATPROF_SHARED",
             "LATPROF_FSYNC_DIR",
             "LATPROF_DIST",
@@ -267,7 +300,10 @@ fn test_command(
 /// Runs every binary, one after another, each of [`BESIDE`] beside its partner (its output
 /// kept and printed after the partner's, so the two do not interleave). A binary whose
 /// partner was not built runs in turn.
-fn run_binaries(binaries: &[TestBinary], command: impl Fn(&TestBinary) -> Command) -> Vec<Ran> {
+pub(crate) fn run_binaries(
+    binaries: &[TestBinary],
+    command: impl Fn(&TestBinary) -> Command,
+) -> Vec<Ran> {
     let partner_of = |name: &str| {
         BESIDE
             .iter()
@@ -298,12 +334,13 @@ fn run_binaries(binaries: &[TestBinary], command: impl Fn(&TestBinary) -> Comman
             })
             .collect();
         let t0 = Instant::now();
-        let ok = run_cmd(&mut command(test)).is_ok();
+        let (ok, stdout) = run_echoed(&mut command(test));
         ran.push(Ran {
             name: test.name.clone(),
             took: t0.elapsed(),
             ok,
             beside: None,
+            stdout,
         });
         for (name, beside, child) in companions {
             let (took, output) = child
@@ -320,8 +357,12 @@ fn run_binaries(binaries: &[TestBinary], command: impl Fn(&TestBinary) -> Comman
                 "xtask: ################ {name}, which ran beside {}:",
                 test.name
             );
+            let stdout = output
+                .as_ref()
+                .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+                .unwrap_or_default();
             let ok = output.as_ref().is_some_and(|out| {
-                print!("{}", String::from_utf8_lossy(&out.stdout));
+                print!("{stdout}");
                 eprint!("{}", String::from_utf8_lossy(&out.stderr));
                 out.status.success()
             });
@@ -333,10 +374,34 @@ fn run_binaries(binaries: &[TestBinary], command: impl Fn(&TestBinary) -> Comman
                 took,
                 ok,
                 beside,
+                stdout,
             });
         }
     }
     ran
+}
+
+/// Runs `cmd` as `run_cmd` does, its stdout printed as it comes and kept: whether it
+/// succeeded, and what it printed.
+fn run_echoed(cmd: &mut Command) -> (bool, String) {
+    eprintln!("xtask: {cmd:?}");
+    let mut child = match cmd.stdout(Stdio::piped()).spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("xtask: {cmd:?} could not start: {e}");
+            return (false, String::new());
+        }
+    };
+    let mut kept = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            println!("{line}");
+            kept.push_str(&line);
+            kept.push('\n');
+        }
+    }
+    let ok = child.wait().is_ok_and(|status| status.success());
+    (ok, kept)
 }
 
 /// Where the time went: each test binary's, then each step's before them, then the whole.
@@ -418,6 +483,20 @@ fn executables(json: &str) -> Vec<TestBinary> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+impl Ran {
+    /// How a binary went, for the tests of what reads it.
+    pub(crate) fn for_tests(name: &str, ok: bool, stdout: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            took: Duration::ZERO,
+            ok,
+            beside: None,
+            stdout: stdout.to_owned(),
+        }
+    }
 }
 
 #[cfg(test)]

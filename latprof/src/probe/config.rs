@@ -2,6 +2,8 @@
 //! programs' globals and map sizes.
 use std::time::Duration;
 
+use latprof_common::Defect;
+
 /// The defaults of the table sizes, the backtrace depth and the cutoff: the command line's
 /// (`cli.rs`) and `ProbeConfig::default`'s, written once.
 pub const MAX_TASKS: u32 = 8192;
@@ -118,9 +120,9 @@ pub struct DebugConfig {
     /// The wakeups `hide_wakeups` hides are not logged as gaps: the check of lost and
     /// recovered sleeps against gaps must then find them unexplained (for tests).
     pub hide_unlogged: bool,
-    /// Let about one counted sleep in N vanish, counted nowhere (0: none): a defect injected
-    /// on purpose, which the tests' exact counts must catch.
-    pub drop_sleeps: u32,
+    /// A defect injected on purpose (`--debug-defect`; `None`: none), which the tests listed
+    /// in latprof/tests/must_fail must catch.
+    pub defect: Option<Defect>,
     /// Read a switching-out task's state from the task as on kernels whose `sched_switch` has
     /// no `prev_state`, even where it has (tests that path).
     pub state_from_task: bool,

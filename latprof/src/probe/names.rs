@@ -76,8 +76,11 @@ pub const MAP_UNWIND_WALK: &str = "UNWIND_WALK";
 pub const MAP_UNWIND_RULES: &str = "UNWIND_RULES";
 /// By CPU number: the stack a walk reads at its start (`--user-stacks`).
 pub const MAP_STACK_WINDOWS: &str = "STACK_WINDOWS";
+/// `--debug-defect`: per CPU, the cause of the last sleep counted there.
+pub const MAP_DEFECT_LAST: &str = "DEFECT_LAST";
 /// Every map of the eBPF object that is latprof's (a test checks both ways).
-pub const MAPS: [&str; 39] = [
+pub const MAPS: [&str; 40] = [
+    MAP_DEFECT_LAST,
     MAP_UNWIND_ROWS,
     MAP_UNWIND_PROCS,
     MAP_UNWIND_WALK,

@@ -6,7 +6,9 @@
 use crate::ustacks::arch::{self, Arch};
 use anyhow::Result;
 use aya::EbpfLoader;
-use latprof_common::{MODE_LAZY, MODE_NORMAL, USER_FRAMES, WAKEUP_ADAPTIVE, WAKEUP_ALWAYS};
+use latprof_common::{
+    DEFECT_NONE, MODE_LAZY, MODE_NORMAL, USER_FRAMES, WAKEUP_ADAPTIVE, WAKEUP_ALWAYS,
+};
 
 use super::{
     DebugConfig, Mode, ProbeConfig, Wakeup,
@@ -223,7 +225,8 @@ fn debug_globals(debug: &DebugConfig) -> DebugGlobals {
         } else {
             debug.hide_wakeups
         },
-        DEBUG_DROP_SLEEPS: debug.drop_sleeps,
+        DEBUG_DEFECT: debug.defect.map_or(DEFECT_NONE, |d| d.kind),
+        DEBUG_DEFECT_ONE_IN: debug.defect.map_or(0, |d| d.one_in),
         DEBUG_SKIP: debug.skip.kernel_bits(),
         DEBUG_CHECKS: u32::from(debug.checks),
         FORCE_REJECT: u32::from(debug.force_reject),

@@ -188,15 +188,7 @@ impl Workload {
 
 /// Spawns `cmd` (a latprof command; stdout as the caller set it) and waits for its first
 /// stderr line, which must contain `ready` ("attached", or "recording to").
-///
-/// With `LATPROF_TEST_DROP_SLEEPS=N` in the environment, latprof runs with the defect
-/// `--debug-drop-sleeps N` injected: every count test must then fail (see tests/defect.rs).
 pub fn start(cmd: &mut Command, ready: &str) -> (Child, BufReader<ChildStderr>) {
-    if let Some(n) = std::env::var_os("LATPROF_TEST_DROP_SLEEPS") {
-        // A global flag, last: after the subcommand (and a container's image) it still is
-        // latprof's.
-        cmd.arg("--debug-drop-sleeps").arg(n);
-    }
     let mut child = cmd.stderr(Stdio::piped()).spawn().expect("spawn latprof");
     let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
     let mut line = String::new();

@@ -20,16 +20,14 @@ pub fn serial() -> MutexGuard<'static, ()> {
     super::serial("privileged tests")
 }
 
-/// The probe's defaults, with the defect `LATPROF_TEST_DROP_SLEEPS=N` injects
-/// (`--debug-drop-sleeps N`, as `common::start` adds it to latprof's command line): every count
-/// test must then fail (see tests/defect.rs).
+/// The probe's defaults, with the defect `LATPROF_TEST_DEFECT=NAME` names (`--debug-defect`,
+/// which every latprof a test runs takes from the environment): `cargo xtask mutants` sets it.
 pub fn defaults() -> ProbeConfig {
     ProbeConfig {
         debug: DebugConfig {
-            drop_sleeps: std::env::var("LATPROF_TEST_DROP_SLEEPS")
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0),
+            defect: std::env::var("LATPROF_TEST_DEFECT").ok().map(|name| {
+                latprof_common::defect_named(&name).expect("LATPROF_TEST_DEFECT names a defect")
+            }),
             ..DebugConfig::default()
         },
         ..ProbeConfig::default()
