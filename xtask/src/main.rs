@@ -45,7 +45,7 @@ fn main() -> ExitCode {
         Some("house") => house::check(&root_dir()),
         _ => {
             eprintln!(
-                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | mutants [--list | --rotate | DEFECT...] | bench [-- BENCH ARGS] | notices | dist | deb | image [--target x86_64|aarch64] | house"
+                "usage: cargo xtask setup | run [-- LATPROF ARGS] | test [-- TEST ARGS] | mutants [--list | --rotate | [--only TARGETS] DEFECT...] | bench [-- BENCH ARGS] | notices | dist | deb | image [--target x86_64|aarch64] | house"
             );
             return ExitCode::from(2);
         }

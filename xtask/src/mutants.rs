@@ -5,7 +5,8 @@
 //! fail, and no other test may.
 //!
 //! `--list` prints the defects, one a line; `--rotate` runs the one defect the commit picks
-//! (CI's schedule: the suite's time leaves room for one); no argument runs them all.
+//! (CI's schedule: the suite's time leaves room for one); no argument runs them all; `--only
+//! TARGET,...` first runs only those test binaries.
 use std::{
     collections::{BTreeMap, BTreeSet},
     env,
@@ -42,21 +43,38 @@ pub(crate) fn mutants(args: &[String]) -> Result<()> {
         }
         return Ok(());
     }
-    let table = read_table(&std::fs::read_to_string(root_dir().join(TABLE)).context(TABLE)?)?;
+    let mut table = read_table(&std::fs::read_to_string(root_dir().join(TABLE)).context(TABLE)?)?;
+    // `--only A,B`: those test binaries alone (by target name), judged by the table's lines
+    // for them (a test changed: its verdicts again, without the whole suite's time).
+    let (only, args): (Option<BTreeSet<String>>, &[String]) = match args {
+        [flag, targets, rest @ ..] if flag == "--only" => {
+            (Some(targets.split(',').map(str::to_owned).collect()), rest)
+        }
+        _ => (None, args),
+    };
     let defects: Vec<Defect> = match args {
         [] => DEFECTS.to_vec(),
-        [flag] if flag == "--rotate" => vec![rotated(&revision())],
+        [flag] if flag == "--rotate" => vec![rotated(&revision(), &table)?],
         names => names
             .iter()
             .map(|n| defect_named(n).with_context(|| format!("no defect {n:?} (--list)")))
             .collect::<Result<_>>()?,
     };
     let Prepared {
-        binaries,
+        mut binaries,
         skip_vm,
         retries,
         ..
     } = suite::prepare()?;
+    if let Some(only) = &only {
+        binaries.retain(|b| only.contains(target_of(&b.name)));
+        for tests in table.values_mut() {
+            tests.retain(|t| {
+                t.split_once("::")
+                    .is_some_and(|(target, _)| only.contains(target))
+            });
+        }
+    }
     if skip_vm {
         bail!("the mutants run the VM guests too: LATPROF_SKIP_VM must not be set");
     }
@@ -82,10 +100,19 @@ pub(crate) fn mutants(args: &[String]) -> Result<()> {
 }
 
 /// The defect `--rotate` runs for commit `revision` (hex), by the commit's number: commits take
-/// every defect in turn, as chance has it.
-fn rotated(revision: &str) -> Defect {
+/// the defects the table judges in turn, as chance has it. A defect the table names no test
+/// for has not been judged yet (`cargo xtask mutants NAME` judges it; its failures are listed
+/// at the end) and is not rotated.
+fn rotated(revision: &str, table: &BTreeMap<String, BTreeSet<String>>) -> Result<Defect> {
+    let judged: Vec<Defect> = DEFECTS
+        .into_iter()
+        .filter(|d| table.contains_key(d.name))
+        .collect();
+    if judged.is_empty() {
+        bail!("{TABLE} judges no defect yet");
+    }
     let n = usize::from_str_radix(revision.get(..8).unwrap_or(revision), 16).unwrap_or(0);
-    DEFECTS[n % DEFECTS.len()]
+    Ok(judged[n % judged.len()])
 }
 
 /// The table's lines: `DEFECT TARGET::TEST` (the test binary's target name, then the test's
@@ -115,12 +142,17 @@ fn read_table(text: &str) -> Result<BTreeMap<String, BTreeSet<String>>> {
     Ok(table)
 }
 
+/// The target of a test binary named `PACKAGE KIND TARGET`.
+fn target_of(binary: &str) -> &str {
+    binary.rsplit(' ').next().unwrap_or(binary)
+}
+
 /// The tests that failed, as `TARGET::TEST`; a binary that failed with no test failing (it
 /// did not start, or aborted) as `TARGET::*`.
 fn failures(ran: &[Ran]) -> BTreeSet<String> {
     let mut failed = BTreeSet::new();
     for r in ran {
-        let target = r.name.rsplit(' ').next().unwrap_or(&r.name);
+        let target = target_of(&r.name);
         let before = failed.len();
         for line in r.stdout.lines() {
             if let Some(test) = line
@@ -237,10 +269,15 @@ mod tests {
     }
 
     #[test]
-    fn the_rotation_takes_every_defect_in_turn() {
+    fn the_rotation_takes_every_judged_defect_in_turn() {
+        let table = read_table("duration a::b\nwrong-waker a::c\nmerge-twice a::d\n").unwrap();
         let seen: BTreeSet<&str> = (0..9u64)
-            .map(|n| rotated(&format!("{n:012x}")).name)
+            .map(|n| rotated(&format!("{n:08x}1234"), &table).unwrap().name)
             .collect();
-        assert_eq!(seen.len(), 9);
+        assert_eq!(
+            seen,
+            BTreeSet::from(["duration", "wrong-waker", "merge-twice"])
+        );
+        assert!(rotated("0", &read_table("").unwrap()).is_err());
     }
 }
