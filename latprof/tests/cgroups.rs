@@ -3,6 +3,10 @@
 //! workloads moved into them before they start, `stats --by cgroup` and `--cgroup` as a user
 //! runs them. Needs root (`cargo xtask test` runs these).
 use std::{
+    os::{
+        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+        unix::ffi::OsStrExt as _,
+    },
     path::Path,
     process::{Command, Stdio},
     time::Duration,
@@ -76,13 +80,19 @@ fn sections(text: &str) -> Vec<Section> {
     out
 }
 
-/// What `run` gives: latprof's stdout and stderr, and each workload's pid and sleeps really
-/// slept.
+/// What `run` gives: latprof's stdout and stderr, and each workload's pid, sleeps really
+/// slept, and every sleep it slept in its cgroup that ended while latprof watched.
 struct Ran {
     out: String,
     err: String,
     pids: Vec<u32>,
     slept: Vec<u64>,
+    /// Each workload's voluntary switches (the kernel's count of its sleeps) from its wait for
+    /// `go` to its wait for the release, both left out: the wait for `go` began before it was
+    /// moved into its cgroup, the wait for the release ends after latprof stops
+    /// (`End::Alive`). Every other sleep of it began in its cgroup (where latprof counts a
+    /// sleep: its cgroup when it began) and ended while latprof watched.
+    in_cgroup: Vec<u64>,
 }
 
 impl Ran {
@@ -96,11 +106,139 @@ impl Ran {
             panic!("workload {i}: {why}\n{}\n{}", self.out, self.err);
         }
     }
+
+    /// Judges workload `i`'s cgroup's `counted` sleeps, all causes (its cgroup holds only it):
+    /// each of its sleeps there (`in_cgroup`), counted once, short only by its own lost where
+    /// the kernel hid the wakeup and its own under 1 us (those recovered are counted, under
+    /// their own cause).
+    fn judge_all(&self, i: usize, counted: u64) {
+        let pid = self.pids[i];
+        let missing = common::own_lost(&self.err, pid) + common::own_short(&self.err, pid);
+        if let Err(why) = common::exact_count(counted, self.in_cgroup[i], missing) {
+            panic!(
+                "workload {i}, all its sleeps: {why}\n{}\n{}",
+                self.out, self.err
+            );
+        }
+    }
+}
+
+/// Process `pid`'s main thread's voluntary context switches so far: the kernel's count of its
+/// sleeps (the `sleep` workload is one thread).
+fn voluntary_switches(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in /proc/{pid}/status"))
+}
+
+/// Who opened a directory (fanotify, which names the process): latprof's walk of the cgroup
+/// tree opens each cgroup's directory after it noted the cgroup's path, so a test waits for
+/// that walk, not for a time it guesses. Other tests' latprof walk the same tree: only the
+/// process the test waits for counts.
+struct Opens(OwnedFd);
+
+impl Opens {
+    /// Notes every open of `dir` from now on.
+    fn of(dir: &Path) -> Self {
+        // SAFETY: plain system calls; the new descriptor is owned from here.
+        let fd = unsafe {
+            libc::fanotify_init(
+                libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC | libc::FAN_NONBLOCK,
+                u32::try_from(libc::O_RDONLY | libc::O_CLOEXEC).expect("flags"),
+            )
+        };
+        assert!(
+            fd >= 0,
+            "fanotify_init (needs CAP_SYS_ADMIN, as root has): {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: fanotify_init returned this descriptor, owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).expect("a path");
+        // SAFETY: a valid descriptor and a NUL-terminated path.
+        let rc = unsafe {
+            libc::fanotify_mark(
+                fd.as_raw_fd(),
+                libc::FAN_MARK_ADD,
+                libc::FAN_OPEN | libc::FAN_ONDIR,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+            )
+        };
+        assert_eq!(
+            rc,
+            0,
+            "fanotify_mark {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        );
+        Self(fd)
+    }
+
+    /// Waits until process `pid` has opened the directory (at most 20 s).
+    fn wait_for(&self, pid: u32) {
+        const META: usize = size_of::<libc::fanotify_event_metadata>();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut buf = vec![0u8; 64 * META];
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            assert!(!left.is_zero(), "process {pid} never opened the directory");
+            let mut poll = libc::pollfd {
+                fd: self.0.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&raw mut poll, 1, ms) };
+            // SAFETY: reads into a buffer of that length.
+            let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            let Ok(n) = usize::try_from(n) else {
+                let err = std::io::Error::last_os_error();
+                assert!(
+                    matches!(
+                        err.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                    ),
+                    "reading fanotify events: {err}"
+                );
+                continue;
+            };
+            let mut seen = false;
+            let mut at = 0;
+            while at + META <= n {
+                // SAFETY: the kernel wrote a whole event's metadata here.
+                let event: libc::fanotify_event_metadata =
+                    unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+                if event.fd >= 0 {
+                    // SAFETY: the event's descriptor is ours to close.
+                    drop(unsafe { OwnedFd::from_raw_fd(event.fd) });
+                }
+                seen |= u32::try_from(event.pid).ok() == Some(pid);
+                at += (event.event_len as usize).max(META);
+            }
+            if seen {
+                return;
+            }
+        }
+    }
+}
+
+/// How `run_as` ends.
+enum End<'a> {
+    /// latprof stopped first, the workloads alive, each in its wait for the release.
+    Alive,
+    /// The workloads released (exited), then `dir` (their cgroup) removed once latprof's walk
+    /// of the cgroup tree found it (its opens), then latprof stopped.
+    Removed(&'a Path, &'a Opens),
 }
 
 /// Runs `latprof ARGS stats --by cgroup` in `format` around workloads of `counts` 2 ms
 /// nanosleeps, each moved into its cgroup first.
-fn run_as(format: &str, args: &[&str], work: &[(&Path, u32)], before_stop: impl FnOnce()) -> Ran {
+fn run_as(format: &str, args: &[&str], work: &[(&Path, u32)], end: &End<'_>) -> Ran {
     let mut cmd = Command::new(LATPROF);
     cmd.args(args)
         .args([
@@ -115,29 +253,60 @@ fn run_as(format: &str, args: &[&str], work: &[(&Path, u32)], before_stop: impl 
         ])
         .stdout(Stdio::piped());
     let (stats, stderr) = common::start(&mut cmd, "attached");
-    let mut loads: Vec<Workload> = work
+    let mut loads: Vec<(Workload, u64)> = work
         .iter()
         .map(|(cgroup, count)| {
             let w = Workload::spawn(&["sleep", "--count", &count.to_string(), "--interval", "2ms"]);
+            // In its wait for `go` (begun in our cgroup) before it moves: every later sleep
+            // begins in its own.
+            w.wait_blocked();
+            let before = voluntary_switches(w.pid());
             move_into(&w, cgroup);
-            w
+            (w, before)
         })
         .collect();
-    for w in &mut loads {
+    for (w, _) in &mut loads {
         w.go();
     }
-    let slept: Vec<u64> = loads.iter_mut().map(|w| w.wait_fact("slept")).collect();
-    let pids = loads.iter().map(Workload::pid).collect();
-    for w in loads {
-        w.release();
-    }
-    before_stop();
-    let (out, err) = common::interrupt(stats, stderr);
+    let slept: Vec<u64> = loads
+        .iter_mut()
+        .map(|(w, _)| w.wait_fact("slept"))
+        .collect();
+    // Each in its wait for the release: begun (and counted by the kernel), not ended.
+    let in_cgroup = loads
+        .iter()
+        .map(|(w, before)| {
+            w.wait_blocked();
+            voluntary_switches(w.pid()) - before - 1
+        })
+        .collect();
+    let pids = loads.iter().map(|(w, _)| w.pid()).collect();
+    let (out, err) = match end {
+        End::Alive => {
+            let stopped = common::interrupt(stats, stderr);
+            for (w, _) in loads {
+                w.release();
+            }
+            stopped
+        }
+        End::Removed(dir, opens) => {
+            // latprof's walk noted the cgroup's path while it was there; its last snapshot
+            // finds it gone.
+            opens.wait_for(stats.id());
+            for (w, _) in loads {
+                w.release();
+            }
+            remove_dir(dir);
+            assert!(!dir.exists(), "{} still there", dir.display());
+            common::interrupt(stats, stderr)
+        }
+    };
     Ran {
         out: String::from_utf8(out.stdout).expect("utf-8"),
         err,
         pids,
         slept,
+        in_cgroup,
     }
 }
 
@@ -177,7 +346,7 @@ fn each_cgroup_shows_exactly_its_sleeps() {
             (groups.path(1), 30),
             (groups.path(2), 60),
         ],
-        || {},
+        &End::Alive,
     );
     let (all, text) = (sections(&ran.out), &ran.out);
     // A cgroup below a service is named after it.
@@ -190,8 +359,21 @@ fn each_cgroup_shows_exactly_its_sleeps() {
         let n = section.nanosleeps();
         ran.judge(i, n, section.recovered_blind());
         assert!(!section.place.contains("removed"), "{text}");
-        // Its other sleeps (the workload's wait on stdin) are its own too.
-        assert!(section.count >= n, "{text}");
+        // The heading counts its causes' sleeps, no more, no fewer.
+        let causes: u64 = section
+            .lines
+            .iter()
+            .map(|l| {
+                l.split_whitespace()
+                    .next()
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or_else(|| panic!("no count in {l:?}:\n{text}"))
+            })
+            .sum();
+        assert_eq!(section.count, causes, "{name}:\n{text}");
+        // And those are every sleep of its workload there: its nanosleeps and the rest (the
+        // workload's own other waits: its first steps after `go`, its report).
+        ran.judge_all(i, section.count);
     }
     assert_eq!(find(&all, &a, text).place, format!("/{a}"), "{text}");
 }
@@ -217,7 +399,7 @@ fn the_cgroup_filter_keeps_one_subtree() {
             (groups.path(1), 20),
             (groups.path(2), 50),
         ],
-        || {},
+        &End::Alive,
     );
     let doc: serde_json::Value = serde_json::from_str(&ran.out).expect("json");
     let text = format!("{}\n{}", ran.out, ran.err);
@@ -229,6 +411,10 @@ fn the_cgroup_filter_keeps_one_subtree() {
             common::nanosleeps_of(cgroup),
             common::recovered_blind(cgroup),
         );
+        // Its count is its causes', and every sleep of its workload there.
+        let count = cgroup["count"].as_u64().expect("count");
+        assert_eq!(count, common::counted_of(cgroup), "{name}:\n{text}");
+        ran.judge_all(i, count);
     }
     // B's workload slept too (all of its 50 nanosleeps but those whose 2 ms timer expired
     // before the task slept), and none of it was counted: an explicit zero.
@@ -254,13 +440,9 @@ fn a_removed_cgroup_keeps_its_numbers() {
     let gone = format!("{p}-gone");
     let groups = Cgroups::make(&[&gone]);
     let dir = groups.path(0).to_owned();
-    let ran = run_as("text", &[], &[(&dir, 40)], || {
-        // Seen by latprof's once-a-second look, then removed before the end.
-        std::thread::sleep(Duration::from_millis(1500));
-        remove_dir(&dir);
-        assert!(!dir.exists(), "{} still there", dir.display());
-        std::thread::sleep(Duration::from_millis(1500));
-    });
+    // Watched from before latprof starts: its first walk is seen.
+    let opens = Opens::of(&dir);
+    let ran = run_as("text", &[], &[(&dir, 40)], &End::Removed(&dir, &opens));
     let all = sections(&ran.out);
     let s = find(&all, &gone, &ran.out);
     ran.judge(0, s.nanosleeps(), s.recovered_blind());
@@ -372,12 +554,14 @@ fn a_recording_keeps_a_removed_cgroup() {
     work.go();
     let slept = work.wait_fact("slept");
     let work_pid = work.pid();
-    // Seen present by a few snapshots, then gone for a few more.
-    std::thread::sleep(Duration::from_millis(500));
+    // Seen present by a snapshot taken after the work (its sleeps there, its cgroup's path
+    // found by that snapshot's look at the tree), then gone by the last, which the recorder
+    // takes as it stops.
+    let written = snapshots_in(&file);
+    wait_for_snapshots(&file, written + 2);
     work.release();
     remove_dir(&dir);
     assert!(!dir.exists(), "{} still there", dir.display());
-    std::thread::sleep(Duration::from_millis(500));
     let (_, rest) = common::interrupt(recorder, stderr);
     let own_missing = common::own_lost(&rest, work_pid) + common::own_short(&rest, work_pid);
 
@@ -417,6 +601,43 @@ fn a_recording_keeps_a_removed_cgroup() {
     assert_eq!(c["removed"], true, "{json}");
     assert_eq!(common::nanosleeps_of(c), n, "{json}");
     let _ = std::fs::remove_file(&file);
+}
+
+/// The whole snapshots in a recording still being written (`dump --info`); 0 before the first.
+fn snapshots_in(file: &Path) -> u64 {
+    let out = Command::new(LATPROF)
+        .arg("dump")
+        .arg(file)
+        .arg("--info")
+        .stdout(Stdio::null())
+        .output()
+        .expect("latprof dump");
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .find_map(|l| {
+            let (before, _) = l.split_once(" snapshots, ")?;
+            before.rsplit(' ').next()?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Waits until the recording holds `n` snapshots (at most 20 s): the snapshot that ends a
+/// frame being written when `snapshots_in` last looked is whole only after it, so `n` two
+/// more than that count holds one begun after the look.
+fn wait_for_snapshots(file: &Path, n: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let have = snapshots_in(file);
+        if have >= n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} holds {have} snapshots, not {n}",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// A host with the legacy hierarchy only (cgroup2 unmounted in a mount namespace of its own,

@@ -154,8 +154,18 @@ fn record_then_dump_without_root_matches_stats() {
     let own_max_us = fact("max_ns") / 1000;
     // The nanosleeps that really slept (a 2 ms timer can expire before the task sleeps).
     let slept = fact("slept");
-    // A snapshot after the work holds all of it.
-    std::thread::sleep(Duration::from_millis(600));
+    // A snapshot after the work holds all of it; the workload is blocked in its read of
+    // stdin, its last sleep ended and its switch-out seen. `dump --from -400ms` below starts
+    // at the last snapshot taken by 300 ms (400 less half an interval) before the end: it
+    // holds nothing of the work once a snapshot after it is followed by one 400 ms later
+    // (the last one, taken as the recorder stops, later still).
+    work.wait_blocked();
+    let after_work = latprof::time::monotonic_ns();
+    wait_for_snapshots(&file, after_work, |after| {
+        after
+            .last()
+            .is_some_and(|&last| last - after[0] >= 400_000_000)
+    });
     let (stats_out, stats_rest) = interrupt(stats, stats_err);
     let (_, rec_summary) = interrupt(recorder, rec_err);
     assert!(rec_summary.contains("snapshots in"), "{rec_summary}");
@@ -691,14 +701,19 @@ fn a_stopped_recorder_resumes_its_schedule_without_a_burst() {
         file.to_str().expect("utf-8 path"),
     ]);
     let pid = i32::try_from(recorder.id()).expect("pid");
-    std::thread::sleep(Duration::from_millis(500));
+    // Five snapshots on its schedule before the stop.
+    wait_for_snapshots(&file, 0, |taken| taken.len() >= 5);
     // SAFETY: signalling our own child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-    // Past what a snapshot's naming may take (2 s): the reader's gaps start at 3 s.
+    // The stop itself, not a wait for anything: past what a snapshot's naming may take
+    // (2 s), since the reader's gaps start at 3 s.
     std::thread::sleep(Duration::from_millis(4000));
+    let resumed = latprof::time::monotonic_ns();
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
-    std::thread::sleep(Duration::from_millis(500));
+    // Five snapshots taken after the resume: the missed ones it wrote at once before the
+    // fix (a burst, taken as it resumed) are among them, or it is back on its schedule.
+    wait_for_snapshots(&file, resumed, |taken| taken.len() >= 5);
     let (_, said) = interrupt(recorder, stderr);
     let warned: Vec<&str> = said
         .lines()
@@ -760,7 +775,10 @@ fn record_says_what_it_lost() {
     ]);
     work.go();
     work.wait_done();
-    std::thread::sleep(Duration::from_millis(300));
+    // A sleep whose wakeup was hidden is recovered at the task's next switch-out: the last
+    // one's is the workload's block in its read of stdin, before the recorder's last
+    // snapshot (taken as it stops).
+    work.wait_blocked();
     let (_, summary) = interrupt(recorder, err);
     work.release();
     assert!(summary.contains("snapshots in"), "{summary}");
@@ -793,6 +811,36 @@ fn dump_info(file: &Path) -> String {
 fn span(file: &Path) -> (u64, u64) {
     let rec = latprof::store::reader::Recording::open(file).expect("the recording");
     (rec.times(0).0, rec.times(rec.len() - 1).0)
+}
+
+/// Waits (at most 20 s) until the recording a recorder is writing to `file` holds snapshots
+/// taken at or after `since_ns` (CLOCK_MONOTONIC, the clock of their times) that `enough`
+/// accepts (their times, oldest first); returns those times. The recorder writes each
+/// snapshot as it takes it, and the reader takes a file whose last frame is still being
+/// written, so this waits on what the recording holds, however late a loaded machine runs
+/// the recorder.
+fn wait_for_snapshots(file: &Path, since_ns: u64, enough: impl Fn(&[u64]) -> bool) -> Vec<u64> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let after: Vec<u64> = latprof::store::reader::Recording::open(file)
+            .map(|rec| {
+                (0..rec.len())
+                    .map(|i| rec.times(i).0)
+                    .filter(|&t| t >= since_ns)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if enough(&after) {
+            return after;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never held the snapshots awaited: those at or after {since_ns} were taken at \
+             {after:?}",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Issue 12 section 4: `record --rotate 4K --keep 2` for a second, next to 64 sleeping
@@ -930,8 +978,9 @@ fn user_frames_outlive_the_process_and_its_binary() {
     assert_eq!(fact("served="), READS);
     // The times its reads slept (a request already waiting when it came to read cost none).
     let slept = fact("waited=");
-    // A snapshot or two after the server is gone.
-    std::thread::sleep(Duration::from_millis(500));
+    // Two snapshots after the server is gone (reaped above).
+    let gone = latprof::time::monotonic_ns();
+    wait_for_snapshots(&file, gone, |after| after.len() >= 2);
     let (_, rec_summary) = interrupt(recorder, rec_err);
     assert!(rec_summary.contains("snapshots in"), "{rec_summary}");
     // The recorder watched the whole machine: only the server's own lost sleeps excuse a

@@ -63,11 +63,11 @@ fn python_3_11_shows_its_interpreter_frames_not_its_functions() {
     let (out, err) = common::interrupt(latprof, stderr);
     let doc: Value = serde_json::from_slice(&out.stdout).expect("stats' JSON");
     // Every nanosleep counted once, short only by those whose wakeup the kernel hid (this
-    // host's service threads): recovered without their backtrace, under a cause of their own
-    // (the document is the process's alone: `--pid`), or lost, each one checked by latprof
-    // against the hidden switches.
+    // host's service threads): recovered without their backtrace, under a cause of their own,
+    // or lost, each one checked by latprof against the hidden switches. `own_missing` takes
+    // each once (with `--pid` the recovered ones are the document's own causes).
     let counted = common::nanosleeps_of(&doc);
-    let missing = common::own_missing(&doc, pid) + common::recovered_blind(&doc);
+    let missing = common::own_missing(&doc, pid);
     common::reported_missing(&err);
     if let Err(why) = common::exact_count(counted, count, missing) {
         panic!("{why}: {doc:#}\n{err}");
@@ -143,8 +143,8 @@ fn jit_functions_are_named_even_when_made_after_latprof_started() {
     let doc: Value = serde_json::from_slice(&out).expect("stats' JSON");
     // Short only by the sleeps whose wakeup the kernel hid (this host's service threads), each
     // checked by latprof against the hidden switches: lost, or recovered without their
-    // backtrace (the document is the process's alone: `--pid`).
-    let missing = common::own_missing(&doc, pid) + common::recovered_blind(&doc);
+    // backtrace, each taken once by `own_missing` (with `--pid`, the document's own causes).
+    let missing = common::own_missing(&doc, pid);
     for name in ["jit_first", "jit_second"] {
         let causes: Vec<&Value> = doc["causes"]
             .as_array()

@@ -63,6 +63,24 @@ fn prometheus_finds_the_exact_count() {
     }
 }
 
+/// The user and system CPU time of process `pid` so far, from /proc/PID/stat (fields 14 and 15,
+/// in clock ticks).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .expect("stat's name")
+        .1
+        .split(' ')
+        .collect();
+    // Field 3 (the state) is the first after the name.
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    // SAFETY: sysconf has no memory effects.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).expect("USER_HZ");
+    ticks as f64 / hz as f64
+}
+
 /// The nanosleeps of `prometheus_count`'s workload.
 const SLEEP_COUNT: u32 = 1000;
 
@@ -78,7 +96,9 @@ fn prometheus_count(mode: &str) {
     ]);
     let pid = work.pid().to_string();
     let serve = Serve::start(&["--mode", mode, "--pid", &pid, "--all-sleeps"]);
+    let cpu_before = cpu_seconds(serve.pid());
     let first = serve.metrics();
+    let cpu_after = cpu_seconds(serve.pid());
     assert!(
         first.contains(&format!("latprof_mode_info{{mode=\"{mode}\"}} 1")),
         "latprof_mode_info says another mode than {mode}"
@@ -119,7 +139,12 @@ fn prometheus_count(mode: &str) {
         started <= now + 1.0 && started > now - 600.0,
         "started {started}, now {now}"
     );
-    assert!(own("process_cpu_seconds_total") >= 0.0);
+    // Its CPU time as /proc had it just before and just after the scrape (in whole ticks).
+    let cpu = own("process_cpu_seconds_total");
+    assert!(
+        cpu >= cpu_before - 1e-9 && cpu <= cpu_after + 1e-9,
+        "process_cpu_seconds_total {cpu}, /proc said {cpu_before} before the scrape and {cpu_after} after"
+    );
     let prometheus = Prometheus::start(&[serve.addr]);
     // The first scrape lands before the workload starts: the counter starts at zero.
     let deadline = Instant::now() + Duration::from_secs(30);

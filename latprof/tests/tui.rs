@@ -119,6 +119,15 @@ fn nanos(text: &str) -> f64 {
     }
 }
 
+/// Seconds since top's first snapshot, from its header (`up H:MM:SS`), if shown.
+fn up_secs(screen: &str) -> Option<u64> {
+    let (_, rest) = screen.split_once(" up ")?;
+    let clock = rest.split_whitespace().next()?;
+    clock
+        .split(':')
+        .try_fold(0, |secs, part| Some(secs * 60 + part.parse::<u64>().ok()?))
+}
+
 /// The (count, total) of the row `reason` in the causes pane on `screen`, if shown.
 fn cause_row(screen: &str, reason: &str) -> Option<(u64, String)> {
     let row = screen
@@ -155,6 +164,8 @@ fn top_rows_match_a_workloads_own_numbers() {
         .args(["--pid", &pid])
         .stdout(Stdio::piped());
     let (stats, stats_err) = common::start(&mut stats, "attached");
+    // top's first snapshot, from which its header counts the seconds up, comes after this.
+    let started = std::time::Instant::now();
     let tmux = Tmux::start(&format!(
         "{LATPROF} top --all-sleeps --interval 300ms; echo LATPROF-EXIT=$?; sleep 60"
     ));
@@ -167,19 +178,38 @@ fn top_rows_match_a_workloads_own_numbers() {
     );
     // Its last nanosleep, if the kernel hid its wakeup, is recovered when it sleeps again.
     work.wait_blocked();
+    // A snapshot of top's taken more seconds after its first than have passed since
+    // `started` was taken after this: after the work.
+    let after_work = started.elapsed().as_secs() + 1;
     let (out, rest) = common::interrupt(stats, stats_err);
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stats JSON");
     // The same kernel events as top's: its own sleeps lost or recovered without a backtrace,
     // and those under 1 us, not counted by latencytop's rule.
     let missing = common::own_missing(&doc, work.pid());
-    // Its causes once it has some, two refreshes after the work: the row holds all of it.
+    // Its causes from a snapshot taken after the work: the row holds all of it. The same
+    // row twice running, so that a capture of a frame half drawn (the header new, the rows
+    // still the frame's before) is not the one judged.
     tmux.keys(&["/"]);
     tmux.keys(&[&pid, "Enter"]);
-    tmux.wait_for(&[&format!("Causes of {pid}")]);
-    std::thread::sleep(Duration::from_millis(700));
-    let screen = tmux.screen();
-    let (count, total) = cause_row(&screen, "Application requested delay")
-        .unwrap_or_else(|| panic!("no nanosleep row:\n{screen}"));
+    let last = std::cell::RefCell::new(None);
+    let (screen, (count, total)) = tmux.wait_until(|screen| {
+        if !screen.contains(&format!("Causes of {pid}")) {
+            return Err(format!("not the causes of {pid}"));
+        }
+        let up = up_secs(screen).ok_or("no time up in the header")?;
+        if up < after_work {
+            return Err(format!(
+                "top {up} s up, its snapshot not after the work ({after_work} s)"
+            ));
+        }
+        let row = cause_row(screen, "Application requested delay").ok_or("no nanosleep row")?;
+        let seen = (up, row);
+        if last.borrow().as_ref() == Some(&seen) {
+            return Ok((screen.to_owned(), seen.1));
+        }
+        *last.borrow_mut() = Some(seen);
+        Err("the row once; looking again".to_owned())
+    });
     if let Err(why) = common::exact_count(count, slept, missing) {
         panic!("top's row: {why}\n{screen}\n{rest}");
     }
@@ -277,6 +307,66 @@ fn recording_dir(tag: &str) -> (std::path::PathBuf, String) {
     (dir, path)
 }
 
+/// A one-thread process's voluntary context switches (each one a sleep begun), read from /proc
+/// every millisecond with CLOCK_MONOTONIC (the clock of a recording's snapshots) before and
+/// after each reading.
+struct Switches {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(u64, u64, u64)>>,
+}
+
+/// What `Switches` read: (clock before, clock after, switches so far).
+struct Samples(Vec<(u64, u64, u64)>);
+
+impl Switches {
+    fn sample(pid: u32) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let before = latprof::time::monotonic_ns();
+                let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    .expect("the sleeper's status");
+                let after = latprof::time::monotonic_ns();
+                let n = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                    .and_then(|n| n.trim().parse().ok())
+                    .expect("voluntary_ctxt_switches");
+                samples.push((before, after, n));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            samples
+        });
+        Self { stop, thread }
+    }
+
+    fn stop(self) -> Samples {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        Samples(self.thread.join().expect("sampling thread"))
+    }
+}
+
+impl Samples {
+    /// The sleeps begun by time `t`: (at least, at most), from the last reading that ended
+    /// by `t` and the first that began after it.
+    fn began_by(&self, t: u64) -> (u64, u64) {
+        let least = self
+            .0
+            .iter()
+            .rev()
+            .find_map(|&(_, after, n)| (after <= t).then_some(n))
+            .unwrap_or_else(|| panic!("no reading before {t}"));
+        let most = self
+            .0
+            .iter()
+            .find_map(|&(before, _, n)| (before >= t).then_some(n))
+            .unwrap_or_else(|| panic!("no reading after {t}"));
+        (least, most)
+    }
+}
+
 /// A sleeper in a new cgroup `name` of its own: the cgroup, the sleeper and its pid.
 fn sleeper_in_cgroup(name: &str) -> (common::cgroups::Cgroups, Workload, String) {
     let groups = common::cgroups::Cgroups::make(&[name]);
@@ -284,6 +374,39 @@ fn sleeper_in_cgroup(name: &str) -> (common::cgroups::Cgroups, Workload, String)
     common::cgroups::move_pid(work.0.id(), groups.path(0));
     let pid = work.0.id().to_string();
     (groups, work, pid)
+}
+
+/// Waits (at most 20 s) until the recording at `path`, still being written, holds a snapshot
+/// taken more than `span` after its first (`pid` a process alive throughout): a moment
+/// `span` in then names a snapshot already taken, whatever comes after.
+fn wait_until_recorded(path: &str, pid: &str, span: Duration) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        // Its first and last whole snapshots (none yet: it fails), of one process (alive
+        // throughout): a short document.
+        let out = Command::new(LATPROF)
+            .args([
+                "dump", path, "--pid", pid, "--from", "start", "--format", "json",
+            ])
+            .output()
+            .expect("latprof dump");
+        let recorded = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .filter(|_| out.status.success())
+            .and_then(|doc| {
+                let at = |end: &str| doc[end]["monotonic_ns"].as_u64();
+                Some(at("to")?.saturating_sub(at("from")?))
+            })
+            .unwrap_or(0);
+        if u128::from(recorded) > span.as_nanos() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path} recorded {recorded} ns, not past {span:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// `replay PATH` as nobody in a real terminal, after making the recording's directory
@@ -306,10 +429,15 @@ fn replay_in_a_real_terminal_without_root() {
     let (dir, path) = recording_dir("replay");
     // The sleeper in a cgroup of its own: the recording keeps its name (issue 15).
     let name = format!("latprof-replay-{}.service", std::process::id());
-    let (_groups, _work, pid) = sleeper_in_cgroup(&name);
+    let (_groups, work, pid) = sleeper_in_cgroup(&name);
+    // The sleeper's own count of its sleeps, by the clock of the recording's snapshots.
+    let switches = Switches::sample(work.0.id());
+    // Every sleep counted (--all-sleeps): a 3 ms nanosleep made late past latencytop's 5 ms
+    // cutoff by a busy machine is still one of the sleeper's sleeps.
     let out = Command::new(LATPROF)
         .args([
             "record",
+            "--all-sleeps",
             "--wakers",
             "--duration",
             "3s",
@@ -321,6 +449,7 @@ fn replay_in_a_real_terminal_without_root() {
         ])
         .output()
         .expect("latprof record");
+    let switches = switches.stop();
     let record_err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{record_err}");
     // Any sleep the recording lost or recovered without a backtrace was checked against the
@@ -354,8 +483,9 @@ fn replay_in_a_real_terminal_without_root() {
     let screen = tmux.wait_for(&[" #8/", "-> now: ", "Application requested delay"]);
     assert!(screen.contains("Global causes"), "{screen}");
     // The workload's own causes between A and B: exactly what the recording holds for its
-    // process between those two moments (`dump` reads the same file), one second of 3 ms
-    // sleeps, so at most 333 (other tests' sleepers share the global pane, not this one).
+    // process between those two moments (`dump` reads the same file), and that every sleep
+    // the sleeper itself counted between them (other tests' sleepers share the global pane,
+    // not this one).
     tmux.keys(&["/"]);
     tmux.keys(&[&pid, "Enter"]);
     let screen = tmux.wait_for(&[&format!("Causes of {pid}")]);
@@ -365,12 +495,16 @@ fn replay_in_a_real_terminal_without_root() {
         .and_then(|(_, rest)| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no count on the workload's reason row:\n{screen}"));
-    let dump = common::output_of(
-        Command::new(LATPROF)
-            .args(["dump", &path, "--pid", &pid, "--from", "+1s", "--to", "+2s"])
-            .args(["--format", "json"]),
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&dump).expect("dump's JSON");
+    let window = |from: &str, to: &str| -> serde_json::Value {
+        let dump = common::output_of(
+            Command::new(LATPROF)
+                .args(["dump", &path, "--pid", &pid, "--from", from, "--to", to])
+                .args(["--format", "json"]),
+        );
+        serde_json::from_slice(&dump).expect("dump's JSON")
+    };
+    // A and B, the snapshots the screen named.
+    let doc = window("#4", "#8");
     let recorded: u64 = doc["causes"]
         .as_array()
         .expect("causes")
@@ -379,9 +513,44 @@ fn replay_in_a_real_terminal_without_root() {
         .map(|c| c["count"].as_u64().expect("count"))
         .sum();
     assert_eq!(count, recorded, "between A and B:\n{screen}");
+    // The snapshot before each: where its read of the tables began at the earliest.
+    let before = window("#3", "#7");
+    let at =
+        |doc: &serde_json::Value, end: &str| doc[end]["monotonic_ns"].as_u64().expect("a time");
+    let (t3, t4, t7, t8) = (
+        at(&before, "from"),
+        at(&doc, "from"),
+        at(&before, "to"),
+        at(&doc, "to"),
+    );
+    // Every sleep of the sleeper counted between A and B ended between the reads of its
+    // tables for A and for B: after t3 and by t8; and every sleep that ended after t4 and by
+    // t7 is counted there. The sleeper's sleep k ends after it began and before sleep k + 1
+    // begins, and /proc says how many had begun (around each of our readings): so at most the
+    // sleeps begun by t8 less those begun by t3, and one more (the one going on at t3), and at
+    // least those begun after t4 whose successor began by t7. A sleep recovered after a
+    // hidden wakeup is counted as its successor begins: one more at the start.
+    // Its sleeps: its causes but its waits for a CPU (`record` counts those too).
+    let all: u64 = doc["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .filter(|c| c["kind"] != "runqueue")
+        .map(|c| c["count"].as_u64().expect("count"))
+        .sum();
+    let recovered = common::recovered_blind(&doc);
+    let (most, least) = (
+        switches.began_by(t8).1 - switches.began_by(t3).0 + 1 + recovered,
+        switches
+            .began_by(t7)
+            .0
+            .saturating_sub(switches.began_by(t4).1 + 1),
+    );
+    let missing = common::own_missing(&doc, work.0.id());
     assert!(
-        (1..=334).contains(&count),
-        "{count} sleeps between A and B:\n{screen}"
+        count <= all && all <= most && all + missing >= least,
+        "{count} nanosleeps and {all} sleeps between A and B, {missing} missing; the sleeper's \
+         own count: at least {least}, at most {most}:\n{screen}"
     );
 
     // The recording's wakers, in the top cause's detail (issue 16).
@@ -528,8 +697,9 @@ fn replay_filters_by_a_removed_cgroup() {
     ])
     .stdout(Stdio::null());
     let (recorder, mut stderr) = common::start(&mut cmd, "recording to");
-    // Recorded in its cgroup for a while, then the cgroup removed before the end.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Recorded in its cgroup past the snapshot nearest one second in (which the test shows
+    // below), then the cgroup removed before the end.
+    wait_until_recorded(&path, &pid, Duration::from_millis(1000 + 250 / 2));
     drop(work);
     common::cgroups::remove_dir(groups.path(0));
     assert!(!groups.path(0).exists(), "the cgroup is still there");

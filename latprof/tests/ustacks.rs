@@ -17,7 +17,7 @@ mod common;
 
 use common::{
     LATPROF, TempDir,
-    ustacks::{SERVER_FRAMES, build_server, causes_where, function, has_server_chain, user_frames},
+    ustacks::{SERVER_FRAMES, build_server, causes_where, function, user_frames},
 };
 
 /// One latprof at a time: the tests count everything the machine does.
@@ -106,39 +106,85 @@ fn count(causes: &[&Value]) -> u64 {
         .sum()
 }
 
-/// The pipe-read sleeps of the server are counted under its own functions, exactly.
+/// glibc's names for its `read`, the innermost user frame of each of the server's reads:
+/// aliases at one address (`read` and `__read` in its dynamic symbols; `__libc_read` and the
+/// hidden `__GI_` forms in its own symbols, where its debug symbols are installed).
+fn is_libc_read(frame: &str) -> bool {
+    let name = function(frame);
+    let name = name.split('@').next().unwrap_or(name);
+    matches!(
+        name,
+        "read" | "__read" | "__libc_read" | "__GI_read" | "__GI___read" | "__GI___libc_read"
+    )
+}
+
+/// The line of server.c that holds `call`: latprof names a return address by its call
+/// instruction (the byte before it), so each of the server's frames shows the line of the
+/// call it made.
+fn call_line(call: &str) -> usize {
+    let source = std::fs::read_to_string(common::ustacks::server_source()).expect("server.c");
+    let at = source
+        .lines()
+        .position(|l| l.contains(call))
+        .unwrap_or_else(|| panic!("server.c no longer calls {call}"));
+    at + 1
+}
+
+/// The server's own frames as latprof must name them when it is built with `-g`: each
+/// function with the line of its call, innermost first (`SERVER_FRAMES`).
+fn server_frames_with_lines() -> Vec<String> {
+    let calls = [
+        "read(fd, buf, 1)",
+        "wait_for_request(fd, &request)",
+        "serve_requests(p[0], count)",
+    ];
+    SERVER_FRAMES
+        .iter()
+        .zip(calls)
+        .map(|(name, call)| format!("{name} (server.c:{})", call_line(call)))
+        .collect()
+}
+
+/// Whether `frames` are the server's whole chain: glibc's `read`, the server's three
+/// functions (`own`: as the build names them), and libc's start of main, where a walk
+/// ends, and nothing else.
+fn is_whole_server_chain(frames: &[String], own: &[String]) -> bool {
+    frames.len() == own.len() + 2
+        && is_libc_read(&frames[0])
+        && frames[1..=own.len()] == *own
+        && function(&frames[own.len() + 1]).starts_with("__libc_start")
+}
+
+/// The pipe-read causes that hold one of the server's own functions below `main`: the
+/// sleeps of its reads (its wait for the go line, also a pipe read, goes through `main`
+/// alone, if latprof saw it begin).
+fn server_reads(json: &Value) -> Vec<&Value> {
+    causes_where(json, "pipe_read", |frames| {
+        frames
+            .iter()
+            .any(|f| ["wait_for_request", "serve_requests"].contains(&function(f)))
+    })
+}
+
+/// Every pipe-read sleep of the server's reads is counted under its whole chain, named with
+/// the lines of its calls, exactly as many as the server counted itself.
 fn check_server_run(json: &Value, missing: u64, served: &Served, rest: &str) {
-    let chain = causes_where(json, "pipe_read", has_server_chain);
-    let counted = count(&chain);
-    if let Err(why) = common::exact_count(counted, served.waited, missing) {
-        panic!(
-            "the server's reads that slept ({} reads) under {SERVER_FRAMES:?}: {why}; causes: \
-             {chain:#?}\n{rest}",
-            served.served
+    assert!(served.waited > 0, "the server never waited");
+    let own = server_frames_with_lines();
+    let reads = server_reads(json);
+    for c in &reads {
+        let frames = user_frames(c);
+        assert!(
+            is_whole_server_chain(&frames, &own),
+            "a read of the server not under its whole chain (glibc's read, {own:?}, libc's \
+             start): {frames:?}\n{rest}"
         );
     }
-    assert!(served.waited > 0, "the server never waited");
-    for c in &chain {
-        let frames = user_frames(c);
-        // The innermost is libc's read (named from libc's own symbols); above the server's
-        // functions is libc's start of main.
-        assert!(
-            frames[0].contains("read"),
-            "innermost user frame is not libc's read: {frames:?}"
-        );
-        assert!(
-            frames[SERVER_FRAMES.len() + 1..]
-                .first()
-                .is_some_and(|f| f.starts_with("__libc_start")),
-            "main's caller is not libc's start: {frames:?}"
-        );
-        assert!(!frames.iter().any(|f| f == "[truncated]"), "{frames:?}");
-        // Built with -g: each of the server's frames with its source line.
-        assert!(
-            frames[1..=SERVER_FRAMES.len()]
-                .iter()
-                .all(|f| f.contains(" (server.c:")),
-            "no source lines: {frames:?}"
+    if let Err(why) = common::exact_count(count(&reads), served.waited, missing) {
+        panic!(
+            "the server's reads that slept ({} reads) under {SERVER_FRAMES:?}: {why}; causes: \
+             {reads:#?}\n{rest}",
+            served.served
         );
     }
 }
@@ -222,22 +268,33 @@ fn rust_frames_are_demangled() {
     if let Err(why) = common::exact_count(counted, served.waited, missing) {
         panic!("the Rust server's sleeps: {why}: {chain:#?}\n{rest}");
     }
-    let frames = user_frames(chain[0]);
-    let at = frames
-        .iter()
-        .position(|f| function(f) == "rust_server::requests::wait_for_request")
-        .expect("found above");
-    assert_eq!(
-        frames.get(at + 1).map(|f| function(f)),
-        Some("rust_server::requests::serve_requests"),
-        "{frames:?}"
-    );
-    assert!(
-        !frames
+    // Each of them, not only the first: the server's two functions in the order it called
+    // them, below them nothing of the server's own (std's read path and libc's), and every
+    // name demangled.
+    for c in &chain {
+        let frames = user_frames(c);
+        let at = frames
             .iter()
-            .any(|f| f.starts_with("_ZN") || f.starts_with("_R")),
-        "mangled names: {frames:?}"
-    );
+            .position(|f| function(f) == "rust_server::requests::wait_for_request")
+            .expect("found above");
+        assert_eq!(
+            frames.get(at + 1).map(|f| function(f)),
+            Some("rust_server::requests::serve_requests"),
+            "{frames:?}"
+        );
+        assert!(
+            !frames[..at]
+                .iter()
+                .any(|f| function(f).starts_with("rust_server::")),
+            "the server's own frames below its read: {frames:?}"
+        );
+        assert!(
+            !frames
+                .iter()
+                .any(|f| f.starts_with("_ZN") || f.starts_with("_R")),
+            "mangled names: {frames:?}"
+        );
+    }
 }
 
 /// The server run from a private mount namespace, from a path that exists only there:
@@ -308,8 +365,9 @@ fn no_frame_pointers_truncated_by_frame_pointers_whole_by_tables() {
         &["--debug-no-unwind-tables"],
     );
     let cut = causes_where(&json, "pipe_read", |frames| {
-        frames.last().is_some_and(|f| f == "[truncated]")
-            && frames.iter().any(|f| f.contains("wait_for_request"))
+        frames
+            .iter()
+            .any(|f| function(f).starts_with("wait_for_request"))
     });
     let counted = count(&cut);
     if let Err(why) = common::exact_count(counted, served.waited, missing) {
@@ -317,18 +375,20 @@ fn no_frame_pointers_truncated_by_frame_pointers_whole_by_tables() {
     }
     for c in &cut {
         let frames = user_frames(c);
-        // Only what the server's chain really is: libc's read, the server's two
-        // functions (gcc may suffix a clone's name), and the mark.
-        for f in &frames {
-            assert!(
-                f.contains("read")
-                    || f.starts_with("wait_for_request")
-                    || f.starts_with("serve_requests")
-                    || f == "[truncated]",
-                "invented frame {f} in {frames:?}"
-            );
-        }
-        assert!(!frames.iter().any(|f| function(f) == "main"), "{frames:?}");
+        // Only what the server's chain really is, in its order: glibc's read, the server's
+        // function that called it, the one that called that where the stack words kept reach
+        // its return address (gcc may suffix a clone's name), and the mark; never `main`,
+        // whose return address lies past serve_requests' 2 KiB frame.
+        let names: Vec<&str> = frames.iter().map(|f| function(f)).collect();
+        let cut_chain = match names.as_slice() {
+            [read, own @ .., last] if *last == latprof::ustacks::TRUNCATED => {
+                is_libc_read(read)
+                    && matches!(own, [w] | [w, _] if w.starts_with("wait_for_request"))
+                    && own[1..].iter().all(|f| f.starts_with("serve_requests"))
+            }
+            _ => false,
+        };
+        assert!(cut_chain, "not the server's chain cut short: {frames:?}");
     }
     assert!(
         json["counters"]["user_stack_truncated"].as_u64() >= Some(1),
@@ -337,14 +397,17 @@ fn no_frame_pointers_truncated_by_frame_pointers_whole_by_tables() {
     );
     let (json, rest, missing, served) =
         stats_on(Command::new(&server).args(["300", "2000", "wait"]), &[]);
-    let whole = causes_where(&json, "pipe_read", |frames| {
-        let names: Vec<&str> = frames.iter().map(|f| function(f)).collect();
-        names.len() == 5
-            && names[0].contains("read")
-            && names[1..4] == ["wait_for_request", "serve_requests", "main"]
-            && names[4].starts_with("__libc_start")
-    });
-    if let Err(why) = common::exact_count(count(&whole), served.waited, missing) {
+    // Built without -g: its functions named without lines.
+    let own: Vec<String> = SERVER_FRAMES.iter().map(|&f| f.to_owned()).collect();
+    let reads = server_reads(&json);
+    for c in &reads {
+        let frames = user_frames(c);
+        assert!(
+            is_whole_server_chain(&frames, &own),
+            "a read of the server not under its whole chain by the unwind tables: {frames:?}"
+        );
+    }
+    if let Err(why) = common::exact_count(count(&reads), served.waited, missing) {
         panic!(
             "the server's sleeps under its whole chain by the unwind tables: {why}: {:#}\n{rest}",
             json["causes"]
