@@ -253,6 +253,10 @@ fn podman(pod: &Pod, ip: &str, args: &[String]) -> Command {
     if let Some(name) = &pod.ip_env {
         cmd.arg(format!("--env={name}={ip}"));
     }
+    // The defect `cargo xtask mutants` injects reaches the container's latprof as the host's.
+    if let Ok(defect) = std::env::var("LATPROF_TEST_DEFECT") {
+        cmd.arg(format!("--env=LATPROF_TEST_DEFECT={defect}"));
+    }
     cmd.arg(&pod.image);
     let value = |a: &String| match &pod.ip_env {
         Some(name) => a.replace(&format!("$({name})"), ip),
