@@ -241,8 +241,10 @@ const FSYNC: [&str; 4] = [
 #[ignore = "needs root: run `cargo xtask test`"]
 fn a_pipe_wait_is_behind_the_writers_fsync() {
     let dir = common::disk_dir();
+    // 60 waits: a defect made in one event in 4 meets one of them but with a chance of
+    // (3/4)^60, under 1e-6 (docs/testing.md, the mutants).
     let run = around(
-        &["chain2", "--count", "40", "--dir", &dir],
+        &["chain2", "--count", "60", "--dir", &dir],
         &["--format", "json"],
     );
     let doc = run.json();
@@ -603,7 +605,18 @@ fn folded_chains_put_the_fsync_under_the_pipe_wait() {
 fn serve_profiles_the_chains() {
     use latprof::export::pprof;
     let _guard = common::serial("the chain tests");
-    let serve = common::serve::Serve::start(&["--all-sleeps", "--chains", "--interval", "200ms"]);
+    // The whole machine is traced: a table of 8 times the default links, so that the rest of
+    // the machine's links never fill it before the workload's (a mutants run found the
+    // workload's futex wait "woken by a task: link not kept (chain table full)" once).
+    let max_chains = (latprof::probe::MAX_CHAINS * 8).to_string();
+    let serve = common::serve::Serve::start(&[
+        "--all-sleeps",
+        "--chains",
+        "--max-chains",
+        &max_chains,
+        "--interval",
+        "200ms",
+    ]);
     let mut work = Workload::spawn(&["chain3", "--count", "20", "--interval", "20ms"]);
     let a = work.pid().to_string();
     work.go();
