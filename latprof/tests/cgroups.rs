@@ -123,17 +123,6 @@ impl Ran {
     }
 }
 
-/// Process `pid`'s main thread's voluntary context switches so far: the kernel's count of its
-/// sleeps (the `sleep` workload is one thread).
-fn voluntary_switches(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in /proc/{pid}/status"))
-}
-
 /// Who opened a directory (fanotify, which names the process): latprof's walk of the cgroup
 /// tree opens each cgroup's directory after it noted the cgroup's path, so a test waits for
 /// that walk, not for a time it guesses. Other tests' latprof walk the same tree: only the
@@ -260,7 +249,7 @@ fn run_as(format: &str, args: &[&str], work: &[(&Path, u32)], end: &End<'_>) -> 
             // In its wait for `go` (begun in our cgroup) before it moves: every later sleep
             // begins in its own.
             w.wait_blocked();
-            let before = voluntary_switches(w.pid());
+            let before = common::voluntary_switches(w.pid());
             move_into(&w, cgroup);
             (w, before)
         })
@@ -277,7 +266,7 @@ fn run_as(format: &str, args: &[&str], work: &[(&Path, u32)], end: &End<'_>) -> 
         .iter()
         .map(|(w, before)| {
             w.wait_blocked();
-            voluntary_switches(w.pid()) - before - 1
+            common::voluntary_switches(w.pid()) - before - 1
         })
         .collect();
     let pids = loads.iter().map(|(w, _)| w.pid()).collect();

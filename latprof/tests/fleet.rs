@@ -114,16 +114,7 @@ fn stamp_ms(stamp: &Value) -> i64 {
 
 /// Prometheus' answer to `promql` evaluated at `at_ms`: the entries of its result.
 fn query_at(prometheus: &Prometheus, promql: &str, at_ms: i64) -> Vec<Value> {
-    let encoded: String = promql
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"_.-~".contains(&b) {
-                char::from(b).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect();
+    let encoded = common::serve::query_encoded(promql);
     let at = format!("{}.{:03}", at_ms / 1000, at_ms % 1000);
     let r = http_get(
         prometheus.addr,

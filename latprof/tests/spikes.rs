@@ -92,17 +92,6 @@ impl Summary {
     }
 }
 
-/// Voluntary context switches of process `pid`'s main thread so far (its sleeps, as the
-/// kernel counts them for it; what a workload's `slept=` reports too).
-fn voluntary_switches(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in /proc/{pid}/status"))
-}
-
 /// Voluntary context switches of this process's reaped children, all threads included (the
 /// kernel adds an exited thread's to its process, and a reaped process's to its parent).
 fn children_voluntary_switches() -> u64 {
@@ -213,7 +202,7 @@ fn adaptive_wakeups_are_far_fewer_than_events() {
     // event): its sleeps from here on are what latprof must show, every one ending before it
     // stops (the workload has exited by then).
     work.wait_blocked();
-    let before = voluntary_switches(pid);
+    let before = common::voluntary_switches(pid);
     let (child, stderr) = spikes(&["--all-sleeps", "--spike", "1us"], pid);
     work.go();
     work.wait_done();

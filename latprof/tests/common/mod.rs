@@ -603,3 +603,14 @@ pub fn hostile(file: &str) -> PathBuf {
     );
     path
 }
+
+/// Voluntary context switches of process `pid`'s main thread so far (its sleeps, as the
+/// kernel counts them for it; what a workload's `slept=` reports too).
+pub fn voluntary_switches(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in /proc/{pid}/status"))
+}

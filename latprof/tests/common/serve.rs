@@ -364,16 +364,7 @@ impl Prometheus {
 
     /// An instant query's samples: (labels, value).
     pub fn query(&self, promql: &str) -> Vec<(serde_json::Value, f64)> {
-        let encoded: String = promql
-            .bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() || b"_.-~".contains(&b) {
-                    char::from(b).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect();
+        let encoded = query_encoded(promql);
         let r = http_get(self.addr, &format!("/api/v1/query?query={encoded}"), None);
         assert_eq!(r.status, 200, "query {promql}: {}", r.text());
         let json: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
@@ -411,4 +402,18 @@ impl Drop for Prometheus {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `promql` percent-encoded for a query string (RFC 3986's unreserved bytes kept).
+pub fn query_encoded(promql: &str) -> String {
+    promql
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"_.-~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
