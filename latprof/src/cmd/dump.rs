@@ -82,6 +82,7 @@ pub fn run(cli: &Cli, args: &DumpArgs) -> Result<()> {
         cur: &cur,
         base: base.as_ref(),
         pid: args.pid,
+        traced: None,
         syms: &rec.syms,
         reasons: &reasons,
         depth,

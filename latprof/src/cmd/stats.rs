@@ -80,6 +80,7 @@ pub fn run(cli: &Cli, args: &StatsArgs) -> Result<()> {
         cur: &snap,
         base: None,
         pid: None,
+        traced: args.pid,
         syms: &syms,
         reasons: &reasons,
         depth: usize::from(cli.depth()),

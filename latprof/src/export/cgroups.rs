@@ -231,6 +231,7 @@ ffffffff81401000 T __sched_text_end
             cur: &snap,
             base: None,
             pid: None,
+            traced: None,
             syms: &syms,
             reasons: &reasons,
             depth: 12,

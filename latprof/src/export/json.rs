@@ -393,7 +393,7 @@ pub fn document<'a>(scope: &Scope<'a>) -> Document<'a> {
         schema: SCHEMA,
         mode: scope.cur.mode.as_str(),
         recording: scope.info,
-        pid: scope.pid,
+        pid: scope.pid.or(scope.traced),
         from: scope.base.map(Moment::of),
         to: Moment::of(scope.cur),
         causes,

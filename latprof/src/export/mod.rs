@@ -51,6 +51,9 @@ pub struct Scope<'a> {
     pub cur: &'a Snapshot,
     pub base: Option<&'a Snapshot>,
     pub pid: Option<u32>,
+    /// The one process the probe traced (`stats --pid`): every number in scope is already
+    /// its own, its exited threads' too, so nothing is filtered, but the export says whose.
+    pub traced: Option<u32>,
     pub syms: &'a Kallsyms,
     pub reasons: &'a Reasons,
     pub depth: usize,

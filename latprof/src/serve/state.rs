@@ -1092,6 +1092,7 @@ ffffffff81402000 T __lock_text_end
             cur: &snap,
             base: None,
             pid: None,
+            traced: None,
             syms: &syms,
             reasons: &reasons,
             depth: 12,

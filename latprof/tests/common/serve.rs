@@ -199,10 +199,11 @@ impl Serve {
             if done(&text) {
                 return text;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{what} not seen in {secs}s:\n{text}"
-            );
+            if Instant::now() >= deadline {
+                // The histograms' buckets left out: a log keeps the counters whole.
+                let short: Vec<&str> = text.lines().filter(|l| !l.contains("_bucket{")).collect();
+                panic!("{what} not seen in {secs}s:\n{}", short.join("\n"));
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
