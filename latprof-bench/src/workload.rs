@@ -294,12 +294,19 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
             let (mut max_ns, mut total_ns, mut slept, mut split) = (0u128, 0u128, 0u32, 0u32);
             // `switched`: every sleep from the first call to the last, the nanosleeps' and any
             // other (a page fault's, a lock's), so a test can tell an extra sleep from a miscount.
-            warm_up_sleep_window();
-            let first = voluntary_switches();
-            for _ in 0..*count {
+            let mut first = 0;
+            let (real, invalid) = (timespec(*interval), INVALID_TIMESPEC);
+            // Round 0 is the loop itself, uncounted and sleeping not at all (the kernel refuses
+            // its timespec): every code page a counted call runs is faulted in before the
+            // first. A first use inside a call, where another process reads the same binary,
+            // sleeps in a page fault and counts as one of the call's sleeps (seen in CI: one
+            // "Page fault (reading from disk)", `slept` one more than latprof's nanosleeps, and
+            // again after a warm-up of its own that ran only some of the loop's code).
+            for round in 0..=*count {
+                let ts = if round == 0 { &invalid } else { &real };
                 let switches = voluntary_switches();
                 let t = std::time::Instant::now();
-                nanosleep(*interval);
+                nanosleep_at(ts);
                 let ns = t.elapsed().as_nanos();
                 max_ns = max_ns.max(ns);
                 total_ns += ns;
@@ -310,6 +317,11 @@ pub fn run(args: &WorkloadArgs) -> Result<()> {
                 slept += n;
                 if n > 1 {
                     split += n;
+                }
+                if round == 0 {
+                    std::hint::black_box((max_ns, total_ns, slept, split));
+                    (max_ns, total_ns, slept, split) = (0, 0, 0, 0);
+                    first = voluntary_switches();
                 }
             }
             let switched = voluntary_switches() - first;
@@ -958,27 +970,20 @@ fn timespec(d: Duration) -> libc::timespec {
     }
 }
 
-/// Runs what the sleep loop runs around each nanosleep once, without sleeping (the libc
-/// call fails on its invalid timespec): the first use of a code page inside a measured call
-/// faults it in there, and where another process is reading the same binary that fault
-/// sleeps and counts as one of the nanosleep's (seen in CI: one "Page fault (reading from
-/// disk)" of 81 us, and `slept` one more than the nanosleeps latprof counted).
-fn warm_up_sleep_window() {
-    let switches = voluntary_switches();
-    let t = std::time::Instant::now();
-    let invalid = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: -1,
-    };
-    // SAFETY: a valid pointer to a timespec the kernel refuses (EINVAL) before any sleep.
-    unsafe { libc::nanosleep(&raw const invalid, std::ptr::null_mut()) };
-    std::hint::black_box((t.elapsed().as_nanos(), voluntary_switches() - switches));
-}
+/// A timespec the kernel refuses (EINVAL) before any sleep.
+const INVALID_TIMESPEC: libc::timespec = libc::timespec {
+    tv_sec: 0,
+    tv_nsec: -1,
+};
 
 fn nanosleep(d: Duration) {
-    let ts = timespec(d);
-    // SAFETY: valid timespec; an interrupted sleep simply ends early.
-    unsafe { libc::nanosleep(&raw const ts, std::ptr::null_mut()) };
+    nanosleep_at(&timespec(d));
+}
+
+fn nanosleep_at(ts: &libc::timespec) {
+    // SAFETY: a valid pointer to a timespec; an interrupted sleep simply ends early, and a
+    // refused one does not sleep.
+    unsafe { libc::nanosleep(ts, std::ptr::null_mut()) };
 }
 
 fn pipe() -> Result<(std::fs::File, std::fs::File)> {
