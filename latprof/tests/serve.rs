@@ -181,6 +181,19 @@ fn prometheus_count(mode: &str) {
         ))
         .expect("histogram");
     assert_eq!(in_buckets, slept - lost, "histogram count");
+    // Each sleep lies inside its call (switch-out to wakeup, on the clock the workload's
+    // Instant reads): their sum is at most the calls' own.
+    let calls_ns = fact(&done, "total_ns");
+    let metrics = serve.metrics();
+    let slept_s = sample(
+        &metrics,
+        &format!("latprof_sleep_seconds_total{{reason=\"{NANOSLEEP}\",state=\"S\"}}"),
+    )
+    .expect("the nanosleeps' seconds");
+    assert!(
+        slept_s * 1e9 <= calls_ns as f64 + 1e3,
+        "latprof's {slept_s} s of nanosleep sleeps exceed the {calls_ns} ns the calls took"
+    );
     let under_1ms = prometheus
         .value(&format!(
             "sum(latprof_sleep_duration_seconds_bucket{{reason=\"{NANOSLEEP}\",le=\"0.001024\"}})"

@@ -8,13 +8,16 @@ use serde_json::Value;
 /// `middle` and `outer`, in that order, innermost first: those with `runtime` (the
 /// runtime's frame that enters the wait) below them, and the others (a wait for the runtime's
 /// own sake: a safepoint, a collection, a compilation, in the fixture's own count of its
-/// switches around the wait).
+/// switches around the wait). Every wait entered the runtime's wait by one native path, so
+/// the frames from the innermost to `runtime`'s are one list in all of them: a frame out of
+/// place in some walks (a swapped pair, a wrong row of the unwind tables) is a second list.
 pub fn sleeps_in_three(
     doc: &Value,
     name: impl Fn(&str) -> Option<&str>,
     runtime: &str,
 ) -> (u64, u64) {
     let (mut waits, mut others) = (0, 0);
+    let mut native: Option<Vec<&str>> = None;
     for c in doc["causes"].as_array().expect("causes") {
         let frames: Vec<&str> = c["user_frames"]
             .as_array()
@@ -32,7 +35,13 @@ pub fn sleeps_in_three(
             .collect();
         assert_eq!(names, ["waitHere", "middle", "outer"], "{frames:#?}");
         let count = c["count"].as_u64().expect("count");
-        if frames[..at].iter().any(|f| f.contains(runtime)) {
+        if let Some(entry) = frames[..at].iter().position(|f| f.contains(runtime)) {
+            let path = &frames[..=entry];
+            let first = native.get_or_insert_with(|| path.to_vec());
+            assert_eq!(
+                first, path,
+                "the runtime's waits entered {runtime} by two native paths"
+            );
             waits += count;
         } else {
             others += count;
