@@ -47,20 +47,35 @@ fn last_cause() -> u64 {
     DEFECT_LAST.get(0).copied().unwrap_or(0)
 }
 
-/// A counted sleep's cause: under `DEFECT_WRONG_CAUSE`, now and then the one counted before it
-/// on this CPU. Under it and `DEFECT_RUNQ_AS_SLEEP` the CPU remembers the true one.
+/// Sets this CPU's slot `i` of `DEFECT_LAST`.
+#[inline(always)]
+fn set_last(i: u32, cause: u64) {
+    if let Some(slot) = DEFECT_LAST.get_ptr_mut(i) {
+        // SAFETY: this CPU's slot; programs on one CPU do not run concurrently.
+        unsafe { *slot = cause };
+    }
+}
+
+/// A counted sleep's cause: under `DEFECT_WRONG_CAUSE`, now and then the last other cause
+/// counted on this CPU (never its own: a task that sleeps again and again where it slept
+/// before would otherwise be told its own cause nearly every time). Under it and
+/// `DEFECT_RUNQ_AS_SLEEP` the CPU remembers the true ones.
 #[inline(always)]
 pub(crate) fn cause(cause: u64) -> u64 {
     if !on(DEFECT_WRONG_CAUSE) && !on(DEFECT_RUNQ_AS_SLEEP) {
         return cause;
     }
     let last = last_cause();
-    if let Some(slot) = DEFECT_LAST.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot; programs on one CPU do not run concurrently.
-        unsafe { *slot = cause };
-    }
-    if last != 0 && hit(DEFECT_WRONG_CAUSE) {
+    let other = if last == cause {
+        // Slot 1 differs from slot 0 whenever it is set.
+        DEFECT_LAST.get(1).copied().unwrap_or(0)
+    } else {
+        set_last(1, last);
+        set_last(0, cause);
         last
+    };
+    if other != 0 && hit(DEFECT_WRONG_CAUSE) {
+        other
     } else {
         cause
     }

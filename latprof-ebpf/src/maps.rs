@@ -200,9 +200,10 @@ pub(crate) struct CpuContext {
     pub(crate) timer: [u32; 4],
 }
 
-/// `--debug-defect`: per CPU, the cause of the last sleep counted there (`defects`).
+/// `--debug-defect`: per CPU, the cause of the last sleep counted there, and the last other
+/// cause counted before it (`defects`).
 #[map]
-pub(crate) static DEFECT_LAST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+pub(crate) static DEFECT_LAST: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 
 /// Per-CPU scratch space to build a new task entry (too large for the 512-byte stack).
 #[map]

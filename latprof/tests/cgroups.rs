@@ -477,7 +477,7 @@ fn json_and_folded_name_the_cgroup() {
         ])
         .stdout(Stdio::piped());
         let (stats, stderr) = common::start(&mut cmd, "attached");
-        let mut w = Workload::spawn(&["sleep", "--count", "20", "--interval", "1ms"]);
+        let mut w = Workload::spawn(&["sleep", "--count", "50", "--interval", "1ms"]);
         move_into(&w, groups.path(0));
         w.go();
         let slept = w.wait_fact("slept");
@@ -495,7 +495,7 @@ fn json_and_folded_name_the_cgroup() {
                 .unwrap_or_else(|| panic!("no {name}: {text}"));
             assert_eq!(ours["path"], format!("/{name}"));
             assert_eq!(ours["removed"], false);
-            // Each of its 20 nanosleeps that slept, counted once.
+            // Each of its 50 nanosleeps that slept, counted once.
             let missing = common::own_lost(&err, pid)
                 + common::own_short(&err, pid)
                 + common::recovered_blind(ours);
@@ -538,7 +538,7 @@ fn a_recording_keeps_a_removed_cgroup() {
     ])
     .stdout(Stdio::null());
     let (recorder, stderr) = common::start(&mut cmd, "recording to");
-    let mut work = Workload::spawn(&["sleep", "--count", "30", "--interval", "2ms"]);
+    let mut work = Workload::spawn(&["sleep", "--count", "50", "--interval", "2ms"]);
     move_into(&work, &dir);
     work.go();
     let slept = work.wait_fact("slept");
@@ -653,7 +653,7 @@ fn a_host_without_cgroup_v2_says_so_once() {
         .stdout(Stdio::piped());
         cmd
     };
-    let mut w = Workload::spawn(&["sleep", "--count", "20", "--interval", "2ms"]);
+    let mut w = Workload::spawn(&["sleep", "--count", "50", "--interval", "2ms"]);
     let pid = w.pid().to_string();
     let (stats, stderr) = common::start(
         &mut legacy(&["stats", "--all-sleeps", "--pid", &pid, "--duration", "120s"]),

@@ -25,7 +25,7 @@ fn judged(args: &[&str]) -> Result<(), String> {
 
 #[test]
 #[ignore = "needs root: run `cargo xtask test`"]
-fn a_sleep_lost_in_twenty_fails_the_count() {
+fn a_dropped_sleep_fails_the_count() {
     latprof::probe::check_privileges().expect("this test needs root: run `cargo xtask test`");
     if let Err(why) = judged(&[]) {
         panic!("without the defect: {why}");

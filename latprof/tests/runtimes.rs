@@ -14,7 +14,7 @@ mod common;
 
 use common::{
     LATPROF, roots,
-    runtimes::{check_three, javascript, python, sleeps_in_three},
+    runtimes::{WAITS, check_three, javascript, python, sleeps_in_three},
 };
 
 /// Debian 12's interpreter (not one a version manager put first on the PATH).
@@ -38,7 +38,7 @@ fn python_3_11_shows_its_interpreter_frames_not_its_functions() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/runtimes/sleep_in_three.py"
     );
-    let count = 30;
+    let count = WAITS;
     let mut python = Command::new(PYTHON)
         .args([script, &count.to_string()])
         .stdin(Stdio::piped())
@@ -138,7 +138,8 @@ fn jit_functions_are_named_even_when_made_after_latprof_started() {
         .status()
         .expect("gcc (cargo xtask test installs it)");
     assert!(status.success(), "gcc jit.c");
-    let count = 20u64;
+    // Two functions' sleeps: 50 in all (`WAITS`).
+    let count = WAITS / 2;
     let (out, err, pid) = under_stats(&jit, count, "json");
     let doc: Value = serde_json::from_slice(&out).expect("stats' JSON");
     // Short only by the sleeps whose wakeup the kernel hid (this host's service threads), each
@@ -325,7 +326,7 @@ fn reading_stdin(pid: u32) {
     }
 }
 
-/// Node running the fixture: `Atomics.wait` 30 times inside `outer() -> middle() ->
+/// Node running the fixture: `Atomics.wait` `WAITS` times inside `outer() -> middle() ->
 /// waitHere()`.
 fn node() -> Command {
     let script = concat!(
@@ -338,7 +339,7 @@ fn node() -> Command {
         "--perf-basic-prof",
         "--interpreted-frames-native-stack",
         script,
-        "30",
+        &WAITS.to_string(),
     ]);
     node
 }
@@ -353,7 +354,7 @@ fn node_names_the_javascript_functions_that_wait() {
     let _guard = common::serial("the runtime tests");
     let (doc, err, pid, slept) = while_it_lives(&mut node(), &[], &Via::Stats, |_| {});
     let counted = sleeps_in_three(&doc, javascript, "Builtin_AtomicsWait");
-    check_three(&doc, &err, pid, 30, slept, counted);
+    check_three(&doc, &err, pid, WAITS, slept, counted);
 }
 
 /// The same in a recording of the whole machine (`record`, then `dump`): `top`'s, `record`'s
@@ -369,7 +370,7 @@ fn a_recording_names_the_javascript_functions_that_wait() {
         "record loads the best programs:\n{err}"
     );
     let counted = sleeps_in_three(&doc, javascript, "Builtin_AtomicsWait");
-    check_three(&doc, &err, pid, 30, slept, counted);
+    check_three(&doc, &err, pid, WAITS, slept, counted);
 }
 
 /// Python 3.13 (Debian 13's, in a root debootstrap made: kept in
@@ -394,7 +395,13 @@ fn python_3_13_names_its_functions_with_x_perf() {
     let (doc, err, pid, slept) = while_it_lives(
         &mut roots::in_root(
             &root,
-            &["python3", "-X", "perf", "/tmp/sleep_in_three.py", "30"],
+            &[
+                "python3",
+                "-X",
+                "perf",
+                "/tmp/sleep_in_three.py",
+                &WAITS.to_string(),
+            ],
         ),
         &[],
         &Via::Stats,
@@ -403,7 +410,7 @@ fn python_3_13_names_its_functions_with_x_perf() {
     // Python leaves its map behind.
     let _ = std::fs::remove_file(root.join(format!("tmp/perf-{pid}.map")));
     let counted = sleeps_in_three(&doc, python, "clock_nanosleep");
-    check_three(&doc, &err, pid, 30, slept, counted);
+    check_three(&doc, &err, pid, WAITS, slept, counted);
 }
 
 /// A Java method's name in the JIT's perf map: `void SleepInThree.waitHere(long)`:
@@ -446,7 +453,7 @@ fn java_names_the_methods_that_sleep() {
                 .arg("-XX:CompileCommand=compileonly,SleepInThree::*")
                 .arg("-cp")
                 .arg(&dir.0)
-                .args(["SleepInThree", "30"]),
+                .args(["SleepInThree", &WAITS.to_string()]),
             &["--mode", mode],
             &Via::Stats,
             |pid| {
@@ -459,6 +466,6 @@ fn java_names_the_methods_that_sleep() {
             },
         );
         let counted = sleeps_in_three(&doc, java, "JVM_Sleep");
-        check_three(&doc, &format!("{mode}\n{err}"), pid, 30, slept, counted);
+        check_three(&doc, &format!("{mode}\n{err}"), pid, WAITS, slept, counted);
     }
 }

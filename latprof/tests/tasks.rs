@@ -507,7 +507,7 @@ fn the_name_is_the_current_one() {
         .args([
             "-c",
             &format!(
-                "sleep 0.05; exec {} --hold sleep --count 10 --interval 2ms",
+                "sleep 0.05; exec {} --hold sleep --count 50 --interval 2ms",
                 common::workload_bin().display()
             ),
         ])

@@ -8,7 +8,7 @@ use serde_json::Value;
 mod common;
 
 use common::{
-    runtimes::{check_three, javascript, sleeps_in_three},
+    runtimes::{WAITS, check_three, javascript, sleeps_in_three},
     vm::{boot, section},
 };
 
@@ -79,5 +79,5 @@ fn node_names_its_javascript_functions_on_debian_12s_kernel() {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("stats: not JSON ({e}):\n{out}"));
     let err = section(&out, "stats stderr").join("\n");
     let counted = sleeps_in_three(&doc, javascript, "Builtin_AtomicsWait");
-    check_three(&doc, &err, pid, 30, slept, counted);
+    check_three(&doc, &err, pid, WAITS, slept, counted);
 }

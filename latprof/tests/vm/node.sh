@@ -22,7 +22,7 @@ uname -r
 mkfifo /tmp/go
 # In /tmp: V8 writes an isolate-*-v8.log where it runs.
 cd /tmp
-node --perf-basic-prof --interpreted-frames-native-stack /work/sleep_in_three.js 30 \
+node --perf-basic-prof --interpreted-frames-native-stack /work/sleep_in_three.js 50 \
     < /tmp/go > /tmp/w.out 2>&1 &
 N=$!
 exec 7> /tmp/go
