@@ -709,7 +709,7 @@ fn inter_cutoff_and_all_sleeps() {
     let _guard = serial();
     let syms = Kallsyms::load().expect("kallsyms");
     for cutoff in [Some(Duration::from_millis(5)), None] {
-        let mut work = Workload::spawn(&["sleep", "--count", "20", "--interval", "12ms"]);
+        let mut work = Workload::spawn(&["sleep", "--count", "50", "--interval", "12ms"]);
         let probe = Probe::attach(ProbeConfig {
             pid: Some(work.pid()),
             inter_cutoff: cutoff,
