@@ -12,7 +12,7 @@ pub const DEFECT_DROP_SLEEP: u32 = 1;
 /// A counted sleep's duration is doubled.
 pub const DEFECT_DURATION: u32 = 2;
 /// A sleep is counted under the last cause other than its own counted on its CPU (another
-/// backtrace, often another process's).
+/// backtrace, often another process's), or under no backtrace where there is none.
 pub const DEFECT_WRONG_CAUSE: u32 = 3;
 /// A sleep a task woke is told as woken by the sleeper itself (waker table and chains).
 pub const DEFECT_WRONG_WAKER: u32 = 4;
@@ -63,7 +63,7 @@ pub const DEFECTS: [Defect; 9] = [
         kind: DEFECT_WRONG_CAUSE,
         name: "wrong-cause",
         one_in: 4,
-        what: "a sleep is counted under the last other cause counted on its CPU",
+        what: "a sleep is counted under the last other cause counted on its CPU (or no backtrace)",
     },
     Defect {
         kind: DEFECT_WRONG_WAKER,

@@ -6,7 +6,7 @@
 use aya_ebpf::helpers::bpf_get_prandom_u32;
 use latprof_common::{
     DEFECT_CHAIN_LINK, DEFECT_DURATION, DEFECT_RUNQ_AS_SLEEP, DEFECT_WRONG_CAUSE,
-    DEFECT_WRONG_CGROUP, DEFECT_WRONG_WAKER, TaskState,
+    DEFECT_WRONG_CGROUP, DEFECT_WRONG_WAKER, NO_STACK, TaskState,
 };
 
 use crate::{maps::DEFECT_LAST, settings::DEBUG_DEFECT, settings::DEBUG_DEFECT_ONE_IN};
@@ -58,7 +58,8 @@ fn set_last(i: u32, cause: u64) {
 
 /// A counted sleep's cause: under `DEFECT_WRONG_CAUSE`, now and then the last other cause
 /// counted on this CPU (never its own: a task that sleeps again and again where it slept
-/// before would otherwise be told its own cause nearly every time). Under it and
+/// before would otherwise be told its own cause nearly every time), or no backtrace at all
+/// where the CPU counted no other (a `--pid` run of a workload with one cause). Under it and
 /// `DEFECT_RUNQ_AS_SLEEP` the CPU remembers the true ones.
 #[inline(always)]
 pub(crate) fn cause(cause: u64) -> u64 {
@@ -74,8 +75,8 @@ pub(crate) fn cause(cause: u64) -> u64 {
         set_last(0, cause);
         last
     };
-    if other != 0 && hit(DEFECT_WRONG_CAUSE) {
-        other
+    if hit(DEFECT_WRONG_CAUSE) {
+        if other != 0 { other } else { NO_STACK }
     } else {
         cause
     }
