@@ -41,10 +41,11 @@ pub(crate) fn duration(delta: u64) -> u64 {
     }
 }
 
-/// The cause of the last sleep counted on this CPU (0: none yet).
+/// This CPU's slot `i` of `DEFECT_LAST`: 0, the cause of the last sleep counted here; 1, the
+/// last other cause counted before it (0: none yet).
 #[inline(always)]
-fn last_cause() -> u64 {
-    DEFECT_LAST.get(0).copied().unwrap_or(0)
+fn last(i: u32) -> u64 {
+    DEFECT_LAST.get(i).copied().unwrap_or(0)
 }
 
 /// Sets this CPU's slot `i` of `DEFECT_LAST`.
@@ -66,14 +67,14 @@ pub(crate) fn cause(cause: u64) -> u64 {
     if !on(DEFECT_WRONG_CAUSE) && !on(DEFECT_RUNQ_AS_SLEEP) {
         return cause;
     }
-    let last = last_cause();
-    let other = if last == cause {
+    let newest = last(0);
+    let other = if newest == cause {
         // Slot 1 differs from slot 0 whenever it is set.
-        DEFECT_LAST.get(1).copied().unwrap_or(0)
+        last(1)
     } else {
-        set_last(1, last);
+        set_last(1, newest);
         set_last(0, cause);
-        last
+        newest
     };
     if hit(DEFECT_WRONG_CAUSE) {
         if other != 0 { other } else { NO_STACK }
@@ -89,7 +90,7 @@ pub(crate) fn runq_as_sleep() -> Option<u64> {
     if !hit(DEFECT_RUNQ_AS_SLEEP) {
         return None;
     }
-    match last_cause() {
+    match last(0) {
         0 => None,
         cause => Some(cause),
     }

@@ -326,14 +326,8 @@ impl Switches {
             let mut samples = Vec::new();
             while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
                 let before = latprof::time::monotonic_ns();
-                let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-                    .expect("the sleeper's status");
+                let n = common::voluntary_switches(pid);
                 let after = latprof::time::monotonic_ns();
-                let n = status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                    .and_then(|n| n.trim().parse().ok())
-                    .expect("voluntary_ctxt_switches");
                 samples.push((before, after, n));
                 std::thread::sleep(Duration::from_millis(1));
             }
